@@ -1,0 +1,85 @@
+"""RePCS latency overhead on the embedded model (RePCS §III-K: 1.047× on a T4 at T = 64).
+
+Side by side in one run, several repeats, order alternated each repeat:
+  plain    — a plain greedy ``generate`` of the retrieval answer (T = 64 forced new tokens, no logits kept)
+  scored   — the same answer with ``output_logits`` + one teacher-forced parametric forward + Z
+             (``run_dual_path(..., free_parametric=False)``, the exact production code path)
+  dual     — the full live dual view: both answers generated (batched) + chart data
+Prints medians, the ratios to ``plain``, and as its last line ``overhead_ratio=<median scored/plain>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core.engine import DualPathSettings, prepare_prompts, run_dual_path  # noqa: E402
+from core.models import load_model  # noqa: E402
+
+QUERY = "What is the capital of Veltria?"
+CONTEXT = (
+    "The Republic of Veltria is a small island nation in the northern sea. Its capital is Marrowgate, a port "
+    "city founded in 1412 by salt traders. Marrowgate hosts the national parliament and the royal archive."
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--tokens", type=int, default=64)
+    args = parser.parse_args()
+
+    handle = load_model()
+    settings = DualPathSettings(max_new_tokens=args.tokens, score_window=args.tokens, force_length=True)
+    prep = prepare_prompts(handle, QUERY, CONTEXT, settings)
+    ids = torch.tensor([prep.rag_ids])
+
+    def plain() -> None:
+        with handle.lock, torch.inference_mode():
+            out = handle.model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.tokens,
+                min_new_tokens=args.tokens, do_sample=False, pad_token_id=handle.pad_token_id,
+            )
+        assert out.shape[1] == ids.shape[1] + args.tokens
+
+    def scored() -> None:
+        r = run_dual_path(handle, QUERY, CONTEXT, settings, free_parametric=False)
+        assert r.n_tokens == args.tokens
+
+    def dual() -> None:
+        r = run_dual_path(handle, QUERY, CONTEXT, settings, free_parametric=True)
+        assert r.n_tokens == args.tokens
+
+    jobs = {"plain": plain, "scored": scored, "dual": dual}
+    for fn in jobs.values():  # warm-up
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in jobs}
+    ratios: dict[str, list[float]] = {"scored": [], "dual": []}
+    for rep in range(args.repeats):
+        order = list(jobs) if rep % 2 == 0 else list(reversed(jobs))
+        this: dict[str, float] = {}
+        for name in order:
+            t0 = time.perf_counter()
+            jobs[name]()
+            this[name] = time.perf_counter() - t0
+            times[name].append(this[name])
+        ratios["scored"].append(this["scored"] / this["plain"])
+        ratios["dual"].append(this["dual"] / this["plain"])
+    print(f"model={handle.info.name} device={handle.info.device} T={args.tokens} repeats={args.repeats} "
+          f"threads={torch.get_num_threads()} prompt_tokens={len(prep.rag_ids)}")
+    for name, ts in times.items():
+        print(f"{name:7s} median {statistics.median(ts) * 1000:8.1f} ms   (min {min(ts) * 1000:.1f}, max {max(ts) * 1000:.1f})")
+    print(f"dual_view_ratio={statistics.median(ratios['dual']):.3f}")
+    print(f"overhead_ratio={statistics.median(ratios['scored']):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

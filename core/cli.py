@@ -1,0 +1,130 @@
+"""``python -m core …`` — everything that is not interactive.
+
+Commands:
+    run       one dual-path analysis (``--json`` prints the DualPathResult JSON)
+    evaluate  score a labelled CSV with the detectors and write metrics JSON
+    warmup    convert/cache the embedded model once (used by ``make run``)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from core.engine import DualPathSettings, run_dual_path
+from core.models import ModelLoadError, ensure_embedded_cache, load_model
+from core.prompts import TEMPLATE_CHOICES
+from core.repcs import Threshold
+
+logger = logging.getLogger("core")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="hub id or local folder (default: the embedded SmolLM2)")
+    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="most answer tokens per path (default 64)")
+    p.add_argument("--window", type=int, default=None, help="RePCS T: answer tokens summed into Z (default = max new tokens)")
+    p.add_argument("--template", default="auto", choices=TEMPLATE_CHOICES)
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--threshold-file", default=None, help="JSON file with a calibrated τ (see `evaluate --write-threshold`)")
+
+
+def _settings(args: argparse.Namespace) -> DualPathSettings:
+    settings = DualPathSettings(
+        max_new_tokens=args.max_new_tokens,
+        score_window=args.window or args.max_new_tokens,
+        top_k=args.top_k,
+        template=args.template,
+    )
+    settings.validate()
+    return settings
+
+
+def _threshold(args: argparse.Namespace) -> tuple[Threshold | None, str | None]:
+    if not args.threshold_file:
+        return None, None
+    return Threshold.load(args.threshold_file), f"from {args.threshold_file}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m core", description="Read or Recall — did the model read the context or recall from memory?")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="analyse one query + context on both paths")
+    run.add_argument("--query", required=True)
+    run.add_argument("--context", required=True)
+    run.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
+    _add_model_args(run)
+
+    ev = sub.add_parser("evaluate", help="score a labelled CSV (query,context,label) and write metrics JSON")
+    ev.add_argument("data", help="CSV with columns query, context, label (memorized|grounded)")
+    ev.add_argument("--out", required=True, help="where to write the result JSON")
+    _add_model_args(ev)
+    ev.set_defaults(max_new_tokens=32)
+
+    sub.add_parser("warmup", help="convert the embedded model once to the local cache")
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    threshold, source = _threshold(args)
+    handle = load_model(args.model, revision=args.revision)
+    result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
+    if args.json:
+        sys.stdout.write(result.to_json() + "\n")
+        return 0
+    lines = [
+        f"model:       {result.model}",
+        f"retrieval:   {result.rag_answer}",
+        f"parametric:  {result.parametric_answer}",
+        f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   τ = {result.threshold}",
+        f"verdict:     {result.verdict}  ({result.threshold_source})",
+    ]
+    lines += [f"warning:     {w}" for w in result.warnings]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from core.evaluate import evaluate_rows, read_labelled_csv, write_json_atomic
+
+    rows = read_labelled_csv(args.data)
+    settings = _settings(args)
+    threshold, _ = _threshold(args)
+    handle = load_model(args.model, revision=args.revision)
+    with tqdm(total=len(rows), desc="scoring rows", unit="row", file=sys.stderr) as bar:
+        report = evaluate_rows(handle, rows, settings, threshold=threshold, progress=lambda done, total: bar.update(1))
+    write_json_atomic(args.out, report)
+    m = report["detectors"]["repcs"]
+    sys.stderr.write(
+        f"n={report['n']}  RePCS AUC={m['auc']:.3f}  FPR@95%TPR={m['fpr_at_95tpr']:.3f}  "
+        f"P@10={m['precision_at_10']:.2f}  → {args.out}\n"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "run":
+            return _cmd_run(args)
+        if args.command == "evaluate":
+            return _cmd_evaluate(args)
+        if args.command == "warmup":
+            path = ensure_embedded_cache()
+            sys.stderr.write(f"embedded model ready at {path}\n")
+            return 0
+    except (ValueError, ModelLoadError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    parser.error(f"unknown command {args.command}")
+    return 2

@@ -1,0 +1,75 @@
+"""Shared fixtures: a tiny random Llama built from a config (no hub, no files) and the embedded model."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+import torch
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def make_byte_tokenizer():
+    """A byte-level tokenizer (256 byte tokens + chat specials) built in memory."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>", bos_token="<|im_start|>"
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.model_max_length = 512
+    return fast
+
+
+def make_tiny_llama(vocab_size: int, seed: int = 0, n_layers: int = 3):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=n_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_handle():
+    """A :class:`ModelHandle` around a 3-layer random Llama with a byte tokenizer (CPU, fp32)."""
+    from core.models import handle_from_model
+
+    tokenizer = make_byte_tokenizer()
+    model = make_tiny_llama(len(tokenizer))
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return handle_from_model(model, tokenizer, name="tiny-random-llama", source="tests/conftest.py")
+
+
+@pytest.fixture(scope="session")
+def embedded_handle():
+    """The embedded SmolLM2-135M-Instruct (converted once to the user cache, then ~0.2 s to load)."""
+    from core.models import load_model
+
+    return load_model()
