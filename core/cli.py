@@ -9,10 +9,13 @@ Commands:
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import logging
+import pkgutil
 import sys
 from collections.abc import Sequence
+
+import core.commands
 
 from core.engine import DualPathSettings, run_dual_path
 from core.models import ModelLoadError, ensure_embedded_cache, load_model
@@ -22,7 +25,7 @@ from core.repcs import Threshold
 logger = logging.getLogger("core")
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="hub id or local folder (default: the embedded SmolLM2)")
     p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="most answer tokens per path (default 64)")
@@ -32,7 +35,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold-file", default=None, help="JSON file with a calibrated τ (see `evaluate --write-threshold`)")
 
 
-def _settings(args: argparse.Namespace) -> DualPathSettings:
+def settings_from_args(args: argparse.Namespace) -> DualPathSettings:
     settings = DualPathSettings(
         max_new_tokens=args.max_new_tokens,
         score_window=args.window or args.max_new_tokens,
@@ -43,7 +46,7 @@ def _settings(args: argparse.Namespace) -> DualPathSettings:
     return settings
 
 
-def _threshold(args: argparse.Namespace) -> tuple[Threshold | None, str | None]:
+def threshold_from_args(args: argparse.Namespace) -> tuple[Threshold | None, str | None]:
     if not args.threshold_file:
         return None, None
     return Threshold.load(args.threshold_file), f"from {args.threshold_file}"
@@ -58,21 +61,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--query", required=True)
     run.add_argument("--context", required=True)
     run.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
-    _add_model_args(run)
+    add_model_args(run)
 
     ev = sub.add_parser("evaluate", help="score a labelled CSV (query,context,label) and write metrics JSON")
     ev.add_argument("data", help="CSV with columns query, context, label (memorized|grounded)")
     ev.add_argument("--out", required=True, help="where to write the result JSON")
-    _add_model_args(ev)
+    ev.add_argument("--detectors", default="repcs", help="comma-separated detector names, or 'all' (default: repcs)")
+    add_model_args(ev)
     ev.set_defaults(max_new_tokens=32)
 
     sub.add_parser("warmup", help="convert the embedded model once to the local cache")
+    for info in sorted(pkgutil.iter_modules(core.commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"core.commands.{info.name}").register(sub)
     return parser
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    threshold, source = _threshold(args)
+    settings = settings_from_args(args)
+    threshold, source = threshold_from_args(args)
     handle = load_model(args.model, revision=args.revision)
     result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
     if args.json:
@@ -95,18 +101,23 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     from core.evaluate import evaluate_rows, read_labelled_csv, write_json_atomic
 
+    from core.detectors import available
+
     rows = read_labelled_csv(args.data)
-    settings = _settings(args)
-    threshold, _ = _threshold(args)
+    names = list(available()) if args.detectors == "all" else [d.strip() for d in args.detectors.split(",") if d.strip()]
+    settings = settings_from_args(args)
+    threshold, _ = threshold_from_args(args)
     handle = load_model(args.model, revision=args.revision)
     with tqdm(total=len(rows), desc="scoring rows", unit="row", file=sys.stderr) as bar:
-        report = evaluate_rows(handle, rows, settings, threshold=threshold, progress=lambda done, total: bar.update(1))
+        report = evaluate_rows(
+            handle, rows, settings, threshold=threshold, detectors=names, progress=lambda done, total: bar.update(1)
+        )
     write_json_atomic(args.out, report)
-    m = report["detectors"]["repcs"]
-    sys.stderr.write(
-        f"n={report['n']}  RePCS AUC={m['auc']:.3f}  FPR@95%TPR={m['fpr_at_95tpr']:.3f}  "
-        f"P@10={m['precision_at_10']:.2f}  → {args.out}\n"
-    )
+    for name, m in report["detectors"].items():
+        sys.stderr.write(
+            f"{name:14s} AUC={m['auc']:.3f}  FPR@95%TPR={m['fpr_at_95tpr']:.3f}  P@10={m['precision_at_10']:.2f}\n"
+        )
+    sys.stderr.write(f"n={report['n']} → {args.out}\n")
     return 0
 
 
@@ -123,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = ensure_embedded_cache()
             sys.stderr.write(f"embedded model ready at {path}\n")
             return 0
+        if hasattr(args, "func"):
+            return int(args.func(args))
     except (ValueError, ModelLoadError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from core.engine import DualPathSettings, prepare_prompts, run_dual_path
+from core.detectors import DetectorInput, available
 from core.metrics import detection_metrics
 from core.models import ModelHandle
 from core.repcs import GROUNDED, MEMORIZED, Threshold
@@ -109,45 +110,62 @@ def evaluate_rows(
     settings: DualPathSettings,
     *,
     threshold: Threshold | None = None,
+    detectors: list[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Score every row with RePCS and compute the detection metrics.
+    """Score every row with the chosen detectors and compute their detection metrics.
 
-    The RePCS detector's score is −Z (higher = more likely memorised); positive class = memorized.
+    Each row gets one cheap dual-path run (``free_parametric=False``: one generate + one forward); every
+    detector scores it from that result (plus its own extra model calls). Metrics use the positive class
+    *memorized* and each detector's score oriented so that higher = more likely memorised (RePCS: −Z).
+
+    Args:
+        detectors: names from :func:`core.detectors.available` (default: ``["repcs"]``).
 
     Returns:
-        ``{"n", "model", "settings", "threshold", "detectors": {"repcs": {...}}, "rows": [...]}``.
+        ``{"n", "model", "settings", "threshold", "detectors": {name: {auc, fpr_at_95tpr, precision_at_10,
+        label, higher_means}}, "rows": [...]}``; each row has ``scores`` (raw, per detector).
     """
+    registry = available()
+    names = detectors or ["repcs"]
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise ValueError(f"Unknown detector(s) {', '.join(unknown)}; available: {', '.join(registry)}")
     check_rows_fit(handle, rows, settings)
     out_rows: list[dict[str, Any]] = []
     tau = None
     for i, r in enumerate(rows):
         res = run_dual_path(handle, r.query, r.context, settings, threshold=threshold, free_parametric=False)
         tau = res.threshold
+        inp = DetectorInput(handle=handle, result=res, settings=settings)
+        scores = {name: float(registry[name].score(inp)) for name in names}
         out_rows.append(
             {
                 "row": r.row,
                 "label": r.label,
                 "repcs_score": res.repcs_score,
-                "repcs_mean": res.kl_stats["mean"],
-                "max_token_kl": res.kl_stats["max"],
                 "verdict": res.verdict,
                 "rag_answer": res.rag_answer,
                 "n_tokens": res.n_tokens,
+                "scores": scores,
                 **{f"extra.{k}": v for k, v in r.extra.items()},
             }
         )
         if progress is not None:
             progress(i + 1, len(rows))
     labels = np.array([1 if r["label"] == MEMORIZED else 0 for r in out_rows])
-    z = np.array([r["repcs_score"] for r in out_rows])
-    metrics = detection_metrics(labels, -z)
+    summary: dict[str, Any] = {}
+    for name in names:
+        det = registry[name]
+        oriented = np.array([det.oriented(r["scores"][name]) for r in out_rows])
+        summary[name] = {**detection_metrics(labels, oriented), "label": det.label, "higher_means": det.higher_means}
     return {
         "n": len(out_rows),
         "model": handle.info.name,
         "settings": settings.to_dict(),
         "threshold": tau,
-        "detectors": {"repcs": {**metrics, "score": "-Z (nats)", "positive": MEMORIZED}},
+        "positive_class": MEMORIZED,
+        "detectors": summary,
         "rows": out_rows,
     }
 

@@ -87,3 +87,27 @@ def test_cli_evaluate_contract(tmp_path, monkeypatch, tiny_handle):
     assert report["n"] == 3
     assert set(report["detectors"]["repcs"]) >= {"auc", "fpr_at_95tpr", "precision_at_10"}
     assert [r["row"] for r in report["rows"]] == [1, 2, 3]
+
+
+def test_all_registered_free_detectors_are_scored(tiny_handle):
+    from core.detectors import available
+
+    free = [n for n, d in available().items() if d.cost == "free"]
+    assert {"repcs", "repcs_mean", "max_token_kl"} <= set(free)
+    text = "query,context,label\n" + "\n".join(f"Q{i}?,C{i} is {i}.,{'memorized' if i % 2 else 'grounded'}" for i in range(4))
+    report = evaluate_rows(tiny_handle, parse_labelled_csv(text), DualPathSettings(max_new_tokens=4, score_window=4), detectors=free)
+    assert set(report["detectors"]) == set(free)
+    row = report["rows"][0]
+    assert row["scores"]["repcs"] == row["repcs_score"]
+    # the RePCS metrics are computed on −Z
+    import numpy as np
+    from core.metrics import auc
+
+    labels = np.array([1 if r["label"] == "memorized" else 0 for r in report["rows"]])
+    z = np.array([r["repcs_score"] for r in report["rows"]])
+    assert report["detectors"]["repcs"]["auc"] == auc(labels, -z)
+
+
+def test_unknown_detector_is_refused(tiny_handle):
+    with pytest.raises(ValueError, match="Unknown detector"):
+        evaluate_rows(tiny_handle, parse_labelled_csv("query,context,label\nq,c,grounded\n"), DualPathSettings(), detectors=["nope"])
