@@ -330,8 +330,8 @@ def run_dual_path(
         query, context: user text (validated; see :func:`prepare_prompts`).
         settings: :class:`DualPathSettings` (defaults if ``None``).
         threshold: τ to apply; default: :func:`core.repcs.threshold_for` the model.
-        on_event: called with a :class:`StreamEvent` after every generated token of either path, and once
-            for the scoring step (``path == "scoring"``).
+        on_event: called with a :class:`StreamEvent` after every generated token of either path, then twice
+            for the scoring step (``path == "scoring"``: once when it starts, once with ``done=True``).
         free_parametric: also generate the parametric path's own answer (batched with the retrieval
             answer). ``False`` gives the cheapest exact score: one generate + one forward pass.
 

@@ -1,0 +1,227 @@
+"""Pure figure and table builders for the result views (plotly / pandas only: no Streamlit, no model).
+
+Tokens are user- or model-generated text. Plotly interprets a subset of HTML in tick labels, hover labels
+and annotations, so every token string placed in a figure goes through :func:`escape_label` (``&``, ``<``
+and ``>`` become entities that plotly draws literally). Tables are rendered by the data grid as plain text,
+so they only get :func:`display_token`'s visible whitespace.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from core.result import DualPathResult
+
+RETRIEVAL_COLOR = "#2f5d8a"
+PARAMETRIC_COLOR = "#d9822b"
+KL_COLOR = "#6a3d9a"
+KL_OUTSIDE_COLOR = "#c9bfd8"
+MAX_TICK_LABELS = 80
+"""Above this many answer tokens only every k-th position gets a tick label."""
+
+_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
+def display_token(token: str) -> str:
+    """A token with its whitespace made visible (``" Paris"`` → ``"␣Paris"``); ``""`` → ``"∅"``."""
+    return token.translate(_WHITESPACE) if token else "∅"
+
+
+def escape_label(text: str) -> str:
+    """Escape ``&``, ``<`` and ``>`` so plotly shows ``text`` literally in labels and hovers."""
+    return html.escape(text, quote=False)
+
+
+def token_label(token: str) -> str:
+    """A token ready for a plotly label: visible whitespace, then escaped."""
+    return escape_label(display_token(token))
+
+
+def position_label(tokens: Sequence[str], position: int) -> str:
+    """``"t=3 · ␣Paris"``: a plain-text label for a position selector (not for plotly)."""
+    return f"t={position} · {display_token(tokens[position])}"
+
+
+def default_position(token_kl: np.ndarray) -> int:
+    """The position to show first: where the two paths diverge most (0 for an empty answer)."""
+    kl = np.asarray(token_kl, dtype=np.float64)
+    return int(np.argmax(kl)) if kl.size else 0
+
+
+def kl_entropy_figure(
+    tokens: Sequence[str],
+    token_kl: np.ndarray,
+    entropy_rag: np.ndarray,
+    entropy_para: np.ndarray,
+    score_window: int | None = None,
+    *,
+    height: int = 560,
+) -> go.Figure:
+    """Per-token KL bars (top row) and both paths' next-token entropies (bottom row), aligned on the answer.
+
+    Args:
+        tokens: the retrieval answer's tokens, length n (position t predicts ``tokens[t]`` on both paths).
+        token_kl: KL_t = KL(P_rag,t ‖ P_para,t), shape ``(n,)``, nats.
+        entropy_rag, entropy_para: H(P_rag,t), H(P_para,t), shape ``(n,)``, nats.
+        score_window: RePCS' T. Bars of positions ``t < T`` (summed into Z) are drawn dark, later ones pale,
+            with a dashed line where the window ends.
+
+    Raises:
+        ValueError: when the arrays and the tokens differ in length.
+    """
+    kl = np.asarray(token_kl, dtype=np.float64)
+    h_rag = np.asarray(entropy_rag, dtype=np.float64)
+    h_para = np.asarray(entropy_para, dtype=np.float64)
+    n = len(tokens)
+    if not (kl.shape == h_rag.shape == h_para.shape == (n,)):
+        raise ValueError(
+            f"{n} tokens but arrays of shapes {kl.shape}, {h_rag.shape}, {h_para.shape}; expected ({n},) each"
+        )
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.09,
+        row_heights=[0.6, 0.4],
+        subplot_titles=(
+            "KL(P_rag ‖ P_para) per answer token (nats)",
+            "Next-token entropy of each path (nats)",
+        ),
+    )
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 90},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "xanchor": "left", "x": 0},
+        bargap=0.15,
+    )
+    if n == 0:
+        fig.add_annotation(text="No answer tokens to show", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        return fig
+
+    positions = np.arange(n)
+    labels = [token_label(t) for t in tokens]
+    window = n if score_window is None else max(0, min(int(score_window), n))
+    cumulative = np.cumsum(kl)
+    custom = np.array(list(zip(labels, cumulative, strict=True)), dtype=object)
+    hover_kl = "t=%{x} · %{customdata[0]}<br>KL = %{y:.4f} nats<br>Σ KL up to t = %{customdata[1]:.3f}<extra></extra>"
+    for mask, name, color in (
+        (positions < window, f"KL_t, summed into Z (t < T = {window})", KL_COLOR),
+        (positions >= window, "KL_t beyond the window (not in Z)", KL_OUTSIDE_COLOR),
+    ):
+        if not mask.any():
+            continue
+        fig.add_trace(
+            go.Bar(
+                x=positions[mask],
+                y=kl[mask],
+                name=name,
+                marker_color=color,
+                customdata=custom[mask],
+                hovertemplate=hover_kl,
+            ),
+            row=1,
+            col=1,
+        )
+    for values, name, color in (
+        (h_rag, "Retrieval path entropy H(P_rag)", RETRIEVAL_COLOR),
+        (h_para, "Parametric path entropy H(P_para)", PARAMETRIC_COLOR),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=positions,
+                y=values,
+                name=name,
+                mode="lines+markers",
+                line={"color": color, "width": 2},
+                marker={"size": 5},
+                customdata=labels,
+                hovertemplate="t=%{x} · %{customdata}<br>" + escape_label(name) + " = %{y:.3f} nats<extra></extra>",
+            ),
+            row=2,
+            col=1,
+        )
+    if window < n:
+        fig.add_vline(x=window - 0.5, line_dash="dash", line_color="#555", row="all", col=1)
+        fig.add_annotation(
+            x=window - 0.5, y=1, yref="y domain", text=f"T = {window}", showarrow=False, xanchor="left", row=1, col=1
+        )
+    stride = max(1, int(np.ceil(n / MAX_TICK_LABELS)))
+    tick_positions = positions[::stride]
+    fig.update_xaxes(
+        tickmode="array",
+        tickvals=tick_positions.tolist(),
+        ticktext=[labels[i] for i in tick_positions],
+        tickangle=-60,
+        range=[-0.6, n - 0.4],
+    )
+    fig.update_xaxes(title_text="answer token (position t; both paths predict the same token)", row=2, col=1)
+    fig.update_yaxes(title_text="KL (nats)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="entropy (nats)", rangemode="tozero", row=2, col=1)
+    return fig
+
+
+def kl_entropy_figure_for(result: DualPathResult, *, height: int = 560) -> go.Figure:
+    """:func:`kl_entropy_figure` for a :class:`DualPathResult`."""
+    return kl_entropy_figure(
+        result.answer_tokens,
+        result.token_kl,
+        result.entropy_rag,
+        result.entropy_para,
+        result.score_window,
+        height=height,
+    )
+
+
+def topk_frame(tokens: Sequence[str], probs: Sequence[float], answer_token: str | None = None) -> pd.DataFrame:
+    """One path's top-k candidates at one position as a table.
+
+    Columns: ``rank`` (1 = most likely), ``token`` (visible whitespace), ``probability`` and ``chosen``
+    (whether the candidate is the answer token actually emitted at this position).
+    """
+    if len(tokens) != len(probs):
+        raise ValueError(f"{len(tokens)} tokens but {len(probs)} probabilities")
+    return pd.DataFrame(
+        {
+            "rank": np.arange(1, len(tokens) + 1, dtype=np.int64),
+            "token": [display_token(t) for t in tokens],
+            "probability": np.asarray(probs, dtype=np.float64),
+            "chosen": [answer_token is not None and t == answer_token for t in tokens],
+        }
+    )
+
+
+def topk_frames(result: DualPathResult, position: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The retrieval and parametric top-k tables at ``position`` (both predict ``answer_tokens[position]``).
+
+    Raises:
+        ValueError: for a position outside the answer.
+    """
+    if not 0 <= position < result.n_tokens:
+        raise ValueError(f"position must be in [0, {result.n_tokens}), got {position}")
+    answer = result.answer_tokens[position]
+    return (
+        topk_frame(result.topk_tokens_rag[position], result.topk_probs_rag[position], answer),
+        topk_frame(result.topk_tokens_para[position], result.topk_probs_para[position], answer),
+    )
+
+
+def topk_side_by_side(result: DualPathResult, position: int) -> pd.DataFrame:
+    """Both paths' top-k at ``position`` in one table: ``rank``, then token/probability per path."""
+    rag, para = topk_frames(result, position)
+    k = max(len(rag), len(para))
+    rag, para = rag.reindex(range(k)), para.reindex(range(k))
+    return pd.DataFrame(
+        {
+            "rank": np.arange(1, k + 1, dtype=np.int64),
+            "retrieval token": rag["token"].to_numpy(),
+            "retrieval p": rag["probability"].to_numpy(),
+            "parametric token": para["token"].to_numpy(),
+            "parametric p": para["probability"].to_numpy(),
+        }
+    )

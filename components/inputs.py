@@ -1,0 +1,77 @@
+"""The example picker and the shared query/context boxes."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from components import session
+from components.text import escape_markdown
+from core.examples import KINDS, Example, load_examples
+
+_EXAMPLE = "example"
+
+
+def examples() -> list[Example]:
+    """The bundled examples, or an empty list (with a warning on the page) when they cannot be read."""
+    try:
+        return load_examples()
+    except (OSError, ValueError) as exc:
+        st.warning(f"The bundled examples could not be read: {escape_markdown(str(exc))}")
+        return []
+
+
+def _apply_example(by_id: dict[str, Example]) -> None:
+    """Callback: fill the shared inputs with the picked example (runs before the page is drawn)."""
+    example = by_id.get(session.stored(_EXAMPLE) or "")
+    if example is not None:
+        session.set_inputs(example.query, example.context)
+
+
+def example_picker() -> Example | None:
+    """A select box over the bundled examples; picking one fills the query and context boxes.
+
+    Shows what the example is and what to expect. Returns the picked example, or ``None``.
+    """
+    items = examples()
+    by_id = {e.id: e for e in items}
+    if session.stored(_EXAMPLE) not in by_id:
+        session.set_stored(_EXAMPLE, None)
+    choice = session.persistent(
+        st.selectbox,
+        "Example",
+        _EXAMPLE,
+        None,
+        options=list(by_id),
+        index=None,
+        format_func=lambda i: by_id[i].label,
+        placeholder="Pick an example to fill in the query and the context…",
+        on_change=_apply_example,
+        args=(by_id,),
+    )
+    example = by_id.get(choice) if choice else None
+    if example is not None:
+        st.info(f"**What to expect.** {escape_markdown(example.expect)}")
+        query, context = session.current_inputs()
+        kind = KINDS.get(example.kind, example.kind)
+        edited = (query.strip(), context.strip()) != (example.query.strip(), example.context.strip())
+        st.caption(escape_markdown(kind) + (" · the inputs have been edited since" if edited else ""))
+    return example
+
+
+def query_and_context() -> tuple[str, str]:
+    """The shared query and context text areas; returns their current values."""
+    query = session.input_area(
+        "query",
+        "Query",
+        height=90,
+        placeholder="What is the capital of Veltria?",
+        help="The question both paths answer.",
+    )
+    context = session.input_area(
+        "context",
+        "Context (the retrieved passage)",
+        height=160,
+        placeholder="The capital of the Republic of Veltria is Marrowgate.",
+        help="Only the retrieval path sees it. Nothing is cut: a context over the model's token budget is refused.",
+    )
+    return query, context

@@ -1,0 +1,173 @@
+"""Result panels of the dual-path view. Each takes a :class:`DualPathResult` and draws one section.
+
+User and model text is only ever shown through ``st.code``/``st.text``/dataframes/plotly (escaped), or
+through ``st.markdown`` after :func:`components.text.escape_markdown`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import streamlit as st
+
+from components import figures, session
+from components.text import escape_markdown
+from core.repcs import GROUNDED, MEMORIZED
+from core.result import DualPathResult
+
+RESULT_FILE_NAME = "read_or_recall_result.json"
+
+CAVEAT = (
+    "Z measures how much the context moved the model's next-token distributions over the first T answer "
+    "tokens. A small Z says the context changed little — consistent with recall — but cannot prove that the "
+    "fact was in the training data, and a single generation is not a certificate."
+)
+
+
+def result_tag(result: DualPathResult) -> str:
+    """A short stable id of a result (for widget keys that must change when the result changes)."""
+    payload = json.dumps(
+        [result.model, result.query, result.context, result.settings, result.answer_token_ids], sort_keys=True
+    )
+    return hashlib.sha1(payload.encode("utf-8")).hexdigest()[:12]
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def draw_answers(result: DualPathResult) -> None:
+    """Both answers side by side (the same layout as the live run)."""
+    left, right = session.answer_columns()
+    with left:
+        session.show_answer(st, result.rag_answer)
+        st.caption(f"{result.n_tokens} tokens · {_finish(result.rag_finish)}")
+    with right:
+        session.show_answer(st, result.parametric_answer)
+        st.caption(f"{len(result.parametric_token_ids)} tokens · {_finish(result.parametric_finish)}")
+
+
+def _finish(reason: str) -> str:
+    return {"eos": "ended at end of sequence", "length": "stopped at the token limit"}.get(reason, reason)
+
+
+def draw_verdict(result: DualPathResult) -> None:
+    """The RePCS verdict: Z, the threshold τ in force and where it comes from, the flag and the caveat."""
+    st.subheader("RePCS verdict")
+    window = min(result.score_window, result.n_tokens)
+    c1, c2, c3 = st.columns(3)
+    c1.metric(
+        "Z = Σ KL over the window",
+        f"{result.repcs_score:.3f} nats",
+        help=f"Sum of KL_t over the first T = {result.score_window} answer tokens ({window} here).",
+    )
+    c2.metric("Threshold τ", "none" if result.threshold is None else f"{result.threshold:.3f} nats",
+              help="Flag 'likely recalled from memory' when Z < τ.")
+    c3.metric("Tokens scored", f"{window} of {result.n_tokens}", help=f"T = {result.score_window}")
+    if result.verdict == MEMORIZED:
+        st.warning(f"**Likely recalled from memory** — Z = {result.repcs_score:.3f} < τ = {result.threshold:.3f}.")
+    elif result.verdict == GROUNDED:
+        st.success(f"**Context used** — Z = {result.repcs_score:.3f} ≥ τ = {result.threshold:.3f}.")
+    else:
+        st.info(
+            "**Uncalibrated** — no threshold τ is available for this model, so Z is shown without a verdict. "
+            "Calibrate τ on clean (context-dependent) prompts to get one."
+        )
+    st.caption("τ source: " + escape_markdown(result.threshold_source))
+    st.caption(CAVEAT)
+
+
+def draw_divergence_chart(result: DualPathResult) -> None:
+    """The per-token KL bars with both paths' entropies underneath."""
+    st.subheader("Where the two paths diverge")
+    st.caption(
+        "Each bar is KL_t between the two paths' next-token distributions at answer position t (both predict "
+        "the same retrieval-answer token). Tall bars mark tokens the context changed; the lines show how "
+        "uncertain each path was."
+    )
+    st.plotly_chart(figures.kl_entropy_figure_for(result), key=f"ror.kl_chart.{result_tag(result)}")
+
+
+def draw_topk(result: DualPathResult) -> None:
+    """A position selector and both paths' top-k candidates at that position, side by side."""
+    st.subheader("Top candidates at one position")
+    if result.n_tokens == 0:
+        st.info("The answer has no tokens.")
+        return
+    start = figures.default_position(result.token_kl)
+    position = st.selectbox(
+        "Answer position (starts at the largest KL)",
+        list(range(result.n_tokens)),
+        index=start,
+        format_func=lambda t: f"{figures.position_label(result.answer_tokens, t)}   (KL {result.token_kl[t]:.3f})",
+        key=f"ror.position.{result_tag(result)}",
+    )
+    rag, para = figures.topk_frames(result, int(position))
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("KL at this position", f"{result.token_kl[position]:.4f} nats")
+    m2.metric("log p(token), retrieval", f"{result.logprob_rag[position]:.3f}")
+    m3.metric("log p(token), parametric", f"{result.logprob_para[position]:.3f}")
+    m4.metric("Entropy rag / para", f"{result.entropy_rag[position]:.2f} / {result.entropy_para[position]:.2f}")
+    config = {
+        "rank": st.column_config.NumberColumn("rank", width="small"),
+        "token": st.column_config.TextColumn("token"),
+        "probability": st.column_config.ProgressColumn("probability", min_value=0.0, max_value=1.0, format="%.3f"),
+        "chosen": st.column_config.CheckboxColumn("answer token", width="small"),
+    }
+    left, right = st.columns(2, gap="medium")
+    with left:
+        st.markdown(f"**{session.RETRIEVAL_TITLE}**")
+        st.dataframe(rag, hide_index=True, column_config=config)
+    with right:
+        st.markdown(f"**{session.PARAMETRIC_TITLE}**")
+        st.dataframe(para, hide_index=True, column_config=config)
+
+
+def draw_crm_statistics(result: DualPathResult) -> None:
+    """The CRM level-2 statistics of KL_t over the score window."""
+    st.subheader("KL statistics (CRM level 2)")
+    stats = result.kl_stats
+    split = stats.get("split")
+    cols = st.columns(6)
+    cols[0].metric("mean KL", _num(stats.get("mean")))
+    cols[1].metric("max KL", _num(stats.get("max")))
+    cols[2].metric("variance", _num(stats.get("var")))
+    cols[3].metric(f"early mean (t < {split})", _num(stats.get("early")))
+    cols[4].metric(f"late mean (t ≥ {split})", _num(stats.get("late")),
+                   help="— when the answer is not longer than the split.")
+    cols[5].metric(
+        "trend (nats / token)", _num(stats.get("trend"), 4), help="Slope of a straight-line fit of KL_t on t."
+    )
+    st.caption(
+        "Computed over the first T answer tokens, in nats. These summarise one generation; CRM uses them as "
+        "features of a classifier trained on labelled data, not as a verdict on their own."
+    )
+
+
+def draw_warnings(result: DualPathResult) -> None:
+    """Warnings the engine attached to the result."""
+    for warning in result.warnings:
+        st.warning(escape_markdown(warning))
+
+
+def draw_export(result: DualPathResult) -> None:
+    """Download the result as JSON (the same JSON the command line prints) and show both exact prompts."""
+    t = result.timings
+    st.caption(
+        f"Model: {escape_markdown(result.model)} · template {escape_markdown(result.template)} · "
+        f"generation {t.get('generate_s', 0.0):.2f} s, scoring {t.get('score_s', 0.0):.2f} s"
+    )
+    st.download_button(
+        "Download the result (JSON)",
+        data=result.to_json(indent=2),
+        file_name=RESULT_FILE_NAME,
+        mime="application/json",
+        on_click="ignore",
+        icon=":material/download:",
+    )
+    with st.expander("The exact prompts"):
+        st.caption(f"Retrieval prompt ({result.rag_prompt_len} tokens)")
+        st.code(result.rag_prompt, language=None, wrap_lines=True)
+        st.caption(f"Parametric prompt ({result.parametric_prompt_len} tokens)")
+        st.code(result.parametric_prompt, language=None, wrap_lines=True)

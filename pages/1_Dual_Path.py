@@ -1,0 +1,80 @@
+"""Dual Path: the same model answers with the context and without it; where do the two paths diverge?
+
+The page reads top to bottom like the UI: inputs, the two answers (streamed live while running), the RePCS
+verdict, the per-token divergence chart, the top-k candidates at one position, the CRM statistics,
+warnings, and the export. All maths lives in ``core``; all drawing in ``components``.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from components import inputs, panels, session
+from core.models import ModelHandle
+from core.result import DualPathResult
+
+st.set_page_config(page_title="Dual Path · Read or Recall", layout="wide")
+
+
+def draw_header() -> None:
+    st.title("Dual Path")
+    st.caption(
+        "The same model answers twice: with the context (retrieval path) and without it (parametric path). "
+        "Both paths are then scored on the retrieval answer's tokens, position by position."
+    )
+
+
+def draw_inputs() -> tuple[str, str, bool]:
+    """Example picker, query, context and the Run button; returns (query, context, run requested)."""
+    inputs.example_picker()
+    query, context = inputs.query_and_context()
+    clicked = st.button("Run both paths", type="primary", key="ror.run", icon=":material/play_arrow:")
+    return query, context, clicked or session.pop_run_request()
+
+
+def draw_answers(
+    config: session.AppConfig, handle: ModelHandle, query: str, context: str, run: bool
+) -> DualPathResult | None:
+    """Stream a new run when asked (or reuse the stored one); otherwise show the latest stored answers."""
+    if run:
+        result, ran = session.run_or_reuse(config, handle, query, context)
+        if result is not None and not ran:
+            st.toast("Same inputs and settings as an earlier run: showing its stored result.")
+            panels.draw_answers(result)
+        if result is not None:
+            return result
+    result = session.select_result(config, query, context)
+    if result is None:
+        return None
+    if not session.is_current(config, query, context):
+        st.info(
+            "Showing the previous run: the inputs or settings have changed since. "
+            "Press **Run both paths** to analyse them."
+        )
+    panels.draw_answers(result)
+    return result
+
+
+def main() -> None:
+    config = session.sidebar()
+    handle = session.get_handle(config.model_spec, config.revision)
+    session.draw_model_facts(handle)
+
+    draw_header()
+    query, context, run = draw_inputs()
+    st.divider()
+    result = draw_answers(config, handle, query, context, run)
+    if result is None:
+        st.info("Pick an example or type a query and a context, then press **Run both paths**.")
+        return
+    st.divider()
+    panels.draw_verdict(result)
+    panels.draw_warnings(result)
+    panels.draw_divergence_chart(result)
+    panels.draw_topk(result)
+    panels.draw_crm_statistics(result)
+    st.divider()
+    panels.draw_export(result)
+
+
+main()
