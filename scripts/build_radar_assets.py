@@ -1,0 +1,101 @@
+"""Extract RADAR's 37 features of the bundled prompt sets for a model and report the test accuracy.
+
+For the embedded model (default) the features are written to ``assets/radar/features/embedded.csv`` (+ its
+``.json`` metadata), which ship with the app; for any other model to the user cache
+(``core.models.cache_dir()/radar/<slug>.csv``), where the RADAR page and the ``radar`` detector find them.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/build_radar_assets.py            # embedded → assets/
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/build_radar_assets.py --model HuggingFaceTB/SmolLM2-360M-Instruct
+
+One forward pass per prompt (130 in all); prints the per-category accuracy next to the paper's as markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core import radar  # noqa: E402
+from core.models import load_model  # noqa: E402
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f} %"
+
+
+def report_markdown(report: dict) -> str:
+    """The evaluation as a markdown table (ours vs the paper)."""
+    lines = [
+        "| Category | n | RADAR here (paper's vote rule) | soft vote p̄ > ½ | prompt length only "
+        "| Paper (DialoGPT-medium) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for c in report["categories"]:
+        lines.append(
+            f"| {c['title']} | {c['n']} | {_pct(c['accuracy'])} ({c['correct']}/{c['n']}) | "
+            f"{_pct(c['soft_accuracy'])} | {_pct(c['length_accuracy'])} | {_pct(c['paper'])} |"
+        )
+    for key, title in (("overall", "**Overall**"), ("recall_tasks", "Recall-labelled"),
+                       ("reasoning_tasks", "Reasoning-labelled")):
+        r = report[key]
+        lines.append(
+            f"| {title} | {r['n']} | {_pct(r['accuracy'])} ({r['correct']}/{r['n']}) | {_pct(r['soft_accuracy'])} | "
+            f"{_pct(r['length_accuracy'])} | {_pct(r['paper'])} |"
+        )
+    cv = report["train_cv"]
+    lines.append(f"| Training set, 5-fold CV | 30 | {_pct(cv['accuracy'])} | | | {_pct(cv['paper'])} |")
+    rds = report["rds_mean"]
+    lines.append("")
+    lines.append(
+        f"Mean RDS on the test set: recall {rds['recall']:.3f}, reasoning {rds['reasoning']:.3f} "
+        f"(paper: {rds['paper_recall']:.3f} / {rds['paper_reasoning']:.3f})."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="hub id or local folder (default: the embedded SmolLM2)")
+    parser.add_argument("--revision", default=None)
+    parser.add_argument("--out", default=None, help="feature CSV to write (default: see above)")
+    parser.add_argument("--report", default=None, help="also write the evaluation report as JSON here")
+    parser.add_argument("--report-only", action="store_true",
+                        help="do not extract: evaluate the features already on disk for this model")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    from tqdm import tqdm
+
+    handle = load_model(args.model, revision=args.revision)
+    if args.out:
+        out = Path(args.out)
+    elif radar.model_slug(handle) == radar.EMBEDDED_MODEL:
+        out = radar.EMBEDDED_FEATURES_PATH
+    else:
+        out = radar.feature_cache_path(handle)
+    prompts = radar.load_prompt_sets()
+    if args.report_only:
+        table = radar.read_feature_table(out, prompts)
+    else:
+        t0 = time.perf_counter()
+        with tqdm(total=len(prompts), desc="RADAR features", unit="prompt", file=sys.stderr) as bar:
+            table = radar.extract_feature_table(handle, prompts, progress=lambda done, total: bar.update(1))
+        elapsed = time.perf_counter() - t0
+        table.meta["extraction_seconds"] = round(elapsed, 1)
+        radar.save_feature_table(table, out)
+        sys.stderr.write(f"{len(prompts)} prompts in {elapsed:.1f} s → {out}\n")
+    report = radar.evaluate_table(table, token_counts=radar.prompt_token_counts(handle, prompts))
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    sys.stdout.write(f"Model: {handle.info.name}\n\n{report_markdown(report)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

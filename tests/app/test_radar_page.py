@@ -1,0 +1,62 @@
+"""AppTest for the RADAR page on the embedded model (shipped features; one forward pass per prompt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core import radar
+
+PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "8_RADAR.py")
+
+pytestmark = pytest.mark.slow
+
+
+def _page(**stored: str) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    for name, value in stored.items():
+        at.session_state[f"ror.s.{name}"] = value
+    return at
+
+
+def _feature_rows(at: AppTest) -> list[str]:
+    names = []
+    for frame in at.dataframe:
+        df = frame.value
+        if "feature" in df.columns and "formula" in df.columns:
+            names += df["feature"].tolist()
+    return names
+
+
+def test_radar_page_analyses_the_current_query():
+    at = _page(query="The capital of France is").run()
+    assert not at.exception
+    labels = [m.label for m in at.metric]
+    assert {"p̄(recall)", "Label (paper's rule)", "RDS", "RCI"} <= set(labels)
+    p = float(next(m.value for m in at.metric if m.label == "p̄(recall)"))
+    assert 0.0 <= p <= 1.0
+    assert _feature_rows(at) == list(radar.FEATURE_NAMES)  # 37 rows, grouped in appendix D order
+    accuracy = next(f.value for f in at.dataframe if "paper" in f.value.columns and "category" in f.value.columns)
+    assert accuracy["category"].tolist()[:4] == ["Clear recall", "Clear reasoning", "Challenging / ambiguous",
+                                                 "Complex reasoning"]
+    assert accuracy["paper"].tolist()[:4] == pytest.approx([1.0, 1.0, 23 / 30, 1.0])
+    assert any(c.value == "The capital of France is" for c in at.code)
+    assert not at.error
+
+
+def test_radar_page_with_context_and_without_query():
+    at = _page(query="What is the capital of Veltria?", context="The capital of Veltria is Marrowgate.")
+    at.session_state["ror.s.radar.source"] = "context"
+    at.run()
+    assert not at.exception
+    assert any(c.value == "The capital of Veltria is Marrowgate.\n\nWhat is the capital of Veltria?" for c in at.code)
+    assert len(_feature_rows(at)) == 37
+
+    empty = _page(query="").run()
+    assert not empty.exception
+    assert any("type a query" in i.value for i in empty.info)
+    assert not _feature_rows(empty)
+    # the test-set accuracy does not depend on the prompt and is shown anyway
+    assert any("paper" in f.value.columns for f in empty.dataframe)
