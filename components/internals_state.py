@@ -1,0 +1,218 @@
+"""Page-side state of the three internals views (Attention, Layer trajectories, Vocabulary lens).
+
+The views open on the result of the last dual-path run (:func:`components.session.select_result`) and need
+one instrumented forward per path (:func:`core.internals.analyse`). That analysis is computed once per
+result — with a progress bar — and kept in this browser session, so switching between the three pages or
+re-rendering never runs the model again. The one attention head a user opens (one more forward pass) and the
+vocabulary back-projections are cached the same way. CRM bases come from :func:`core.crm.load_basis`
+(bundled for the embedded model, else the disk cache) or are computed here with a progress bar.
+
+Session keys (all under ``ror.internals``): analyses, head patterns and projections, each a small LRU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from components import session
+from core.crm import CrmBasis, compute_basis, load_basis, vocabulary_projection
+from core.internals import Internals, analyse, attention_pattern, path_sequence
+from core.models import ModelHandle
+from core.result import DualPathResult
+
+logger = logging.getLogger(__name__)
+
+_ANALYSES = "ror.internals.analyses"
+_PATTERNS = "ror.internals.patterns"
+_PROJECTIONS = "ror.internals.projections"
+MAX_ANALYSES = 6
+"""Analyses kept per browser session (each holds 2 × (L + 1) × answer-length × hidden floats, ~5 MB for the
+embedded model at 64 answer tokens)."""
+MAX_PATTERNS = 12
+MAX_PROJECTIONS = 8
+LENS_TOP_K = 10
+DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
+
+
+def _lru(name: str) -> OrderedDict:
+    if name not in st.session_state:
+        st.session_state[name] = OrderedDict()
+    return st.session_state[name]
+
+
+def _remember(name: str, key: str, value: Any, limit: int) -> None:
+    store = _lru(name)
+    store[key] = value
+    store.move_to_end(key)
+    while len(store) > limit:
+        store.popitem(last=False)
+
+
+def result_key(result: DualPathResult) -> str:
+    """A stable id of a result: model, both prompts, the answer's token ids and the settings."""
+    payload = json.dumps(
+        [result.model, result.rag_prompt, result.parametric_prompt, result.answer_token_ids, result.settings],
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha1(payload.encode("utf-8")).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Which result the views show
+
+
+def current_run() -> tuple[session.AppConfig, ModelHandle, DualPathResult | None]:
+    """Draw the shared sidebar, load the model and pick the result to show (the last run of this session).
+
+    When the last run was made with another model than the one the sidebar selects, a warning says so and
+    ``None`` is returned for the result (internals must come from the model that generated the answer).
+    """
+    config = session.sidebar()
+    handle = session.get_handle(config.model_spec, config.revision)
+    session.draw_model_facts(handle)
+    query, context = session.current_inputs()
+    result = session.select_result(config, query, context)
+    if result is not None and result.model != handle.info.name:
+        st.warning(
+            f"The last run used {result.model}, but the sidebar now selects {handle.info.name}. Run the example "
+            "again on the Dual Path page to look inside this model."
+        )
+        return config, handle, None
+    return config, handle, result
+
+
+def draw_no_result() -> None:
+    """What a view shows before any run: where to start."""
+    st.info("No run yet in this session. Run an example on the Dual Path page; this view then opens on it.")
+    st.page_link(DUAL_PATH_PAGE, label="Go to the Dual Path page", icon=":material/compare_arrows:")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The analysis of a result
+
+
+def cached_internals(result: DualPathResult) -> Internals | None:
+    """The analysis of ``result`` if this session already has it (never runs the model)."""
+    store = _lru(_ANALYSES)
+    key = result_key(result)
+    if key in store:
+        store.move_to_end(key)
+        return store[key]
+    return None
+
+
+def internals_for(handle: ModelHandle, result: DualPathResult) -> Internals | None:
+    """The analysis of ``result``: from this session's cache, else computed now with a progress bar.
+
+    Returns ``None`` (after an error box) when the analysis fails, e.g. for a model without eager attention.
+    """
+    found = cached_internals(result)
+    if found is not None:
+        return found
+    bar = st.progress(0.0, text="Looking inside the model: one instrumented forward pass per path…")
+
+    def progress(done: int, total: int, label: str) -> None:
+        bar.progress(min(1.0, done / total), text=f"{label} ({done}/{total})")
+
+    try:
+        internals = analyse(handle, result, top_k=LENS_TOP_K, progress=progress)
+    except ValueError as exc:
+        bar.empty()
+        st.error(str(exc))
+        return None
+    except Exception as exc:  # noqa: BLE001 - keep the page alive; details go to the log
+        logger.exception("internals analysis failed")
+        bar.empty()
+        st.error(f"The analysis failed ({type(exc).__name__}). Details are in the server log.")
+        return None
+    bar.empty()
+    _remember(_ANALYSES, result_key(result), internals, MAX_ANALYSES)
+    return internals
+
+
+def head_pattern(
+    handle: ModelHandle, result: DualPathResult, path: str, layer: int, head: int
+) -> tuple[np.ndarray, list[str], int]:
+    """One head's full ``(T, T)`` attention pattern on one path, its tokens and the prompt length (cached)."""
+    key = f"{result_key(result)}|{path}|{layer}|{head}"
+    store = _lru(_PATTERNS)
+    if key in store:
+        store.move_to_end(key)
+        return store[key]
+    with st.spinner(f"One forward pass for layer {layer}, head {head}…"):
+        ids, tokens, prompt_len = path_sequence(handle, result, path)
+        value = (attention_pattern(handle, ids, layer, head), tokens, prompt_len)
+    _remember(_PATTERNS, key, value, MAX_PATTERNS)
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CRM basis and vocabulary projections
+
+
+def basis_for(handle: ModelHandle, template: str) -> CrmBasis | None:
+    """The stored CRM basis of this model and template (bundled or on disk), or ``None``."""
+    try:
+        return load_basis(handle, template)
+    except ValueError as exc:
+        st.error(str(exc))
+        return None
+
+
+def draw_compute_basis(handle: ModelHandle, template: str, *, key: str) -> CrmBasis | None:
+    """Explain that no basis exists and offer to compute it (two forward passes per calibration prompt)."""
+    st.info(
+        f"No CRM calibration exists yet for {handle.info.name} with template {template!r}. Computing it runs two "
+        "forward passes for each of the 120 bundled calibration prompts, then fits the directions and the "
+        "classifier; the result is cached on disk for this model."
+    )
+    if not st.button("Compute the CRM calibration", key=key, icon=":material/calculate:"):
+        return None
+    bar = st.progress(0.0, text="Calibration prompts…")
+
+    def progress(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"Calibration prompts: {done}/{total} (then the classifier's cross-validation)")
+
+    try:
+        basis = compute_basis(handle, progress=progress, template=template)
+    except ValueError as exc:
+        bar.empty()
+        st.error(str(exc))
+        return None
+    bar.empty()
+    st.success("Calibration computed and cached for this model.")
+    return basis
+
+
+def projection_for(handle: ModelHandle, basis: CrmBasis, direction: str, k: int) -> dict[str, Any]:
+    """Vocabulary back-projection of a basis direction (cached per model, template, direction and k)."""
+    key = f"{basis.model}|{basis.template}|{basis.meta.get('prompt_set_sha256')}|{direction}|{k}"
+    store = _lru(_PROJECTIONS)
+    if key in store:
+        store.move_to_end(key)
+        return store[key]
+    value = vocabulary_projection(handle, basis.direction(direction), k)
+    _remember(_PROJECTIONS, key, value, MAX_PROJECTIONS)
+    return value
+
+
+def run_projection_for(handle: ModelHandle, internals: Internals, result: DualPathResult, k: int) -> dict[str, Any]:
+    """Back-projection of this run's own displacement d_ℓ (normalised per layer) at the last prompt token."""
+    key = f"run|{result_key(result)}|{k}"
+    store = _lru(_PROJECTIONS)
+    if key in store:
+        store.move_to_end(key)
+        return store[key]
+    d0 = internals.displacement[:, 0].astype(np.float64)
+    norms = np.linalg.norm(d0, axis=1, keepdims=True)
+    value = vocabulary_projection(handle, np.divide(d0, norms, out=np.zeros_like(d0), where=norms > 0), k)
+    _remember(_PROJECTIONS, key, value, MAX_PROJECTIONS)
+    return value

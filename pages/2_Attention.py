@@ -1,0 +1,320 @@
+"""Attention: how focused each head is on both paths, and how much the answer reads the context.
+
+The page opens on the last dual-path run: the position to inspect, the attention-entropy maps (layer × head)
+of both paths and their difference, the count of specialised heads (RADAR appendix D.2.1), the attention
+mass the answer puts on the context, one head's pattern over the prompt tokens (click a cell), and the
+export. The analysis (one instrumented forward per path) is computed once per run and cached.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from components import internals_state as state
+from components import session
+from components.figures import position_label
+from components.internals_figures import head_heatmap, pattern_heatmap, selected_cell
+from core.engine import PARAMETRIC, RETRIEVAL
+from core.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialisation, specialised_heads
+from core.models import ModelHandle
+from core.result import DualPathResult
+
+st.set_page_config(page_title="Attention · Read or Recall", layout="wide")
+
+PATH_TITLES = {RETRIEVAL: session.RETRIEVAL_TITLE, PARAMETRIC: session.PARAMETRIC_TITLE}
+FIRST, ONE, MEAN = "first", "one", "mean"
+WHERE_LABELS = {
+    FIRST: "First answer step (t = 0: the last prompt token predicts the first answer token)",
+    ONE: "One answer position",
+    MEAN: "Averaged over the answer",
+}
+CELL = "ror.attn.cell"
+
+
+def draw_header() -> None:
+    st.title("Attention")
+    st.caption(
+        "For every layer and head, the entropy of the attention distribution of one query position, "
+        "H = −Σ_j A(i, j) log A(i, j) in nats (RADAR appendix D.2.1), on both paths; and the share of "
+        "attention the answer puts on the context tokens."
+    )
+
+
+def draw_where(internals: Internals, result: DualPathResult) -> int | str:
+    """Which query position the maps describe: an answer position t, or ``"mean"`` over the answer."""
+    left, right = st.columns([2, 1])
+    with left:
+        mode = session.persistent(
+            st.radio,
+            "Query position",
+            "attn.where",
+            FIRST,
+            options=list(WHERE_LABELS),
+            format_func=WHERE_LABELS.__getitem__,
+        )
+    if mode == MEAN:
+        return "mean"
+    if mode == FIRST or internals.n_positions == 1:
+        return 0
+    with right:
+        tokens = result.answer_tokens or [""]
+        t = st.selectbox(
+            "Answer position t (the step that predicts answer token t)",
+            list(range(internals.n_positions)),
+            format_func=lambda i: position_label(tokens, i),
+            key=f"ror.attn.position.{state.result_key(result)}",
+        )
+    return int(t)
+
+
+def draw_tau() -> float:
+    return float(
+        session.persistent(
+            st.slider,
+            "Specialisation threshold τ (nats)",
+            "attn.tau",
+            RADAR_TAU,
+            min_value=0.0,
+            max_value=5.0,
+            step=0.1,
+            help="RADAR counts a head as specialised when its attention entropy is below τ (τ = 1.5 in the paper).",
+        )
+    )
+
+
+def _on_cell(chart_key: str, path: str) -> None:
+    cell = selected_cell(st.session_state.get(chart_key))
+    if cell is not None:
+        st.session_state[CELL] = (path, cell[0], cell[1])
+
+
+def _chart(fig, key: str, path: str) -> None:
+    st.plotly_chart(fig, key=key, on_select=partial(_on_cell, key, path), selection_mode="points")
+
+
+def _selected() -> tuple[int, int] | None:
+    cell = st.session_state.get(CELL)
+    return (int(cell[1]), int(cell[2])) if cell else None
+
+
+def draw_entropy_maps(internals: Internals, result: DualPathResult, where: int | str, tau: float) -> None:
+    st.subheader("Attention entropy per head")
+    tag = state.result_key(result)
+    maps = {path: internals.entropy_at(path, where) for path in (RETRIEVAL, PARAMETRIC)}
+    columns = st.columns(2, gap="medium")
+    for column, path in zip(columns, (RETRIEVAL, PARAMETRIC), strict=True):
+        with column:
+            n_spec = specialised_heads(maps[path], tau)
+            st.metric(
+                f"Specialised heads ({PATH_TITLES[path].split(' (')[0].lower()})",
+                f"{n_spec} of {maps[path].size}",
+                help=f"Heads with attention entropy below τ = {tau:.1f} nats at this position (dots on the map).",
+            )
+            fig = head_heatmap(
+                maps[path],
+                title=PATH_TITLES[path],
+                colorbar="entropy (nats)",
+                colorscale="Viridis",
+                marks=maps[path] < tau,
+                mark_label=f"specialised (H < {tau:.1f})",
+                selected=_selected(),
+            )
+            _chart(fig, f"ror.attn.map.{path}.{tag}", path)
+    diff = maps[RETRIEVAL] - maps[PARAMETRIC]
+    st.markdown("**Difference: retrieval − parametric**")
+    fig = head_heatmap(
+        diff,
+        title="Entropy(retrieval) − entropy(parametric)",
+        colorbar="Δ entropy (nats)",
+        colorscale="RdBu",
+        zmid=0.0,
+        selected=_selected(),
+        height=560,
+    )
+    _chart(fig, f"ror.attn.diff.{tag}", RETRIEVAL)
+    st.caption(
+        "Blue cells: the head is more diffuse with the context; red: more focused. The retrieval prompt is "
+        "longer, so entropies are not on the same scale (the maximum is log of the number of visible tokens). "
+        "A low-entropy head may just be an attention sink on the first token; attention weights show where a "
+        "head looks, not what it contributes (RADAR itself calls several of its attention features proxies)."
+    )
+
+
+def draw_context_mass(internals: Internals, result: DualPathResult, where: int | str) -> None:
+    st.subheader("How much the answer reads the context")
+    mass = internals.mass_at(RETRIEVAL, "context", where)
+    n_context = int((internals.segments(RETRIEVAL) == SEGMENTS.index("context")).sum())
+    c1, c2 = st.columns(2)
+    c1.metric("Mean attention on context tokens", f"{mass.mean():.1%}", help="Averaged over layers and heads.")
+    c2.metric("Context tokens", f"{n_context} of {internals.rag_prompt_len} prompt tokens")
+    fig = head_heatmap(
+        mass,
+        title="Attention mass on the context (retrieval path)",
+        colorbar="share on context",
+        colorscale="YlOrRd",
+        selected=_selected(),
+        height=560,
+    )
+    _chart(fig, f"ror.attn.mass.{state.result_key(result)}", RETRIEVAL)
+    rows = []
+    for path in (RETRIEVAL, PARAMETRIC):
+        for segment in SEGMENTS:
+            rows.append(
+                {"path": path, "segment": segment, "mean share": internals.mass_at(path, segment, where).mean()}
+            )
+    st.dataframe(
+        pd.DataFrame(rows).pivot(index="segment", columns="path", values="mean share").reindex(SEGMENTS),
+        column_config={
+            p: st.column_config.ProgressColumn(p, min_value=0.0, max_value=1.0, format="%.3f") for p in PATH_TITLES
+        },
+    )
+    st.caption(
+        "The share of each query row's attention that lands on the context tokens (the rest goes to the template, "
+        "the query and earlier answer tokens). CRM's attention-flow baseline uses the same quantity from the "
+        "last token. Much attention on the context is consistent with reading it, but is not proof: a head can "
+        "attend to the context and still be ignored downstream."
+    )
+
+
+def _seed_head_inputs(n_layers: int, n_heads: int) -> None:
+    cell = st.session_state.get(CELL) or (RETRIEVAL, 0, 0)
+    st.session_state["ror.attn.path_w"] = cell[0]
+    st.session_state["ror.attn.layer_w"] = min(int(cell[1]), n_layers - 1)
+    st.session_state["ror.attn.head_w"] = min(int(cell[2]), n_heads - 1)
+
+
+def _from_inputs() -> None:
+    st.session_state[CELL] = (
+        st.session_state["ror.attn.path_w"],
+        int(st.session_state["ror.attn.layer_w"]),
+        int(st.session_state["ror.attn.head_w"]),
+    )
+
+
+def draw_head_pattern(handle: ModelHandle, internals: Internals, result: DualPathResult) -> None:
+    st.subheader("One head's attention pattern")
+    st.caption("Click a cell in any map above, or pick a path, layer and head here.")
+    _seed_head_inputs(internals.n_layers, internals.n_heads)
+    c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
+    c1.radio(
+        "Path", list(PATH_TITLES), format_func=PATH_TITLES.__getitem__, key="ror.attn.path_w", on_change=_from_inputs
+    )
+    c2.number_input(
+        "Layer", min_value=0, max_value=internals.n_layers - 1, step=1, key="ror.attn.layer_w", on_change=_from_inputs
+    )
+    c3.number_input(
+        "Head", min_value=0, max_value=internals.n_heads - 1, step=1, key="ror.attn.head_w", on_change=_from_inputs
+    )
+    all_rows = c4.checkbox("Show every query row (not only the answer steps)", key="ror.attn.all_rows")
+    if st.session_state.get(CELL) is None:
+        st.info("No head opened yet.")
+        return
+    path, layer, head = st.session_state[CELL]
+    try:
+        pattern, tokens, prompt_len = state.head_pattern(handle, result, path, int(layer), int(head))
+    except ValueError as exc:
+        st.error(str(exc))
+        return
+    rows = internals.rows(path)
+    first_row = 0 if all_rows else int(rows[0])
+    shown = pattern[first_row : int(rows[-1]) + 1]
+    entropy = internals.entropy_at(path, 0)[layer, head]
+    st.markdown(
+        f"**{PATH_TITLES[path]} · layer {layer} · head {head}** — entropy at the first answer step "
+        f"{entropy:.3f} nats; the pattern is kept for this head only."
+    )
+    fig = pattern_heatmap(
+        shown,
+        tokens[first_row : int(rows[-1]) + 1],
+        tokens,
+        row_offset=first_row,
+        title=f"Layer {layer}, head {head}: attention of each query token (rows) over the tokens (columns)",
+    )
+    st.plotly_chart(fig, key=f"ror.attn.pattern.{state.result_key(result)}.{path}.{layer}.{head}.{all_rows}")
+    rows_text = (
+        "every token" if all_rows else "the answer steps (the prompt’s last token, then each answer token fed back)"
+    )
+    st.caption(
+        f"Rows are {rows_text}; columns are the {prompt_len} prompt tokens followed by the answer tokens. "
+        "Each row sums to one."
+    )
+
+
+def export_payload(internals: Internals, where: int | str, tau: float) -> dict:
+    out: dict = {"position": where, "tau": tau, "layers": internals.n_layers, "heads": internals.n_heads, "paths": {}}
+    for path in (RETRIEVAL, PARAMETRIC):
+        ent = internals.entropy_at(path, where)
+        out["paths"][path] = {
+            "entropy": np.round(ent, 6).tolist(),
+            "specialised_heads": specialised_heads(ent, tau),
+            "radar_features": attention_specialisation(ent, tau),
+            "segment_mass": {s: np.round(internals.mass_at(path, s, where), 6).tolist() for s in SEGMENTS},
+        }
+    return out
+
+
+def export_frame(internals: Internals, where: int | str) -> pd.DataFrame:
+    rows = []
+    for path in (RETRIEVAL, PARAMETRIC):
+        ent = internals.entropy_at(path, where)
+        masses = {s: internals.mass_at(path, s, where) for s in SEGMENTS}
+        for layer in range(internals.n_layers):
+            for head in range(internals.n_heads):
+                rows.append(
+                    {
+                        "path": path,
+                        "layer": layer,
+                        "head": head,
+                        "entropy_nats": ent[layer, head],
+                        **{f"mass_{s}": masses[s][layer, head] for s in SEGMENTS},
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def draw_export(internals: Internals, where: int | str, tau: float) -> None:
+    st.subheader("Export")
+    c1, c2 = st.columns(2)
+    c1.download_button(
+        "Download the maps (JSON)",
+        json.dumps(export_payload(internals, where, tau), indent=1),
+        "attention_maps.json",
+        mime="application/json",
+        key="ror.attn.json",
+    )
+    c2.download_button(
+        "Download per-head values (CSV)",
+        export_frame(internals, where).to_csv(index=False),
+        "attention_heads.csv",
+        mime="text/csv",
+        key="ror.attn.csv",
+    )
+
+
+def main() -> None:
+    _, handle, result = state.current_run()
+    draw_header()
+    if result is None:
+        state.draw_no_result()
+        return
+    internals = state.internals_for(handle, result)
+    if internals is None:
+        return
+    where = draw_where(internals, result)
+    tau = draw_tau()
+    st.divider()
+    draw_entropy_maps(internals, result, where, tau)
+    st.divider()
+    draw_context_mass(internals, result, where)
+    st.divider()
+    draw_head_pattern(handle, internals, result)
+    st.divider()
+    draw_export(internals, where, tau)
+
+
+main()

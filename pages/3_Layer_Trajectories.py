@@ -1,0 +1,268 @@
+"""Layer trajectories: how far, and in which direction, the context moves the hidden state at every layer.
+
+The page opens on the last dual-path run: the CRM calibration in use, the direction (PC1 or supervised),
+the latent trajectory shift LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ against the calibration band μ ± 2σ (CRM eq. 1 and its audit
+rule), the L2-norm and logit-lens baselines on the same layer axis, the same quantities at every answer
+position, the cross-validated CRM classifier on the calibration prompts, and the export.
+"""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from components import internals_state as state
+from components import session
+from components.internals_figures import (
+    baselines_figure,
+    classifier_frame,
+    layer_table,
+    lts_figure,
+    position_heatmap,
+    row_label,
+)
+from core.crm import DIRECTIONS, PC1, SUPERVISED, CrmBasis, crm_report, supervised_score
+from core.internals import Internals
+from core.models import ModelHandle
+from core.result import DualPathResult
+
+st.set_page_config(page_title="Layer trajectories · Read or Recall", layout="wide")
+
+DIRECTION_LABELS = {PC1: "PC1 (unsupervised)", SUPERVISED: "Supervised (class-mean difference)"}
+QUANTITIES = {
+    "lts": "LTS along the chosen direction",
+    "l2": "‖d_ℓ‖ (L2 norm of the displacement)",
+    "lens": "logit-lens KL between the paths (nats)",
+}
+
+
+def draw_header() -> None:
+    st.title("Layer trajectories")
+    st.caption(
+        "The displacement d_ℓ = h_ℓ(with context) − h_ℓ(without context) of every layer at the last prompt "
+        "token, projected on a calibrated direction v_ℓ: LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ (CRM eq. 1). CRM detects whether "
+        "internal computation differs systematically for memorised-like contexts; it does not certify which "
+        "source a single generation used."
+    )
+
+
+def draw_basis(handle: ModelHandle, result: DualPathResult) -> CrmBasis | None:
+    basis = state.basis_for(handle, result.template)
+    if basis is None:
+        return state.draw_compute_basis(handle, result.template, key="ror.traj.compute")
+    meta = basis.meta
+    st.caption(
+        f"Calibration: {meta.get('n_memorized', '?')} memorised-style + {meta.get('n_grounded', '?')} grounded prompts "
+        f"({meta.get('prompt_set', 'bundled set')}), template {basis.template!r}; kept layers (variance ratio > "
+        f"{basis.evr_threshold}): {', '.join(row_label(r) for r in basis.kept_layers) or 'none'}. The variance ratio "
+        "of a layer is the share of the calibration displacements' total variance (over all layers) that its PC1 "
+        "explains — the within-layer ratio is at least 1/99 for 100 prompts, so it could not select layers."
+    )
+    return basis
+
+
+def draw_direction() -> str:
+    return str(
+        session.persistent(
+            st.radio,
+            "Direction v_ℓ",
+            "crm.direction",
+            PC1,
+            options=list(DIRECTION_LABELS),
+            format_func=DIRECTION_LABELS.__getitem__,
+            horizontal=True,
+            help="PC1 of the calibration displacements (no labels needed; its sign is arbitrary) or the "
+            "normalised difference of the memorised and grounded class means (CRM eq. 2).",
+        )
+        or PC1
+    )
+
+
+def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> None:
+    st.subheader("Latent trajectory shift at the last prompt token")
+    d0 = internals.displacement[:, 0]
+    lts = basis.lts(d0, direction)
+    flagged = basis.flagged(lts, direction)
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric(
+        "Layers outside μ ± 2σ",
+        f"{len(flagged)} of {len(basis.audited_layers)}",
+        help="CRM's audit rule: |LTS_ℓ − μ_ℓ| > 2σ_ℓ against the calibration prompts.",
+    )
+    c2.metric(
+        "Anomaly score", f"{basis.anomaly_score(lts, direction):.2f}", help="Mean |LTS_ℓ − μ_ℓ| / σ_ℓ over the layers."
+    )
+    c3.metric(
+        "CRM-LR P(memorised)",
+        f"{basis.lr_probability(basis.lts(d0, PC1)):.2f}",
+        help="Logistic regression on the kept-layer PC1 LTS, fitted on all calibration prompts.",
+    )
+    c4.metric(
+        "Supervised z-score (crm_lts)",
+        f"{supervised_score(basis, basis.lts(d0, SUPERVISED)):+.2f}",
+        help="Mean over layers of the standardised supervised-direction LTS; higher = more memorised-like.",
+    )
+    fig = lts_figure(
+        lts,
+        basis.mu[direction],
+        basis.sigma[direction],
+        kept=basis.kept_layers,
+        flagged=flagged,
+        class_means=basis.class_means(direction),
+        title=f"LTS along {DIRECTION_LABELS[direction]}",
+    )
+    st.plotly_chart(fig, key=f"ror.traj.lts.{direction}")
+    if flagged:
+        st.markdown("Flagged layers: " + ", ".join(row_label(r) for r in flagged))
+    st.caption(
+        "Grey band: the calibration prompts' μ ± 2σ per layer; shaded columns: layers kept by the variance-ratio "
+        "rule; thin lines: calibration means of each class. A point outside the band says this prompt moved the "
+        "hidden state unusually along v_ℓ compared with the calibration set — the band is calibrated on our "
+        "bundled prompts and may not transfer to other domains (CRM appendix V.3)."
+        + (
+            " The sign of PC1 is arbitrary (fixed here so the calibration mean is positive)."
+            if direction == PC1
+            else ""
+        )
+    )
+
+
+def draw_baselines(internals: Internals) -> None:
+    st.subheader("Baselines on the same layer axis")
+    st.plotly_chart(baselines_figure(internals.disp_norm[:, 0], internals.lens.kl[:, 0]), key="ror.traj.baselines")
+    st.caption(
+        "‖d_ℓ‖ measures how far the context moves the state in any direction (CRM appendix E's magnitude "
+        "baseline: it grows with depth as the residual stream does); the logit-lens KL reads each layer through "
+        "the final norm and unembedding and compares the two paths' next-token distributions (appendix F). "
+        "Neither says which layer encodes the source; they bound what the direction adds."
+    )
+
+
+def draw_positions(internals: Internals, basis: CrmBasis | None, direction: str, result: DualPathResult) -> None:
+    st.subheader("Every answer position")
+    options = list(QUANTITIES) if basis is not None else ["l2", "lens"]
+    quantity = st.radio(
+        "Quantity", options, format_func=QUANTITIES.__getitem__, horizontal=True, key="ror.traj.quantity"
+    )
+    if quantity == "lts" and basis is not None:
+        values = basis.lts(internals.displacement.transpose(1, 0, 2), direction).T
+        fig = position_heatmap(
+            values,
+            result.answer_tokens,
+            title=f"LTS along {DIRECTION_LABELS[direction]}",
+            colorbar="LTS",
+            colorscale="RdBu",
+            zmid=0.0,
+        )
+    elif quantity == "l2":
+        fig = position_heatmap(internals.disp_norm, result.answer_tokens, title="‖d_ℓ(t)‖", colorbar="‖d‖")
+    else:
+        fig = position_heatmap(
+            internals.lens.kl,
+            result.answer_tokens,
+            title="logit-lens KL(P_rag,ℓ ‖ P_para,ℓ)",
+            colorbar="KL (nats)",
+            colorscale="YlOrRd",
+        )
+    st.plotly_chart(fig, key=f"ror.traj.positions.{quantity}.{direction}")
+    st.caption(
+        "Column t compares the two paths at the step that predicts answer token t (both teacher-forced on the "
+        "retrieval answer). The directions are calibrated at the last prompt token only, so LTS at later "
+        "positions is an extrapolation."
+    )
+
+
+def draw_classifier(basis: CrmBasis) -> None:
+    st.subheader("How separable the calibration classes are for this model")
+    report = basis.classifier
+    sets = report.get("feature_sets") or {}
+    if not sets:
+        st.info("This calibration has no classifier report.")
+        return
+    main = sets.get(PC1)
+    best = sets.get(f"{SUPERVISED}_all_layers")
+    c1, c2 = st.columns(2)
+    if main:
+        c1.metric(
+            "CRM-LR AUC (PC1, kept layers)",
+            f"{main['auc']:.3f}",
+            help=f"95% CI {main['ci95'][0]:.3f}–{main['ci95'][1]:.3f}",
+        )
+        c1.caption(f"95% bootstrap CI [{main['ci95'][0]:.3f}, {main['ci95'][1]:.3f}]")
+    if best:
+        c2.metric("Supervised direction, all layers", f"{best['auc']:.3f}")
+        c2.caption(f"95% bootstrap CI [{best['ci95'][0]:.3f}, {best['ci95'][1]:.3f}]")
+    st.dataframe(classifier_frame(report), hide_index=True)
+    st.caption(
+        f"{report.get('protocol', '')} n = {report.get('n')} ({report.get('n_memorized')} memorised-style, "
+        f"{report.get('n_grounded')} grounded). The classes are a membership proxy built for this tool — famous "
+        "facts vs invented entities — so a high AUC can partly reflect topic and vocabulary differences (the "
+        "confound CRM's MIMIR control warns about); it describes this model on these prompts, not a guarantee."
+    )
+
+
+def draw_export(internals: Internals, basis: CrmBasis | None, result: DualPathResult) -> None:
+    st.subheader("Export")
+    d0 = internals.displacement[:, 0]
+    lts = {name: basis.lts(d0, name) for name in DIRECTIONS} if basis is not None else {}
+    flagged = {name: basis.flagged(lts[name], name) for name in lts} if basis is not None else {}
+    table = layer_table(
+        lts,
+        internals.disp_norm[:, 0],
+        internals.lens.kl[:, 0],
+        kept=basis.kept_layers if basis is not None else [],
+        flagged=flagged,
+        evr=basis.evr if basis is not None else None,
+    )
+    payload = {
+        "model": result.model,
+        "query": result.query,
+        "internals": internals.summary(),
+        "crm": crm_report(basis, internals.displacement),
+    }
+    c1, c2 = st.columns(2)
+    c1.download_button(
+        "Download per-layer table (CSV)",
+        table.to_csv(index=False),
+        "layer_trajectories.csv",
+        mime="text/csv",
+        key="ror.traj.csv",
+    )
+    c2.download_button(
+        "Download trajectories (JSON)",
+        json.dumps(payload, indent=1, allow_nan=False, default=float),
+        "layer_trajectories.json",
+        mime="application/json",
+        key="ror.traj.json",
+    )
+    with st.expander("Per-layer values"):
+        st.dataframe(table, hide_index=True)
+
+
+def main() -> None:
+    _, handle, result = state.current_run()
+    draw_header()
+    if result is None:
+        state.draw_no_result()
+        return
+    internals = state.internals_for(handle, result)
+    if internals is None:
+        return
+    basis = draw_basis(handle, result)
+    direction = draw_direction()
+    st.divider()
+    if basis is not None:
+        draw_trajectory(internals, basis, direction)
+        st.divider()
+    draw_baselines(internals)
+    st.divider()
+    draw_positions(internals, basis, direction, result)
+    if basis is not None:
+        st.divider()
+        draw_classifier(basis)
+    st.divider()
+    draw_export(internals, basis, result)
+
+
+main()

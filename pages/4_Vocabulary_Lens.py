@@ -1,0 +1,168 @@
+"""Vocabulary lens: which words the calibrated directions stand for, and at which depth the context changes
+the prediction.
+
+The page opens on the last dual-path run: the direction to read (PC1, supervised, or this run's own
+displacement), its vocabulary back-projection per layer with both ends (CRM appendix U.2), the logit lens of
+both paths at a chosen answer position layer by layer, and the export.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from components import internals_state as state
+from components import session
+from components.figures import default_position, position_label
+from components.internals_figures import lens_figure, lens_frame, projection_frame, row_label
+from core.crm import PC1, SUPERVISED, CrmBasis
+from core.engine import PARAMETRIC, RETRIEVAL
+from core.internals import Internals
+from core.models import ModelHandle
+from core.result import DualPathResult
+
+st.set_page_config(page_title="Vocabulary lens · Read or Recall", layout="wide")
+
+RUN = "run"
+DIRECTION_LABELS = {
+    PC1: "PC1 (unsupervised)",
+    SUPERVISED: "Supervised (class-mean difference)",
+    RUN: "This run's displacement d_ℓ",
+}
+
+
+def draw_header() -> None:
+    st.title("Vocabulary lens")
+    st.caption(
+        "Read hidden-state directions as words: project them through the unembedding W_U (CRM appendix U.2), "
+        "and read each layer's state of both paths as a next-token prediction (the logit lens)."
+    )
+
+
+def draw_direction(basis: CrmBasis | None) -> str:
+    options = [PC1, SUPERVISED, RUN] if basis is not None else [RUN]
+    if basis is None:
+        st.caption(
+            "No CRM calibration for this model and template yet (compute it on the Layer trajectories page): "
+            "only this run's own displacement can be projected."
+        )
+    if session.stored("vocab.direction", PC1) not in options:
+        session.set_stored("vocab.direction", options[0])
+    return str(
+        session.persistent(
+            st.radio,
+            "Direction to read",
+            "vocab.direction",
+            options[0],
+            options=options,
+            format_func=DIRECTION_LABELS.__getitem__,
+            horizontal=True,
+        )
+        or options[0]
+    )
+
+
+def draw_backprojection(
+    handle: ModelHandle, internals: Internals, result: DualPathResult, basis: CrmBasis | None, direction: str
+) -> None:
+    st.subheader("Back-projection through the unembedding")
+    k = int(session.persistent(st.slider, "Tokens per end", "vocab.k", 10, min_value=3, max_value=25))
+    if direction == RUN or basis is None:
+        d0 = internals.displacement[:, 0]
+        projection = state.run_projection_for(handle, internals, result, k)
+    else:
+        d0 = basis.direction(direction)
+        projection = state.projection_for(handle, basis, direction, k)
+    defined = (np.linalg.norm(d0.astype(np.float64), axis=1) > 0).tolist()
+    kept = basis.kept_layers if basis is not None else []
+    frame = projection_frame(projection["top_tokens"], projection["bottom_tokens"], kept=kept, defined=defined)
+    only_kept = st.checkbox("Only kept layers", key="ror.vocab.only_kept", disabled=not kept)
+    shown = frame[frame["kept"]] if only_kept and kept else frame
+    st.dataframe(shown, hide_index=True, height=min(1100, 38 + 35 * len(shown)))
+    st.caption(
+        "Each row lists the tokens whose unembedding vectors have the highest (+) and lowest (−) dot product with "
+        "the layer's direction. PC1's sign is arbitrary, so read both ends. Early layers often give sub-word "
+        "fragments: the unembedding is only calibrated for the last layer, so these lists are suggestive, not a "
+        "decoding of what the layer computes (CRM appendix U.2 reads them the same way)."
+    )
+    st.download_button(
+        "Download back-projection (CSV)",
+        frame.to_csv(index=False),
+        "vocabulary_backprojection.csv",
+        mime="text/csv",
+        key="ror.vocab.proj_csv",
+    )
+
+
+def draw_lens(internals: Internals, result: DualPathResult) -> None:
+    st.subheader("Logit lens: each layer's prediction on both paths")
+    n = internals.n_positions
+    tokens = result.answer_tokens or [""]
+    start = default_position(result.token_kl) if result.n_tokens else 0
+    t = st.selectbox(
+        "Answer position (starts at the largest KL)",
+        list(range(n)),
+        index=min(start, n - 1),
+        format_func=lambda i: (
+            f"{position_label(tokens, i)}   (KL {result.token_kl[i]:.3f})" if i < result.n_tokens else f"t={i}"
+        ),
+        key=f"ror.vocab.position.{state.result_key(result)}",
+    )
+    lens = internals.lens
+    top_rag, top_para = internals.lens_topk(RETRIEVAL, t, 5), internals.lens_topk(PARAMETRIC, t, 5)
+    differs, settled = internals.first_divergent_row(t), internals.settled_row(t)
+    answer_id = internals.answer_token_ids[t] if t < len(internals.answer_token_ids) else None
+    c1, c2, c3 = st.columns(3)
+    c1.metric(
+        "Top-1 of the paths first differs at layer",
+        row_label(differs) if differs is not None else "never",
+        help="The first layer whose logit-lens top-1 token is not the same on both paths.",
+    )
+    c2.metric(
+        "Retrieval top-1 is the answer from layer",
+        row_label(settled) if settled is not None else "never",
+        help="From this layer to the last, the retrieval path's logit-lens top-1 is the emitted answer token.",
+    )
+    c3.metric("KL at the last layer", f"{lens.kl[-1, t]:.3f} nats")
+    if answer_id is not None:
+        fig = lens_figure(
+            lens.target_logprob_a[:, t], lens.target_logprob_b[:, t], lens.kl[:, t], answer_token=tokens[t]
+        )
+        st.plotly_chart(fig, key=f"ror.vocab.lens.{state.result_key(result)}.{t}")
+    frame = lens_frame(
+        top_rag, top_para, lens.kl[:, t], np.exp(lens.target_logprob_a[:, t]), np.exp(lens.target_logprob_b[:, t])
+    )
+    st.dataframe(frame, hide_index=True, height=min(1100, 38 + 35 * len(frame)))
+    st.caption(
+        "Each layer's hidden state read through the model's final norm and unembedding. The last row is the "
+        "model's real prediction; earlier rows are what the model would predict if it stopped there. The logit "
+        "lens is a rough probe for early layers (their states are not in the unembedding's basis), so trust the "
+        "depth at which the paths diverge more than the exact early-layer tokens."
+    )
+    st.download_button(
+        "Download logit lens at this position (CSV)",
+        frame.to_csv(index=False),
+        "logit_lens.csv",
+        mime="text/csv",
+        key="ror.vocab.lens_csv",
+    )
+
+
+def main() -> None:
+    _, handle, result = state.current_run()
+    draw_header()
+    if result is None:
+        state.draw_no_result()
+        return
+    internals = state.internals_for(handle, result)
+    if internals is None:
+        return
+    basis = state.basis_for(handle, result.template)
+    direction = draw_direction(basis)
+    st.divider()
+    draw_backprojection(handle, internals, result, basis, direction)
+    st.divider()
+    draw_lens(internals, result)
+
+
+main()

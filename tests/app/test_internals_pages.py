@@ -1,0 +1,152 @@
+"""AppTest of the three internals pages: they open on the Dual Path page's last run, run the model once per
+run (two instrumented forwards), and re-render from the session cache on every page switch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+ATTENTION = "pages/2_Attention.py"
+TRAJECTORIES = "pages/3_Layer_Trajectories.py"
+VOCABULARY = "pages/4_Vocabulary_Lens.py"
+
+pytestmark = pytest.mark.slow
+
+
+class ForwardCounter:
+    """Counts forward calls of causal-LM models (anything with an ``lm_head``) in this process."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._handle = None
+
+    def __enter__(self) -> ForwardCounter:
+        from transformers import PreTrainedModel
+
+        def hook(module: torch.nn.Module, args: tuple) -> None:
+            if isinstance(module, PreTrainedModel) and hasattr(module, "lm_head"):
+                self.n += 1
+
+        self._handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.remove()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _problems(at: AppTest) -> list[str]:
+    return [str(e.value) for e in at.exception] + [str(e.value) for e in at.error]
+
+
+def _run_dual_path(at: AppTest) -> None:
+    at.switch_page("pages/1_Dual_Path.py").run()
+    at.number_input(key="ror.w.max_new_tokens").set_value(6)
+    at.text_area(key="ror.w.query").input("What is the capital of Veltria?")
+    at.text_area(key="ror.w.context").input("The capital of the Republic of Veltria is Marrowgate, a port city.")
+    at.run()
+    at.button(key="ror.run").click().run()
+    assert not _problems(at)
+
+
+def test_pages_before_any_run_point_to_the_dual_path_page():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    with ForwardCounter() as forwards:
+        for page in (ATTENTION, TRAJECTORIES, VOCABULARY):
+            at.switch_page(page).run()
+            assert not _problems(at), page
+            assert any("No run yet" in str(i.value) for i in at.info), page
+    assert forwards.n == 0
+
+
+def test_internals_pages_open_on_the_last_run_and_switch_without_model_calls():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    with ForwardCounter() as forwards:
+        _run_dual_path(at)
+        assert forwards.n > 0  # the dual-path run itself
+
+        start = forwards.n
+        at.switch_page(ATTENTION).run()
+        assert not _problems(at)
+        assert forwards.n - start == 2  # one instrumented forward per path, computed once
+        labels = {m.label: m.value for m in at.metric}
+        assert labels["Specialised heads (retrieval path)"].endswith("of 270")  # 30 layers × 9 heads
+        assert len(at.get("plotly_chart")) == 4  # two entropy maps, their difference, context mass
+
+        start = forwards.n
+        for page in (TRAJECTORIES, VOCABULARY, ATTENTION, TRAJECTORIES):
+            at.switch_page(page).run()
+            assert not _problems(at), page
+        at.run()  # a plain re-render
+        assert forwards.n == start, "a page switch or re-render ran the model"
+
+        labels = {m.label: m.value for m in at.metric}
+        assert "CRM-LR AUC (PC1, kept layers)" in labels  # the bundled calibration of the embedded model
+        assert len(at.get("plotly_chart")) == 3  # LTS with band, baselines, per-position heatmap
+        assert at.get("download_button")
+
+        at.radio(key="ror.w.crm.direction").set_value("supervised").run()
+        at.radio(key="ror.traj.quantity").set_value("lens").run()
+        assert not _problems(at) and forwards.n == start
+
+        at.switch_page(VOCABULARY).run()
+        assert not _problems(at)
+        tables = at.dataframe
+        assert len(tables) == 2 and len(tables[0].value) == 31  # back-projection per row (emb + 30 layers)
+        at.radio(key="ror.w.vocab.direction").set_value("run").run()  # this run's own displacement
+        assert not _problems(at) and len(at.dataframe[0].value) == 31
+        assert forwards.n == start
+
+        # opening one head is a user action: exactly one more forward, cached afterwards
+        at.switch_page(ATTENTION).run()
+        at.number_input(key="ror.attn.layer_w").set_value(3).run()
+        assert not _problems(at)
+        assert forwards.n == start + 1
+        assert len(at.get("plotly_chart")) == 5
+        at.run()
+        assert forwards.n == start + 1
+
+
+@pytest.fixture()
+def tiny_model_folder(tmp_path, monkeypatch):
+    """The tiny random Llama of conftest saved as a local model folder, and an empty cache folder."""
+    from tests.conftest import make_byte_tokenizer, make_tiny_llama
+
+    tokenizer = make_byte_tokenizer()
+    model = make_tiny_llama(len(tokenizer))
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    folder = tmp_path / "tiny-llama"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path / "cache"))
+    return folder
+
+
+def test_another_model_is_calibrated_from_the_layer_trajectories_page(tiny_model_folder):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.radio(key="ror.w.model_choice").set_value("custom").run()
+    at.text_input(key="ror.w.model_id").input(str(tiny_model_folder)).run()
+    assert not _problems(at)
+    _run_dual_path(at)
+    at.switch_page(TRAJECTORIES).run()
+    assert not _problems(at)
+    assert any("No CRM calibration exists yet" in str(i.value) for i in at.info)
+    assert not any(m.label == "Layers outside μ ± 2σ" for m in at.metric)
+    at.button(key="ror.traj.compute").click().run()
+    assert not _problems(at)
+    assert any(m.label == "Layers outside μ ± 2σ" for m in at.metric)  # the trajectory now has its band
+    assert (tiny_model_folder.parent / "cache" / "crm").is_dir()  # cached on disk for this model
+    at.switch_page(VOCABULARY).run()
+    assert not _problems(at) and len(at.dataframe[0].value) == 4  # emb + 3 layers
