@@ -62,3 +62,19 @@ def test_cli_reports_bad_input_without_traceback():
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 2 and "query is empty" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bundled_scores_reproduce(embedded_handle):
+    """Spot-check that scripts/calibrate_threshold.py reproduces its per-prompt scores (3 rows per set)."""
+    import csv
+
+    scores = list(csv.DictReader((ROOT / "assets/thresholds/embedded_scores.csv").open(encoding="utf-8")))
+    for name in ("clean", "memorized"):
+        source = list(csv.DictReader((ROOT / f"assets/calibration/{name}.csv").open(encoding="utf-8")))
+        rows = [r for r in scores if r["set"] == name]
+        assert len(rows) == len(source)
+        for r in rows[:3]:
+            src = source[int(r["row"]) - 1]
+            assert src["query"] == r["query"]
+            res = run_dual_path(embedded_handle, src["query"], src["context"], DualPathSettings(), free_parametric=False)
+            assert res.repcs_score == pytest.approx(float(r["z"]), rel=1e-3, abs=1e-3)
