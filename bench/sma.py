@@ -1,0 +1,87 @@
+"""Wall time of SMA (N = 64 masks, Lime + ridge) on the embedded model for a ~60-token context.
+
+Side by side in one process, on the same query and context:
+  dual      — one scored dual-path run (``run_dual_path(..., free_parametric=False)``), the unit of cost
+  sma       — ``run_sma`` with N masks, retrieval on and off (2 + 2N greedy answers)
+  ablation  — the context-sentence ablation (S + 2 greedy answers)
+Every answer is capped at ``--max-new-tokens`` (default 32, the SMA default). Prints the context length in
+tokens, each wall time, the number of generations, the seconds per generation, the ratios to ``dual``, and
+the machine's load average (the timings are only comparable on an otherwise idle machine). The last line is
+``sma_seconds=<median>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core.engine import DualPathSettings, run_dual_path  # noqa: E402
+from core.models import load_model  # noqa: E402
+from core.sma import SMASettings, run_context_ablation, run_sma  # noqa: E402
+
+QUERY = "What is the capital of Veltria?"
+CONTEXT = (
+    "The Republic of Veltria is a small island nation in the northern sea. Its capital is Marrowgate, a port "
+    "city founded in 1412 by salt traders. Marrowgate hosts the national parliament, the royal archive and "
+    "the oldest stone lighthouse of the whole northern sea."
+)
+"""59 tokens with the embedded model's tokenizer."""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=64, help="N (default 64)")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=8, help="perturbed prompts generated together")
+    parser.add_argument("--granularity", default="word", choices=("token", "word", "sentence"))
+    parser.add_argument("--scope", default="query", choices=("query", "query+context"))
+    args = parser.parse_args()
+
+    handle = load_model()
+    n_context = len(handle.tokenizer(CONTEXT, add_special_tokens=False)["input_ids"])
+    dual_settings = DualPathSettings(max_new_tokens=args.max_new_tokens, score_window=args.max_new_tokens)
+    settings = SMASettings(
+        n_samples=args.samples, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+        granularity=args.granularity, scope=args.scope,
+    )
+    run_dual_path(handle, QUERY, CONTEXT, dual_settings, free_parametric=False)  # warm-up (and embedder load)
+    run_sma(handle, QUERY, CONTEXT, SMASettings(n_samples=2, max_new_tokens=2))
+
+    times: dict[str, list[float]] = {"dual": [], "sma": [], "ablation": []}
+    generations: dict[str, int] = {"dual": 1}
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        run_dual_path(handle, QUERY, CONTEXT, dual_settings, free_parametric=False)
+        times["dual"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        result = run_sma(handle, QUERY, CONTEXT, settings)
+        times["sma"].append(time.perf_counter() - t0)
+        generations["sma"] = result.on.generations + result.off.generations + 2
+        t0 = time.perf_counter()
+        ablation = run_context_ablation(handle, QUERY, CONTEXT, settings)
+        times["ablation"].append(time.perf_counter() - t0)
+        generations["ablation"] = len(ablation.sentences) + 2
+
+    base = statistics.median(times["dual"])
+    print(f"model: {handle.info.name} on {handle.info.device} ({handle.info.dtype}), torch threads: "
+          f"{__import__('torch').get_num_threads()}, load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"context: {n_context} tokens; query units: {int(result.query_mask.sum())} ({settings.granularity}); "
+          f"N = {settings.n_samples}; method {settings.method}; batch {settings.batch_size}; "
+          f"answers ≤ {settings.max_new_tokens} tokens; repeats {args.repeats}")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"{name:9s} median {median:8.2f} s   generations {generations[name]:4d}   "
+              f"{median / generations[name]:6.3f} s/generation   ×{median / base:7.1f} of one dual-path run")
+    print(f"sma_seconds={statistics.median(times['sma']):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""AppTest of the Self-Critique page with the embedded model (short answers to keep it quick)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.selfcritique import DEFAULT_INSTRUCTION, SelfCritiqueResult
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = str(ROOT / "pages" / "6_Self_Critique.py")
+TIMEOUT = 300  # seconds per script run: the embedded model on a busy 2-core CPU
+SCRIPT = "<script>alert(1)</script>"
+
+pytestmark = pytest.mark.slow
+
+
+def _page(max_new_tokens: int = 6) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, at.exception
+    at.number_input(key="ror.w.max_new_tokens").set_value(max_new_tokens).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _stored(at: AppTest) -> list[SelfCritiqueResult]:
+    return [SelfCritiqueResult.from_dict(d) for d in at.session_state["ror.sc.results"].values()]
+
+
+def test_self_critique_runs_rescores_without_generating_and_exports() -> None:
+    at = _page()
+    assert at.title[0].value == "Self-Critique"
+    assert at.text_area(key="ror.w.sc.instruction").value == DEFAULT_INSTRUCTION
+    at.text_area(key="ror.w.query").input("What is the capital of France?")
+    at.button(key="ror.sc.run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+    (result,) = _stored(at)
+    assert 1 <= len(result.first_ids) <= 6 and 1 <= len(result.critique_ids) <= 12, "r₂ gets twice r₁'s budget"
+    assert result.first_answer in result.critique_prompt, "the critique prompt quotes r₁"
+    codes = [c.value for c in at.code]
+    assert result.first_answer in codes and result.critique_answer in codes, "both answers are shown"
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["S (high ⇒ contaminated)"]) == pytest.approx(result.score(50), abs=1e-4)
+    assert len(at.get("plotly_chart")) == 1, "the two entropy sequences"
+    assert len(at.get("download_button")) == 2
+
+    # A different K re-scores the stored generations: no new run, the score follows K.
+    generated = result.timings
+    at.select_slider(key="ror.w.sc.top_k").set_value("full").run()
+    assert not at.exception, at.exception
+    (again,) = _stored(at)
+    assert again.timings == generated, "changing K does not generate again"
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["S (high ⇒ contaminated)"]) == pytest.approx(result.score(None), abs=1e-4)
+
+
+def test_instruction_without_slot_is_refused_and_script_text_stays_literal() -> None:
+    at = _page(max_new_tokens=4)
+    at.text_area(key="ror.w.query").input(SCRIPT)
+    at.text_area(key="ror.w.sc.instruction").input("Answer again differently.")
+    at.button(key="ror.sc.run").click().run()
+    assert not at.exception, at.exception
+    assert any("{response}" in e.value for e in at.error), [e.value for e in at.error]
+    assert "ror.sc.results" not in at.session_state or not at.session_state["ror.sc.results"]
+
+    at.button(key="ror.sc.reset").click().run()
+    assert at.text_area(key="ror.w.sc.instruction").value == DEFAULT_INSTRUCTION
+    at.button(key="ror.sc.run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert any(SCRIPT in c.value for c in at.code), "the prompts show the input literally"
