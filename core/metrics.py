@@ -51,3 +51,57 @@ def detection_metrics(labels: np.ndarray, scores: np.ndarray) -> dict[str, float
         "fpr_at_95tpr": fpr_at_tpr(labels, scores, 0.95),
         "precision_at_10": precision_at_k(labels, scores, 10),
     }
+
+
+def auc_bootstrap_ci(
+    labels: np.ndarray,
+    scores: np.ndarray,
+    *,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 42,
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of the ROC-AUC (CRM §3: "ROC-AUC with 95% bootstrap CIs").
+
+    Rows are resampled with replacement ``n_boot`` times (``numpy.random.default_rng(seed)``); resamples that
+    miss a class are dropped. Each resample's AUC is the Mann–Whitney statistic
+    ``(Σ ranks of positives − n₁(n₁+1)/2) / (n₁ n₀)`` with average ranks for ties — equal to
+    ``roc_auc_score`` on that resample — computed for all resamples at once.
+
+    Returns:
+        ``(low, high)``: the ``(1 − confidence)/2`` and ``(1 + confidence)/2`` quantiles of the resampled AUCs.
+    """
+    from scipy.stats import rankdata
+
+    y, s = _check(labels, scores)
+    if n_boot < 10:
+        raise ValueError(f"n_boot must be >= 10, got {n_boot}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, y.size, size=(n_boot, y.size))
+    yb, sb = y[idx], s[idx]
+    n1 = yb.sum(axis=1)
+    n0 = y.size - n1
+    ok = (n1 > 0) & (n0 > 0)
+    if not ok.any():
+        raise ValueError("no bootstrap resample contains both classes (too few rows of one class)")
+    ranks = rankdata(sb[ok], axis=1)
+    n1, n0 = n1[ok].astype(np.float64), n0[ok].astype(np.float64)
+    aucs = ((ranks * yb[ok]).sum(axis=1) - n1 * (n1 + 1) / 2.0) / (n1 * n0)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(aucs, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def roc_points(labels: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(fpr, tpr, thresholds)`` of the ROC curve (``sklearn.metrics.roc_curve``, positive class = 1).
+
+    The first threshold is ``+inf`` in scikit-learn; it is replaced by ``nan`` here so the arrays are JSON-safe
+    once converted (callers drop or label it).
+    """
+    y, s = _check(labels, scores)
+    fpr, tpr, thr = roc_curve(y, s)
+    thr = thr.astype(np.float64)
+    thr[~np.isfinite(thr)] = np.nan
+    return fpr, tpr, thr

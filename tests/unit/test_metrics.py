@@ -44,3 +44,22 @@ def test_errors():
 def test_perfect_separation():
     m = detection_metrics(np.array([1] * 12 + [0] * 12), np.arange(24)[::-1].astype(float))
     assert m == {"auc": 1.0, "fpr_at_95tpr": 0.0, "precision_at_10": 1.0}
+
+
+def test_bootstrap_ci_contains_estimate_and_narrows_with_n():
+    from core.metrics import auc_bootstrap_ci
+
+    rng = np.random.default_rng(3)
+
+    def sample(n):
+        y = np.array([1] * (n // 2) + [0] * (n - n // 2))
+        return y, rng.normal(size=n) + 0.8 * y
+
+    y_small, s_small = sample(40)
+    y_big, s_big = sample(800)
+    lo_s, hi_s = auc_bootstrap_ci(y_small, s_small)
+    lo_b, hi_b = auc_bootstrap_ci(y_big, s_big)
+    assert lo_s <= auc(y_small, s_small) <= hi_s
+    assert lo_b <= auc(y_big, s_big) <= hi_b
+    assert hi_b - lo_b < hi_s - lo_s
+    assert auc_bootstrap_ci(y_small, s_small) == (lo_s, hi_s)  # seeded
