@@ -48,6 +48,7 @@ test-fast: $(DEVSTAMP)
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) bench/overhead.py
+	HF_HUB_OFFLINE=1 $(PY) bench/batch.py
 
 threshold: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) scripts/calibrate_threshold.py

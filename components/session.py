@@ -36,6 +36,7 @@ from typing import Any
 import streamlit as st
 
 from components.text import escape_markdown
+from components.threshold_state import active_threshold, session_thresholds
 from core.engine import (
     PARAMETRIC,
     RETRIEVAL,
@@ -284,11 +285,14 @@ def input_area(name: str, label: str, **kwargs: Any) -> str:
 
 
 def result_key(config: AppConfig, query: str, context: str) -> str:
-    """The cache key of a run: model, revision, (stripped) inputs and every setting."""
+    """The cache key of a run: model, revision, (stripped) inputs, every setting and the session's τ
+    (choosing a τ on the Evaluate page gives new verdicts; going back to the default finds the old ones)."""
     return json.dumps(
-        [config.model_spec, config.revision, query.strip(), context.strip(), config.settings.to_dict()],
+        [config.model_spec, config.revision, query.strip(), context.strip(), config.settings.to_dict(),
+         session_thresholds()],
         sort_keys=True,
         ensure_ascii=False,
+        default=str,
     )
 
 
@@ -408,7 +412,10 @@ def run_live(
                      text=_progress_text(event))
 
     try:
-        result = run_dual_path(handle, query, context, settings, on_event=on_event)
+        threshold, source = active_threshold(handle.info.name)
+        result = run_dual_path(
+            handle, query, context, settings, threshold=threshold, threshold_source=source, on_event=on_event
+        )
     except ValueError as exc:
         status.update(label="Not run", state="error")
         st.error(escape_markdown(str(exc)))

@@ -32,7 +32,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, default=None, help="RePCS T: answer tokens summed into Z (default = max new tokens)")
     p.add_argument("--template", default="auto", choices=TEMPLATE_CHOICES)
     p.add_argument("--top-k", type=int, default=10)
-    p.add_argument("--threshold-file", default=None, help="JSON file with a calibrated τ (see `evaluate --write-threshold`)")
+    p.add_argument("--threshold-file", default=None, help="JSON file with a calibrated τ (see `calibrate --write-threshold`)")
 
 
 def settings_from_args(args: argparse.Namespace) -> DualPathSettings:
@@ -66,7 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="score a labelled CSV (query,context,label) and write metrics JSON")
     ev.add_argument("data", help="CSV with columns query, context, label (memorized|grounded)")
     ev.add_argument("--out", required=True, help="where to write the result JSON")
-    ev.add_argument("--detectors", default="repcs", help="comma-separated detector names, or 'all' (default: repcs)")
+    ev.add_argument("--detectors", default="repcs",
+                    help="comma-separated detector names (min_k_<k> / min_kpp_<k> for any k in 1..100), 'all', or "
+                         "'cheap' (every detector that needs no extra generation) (default: repcs)")
+    ev.add_argument("--batch-size", type=int, default=8, help="rows generated together in one padded batch (default 8)")
+    ev.add_argument("--sigmas", default="0,0.02,0.05,0.1",
+                    help="logit-noise σ values for the RePCS Table IV robustness table ('' to skip)")
+    ev.add_argument("--sample", type=int, default=None, metavar="N",
+                    help="score a stratified sample of N rows (label proportions kept, seed 42) instead of all")
+    ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the AUC 95%% CI (default 1000)")
     add_model_args(ev)
     ev.set_defaults(max_new_tokens=32)
 
@@ -103,20 +111,48 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     from core.detectors import available
 
+    from core.evaluate import stratified_sample
+
     rows = read_labelled_csv(args.data)
-    names = list(available()) if args.detectors == "all" else [d.strip() for d in args.detectors.split(",") if d.strip()]
+    if args.sample is not None:
+        if args.sample < 1:
+            raise ValueError("--sample must be at least 1")
+        rows = stratified_sample(rows, args.sample)
+    registry = available()
+    if args.detectors == "all":
+        names = list(registry)
+    elif args.detectors == "cheap":
+        names = [n for n, d in registry.items() if d.cost in ("free", "forward")]
+    else:
+        names = [d.strip() for d in args.detectors.split(",") if d.strip()]
+    try:
+        sigmas = [float(s) for s in args.sigmas.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--sigmas must be comma-separated numbers, got {args.sigmas!r}") from None
+    if args.batch_size < 1 or args.bootstrap < 1:
+        raise ValueError("--batch-size and --bootstrap must be at least 1")
     settings = settings_from_args(args)
     threshold, _ = threshold_from_args(args)
     handle = load_model(args.model, revision=args.revision)
     with tqdm(total=len(rows), desc="scoring rows", unit="row", file=sys.stderr) as bar:
         report = evaluate_rows(
-            handle, rows, settings, threshold=threshold, detectors=names, progress=lambda done, total: bar.update(1)
+            handle, rows, settings, threshold=threshold, detectors=names, batch_size=args.batch_size,
+            noise_sigmas=sigmas, n_boot=args.bootstrap, progress=lambda done, total: bar.update(done - bar.n),
         )
     write_json_atomic(args.out, report)
+
+    def num(value: float | None, spec: str) -> str:
+        return "n/a" if value is None else format(value, spec)
+
     for name, m in report["detectors"].items():
-        sys.stderr.write(
-            f"{name:14s} AUC={m['auc']:.3f}  FPR@95%TPR={m['fpr_at_95tpr']:.3f}  P@10={m['precision_at_10']:.2f}\n"
+        ci = m.get("auc_ci") or [None, None]
+        line = (
+            f"{name:16s} AUC={num(m['auc'], '.3f')} [{num(ci[0], '.3f')}, {num(ci[1], '.3f')}]"
+            f"  FPR@95%TPR={num(m['fpr_at_95tpr'], '.3f')}  P@10={num(m['precision_at_10'], '.2f')}  n={m['n']}"
         )
+        if m.get("note"):
+            line += f"  ({m['note']})"
+        sys.stderr.write(line + "\n")
     sys.stderr.write(f"n={report['n']} → {args.out}\n")
     return 0
 

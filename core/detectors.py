@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from core.engine import DualPathSettings
 from core.models import ModelHandle
 from core.result import DualPathResult
@@ -37,6 +39,7 @@ DETECTOR_MODULES = (
     "core.sma",
     "core.radar",
     "core.baselines",
+    "core.detectors_fitted",
 )
 
 
@@ -63,6 +66,11 @@ class Detector:
             (extra generations) or ``"heavy"`` (many generations); the UI warns before heavy ones.
         source: the paper / section it implements.
         needs_fit: the score needs a model fitted on other rows (then it must be cross-validated).
+        features: for ``needs_fit`` detectors, ``features(inp) -> 1-D float array`` per row; evaluation fits
+            the model on the other folds' features and labels (stratified 5-fold ``cross_val_predict``, seed
+            42: see :mod:`core.detectors_fitted`), so no row is scored by a model trained on it. ``score`` is
+            then only used outside evaluation (it may raise). A ``needs_fit`` detector without ``features``
+            (fitted once on its own bundled data) is scored by ``score`` like any other.
     """
 
     name: str
@@ -72,6 +80,7 @@ class Detector:
     cost: str = "free"
     source: str = ""
     needs_fit: bool = False
+    features: Callable[[DetectorInput], np.ndarray] | None = None
 
     def oriented(self, value: float) -> float:
         """The score oriented so that higher = more likely memorised (positive class)."""

@@ -209,3 +209,34 @@ def test_script_input_is_inert(server: str, page: Page) -> None:
     assert page.locator("script", has_text="alert(1)").count() == 0, "no script element was injected"
     page.wait_for_timeout(500)
     assert dialogs == []
+
+
+EVAL_SCREENSHOT = ROOT / "docs" / "evaluate.png"
+EVAL_CSV = (
+    "query,context,label,parametric_correct\n"
+    "What is the capital of France?,Paris is the capital of France.,memorized,true\n"
+    "Who wrote Hamlet?,Hamlet is a tragedy by William Shakespeare.,memorized,true\n"
+    "How many legs does a spider have?,Spiders are arachnids with eight legs.,memorized,true\n"
+    "What is the capital of Veltria?,The capital of Veltria is Marrowgate.,grounded,false\n"
+    "Who founded the Orrin Guild?,The Orrin Guild was founded by Tamsin Vell.,grounded,false\n"
+    "How many moons does Kessarine have?,The planet Kessarine has five moons.,grounded,false\n"
+).encode()
+
+
+def test_evaluate_upload_run_and_screenshot(server: str, page: Page) -> None:
+    """A real file upload on the Evaluate page, a run of the default detectors, the ROC figure and table."""
+    page.goto(f"{server}/Evaluate")
+    page.get_by_role("heading", name="Evaluate").first.wait_for()
+    _set_max_tokens(page, 6)
+    page.get_by_text("Upload a CSV", exact=True).click()
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(
+        files=[{"name": "six_rows.csv", "mimeType": "text/csv", "buffer": EVAL_CSV}]
+    )
+    page.get_by_text(re.compile(r"six_rows\.csv: 6 rows · 3 memorized · 3 grounded")).wait_for()
+    page.get_by_role("button", name="Run the evaluation").click()
+    page.get_by_text("6 / 6 rows scored").first.wait_for(timeout=RUN_TIMEOUT_MS)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=RUN_TIMEOUT_MS)
+    page.locator(".js-plotly-plot text", has_text="False-positive rate").first.wait_for()
+    assert page.get_by_role("button", name="Metrics (CSV)").is_visible()
+    _screenshot_whole_page(page, EVAL_SCREENSHOT)
+    assert EVAL_SCREENSHOT.stat().st_size > 10_000

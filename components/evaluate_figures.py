@@ -1,0 +1,220 @@
+"""Figures and tables of the Evaluate page (plotly / pandas only: no Streamlit, no model, no maths beyond
+presentation — the metrics come from :mod:`core.evaluate`).
+
+Every string that comes from a file or the model (queries, answers, detector labels) goes through
+:func:`components.figures.escape_label` before it reaches a plotly label or hover; tables are plain text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from components.figures import escape_label
+
+PALETTE = (
+    "#2f5d8a", "#d9822b", "#6a3d9a", "#33a02c", "#e31a1c", "#1f78b4", "#b15928", "#fb9a99",
+    "#a6cee3", "#b2df8a", "#cab2d6", "#ff7f00", "#8c8c8c", "#17becf", "#bcbd22",
+)
+CHANCE_COLOR = "#9a9a9a"
+FOLLOWS_ORDER = ("context", "memory", "both", "neither")
+
+
+def _color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def roc_figure(detectors: dict[str, dict[str, Any]], *, height: int = 520) -> go.Figure:
+    """ROC curves of all detectors overlaid (positive class *memorized*), AUC and 95% CI in the legend.
+
+    Args:
+        detectors: ``name → summary entry`` of :func:`core.evaluate.summarize` (needs ``roc``, ``auc``,
+            ``auc_ci``, ``label``); entries without ``roc`` are skipped.
+    """
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="chance (AUC 0.5)",
+                   line={"color": CHANCE_COLOR, "dash": "dot", "width": 1}, hoverinfo="skip")
+    )
+    ranked = sorted(((n, e) for n, e in detectors.items() if e.get("roc")), key=lambda kv: -(kv[1]["auc"] or 0))
+    for i, (name, entry) in enumerate(ranked):
+        lo, hi = entry.get("auc_ci") or (None, None)
+        legend = f"{escape_label(name)} · AUC {_fmt(entry['auc'])} [{_fmt(lo, '.2f')}, {_fmt(hi, '.2f')}]"
+        fig.add_trace(
+            go.Scatter(
+                x=entry["roc"]["fpr"], y=entry["roc"]["tpr"], mode="lines", name=legend,
+                line={"color": _color(i), "width": 2, "shape": "hv"},
+                hovertemplate=escape_label(entry.get("label", name))
+                + "<br>FPR %{x:.3f} · TPR %{y:.3f}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        height=height,
+        margin={"l": 50, "r": 20, "t": 30, "b": 50},
+        xaxis={"title": "False-positive rate (grounded rows flagged)", "range": [0, 1], "constrain": "domain"},
+        yaxis={"title": "True-positive rate (memorized rows flagged)", "range": [0, 1.01], "scaleanchor": "x"},
+        legend={"font": {"size": 11}, "yanchor": "bottom", "y": 0.02, "xanchor": "right", "x": 0.99},
+    )
+    return fig
+
+
+def metrics_table(detectors: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """One row per detector: AUC, CI, FPR@95%TPR, Precision@10, rows scored, direction, cost, source."""
+    rows = []
+    for name, e in detectors.items():
+        lo, hi = e.get("auc_ci") or (None, None)
+        rows.append(
+            {
+                "detector": name,
+                "description": e.get("label", name),
+                "AUC": e.get("auc"),
+                "AUC 95% CI low": lo,
+                "AUC 95% CI high": hi,
+                "FPR @ 95% TPR": e.get("fpr_at_95tpr"),
+                "Precision@10": e.get("precision_at_10"),
+                "rows scored": e.get("n"),
+                "higher means": e.get("higher_means"),
+                "cost": e.get("cost"),
+                "note": e.get("note") or e.get("first_error") or "",
+                "source": e.get("source", ""),
+            }
+        )
+    frame = pd.DataFrame(rows)
+    return frame.sort_values("AUC", ascending=False, na_position="last").reset_index(drop=True) if rows else frame
+
+
+def rows_table(records: Sequence[dict[str, Any]], names: Sequence[str]) -> pd.DataFrame:
+    """Per-row scores: row number, label, answers, Z, verdict and one raw-score column per detector."""
+    out = []
+    labelled = any("label" in r for r in records)
+    for r in records:
+        row = {"row": r.get("row"), **({"label": r.get("label", "")} if labelled else {})}
+        row |= {
+            "query": r.get("query", ""),
+            "retrieval answer": r.get("rag_answer", ""),
+            "Z (nats)": r.get("repcs_score"),
+            "verdict": r.get("verdict", ""),
+        }
+        if "follows" in r:
+            row["answer follows"] = r["follows"]
+            row["parametric answer"] = r.get("parametric_answer", "")
+            row["parametric follows"] = r.get("parametric_follows", "")
+        confirmed = r.get("extra.parametric_correct")
+        if confirmed is not None:
+            row["parametric_correct"] = confirmed
+        for name in names:
+            row[name] = r.get("scores", {}).get(name)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def robustness_figure(table: Sequence[dict[str, Any]], *, height: int = 380) -> go.Figure:
+    """RePCS AUC per logit-noise σ with bootstrap 95% CIs, and Table IV of the paper as a dashed reference."""
+    sig = [r["sigma"] for r in table]
+    aucs = [r["auc"] for r in table]
+    lo = [r["auc"] - r["auc_ci"][0] for r in table]
+    hi = [r["auc_ci"][1] - r["auc"] for r in table]
+    fig = go.Figure(
+        go.Scatter(
+            x=sig, y=aucs, mode="lines+markers", name="this data (95% CI)",
+            error_y={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
+            line={"color": PALETTE[0]},
+            hovertemplate="σ = %{x}<br>AUC %{y:.3f}<extra></extra>",
+        )
+    )
+    paper = [(r["sigma"], r["paper_auc"]) for r in table if r.get("paper_auc") is not None]
+    if paper:
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in paper], y=[p[1] for p in paper], mode="lines+markers",
+                name="RePCS Table IV (their data)", line={"color": CHANCE_COLOR, "dash": "dash"},
+                hovertemplate="σ = %{x}<br>paper AUC %{y:.3f}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        height=height,
+        margin={"l": 50, "r": 20, "t": 50, "b": 50},
+        xaxis={"title": "Gaussian noise σ added to the logits of both paths"},
+        yaxis={"title": "ROC-AUC of RePCS (−Z)", "range": [0, 1.02]},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0.0},
+    )
+    return fig
+
+
+def robustness_frame(table: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"σ": r["sigma"], "AUC": r["auc"], "95% CI low": r["auc_ci"][0], "95% CI high": r["auc_ci"][1],
+             "rows": r["n"], "paper AUC (Table IV)": r.get("paper_auc")}
+            for r in table
+        ]
+    )
+
+
+def calibration_figure(
+    z: Sequence[float], labels: Sequence[str], calibration: Sequence[bool], tau: float, *, height: int = 340
+) -> go.Figure:
+    """Z of every row as a strip per group (calibration clean / held-out clean / memorized) and the τ line."""
+    zz = np.asarray(z, dtype=np.float64)
+    lab = np.asarray(labels)
+    cal = np.asarray(calibration, dtype=bool)
+    groups = (
+        ("calibration (grounded)", (lab == "grounded") & cal, PALETTE[0]),
+        ("held-out grounded", (lab == "grounded") & ~cal, PALETTE[5]),
+        ("memorized (held out)", lab == "memorized", PALETTE[1]),
+    )
+    fig = go.Figure()
+    for name, mask, color in groups:
+        if mask.any():
+            fig.add_trace(
+                go.Box(x=zz[mask], name=name, boxpoints="all", jitter=0.4, pointpos=0, marker={"color": color},
+                       line={"color": color}, fillcolor="rgba(0,0,0,0)", orientation="h",
+                       hovertemplate="Z = %{x:.3f} nats<extra></extra>")
+            )
+    fig.add_vline(x=tau, line={"color": "#c0392b", "dash": "dash"}, annotation_text=f"τ = {tau:.3f}",
+                  annotation_position="top")
+    fig.update_layout(
+        height=height, showlegend=False, margin={"l": 20, "r": 20, "t": 40, "b": 50},
+        xaxis={"title": "Z = Σ KL over the first T answer tokens (nats); memorised if Z < τ"},
+    )
+    return fig
+
+
+def conflict_counts(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """How often each path's answer repeats the context's claim, the well-known fact, both or neither."""
+    rows = []
+    for key, title in (("follows", "retrieval answer (with context)"), ("parametric_follows", "parametric answer (no context)")):
+        values = [r.get(key) for r in records if r.get(key)]
+        if values:
+            rows.append({"answer": title, **{f: values.count(f) for f in FOLLOWS_ORDER}, "rows": len(values)})
+    return pd.DataFrame(rows)
+
+
+def conflict_score_figure(records: Sequence[dict[str, Any]], name: str, label: str, *, height: int = 320) -> go.Figure:
+    """One detector's raw score per conflict row, grouped by which source the retrieval answer follows."""
+    fig = go.Figure()
+    for i, group in enumerate(FOLLOWS_ORDER):
+        rows = [r for r in records if r.get("follows") == group and r.get("scores", {}).get(name) is not None]
+        if not rows:
+            continue
+        fig.add_trace(
+            go.Box(
+                y=[r["scores"][name] for r in rows], name=f"follows {group}", boxpoints="all", jitter=0.4,
+                pointpos=0, marker={"color": _color(i)}, line={"color": _color(i)},
+                customdata=[escape_label(str(r.get("query", ""))[:80]) for r in rows],
+                hovertemplate="%{customdata}<br>score %{y:.3f}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        height=height, showlegend=False, margin={"l": 50, "r": 20, "t": 30, "b": 40},
+        yaxis={"title": escape_label(label)},
+    )
+    return fig

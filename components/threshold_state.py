@@ -1,0 +1,60 @@
+"""The session's RePCS threshold τ: "use this τ" on the Evaluate page sets it for the whole app.
+
+Order of precedence in :func:`active_threshold`:
+
+1. a τ the user chose in this browser session (``st.session_state``, per model name), e.g. calibrated on the
+   Evaluate page;
+2. :func:`core.repcs.threshold_for` — the bundled calibration of the embedded model, or its labelled fallback.
+
+The shared live run (``components.session.run_live``) passes ``active_threshold(handle.info.name)`` to
+``run_dual_path``, and the session's τ is part of the result cache key, so every page applies the same τ.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from core.repcs import Threshold, threshold_for
+
+_KEY = "ror.threshold.active"
+
+
+def _store() -> dict[str, dict[str, Any]]:
+    if _KEY not in st.session_state:
+        st.session_state[_KEY] = {}
+    return st.session_state[_KEY]
+
+
+def set_active_threshold(model_name: str, threshold: Threshold, source: str) -> None:
+    """Use ``threshold`` for ``model_name`` for the rest of this session (a JSON-ready copy is stored)."""
+    from dataclasses import asdict
+
+    _store()[model_name] = {"threshold": asdict(threshold), "source": source}
+
+
+def clear_active_threshold(model_name: str) -> None:
+    """Forget the session's τ for ``model_name`` (back to the bundled/default one)."""
+    _store().pop(model_name, None)
+
+
+def session_thresholds() -> dict[str, dict[str, Any]]:
+    """Every τ set in this session, by model name (JSON-ready; part of the result cache key)."""
+    return dict(st.session_state.get(_KEY, {}))
+
+
+def session_threshold(model_name: str) -> tuple[Threshold | None, str | None]:
+    """The τ set in this session for ``model_name`` and its source sentence, or ``(None, None)``."""
+    entry = _store().get(model_name)
+    if not entry:
+        return None, None
+    return Threshold.from_dict(entry["threshold"]), str(entry["source"])
+
+
+def active_threshold(model_name: str) -> tuple[Threshold | None, str]:
+    """The τ in force for ``model_name`` and a sentence saying where it came from."""
+    threshold, source = session_threshold(model_name)
+    if threshold is not None:
+        return threshold, source or "set in this session"
+    return threshold_for(model_name)

@@ -1,0 +1,206 @@
+"""Build the evaluation probe set ``assets/probes/probes.csv`` from its hand-written source.
+
+Reads ``assets/probes/probes_source.csv`` (columns ``query,context,label,answer``; ``label`` is
+``memorized`` or ``grounded``), asks the embedded model each query *without* context (the parametric path
+of the dual-path engine, greedy, ``max_new_tokens=32``), and writes ``assets/probes/probes.csv`` with the
+extra column ``parametric_correct`` (``true`` when the parametric answer contains ``answer``,
+case-insensitively). Re-running reproduces the file (greedy decoding, fp32 on CPU).
+
+It also checks the files: labels, empty cells, duplicate queries, ``answer`` verbatim in ``context``, and
+that no probe query or context repeats one of ``assets/calibration/`` or ``assets/examples/examples.json``
+(the probe set must be disjoint from the calibration sets). With ``--conflict`` it also runs
+``assets/probes/conflict.csv`` (``query,context,answer_context,answer_memory``) and reports, without
+changing that file, how often the retrieval answer follows the context and how often the parametric
+answer gives the remembered fact.
+
+    HF_HUB_OFFLINE=1 python scripts/build_probes.py [--conflict] [--static-only] [--json report.json] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PROBES = ROOT / "assets" / "probes"
+SOURCE = PROBES / "probes_source.csv"
+OUTPUT = PROBES / "probes.csv"
+CONFLICT = PROBES / "conflict.csv"
+CAL = ROOT / "assets" / "calibration"
+EXAMPLES = ROOT / "assets" / "examples" / "examples.json"
+SOURCE_COLUMNS = ["query", "context", "label", "answer"]
+OUTPUT_COLUMNS = [*SOURCE_COLUMNS, "parametric_correct"]
+CONFLICT_COLUMNS = ["query", "context", "answer_context", "answer_memory"]
+LABELS = ("memorized", "grounded")
+MAX_NEW_TOKENS = 32
+
+
+def read_csv(path: Path, columns: list[str]) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames != columns:
+            raise ValueError(f"{path}: expected columns {columns}, got {reader.fieldnames}")
+        return list(reader)
+
+
+def contains(answer: str, text: str) -> bool:
+    return answer.strip().casefold() in text.casefold()
+
+
+def _key(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def reserved_texts() -> tuple[set[str], set[str]]:
+    """Queries and contexts of the calibration sets and the bundled examples."""
+    queries: set[str] = set()
+    contexts: set[str] = set()
+    for name in ("clean", "memorized"):
+        path = CAL / f"{name}.csv"
+        if path.is_file():
+            for row in read_csv(path, ["query", "context", "answer"]):
+                queries.add(_key(row["query"]))
+                contexts.add(_key(row["context"]))
+    if EXAMPLES.is_file():
+        for ex in json.loads(EXAMPLES.read_text(encoding="utf-8")):
+            queries.add(_key(str(ex.get("query", ""))))
+            contexts.add(_key(str(ex.get("context", ""))))
+    return queries, contexts
+
+
+def static_checks(rows: list[dict[str, str]], conflict: list[dict[str, str]] | None) -> list[str]:
+    problems: list[str] = []
+    cal_queries, cal_contexts = reserved_texts()
+    seen: set[str] = set()
+    for i, row in enumerate(rows, start=1):
+        empty = [k for k in SOURCE_COLUMNS if not (row.get(k) or "").strip()]
+        if empty:
+            problems.append(f"probe row {i}: empty {', '.join(empty)}")
+            continue
+        if row["label"] not in LABELS:
+            problems.append(f"probe row {i}: label {row['label']!r} is not one of {LABELS}")
+        if row["answer"] not in row["context"]:
+            problems.append(f"probe row {i}: answer {row['answer']!r} is not verbatim in its context")
+        q = _key(row["query"])
+        if q in seen:
+            problems.append(f"probe row {i}: duplicate query {row['query']!r}")
+        seen.add(q)
+        if q in cal_queries or _key(row["context"]) in cal_contexts:
+            problems.append(f"probe row {i}: repeats a calibration or example query/context: {row['query']!r}")
+    for i, row in enumerate(conflict or [], start=1):
+        empty = [k for k in CONFLICT_COLUMNS if not (row.get(k) or "").strip()]
+        if empty:
+            problems.append(f"conflict row {i}: empty {', '.join(empty)}")
+            continue
+        if row["answer_context"] not in row["context"]:
+            problems.append(f"conflict row {i}: answer_context {row['answer_context']!r} not verbatim in context")
+        if contains(row["answer_memory"], row["context"]):
+            problems.append(f"conflict row {i}: the context mentions the remembered answer {row['answer_memory']!r}")
+        if _key(row["query"]) in cal_queries:
+            problems.append(f"conflict row {i}: repeats a calibration or example query: {row['query']!r}")
+    return problems
+
+
+def _short(text: str, n: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conflict", action="store_true", help="also run assets/probes/conflict.csv (report only)")
+    parser.add_argument("--static-only", action="store_true", help="only the file checks, no model runs")
+    parser.add_argument("--json", type=Path, default=None, help="also write the per-row model answers here")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: bit-reproducible, and fastest on a shared machine)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    rows = read_csv(SOURCE, SOURCE_COLUMNS)
+    conflict = read_csv(CONFLICT, CONFLICT_COLUMNS) if CONFLICT.is_file() else []
+    problems = static_checks(rows, conflict)
+    counts = {label: sum(r["label"] == label for r in rows) for label in LABELS}
+    print(f"probes_source.csv: {len(rows)} rows ({counts['memorized']} memorized, {counts['grounded']} grounded); "
+          f"conflict.csv: {len(conflict)} rows")
+    if problems:
+        print("file problems:")
+        for p in problems:
+            print(f"  - {p}")
+        return 1
+    print("file checks passed")
+    if args.static_only:
+        return 0
+
+    import torch
+
+    from core.engine import DualPathSettings, run_dual_path
+    from core.models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    handle = load_model()
+    settings = DualPathSettings(max_new_tokens=MAX_NEW_TOKENS)
+    report: dict[str, list[dict[str, object]]] = {"probes": [], "conflict": []}
+    out_rows = []
+    for i, row in enumerate(rows, start=1):
+        res = run_dual_path(handle, row["query"], row["context"], settings)
+        para = contains(row["answer"], res.parametric_answer)
+        rag = contains(row["answer"], res.rag_answer)
+        out_rows.append({**{k: row[k] for k in SOURCE_COLUMNS}, "parametric_correct": "true" if para else "false"})
+        report["probes"].append({"row": i, "label": row["label"], "query": row["query"], "answer": row["answer"],
+                                 "parametric_correct": para, "rag_correct": rag, "z": round(res.repcs_score, 4),
+                                 "parametric_answer": res.parametric_answer, "rag_answer": res.rag_answer})
+        print(f"{i:>3} {row['label']:<9} para={'yes' if para else ' no'} rag={'yes' if rag else ' no'} "
+              f"Z={res.repcs_score:7.2f}  {_short(row['query'])} -> {row['answer']!r} | "
+              f"{_short(res.parametric_answer, 50)}", flush=True)
+    with OUTPUT.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=OUTPUT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(out_rows)
+    print(f"\nwrote {OUTPUT.relative_to(ROOT)}: {len(out_rows)} rows")
+    for label in LABELS:
+        sub = [r for r in report["probes"] if r["label"] == label]
+        if not sub:
+            continue
+        para = sum(bool(r["parametric_correct"]) for r in sub)
+        rag = sum(bool(r["rag_correct"]) for r in sub)
+        mean_z = sum(float(r["z"]) for r in sub) / len(sub)
+        print(f"{label}: parametric answer contains the answer {para}/{len(sub)}; retrieval answer contains it "
+              f"{rag}/{len(sub)}; mean Z {mean_z:.2f}")
+
+    if args.conflict and conflict:
+        print(f"\n== conflict.csv ({len(conflict)} rows) ==")
+        for i, row in enumerate(conflict, start=1):
+            res = run_dual_path(handle, row["query"], row["context"], settings)
+            entry = {
+                "row": i, "query": row["query"], "z": round(res.repcs_score, 4),
+                "rag_follows_context": contains(row["answer_context"], res.rag_answer),
+                "rag_gives_memory": contains(row["answer_memory"], res.rag_answer),
+                "parametric_gives_memory": contains(row["answer_memory"], res.parametric_answer),
+                "parametric_answer": res.parametric_answer, "rag_answer": res.rag_answer,
+            }
+            report["conflict"].append(entry)
+            print(f"{i:>3} ctx={'yes' if entry['rag_follows_context'] else ' no'} "
+                  f"mem={'yes' if entry['rag_gives_memory'] else ' no'} "
+                  f"para_mem={'yes' if entry['parametric_gives_memory'] else ' no'} Z={res.repcs_score:7.2f}  "
+                  f"{_short(row['query'])} | {_short(res.rag_answer, 50)}", flush=True)
+        n = len(report["conflict"])
+        follows = sum(bool(e["rag_follows_context"]) for e in report["conflict"])
+        memory = sum(bool(e["rag_gives_memory"]) for e in report["conflict"])
+        knows = sum(bool(e["parametric_gives_memory"]) for e in report["conflict"])
+        mean_z = sum(float(e["z"]) for e in report["conflict"]) / n
+        print(f"conflict: retrieval answer follows the context {follows}/{n}; retrieval answer gives the remembered "
+              f"fact {memory}/{n}; parametric answer gives the remembered fact {knows}/{n}; mean Z {mean_z:.2f}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
