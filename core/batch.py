@@ -3,8 +3,8 @@
 For a batch of B rows the cost is **one** batched greedy ``generate(output_logits=True)`` over the B
 left-padded retrieval prompts and **one** batched teacher-forced forward over the B left-padded rows
 ``parametric prompt + answer[:-1]`` — instead of B generations and B forwards. Each row's
-:class:`~core.result.DualPathResult` is built from the same maths as the unbatched engine
-(:func:`core.engine.score_paths`, :func:`core.repcs.repcs_score`, :func:`core.divergence.kl_statistics`), so
+:class:`~core.result.DualPathResult` is built by the same code as the unbatched engine
+(:func:`core.engine.score_paths` and :func:`core.engine.build_result`), so
 
     score_batch(handle, rows, s)[i]  ≈  run_dual_path(handle, *rows[i], s, free_parametric=False)
 
@@ -35,13 +35,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import torch
 
-from core.divergence import kl_statistics
-from core.engine import DualPathSettings, PreparedPrompts, calibration_mismatch, generate_greedy, prepare_prompts, score_paths
+from core.engine import DualPathSettings, build_result, generate_greedy, prepare_prompts, score_paths
 from core.models import ModelHandle
-from core.repcs import Threshold, repcs_score, threshold_for, verdict
+from core.repcs import Threshold, threshold_for
 from core.result import DualPathResult
 from core.robustness import noisy_repcs_scores, row_seed
 
@@ -102,62 +100,6 @@ def teacher_forced_logits_batch(
     return [logits[i, logits.shape[1] - len(a) :] for i, a in enumerate(answers)]
 
 
-def assemble_result(
-    handle: ModelHandle,
-    prepared: PreparedPrompts,
-    settings: DualPathSettings,
-    rag_ids: list[int],
-    rag_finish: str,
-    para_ids: list[int],
-    para_finish: str,
-    scores: dict[str, np.ndarray],
-    threshold: Threshold | None,
-    threshold_source: str | None,
-    timings: dict[str, float],
-) -> DualPathResult:
-    """Build a :class:`DualPathResult` exactly as :func:`core.engine.run_dual_path` does from its parts."""
-    window = min(settings.score_window, len(rag_ids))
-    z = repcs_score(scores["token_kl"], settings.score_window)
-    tau = None if threshold is None else float(threshold.tau)
-    warnings = list(prepared.warnings)
-    if threshold is not None:
-        warnings += calibration_mismatch(threshold, settings)
-    log_ratio = np.abs(scores["logprob_rag"][:window].astype(np.float64) - scores["logprob_para"][:window])
-    tok = handle.tokenizer
-    return DualPathResult(
-        model=handle.info.name,
-        model_info=handle.info.to_dict(),
-        query=prepared.query,
-        context=prepared.context,
-        template=prepared.template_key,
-        settings=settings.to_dict(),
-        rag_prompt=prepared.rag_prompt,
-        parametric_prompt=prepared.parametric_prompt,
-        rag_prompt_len=len(prepared.rag_ids),
-        parametric_prompt_len=len(prepared.parametric_ids),
-        rag_answer=tok.decode(rag_ids, skip_special_tokens=True).strip(),
-        parametric_answer=tok.decode(para_ids, skip_special_tokens=True).strip() if para_ids else "",
-        answer_token_ids=[int(i) for i in rag_ids],
-        answer_tokens=handle.decode_tokens(rag_ids),
-        parametric_token_ids=[int(i) for i in para_ids],
-        parametric_tokens=handle.decode_tokens(para_ids),
-        rag_finish=rag_finish,
-        parametric_finish=para_finish,
-        topk_tokens_rag=[handle.decode_tokens(row) for row in scores["topk_ids_rag"].tolist()],
-        topk_tokens_para=[handle.decode_tokens(row) for row in scores["topk_ids_para"].tolist()],
-        score_window=settings.score_window,
-        repcs_score=z,
-        threshold=tau,
-        threshold_source=threshold_source or ("given" if threshold is not None else "no threshold available"),
-        verdict=verdict(z, tau) if tau is not None else "uncalibrated",
-        kl_stats=kl_statistics(scores["token_kl"][:window], settings.kl_split),
-        max_abs_log_ratio=float(log_ratio.max()) if log_ratio.size else 0.0,
-        warnings=warnings,
-        timings=timings,
-        **scores,
-    )
-
-
 def score_batch(
     handle: ModelHandle,
     items: Sequence[tuple[str, str]],
@@ -201,7 +143,6 @@ def score_batch(
         para = generated[b:] if free_parametric else [([], None, "not generated")] * b
         t1 = time.perf_counter()
         para_logits = teacher_forced_logits_batch(handle, [p.parametric_ids for p in prepared], [r[0] for r in rag])
-    t2 = time.perf_counter()
     results = []
     for i, p in enumerate(prepared):
         rag_ids, rag_logits, rag_finish = rag[i]
@@ -227,7 +168,7 @@ def score_batch(
     out = []
     for i, p, rag_ids, rag_finish, scores, extras in results:
         para_ids, _, para_finish = para[i]
-        res = assemble_result(
+        res = build_result(
             handle, p, settings, rag_ids, rag_finish, list(para_ids), para_finish, scores, threshold,
             threshold_source, dict(timings),
         )

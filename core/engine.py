@@ -312,6 +312,70 @@ def calibration_mismatch(threshold: Threshold, settings: DualPathSettings) -> li
     return out
 
 
+def build_result(
+    handle: ModelHandle,
+    prepared: PreparedPrompts,
+    settings: DualPathSettings,
+    rag_ids: list[int],
+    rag_finish: str,
+    para_ids: list[int],
+    para_finish: str,
+    scores: dict[str, np.ndarray],
+    threshold: Threshold | None,
+    threshold_source: str | None,
+    timings: dict[str, float],
+) -> DualPathResult:
+    """The :class:`DualPathResult` of one row from its parts (shared by :func:`run_dual_path` and the batched
+    :func:`core.batch.score_batch`, so both build results the same way).
+
+    Args:
+        rag_ids, rag_finish: the retrieval answer's token ids and why it stopped.
+        para_ids, para_finish: the parametric path's free answer (``[]`` and ``"not generated"`` when skipped).
+        scores: :func:`score_paths` of the row.
+        threshold: τ to apply (already resolved; ``None`` = uncalibrated); ``threshold_source`` says where from.
+    """
+    window = min(settings.score_window, len(rag_ids))
+    z = repcs_score(scores["token_kl"], settings.score_window)
+    tau = None if threshold is None else float(threshold.tau)
+    warnings = list(prepared.warnings)
+    if threshold is not None:
+        warnings += calibration_mismatch(threshold, settings)
+    log_ratio = np.abs(scores["logprob_rag"][:window].astype(np.float64) - scores["logprob_para"][:window])
+    tok = handle.tokenizer
+    return DualPathResult(
+        model=handle.info.name,
+        model_info=handle.info.to_dict(),
+        query=prepared.query,
+        context=prepared.context,
+        template=prepared.template_key,
+        settings=settings.to_dict(),
+        rag_prompt=prepared.rag_prompt,
+        parametric_prompt=prepared.parametric_prompt,
+        rag_prompt_len=len(prepared.rag_ids),
+        parametric_prompt_len=len(prepared.parametric_ids),
+        rag_answer=tok.decode(rag_ids, skip_special_tokens=True).strip(),
+        parametric_answer=tok.decode(para_ids, skip_special_tokens=True).strip() if para_ids else "",
+        answer_token_ids=[int(i) for i in rag_ids],
+        answer_tokens=handle.decode_tokens(rag_ids),
+        parametric_token_ids=[int(i) for i in para_ids],
+        parametric_tokens=handle.decode_tokens(para_ids),
+        rag_finish=rag_finish,
+        parametric_finish=para_finish,
+        topk_tokens_rag=[handle.decode_tokens(row) for row in scores["topk_ids_rag"].tolist()],
+        topk_tokens_para=[handle.decode_tokens(row) for row in scores["topk_ids_para"].tolist()],
+        score_window=settings.score_window,
+        repcs_score=z,
+        threshold=tau,
+        threshold_source=threshold_source or ("given" if threshold is not None else "no threshold available"),
+        verdict=verdict(z, tau) if tau is not None else "uncalibrated",
+        kl_stats=kl_statistics(scores["token_kl"][:window], settings.kl_split),
+        max_abs_log_ratio=float(log_ratio.max()) if log_ratio.size else 0.0,
+        warnings=warnings,
+        timings=timings,
+        **scores,
+    )
+
+
 def run_dual_path(
     handle: ModelHandle,
     query: str,
@@ -359,48 +423,12 @@ def run_dual_path(
     scores = score_paths(rag_logits, para_logits, rag_ids, settings.top_k)
     t2 = time.perf_counter()
     del rag_logits, para_logits
-    window = min(settings.score_window, len(rag_ids))
-    z = repcs_score(scores["token_kl"], settings.score_window)
     if threshold is None:
         threshold, default_source = threshold_for(handle.info.name)
         threshold_source = threshold_source or default_source
-    tau = None if threshold is None else float(threshold.tau)
-    warnings = list(prepared.warnings)
-    if threshold is not None:
-        warnings += calibration_mismatch(threshold, settings)
-    log_ratio = np.abs(scores["logprob_rag"][:window].astype(np.float64) - scores["logprob_para"][:window])
-    tok = handle.tokenizer
-    result = DualPathResult(
-        model=handle.info.name,
-        model_info=handle.info.to_dict(),
-        query=prepared.query,
-        context=prepared.context,
-        template=prepared.template_key,
-        settings=settings.to_dict(),
-        rag_prompt=prepared.rag_prompt,
-        parametric_prompt=prepared.parametric_prompt,
-        rag_prompt_len=len(prepared.rag_ids),
-        parametric_prompt_len=len(prepared.parametric_ids),
-        rag_answer=tok.decode(rag_ids, skip_special_tokens=True).strip(),
-        parametric_answer=tok.decode(para_ids, skip_special_tokens=True).strip() if para_ids else "",
-        answer_token_ids=[int(i) for i in rag_ids],
-        answer_tokens=handle.decode_tokens(rag_ids),
-        parametric_token_ids=[int(i) for i in para_ids],
-        parametric_tokens=handle.decode_tokens(para_ids),
-        rag_finish=rag_finish,
-        parametric_finish=para_finish,
-        topk_tokens_rag=[handle.decode_tokens(row) for row in scores["topk_ids_rag"].tolist()],
-        topk_tokens_para=[handle.decode_tokens(row) for row in scores["topk_ids_para"].tolist()],
-        score_window=settings.score_window,
-        repcs_score=z,
-        threshold=tau,
-        threshold_source=threshold_source or ("given" if threshold is not None else "no threshold available"),
-        verdict=verdict(z, tau) if tau is not None else "uncalibrated",
-        kl_stats=kl_statistics(scores["token_kl"][:window], settings.kl_split),
-        max_abs_log_ratio=float(log_ratio.max()) if log_ratio.size else 0.0,
-        warnings=warnings,
-        timings={"generate_s": t1 - t0, "score_s": t2 - t1, "total_s": t2 - t0},
-        **scores,
+    result = build_result(
+        handle, prepared, settings, rag_ids, rag_finish, list(para_ids), para_finish, scores, threshold,
+        threshold_source, {"generate_s": t1 - t0, "score_s": t2 - t1, "total_s": t2 - t0},
     )
     if on_event is not None:
         on_event(StreamEvent(SCORING, "", 1, 1, True))

@@ -433,7 +433,6 @@ def _summary(job: dict[str, Any], records: list[dict[str, Any]], confirmed_only:
 def draw_results(handle: ModelHandle) -> None:
     job = _job(MAIN)
     records = _records(job)
-    tabs = st.tabs(["Detectors", "Rows", "Calibration", "Robustness", "Conflict set"])
     if records:
         has_flag = any(r.get(f"extra.{CONFIRMED_COLUMN}") not in (None, "") for r in records)
         confirmed_only = False
@@ -447,6 +446,7 @@ def draw_results(handle: ModelHandle) -> None:
             records = [r for r in records if label_confirmed(r["label"], {CONFIRMED_COLUMN: r.get(f"extra.{CONFIRMED_COLUMN}", "")})]
         labels = {r["label"] for r in records}
         summary, rows = _summary(job, records, confirmed_only) if records else ({"detectors": {}, "robustness": None}, [])
+    tabs = st.tabs(["Detectors", "Rows", "Calibration", "Robustness", "Conflict set"])
     with tabs[0]:
         if not records:
             st.info("Run an evaluation to compare the detectors.")
