@@ -127,3 +127,20 @@ def test_upload_run_results_calibration_and_open_row():
     result = at.session_state["ror.results"][at.session_state["ror.last"]]
     assert result.threshold == pytest.approx(entry["threshold"]["tau"])
     assert "Evaluate page" in result.threshold_source
+
+
+def test_conflict_set_says_which_source_each_answer_follows():
+    at = _page()
+    at.multiselect(key="ror.w.eval.detectors").set_value(["repcs", "ppl"]).run()
+    at.button(key="ror.eval.job.conflict.run").click().run()
+    assert not at.exception, at.exception
+    job = at.session_state["ror.eval.job.conflict"]
+    from core.evaluate import read_conflict_csv
+
+    n = len(read_conflict_csv(ROOT / "assets" / "probes" / "conflict.csv"))
+    assert job["status"] == "done" and len(job["records"]) == n
+    counts = _frame(at, "neither")
+    assert list(counts["answer"]) == ["retrieval answer (with context)", "parametric answer (no context)"]
+    assert (counts[["context", "memory", "both", "neither"]].sum(axis=1) == n).all()
+    assert all(r["scores"]["repcs"] == r["repcs_score"] for r in job["records"].values())
+    assert MAIN not in at.session_state  # the labelled evaluation was not started
