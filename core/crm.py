@@ -893,7 +893,8 @@ def vocabulary_projection(handle: ModelHandle, directions: np.ndarray, k: int = 
 # Detectors
 
 
-def _basis_for(inp: DetectorInput) -> CrmBasis:
+def basis_for(inp: DetectorInput) -> CrmBasis:
+    """The CRM basis of the row's model and template, cached per row (``ValueError`` when none exists)."""
     basis = inp.cache.get("crm.basis")
     if basis is None:
         basis = load_basis(inp.handle, inp.result.template)
@@ -906,7 +907,8 @@ def _basis_for(inp: DetectorInput) -> CrmBasis:
     return basis
 
 
-def _displacement_for(inp: DetectorInput) -> np.ndarray:
+def displacement_for(inp: DetectorInput) -> np.ndarray:
+    """The row's per-layer displacement h^c − h^0 at the last prompt token, cached per row."""
     if "crm.displacement" not in inp.cache:
         inp.cache["crm.displacement"] = displacement(inp.handle, inp.result)
     return inp.cache["crm.displacement"]
@@ -936,13 +938,13 @@ def _score_l1(inp: DetectorInput) -> float:
 
 
 def _score_lts(inp: DetectorInput) -> float:
-    basis = _basis_for(inp)
-    return supervised_score(basis, basis.lts(_displacement_for(inp), SUPERVISED))
+    basis = basis_for(inp)
+    return supervised_score(basis, basis.lts(displacement_for(inp), SUPERVISED))
 
 
 def _score_lr(inp: DetectorInput) -> float:
-    basis = _basis_for(inp)
-    return basis.lr_probability(basis.lts(_displacement_for(inp), PC1))
+    basis = basis_for(inp)
+    return basis.lr_probability(basis.lts(displacement_for(inp), PC1))
 
 
 register(

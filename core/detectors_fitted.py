@@ -118,21 +118,10 @@ def lts_features(inp: DetectorInput) -> np.ndarray:
     Raises:
         ValueError: when no CRM basis exists for this model and template.
     """
-    from core.crm import load_basis
-    from core.internals import displacement
+    from core.crm import basis_for, displacement_for
 
-    basis = inp.cache.get("crm.basis")
-    if basis is None:
-        basis = load_basis(inp.handle, inp.result.template)
-        if basis is None:
-            raise ValueError(
-                f"No CRM basis for {inp.handle.info.name!r} with template {inp.result.template!r}: compute it once "
-                "with `python -m core crm-basis` (or on the Layer trajectories page)."
-            )
-        inp.cache["crm.basis"] = basis
-    if "crm.displacement" not in inp.cache:
-        inp.cache["crm.displacement"] = displacement(inp.handle, inp.result)
-    lts = np.asarray(basis.lts(inp.cache["crm.displacement"], LTS_DIRECTION), dtype=np.float64)
+    basis = basis_for(inp)
+    lts = np.asarray(basis.lts(displacement_for(inp), LTS_DIRECTION), dtype=np.float64)
     return lts[list(basis.kept_layers)] if len(basis.kept_layers) else lts
 
 

@@ -218,3 +218,20 @@ def test_conflict_records_say_which_source_each_answer_follows(tiny_handle):
         assert rec["parametric_follows"] == answer_follows(rec["parametric_answer"], row.answer_context, row.answer_memory)
         assert rec["answer_memory"] == row.answer_memory and "label" not in rec
         assert rec["scores"]["repcs"] == rec["repcs_score"] and rec["scores"]["ppl"] > 0
+
+
+@pytest.mark.slow
+def test_crm_lr_cv_on_the_embedded_model_uses_the_kept_layers(embedded_handle):
+    from pathlib import Path
+
+    from core.crm import load_basis
+    from core.engine import DualPathSettings
+    from core.evaluate import evaluate_rows, read_labelled_csv
+
+    rows = read_labelled_csv(Path(__file__).resolve().parents[2] / "assets" / "probes" / "probes.csv")[:8]
+    report = evaluate_rows(embedded_handle, rows, DualPathSettings(max_new_tokens=4, score_window=4),
+                           detectors=["crm_lr_cv"], noise_sigmas=(), n_boot=50)
+    kept = load_basis(embedded_handle, "auto").kept_layers
+    assert all(len(r["features"]["crm_lr_cv"]) == len(kept) and "errors" not in r for r in report["rows"])
+    assert all(0.0 <= r["scores"]["crm_lr_cv"] <= 1.0 for r in report["rows"])
+    assert report["detectors"]["crm_lr_cv"]["n"] == 8
