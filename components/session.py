@@ -15,8 +15,8 @@ State model (all in ``st.session_state``, under keys starting with ``ror.``):
 * **Stores** (``ror.s.<name>``) hold the values that must survive page switches: the sidebar settings and
   the query/context. Streamlit discards a widget's state when a page that does not draw it runs, and treats
   same-keyed widgets on two pages as different widgets, so every persistent widget is drawn through
-  :func:`persistent`: keyed ``ror.w.<name>``, seeded from its store before each draw, copied back into
-  the store by its ``on_change`` callback.
+  :func:`persistent`: keyed ``ror.w.<name>``, seeded from its store before each draw (only when the
+  widget lacks that value: see :func:`seed_widget`), copied back into the store by its ``on_change`` callback.
 * **Results**: ``ror.results`` maps a key made of (model, revision, query, context, settings) to a
   :class:`~core.result.DualPathResult`; ``ror.last`` is the key of the most recent one. Re-rendering or
   switching pages therefore never re-runs the model; the same inputs and settings are never run twice.
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from components.text import escape_markdown
 from components.threshold_state import active_threshold, session_thresholds
@@ -67,6 +68,7 @@ _WIDGET = "ror.w."
 _RESULTS = "ror.results"
 _LAST = "ror.last"
 _RUN_REQUEST = "ror.run_request"
+_DRAWN = "ror.drawn"
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,9 @@ def persistent(widget: Callable[..., Any], label: str, name: str, default: Any, 
     if store not in st.session_state:
         st.session_state[store] = default
     # Streamlit forgets a widget's state on a page that does not draw it, and a widget with the same key on
-    # another page is a different widget: re-seeding from the store before each draw keeps one value.
-    st.session_state[key] = st.session_state[store]
+    # another page is a different widget: re-seeding from the store keeps one value across pages.
+    identity = (getattr(widget, "__name__", ""), label, _stable(kwargs))
+    seed_widget(key, st.session_state[store], identity=identity)
     user_callback = kwargs.pop("on_change", None)
     user_args = tuple(kwargs.pop("args", None) or ())
     user_kwargs = dict(kwargs.pop("kwargs", None) or {})
@@ -120,7 +123,55 @@ def persistent(widget: Callable[..., Any], label: str, name: str, default: Any, 
         if callable(user_callback):
             user_callback(*user_args, **user_kwargs)
 
-    return widget(label, key=key, on_change=_keep, **kwargs)
+    value = widget(label, key=key, on_change=_keep, **kwargs)
+    mark_drawn(key, identity=identity)
+    return value
+
+
+def seed_widget(key: str, value: Any, *, identity: object = None) -> None:
+    """Give the widget ``key`` this value from its next draw, unless it already holds it.
+
+    Assigning a widget's key in ``st.session_state`` makes Streamlit push the value to the browser on the
+    next draw, over whatever the user is typing there and has not yet committed: a slow rerun triggered by
+    another widget would wipe it. So the value is assigned only when it may differ from what the widget
+    shows: the key has no state, holds another value (set by a callback, an example, a click elsewhere), or
+    the widget may be a new one. Streamlit gives a widget a new identity on another page and, for most
+    widgets, when its parameters change; ``identity`` names those parameters (e.g. a range that depends on
+    the model), and the page is added here. Call :func:`mark_drawn` once the widget is drawn.
+    """
+    drawn = st.session_state.get(_DRAWN, {})
+    token = repr((_page_token(), identity))
+    if drawn.get(key) == token and key in st.session_state and _same(st.session_state[key], value):
+        return
+    st.session_state[key] = value
+
+
+def mark_drawn(key: str, *, identity: object = None) -> None:
+    """Record that the widget ``key`` was drawn with this ``identity`` on this page (after drawing it)."""
+    st.session_state.setdefault(_DRAWN, {})[key] = repr((_page_token(), identity))
+
+
+def _page_token() -> str:
+    ctx = get_script_run_ctx()
+    return str(getattr(ctx, "page_script_hash", "")) if ctx is not None else ""
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - values that cannot be compared are treated as different
+        return False
+
+
+def _stable(value: Any) -> Any:
+    """A repr-stable stand-in for widget parameters (callables by name, not address)."""
+    if callable(value):
+        return getattr(value, "__qualname__", type(value).__name__)
+    if isinstance(value, dict):
+        return sorted((str(k), _stable(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_stable(v) for v in value]
+    return value
 
 
 def stored(name: str, default: Any = None) -> Any:

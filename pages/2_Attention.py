@@ -183,9 +183,10 @@ def draw_context_mass(internals: Internals, result: DualPathResult, where: int |
 
 def _seed_head_inputs(n_layers: int, n_heads: int) -> None:
     cell = st.session_state.get(CELL) or (RETRIEVAL, 0, 0)
-    st.session_state["ror.attn.path_w"] = cell[0]
-    st.session_state["ror.attn.layer_w"] = min(int(cell[1]), n_layers - 1)
-    st.session_state["ror.attn.head_w"] = min(int(cell[2]), n_heads - 1)
+    shape = (n_layers, n_heads)  # the number inputs' ranges: a new model draws new widgets
+    session.seed_widget("ror.attn.path_w", cell[0], identity=shape)
+    session.seed_widget("ror.attn.layer_w", min(int(cell[1]), n_layers - 1), identity=shape)
+    session.seed_widget("ror.attn.head_w", min(int(cell[2]), n_heads - 1), identity=shape)
 
 
 def _from_inputs() -> None:
@@ -210,6 +211,8 @@ def draw_head_pattern(handle: ModelHandle, internals: Internals, result: DualPat
     c3.number_input(
         "Head", min_value=0, max_value=internals.n_heads - 1, step=1, key="ror.attn.head_w", on_change=_from_inputs
     )
+    for key in ("ror.attn.path_w", "ror.attn.layer_w", "ror.attn.head_w"):
+        session.mark_drawn(key, identity=(internals.n_layers, internals.n_heads))
     all_rows = c4.checkbox("Show every query row (not only the answer steps)", key="ror.attn.all_rows")
     if st.session_state.get(CELL) is None:
         st.info("No head opened yet.")

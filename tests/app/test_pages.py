@@ -81,6 +81,34 @@ def test_landing_example_fills_inputs_and_settings_persist() -> None:
     assert at.slider(key="ror.w.top_k").value == 7, "sidebar settings survive a page switch"
 
 
+def test_a_rerun_does_not_push_unchanged_inputs_over_what_the_user_is_typing() -> None:
+    """A widget whose key is assigned in session state is re-sent to the browser (``set_value``), over any
+    text typed there and not yet committed. A rerun caused by another widget must therefore not re-send the
+    query, the context or the settings; a new value (an example) and a page switch must."""
+    example = load_examples()[0]
+    at = _dual_path()
+    at.text_area(key="ror.w.query").input("Where is Marrowgate?").run()
+    at.text_area(key="ror.w.context").input("Marrowgate is the capital of Veltria.").run()
+    at.slider(key="ror.w.top_k").set_value(6).run()  # a rerun triggered by another widget
+    assert not at.exception, at.exception
+    pushed = {k: at.get(kind)[i].proto.set_value for kind in ("text_area", "number_input", "slider")
+              for i, k in enumerate(w.key for w in at.get(kind))}
+    assert pushed and not any(pushed.values()), f"re-sent on an unrelated rerun: {pushed}"
+    assert at.text_area(key="ror.w.query").value == "Where is Marrowgate?"
+
+    at.selectbox(key="ror.w.example").select(example.id).run()  # a new value must reach the boxes
+    assert at.text_area(key="ror.w.query").proto.set_value
+    assert at.text_area(key="ror.w.query").value == example.query
+
+    at.switch_page("app.py").run()
+    at.switch_page(DUAL_PATH).run()  # a new widget on each page: seeded from the store again
+    assert not at.exception, at.exception
+    assert at.text_area(key="ror.w.query").value == example.query
+    assert at.text_area(key="ror.w.context").value == example.context
+    assert at.slider(key="ror.w.top_k").value == 6
+    assert at.number_input(key="ror.w.max_new_tokens").value == 16
+
+
 def test_landing_analyse_button_runs_on_the_dual_path_page() -> None:
     example = _example("known-fact")
     at = _app()

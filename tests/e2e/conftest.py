@@ -1,0 +1,212 @@
+"""Browser-test fixtures: one real `streamlit run app.py` for the whole session, Debian's chromium driven by
+Playwright, and :class:`AppPage`, the few interactions every browser test needs, written so that they wait
+for the app the way a person does (for the page to stop running) instead of racing its reruns."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+SERVER_START_TIMEOUT_S = 120
+RUN_TIMEOUT_MS = 300_000  # a full dual-path run of the embedded model on a busy CPU
+STEP_TIMEOUT_MS = 120_000  # one rerun after an interaction (the first one loads the model)
+ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A running app: its URL and the tail of its log (for failure messages)."""
+
+    def __init__(self, url: str, log: Path) -> None:
+        self.url = url
+        self.log = log
+
+    def log_tail(self, n_chars: int = 4000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n_chars:]
+        except OSError:
+            return "(no server log)"
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"streamlit exited early with code {proc.returncode}; log:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"streamlit was not healthy within {SERVER_START_TIMEOUT_S} s; log:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real `streamlit run app.py` on a free port, shared by every browser test; always terminated."""
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not on PATH (`apt-get install chromium` or `make browser`); "
+                    "Playwright cannot download its own browsers here.")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    url = f"http://127.0.0.1:{port}"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "streamlit", "run", "app.py",
+                "--server.headless", "true",
+                "--server.port", str(port),
+                "--server.address", "127.0.0.1",
+                "--browser.gatherUsageStats", "false",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_healthy(url, proc, log)
+            yield Server(url, log)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not on PATH (`apt-get install chromium` or `make browser`).")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+class AppPage:
+    """One browser tab on the app (its own Streamlit session), with interactions that wait like a user."""
+
+    def __init__(self, page: Page, server: Server) -> None:
+        self.page = page
+        self.server = server
+
+    # -- waiting ------------------------------------------------------------------------------------------
+    def wait_idle(self, timeout_ms: int = STEP_TIMEOUT_MS) -> None:
+        """Wait until the app's script is not running (what the running indicator shows a person)."""
+        self.page.wait_for_function(
+            "() => document.querySelector('[data-test-script-state]')?.getAttribute('data-test-script-state')"
+            " === 'notRunning'",
+            timeout=timeout_ms,
+        )
+
+    def fail_on_error(self) -> None:
+        """Fail with the app's own message when it shows an error box or an exception."""
+        errors = self.page.locator(ERRORS)
+        if errors.count():
+            pytest.fail(f"the app showed an error: {errors.first.inner_text()[:2000]}")
+
+    def diagnose(self, what: str) -> str:
+        """A failure message with what the page shows and the server log's tail."""
+        text = self.page.locator('[data-testid="stMain"]').first.inner_text()[-3000:]
+        return f"{what}\n--- page text ---\n{text}\n--- server log ---\n{self.server.log_tail()}"
+
+    # -- navigation and input -----------------------------------------------------------------------------
+    def open(self, path: str, heading: str) -> None:
+        self.page.goto(f"{self.server.url}/{path}")
+        self.page.get_by_role("heading", name=heading).first.wait_for(timeout=STEP_TIMEOUT_MS)
+        self.wait_idle()
+
+    def fill(self, label: str, text: str) -> None:
+        """Type into a text area and commit it (Ctrl+Enter), then check the app kept what was typed."""
+        self.wait_idle()
+        box = self.page.get_by_role("textbox", name=label, exact=True)
+        box.fill(text)
+        box.press("Control+Enter")
+        self.wait_idle()
+        assert box.input_value() == text, self.diagnose(f"the {label!r} box lost what was typed")
+
+    def set_number(self, label: str, value: int) -> None:
+        self.wait_idle()
+        box = self.page.get_by_role("spinbutton", name=label, exact=True)
+        box.fill(str(value))
+        box.press("Enter")
+        self.wait_idle()
+        assert box.input_value() == str(value), self.diagnose(f"{label!r} did not keep {value}")
+
+    def click_and_wait(self, button: str, done: Any, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
+        """Click a button once the app is idle and wait for ``done`` (a locator) or an error box."""
+        self.wait_idle()
+        self.page.get_by_role("button", name=button).click()
+        outcome = done.or_(self.page.locator(ERRORS)).first
+        try:
+            outcome.wait_for(timeout=timeout_ms)
+        except Exception as exc:  # noqa: BLE001 - a timeout: say what the page shows instead
+            pytest.fail(self.diagnose(f"after clicking {button!r}: {type(exc).__name__}"))
+        self.fail_on_error()
+
+    def run_dual_path(self) -> None:
+        """Press Run and wait for the verdict, the verdict text and the divergence chart."""
+        self.click_and_wait("Run both paths", self.page.get_by_role("heading", name="RePCS verdict"))
+        self.wait_idle(RUN_TIMEOUT_MS)
+        self.page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
+
+    def screenshot_whole_page(self, path: Path) -> None:
+        """Streamlit scrolls inside its main container, so grow the viewport to its height before the shot."""
+        height = self.page.evaluate(
+            "() => Math.max(...['[data-testid=\"stMain\"]', '[data-testid=\"stAppViewContainer\"]']"
+            ".map(s => document.querySelector(s)).filter(Boolean).map(e => e.scrollHeight), 1000)"
+        )
+        self.page.set_viewport_size({"width": 1440, "height": min(int(height) + 40, 7000)})
+        self.page.wait_for_timeout(1500)  # let plotly re-layout at the new size
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(path), full_page=True)
+
+
+@pytest.fixture()
+def app(browser: Browser, server: Server) -> Iterator[AppPage]:
+    """A fresh browser context (a new Streamlit session) on the shared server."""
+    context = browser.new_context(viewport={"width": 1440, "height": 1100})
+    page = context.new_page()
+    page.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        yield AppPage(page, server)
+    finally:
+        context.close()
