@@ -151,8 +151,8 @@ class AppPage:
     # -- navigation and input -----------------------------------------------------------------------------
     def open(self, path: str, heading: str) -> None:
         self.page.goto(f"{self.server.url}/{path}")
-        self.page.get_by_role("heading", name=heading).first.wait_for(timeout=STEP_TIMEOUT_MS)
-        self.wait_idle()
+        self.page.get_by_role("heading", name=heading).first.wait_for(timeout=RUN_TIMEOUT_MS)
+        self.wait_idle(RUN_TIMEOUT_MS)  # the first page of a session may load the model
 
     def fill(self, label: str, text: str) -> None:
         """Type into a text area and commit it (Ctrl+Enter), then check the app kept what was typed."""
