@@ -137,6 +137,20 @@ class AppPage:
             timeout=timeout_ms,
         )
 
+    def settle(self, timeout_ms: int = STEP_TIMEOUT_MS) -> None:
+        """After an interaction: let the rerun it triggers start (up to 1.5 s), then wait for it to end."""
+        self.page.evaluate(
+            """() => new Promise(resolve => {
+                const el = document.querySelector('[data-test-script-state]');
+                const running = () => el && el.getAttribute('data-test-script-state') === 'running';
+                if (!el || running()) return resolve(true);
+                const obs = new MutationObserver(() => { if (running()) { obs.disconnect(); resolve(true); } });
+                obs.observe(el, {attributes: true});
+                setTimeout(() => { obs.disconnect(); resolve(false); }, 1500);
+            })"""
+        )
+        self.wait_idle(timeout_ms)
+
     def fail_on_error(self) -> None:
         """Fail with the app's own message when it shows an error box or an exception."""
         errors = self.page.locator(ERRORS)
@@ -160,7 +174,7 @@ class AppPage:
         box = self.page.get_by_role("textbox", name=label, exact=True)
         box.fill(text)
         box.press("Control+Enter")
-        self.wait_idle()
+        self.settle()
         assert box.input_value() == text, self.diagnose(f"the {label!r} box lost what was typed")
 
     def set_number(self, label: str, value: int) -> None:
@@ -168,7 +182,7 @@ class AppPage:
         box = self.page.get_by_role("spinbutton", name=label, exact=True)
         box.fill(str(value))
         box.press("Enter")
-        self.wait_idle()
+        self.settle()
         assert box.input_value() == str(value), self.diagnose(f"{label!r} did not keep {value}")
 
     def click_and_wait(self, button: str, done: Any, timeout_ms: int = RUN_TIMEOUT_MS) -> None:

@@ -43,7 +43,7 @@ def test_attention_page_opens_a_head_when_a_cell_is_clicked(app: AppPage) -> Non
     page.mouse.click(x, y)
     page.get_by_text(f"layer {LAYER} · head {HEAD}").first.wait_for(timeout=RUN_TIMEOUT_MS)
     page.locator('[data-testid="stPlotlyChart"]').nth(4).wait_for()
-    app.wait_idle(RUN_TIMEOUT_MS)
+    app.settle(RUN_TIMEOUT_MS)
     assert page.locator('[data-testid="stPlotlyChart"]').count() == 5
     # the pattern's axes are the prompt's tokens
     ticks = page.locator('[data-testid="stPlotlyChart"]').nth(4).locator(".xtick text").all_text_contents()

@@ -84,7 +84,7 @@ def test_evaluate_upload_run_and_screenshot(app: AppPage) -> None:
     app.open("Evaluate", "Evaluate")
     app.set_number(MAX_TOKENS, 6)
     page.get_by_text("Upload a CSV", exact=True).click()
-    app.wait_idle()
+    app.settle()
     page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(
         files=[{"name": "six_rows.csv", "mimeType": "text/csv", "buffer": EVAL_CSV}]
     )
@@ -107,7 +107,7 @@ def test_inputs_and_settings_follow_the_user_across_pages(app: AppPage) -> None:
     for link, heading in (("Ablations", "Ablations"), ("Dual Path", "Dual Path")):
         page.get_by_role("link", name=link).first.click()
         page.get_by_role("heading", name=heading).first.wait_for()
-        app.wait_idle()
+        app.settle()
         app.fail_on_error()
         assert page.get_by_role("textbox", name=QUERY, exact=True).input_value() == "Who founded the Orrin Guild?"
         assert page.get_by_role("textbox", name=CONTEXT, exact=True).input_value() == (
