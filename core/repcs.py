@@ -93,23 +93,73 @@ class Threshold:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Threshold:
-        if "tau" not in data:
-            raise ValueError("A threshold file needs a 'tau' entry")
-        allowed = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in allowed})
+    def from_dict(cls, data: Any) -> Threshold:
+        """A threshold from its JSON object, checked field by field (``ValueError`` names the bad field).
+
+        Required: ``tau`` (a finite number, nats), ``T`` (a positive integer), ``model`` (the model's name).
+        ``alpha`` and ``source`` default to 0.05 and "threshold file"; unknown fields are ignored.
+        """
+        if not isinstance(data, dict):
+            raise ValueError("A threshold file holds one JSON object, e.g. {\"tau\": 6.7, \"T\": 64, \"model\": …}")
+        for name in ("tau", "T", "model"):
+            if name not in data:
+                raise ValueError(f"A threshold file needs a {name!r} entry")
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        values.setdefault("alpha", 0.05)
+        values.setdefault("source", "threshold file")
+        values["tau"] = _finite(values["tau"], "tau")
+        values["alpha"] = _finite(values["alpha"], "alpha")
+        if not 0.0 < values["alpha"] < 1.0:
+            raise ValueError(f"'alpha' must lie in (0, 1), got {values['alpha']}")
+        if isinstance(values["T"], bool) or not isinstance(values["T"], int) or values["T"] < 1:
+            raise ValueError(f"'T' must be a positive integer (answer tokens), got {values['T']!r}")
+        for name in ("model", "source"):
+            if not isinstance(values[name], str) or not values[name].strip():
+                raise ValueError(f"{name!r} must be a non-empty string")
+        for name in ("gamma", "delta", "epsilon", "fpr", "fnr", "mean_z_clean", "mean_z_memorized"):
+            if values.get(name) is not None:
+                values[name] = _finite(values[name], name)
+        for name in ("n_clean", "n_memorized", "n_required"):
+            value = values.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name!r} must be a non-negative integer, got {value!r}")
+        if not isinstance(values.get("extra", {}), dict):
+            raise ValueError("'extra' must be a JSON object")
+        return cls(**values)
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes, *, max_bytes: int = 64 * 1024) -> Threshold:
+        """A threshold from the bytes of a JSON file (e.g. an upload), size-limited and strictly checked."""
+        if len(data) > max_bytes:
+            raise ValueError(f"A threshold file is a few hundred bytes; this one has {len(data):,} (limit {max_bytes:,})")
+        try:
+            parsed = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"The file is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"The file is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+        return cls.from_dict(parsed)
 
     @classmethod
     def load(cls, path: str | Path) -> Threshold:
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+            data = Path(path).read_bytes()
+        except OSError as exc:
             raise ValueError(f"Cannot read threshold file {path}: {exc}") from exc
-        return cls.from_dict(data)
+        try:
+            return cls.from_json_bytes(data)
+        except ValueError as exc:
+            raise ValueError(f"Threshold file {path}: {exc}") from exc
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(self.to_json(), encoding="utf-8")
+
+
+def _finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise ValueError(f"{name!r} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def fit_threshold(

@@ -48,6 +48,7 @@ from core.evaluate import (
     summarize,
 )
 from core.models import ModelHandle
+from core.repcs import Threshold
 from core.robustness import DEFAULT_SIGMAS
 
 st.set_page_config(page_title="Evaluate · Read or Recall", layout="wide")
@@ -104,6 +105,45 @@ def draw_header() -> None:
         "trained on\", *grounded* \"a fact that exists only in the context\". An AUC describes this model on "
         "these rows, not any single answer."
     )
+
+
+def draw_threshold_in_force(model: str) -> None:
+    """The τ in force for this model and where it comes from; load a τ saved earlier (``threshold.json``)."""
+    current, source = active_threshold(model)
+    in_force = "no τ (uncalibrated)" if current is None else f"τ = {current.tau:.3f} nats (T = {current.T})"
+    with st.expander(f"Threshold in force: {in_force} — load a saved τ", icon=":material/tune:"):
+        st.caption(f"Source: {escape_markdown(source)}")
+        upload = st.file_uploader(
+            "A τ saved from this page (τ as JSON) or by `python -m core calibrate --write-threshold`",
+            type=["json"], key="ror.eval.tau_upload", max_upload_size=1,
+            help="Checked field by field (τ, T, model, …) before anything is applied.",
+        )
+        left, right = st.columns(2)
+        own, _ = session_threshold(model)
+        right.button("Back to the default τ", key="ror.eval.reset_tau_top", disabled=own is None,
+                     on_click=clear_active_threshold, args=(model,))
+        if upload is None:
+            return
+        try:
+            loaded = Threshold.from_json_bytes(upload.getvalue())
+        except ValueError as exc:
+            st.error(f"The τ was not loaded. {escape_markdown(str(exc))}")
+            return
+        st.caption(
+            f"{escape_markdown(upload.name)}: τ = {loaded.tau:.4f} nats · T = {loaded.T} · α = {loaded.alpha:g}"
+            + ("" if loaded.fpr is None else f" · FPR {loaded.fpr:.1%}")
+            + ("" if loaded.fnr is None else f" · FNR {loaded.fnr:.1%}")
+            + f" · model {escape_markdown(loaded.model)} · {escape_markdown(loaded.source)}"
+        )
+        if loaded.model != model:
+            st.error(
+                f"This τ was calibrated for {escape_markdown(loaded.model)}, not for the loaded model "
+                f"({escape_markdown(model)}): a τ is specific to one model, so it is not applied."
+            )
+            return
+        left.button("Use the loaded τ for the whole app", type="primary", key="ror.eval.use_loaded_tau",
+                    on_click=set_active_threshold, args=(model, loaded, f"loaded from {upload.name} ({loaded.source})"),
+                    icon=":material/check:")
 
 
 def draw_data_source() -> tuple[str, list[LabelledRow], str] | None:
@@ -665,6 +705,7 @@ def main() -> None:
     handle = session.get_handle(config.model_spec, config.revision)
     session.draw_model_facts(handle)
     draw_header()
+    draw_threshold_in_force(handle.info.name)
     data = draw_data_source()
     rows: list[LabelledRow] = []
     name, digest = "", ""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,33 @@ def test_conflict_set_says_which_source_each_answer_follows():
     assert (counts[["context", "memory", "both", "neither"]].sum(axis=1) == n).all()
     assert all(r["scores"]["repcs"] == r["repcs_score"] for r in job["records"].values())
     assert MAIN not in at.session_state  # the labelled evaluation was not started
+
+
+def test_a_saved_tau_is_checked_then_used_for_the_whole_app():
+    """Load a τ saved earlier: a bad file or another model's τ is refused with the reason and changes
+    nothing; a good one, once confirmed, is the τ in force (and "Back to the default τ" undoes it)."""
+    from core.repcs import EMBEDDED_THRESHOLD, Threshold
+
+    at = _page()
+    upload = at.file_uploader(key="ror.eval.tau_upload")
+    upload.set_value(("threshold.json", b'{"tau": NaN, "T": 64, "model": "x"}', "application/json")).run()
+    assert any("tau" in e.value and "must be a finite number" in e.value for e in at.error)
+    assert not at.session_state["ror.threshold.active"], "a refused file changes nothing"
+
+    mine = Threshold.load(EMBEDDED_THRESHOLD)
+    mine.tau, mine.source = 11.25, "a test calibration"
+    other = Threshold.from_dict({**json.loads(mine.to_json()), "model": "another-model"})
+    at.file_uploader(key="ror.eval.tau_upload").set_value(("other.json", other.to_json().encode(), "application/json")).run()
+    assert any("not for the loaded model" in e.value for e in at.error)
+    assert not any(b.key == "ror.eval.use_loaded_tau" for b in at.button)
+
+    at.file_uploader(key="ror.eval.tau_upload").set_value(("mine.json", mine.to_json().encode(), "application/json")).run()
+    assert not at.error
+    at.button(key="ror.eval.use_loaded_tau").click().run()
+    assert not at.exception, at.exception
+    (entry,) = at.session_state["ror.threshold.active"].values()
+    assert entry["threshold"]["tau"] == 11.25 and "loaded from mine.json" in entry["source"]
+    assert any("τ = 11.250 nats" in e.label for e in at.expander)
+    at.button(key="ror.eval.reset_tau_top").click().run()
+    assert not at.session_state["ror.threshold.active"]
+    assert any(f"τ = {Threshold.load(EMBEDDED_THRESHOLD).tau:.3f} nats" in e.label for e in at.expander)

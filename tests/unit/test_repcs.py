@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -84,3 +85,41 @@ def test_bundled_threshold_file_is_consistent():
     assert data["alpha"] == 0.05 and data["n_clean"] >= 60
     assert data["delta"] > 0 and data["n_required"] == pac_sample_size(data["gamma"], data["T"], data["delta"], data["epsilon"])
     assert data["fpr"] <= 0.1
+
+
+def test_threshold_json_round_trip_and_strict_checks():
+    good = Threshold.load(EMBEDDED_THRESHOLD)
+    assert Threshold.from_json_bytes(good.to_json().encode()) == good
+    minimal = Threshold.from_json_bytes(b'{"tau": 3, "T": 16, "model": "m"}')
+    assert (minimal.tau, minimal.T, minimal.alpha, minimal.source) == (3.0, 16, 0.05, "threshold file")
+    assert isinstance(minimal.tau, float)
+    base = {"tau": 6.7, "T": 64, "model": "m"}
+    bad = [
+        (b"\xff\xfe", "not UTF-8"),
+        (b"{tau: 1}", "not JSON"),
+        (b"[1, 2]", "one JSON object"),
+        (json.dumps({"T": 64, "model": "m"}).encode(), "'tau'"),
+        (json.dumps({"tau": 1.0, "model": "m"}).encode(), "'T'"),
+        (b'{"tau": Infinity, "T": 64, "model": "m"}', "finite"),
+        (json.dumps({**base, "tau": "6.7"}).encode(), "finite"),
+        (json.dumps({**base, "tau": True}).encode(), "finite"),
+        (json.dumps({**base, "T": 0}).encode(), "positive integer"),
+        (json.dumps({**base, "T": 6.5}).encode(), "positive integer"),
+        (json.dumps({**base, "model": ""}).encode(), "'model'"),
+        (json.dumps({**base, "alpha": 1.5}).encode(), "(0, 1)"),
+        (json.dumps({**base, "n_clean": -1}).encode(), "'n_clean'"),
+        (json.dumps({**base, "extra": [1]}).encode(), "'extra'"),
+        (b" " * 70_000, "limit"),
+    ]
+    for data, message in bad:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            Threshold.from_json_bytes(data)
+
+
+def test_threshold_file_errors_name_the_file(tmp_path):
+    path = tmp_path / "tau.json"
+    path.write_text('{"tau": 1.0}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"tau\.json.*'T'"):
+        Threshold.load(path)
+    with pytest.raises(ValueError, match="Cannot read"):
+        Threshold.load(tmp_path / "missing.json")
