@@ -85,7 +85,8 @@ def test_evaluate_upload_run_and_screenshot(app: AppPage) -> None:
     app.set_number(MAX_TOKENS, 6)
     page.get_by_text("Upload a CSV", exact=True).click()
     app.settle()
-    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(
+    uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="Labelled CSV")
+    uploader.locator('input[type="file"]').set_input_files(
         files=[{"name": "six_rows.csv", "mimeType": "text/csv", "buffer": EVAL_CSV}]
     )
     page.get_by_text(re.compile(r"six_rows\.csv: 6 rows · 3 memorized · 3 grounded")).wait_for()
@@ -114,3 +115,18 @@ def test_inputs_and_settings_follow_the_user_across_pages(app: AppPage) -> None:
             "The Orrin Guild was founded by Tamsin Vell."
         )
         assert page.get_by_role("spinbutton", name=MAX_TOKENS, exact=True).input_value() == "9"
+
+
+def test_a_saved_tau_is_loaded_from_a_file(app: AppPage) -> None:
+    """The Evaluate page's "Threshold in force": upload a saved τ in a real browser and apply it."""
+    saved = (ROOT / "assets" / "thresholds" / "embedded.json").read_text(encoding="utf-8")
+    saved = re.sub(r'"tau": [0-9.]+', '"tau": 9.42', saved)
+    page = app.page
+    app.open("Evaluate", "Evaluate")
+    page.get_by_text("Threshold in force").click()
+    uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="A τ saved from this page")
+    uploader.locator('input[type="file"]').set_input_files(
+        files=[{"name": "threshold.json", "mimeType": "application/json", "buffer": saved.encode()}]
+    )
+    app.click_and_wait("Use the loaded τ for the whole app",
+                       page.get_by_text("Threshold in force: τ = 9.420 nats (T = 64)"))
