@@ -131,7 +131,9 @@ class Threshold:
     def from_json_bytes(cls, data: bytes, *, max_bytes: int = 64 * 1024) -> Threshold:
         """A threshold from the bytes of a JSON file (e.g. an upload), size-limited and strictly checked."""
         if len(data) > max_bytes:
-            raise ValueError(f"A threshold file is a few hundred bytes; this one has {len(data):,} (limit {max_bytes:,})")
+            raise ValueError(
+                f"A threshold file is a few hundred bytes; this one has {len(data):,} (limit {max_bytes:,})"
+            )
         try:
             parsed = json.loads(data.decode("utf-8"))
         except UnicodeDecodeError as exc:

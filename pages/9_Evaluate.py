@@ -2,8 +2,8 @@
 
 The page reads top to bottom: the τ in force (and loading a saved one), the data (a bundled probe set or an
 uploaded CSV), the detectors and run options, the run itself (progress with rows done / total and ETA, a Stop
-button; rows already scored are kept), then five tabs: detectors (overlaid ROC curves, AUC with bootstrap 95% CI, FPR@95%TPR, Precision@10,
-downloads), rows (per-row scores; open a row on the Dual Path page), calibration (τ from chosen clean rows,
+button; rows already scored are kept), then five tabs: detectors (overlaid ROC curves, AUC with bootstrap 95%
+CI, FPR@95%TPR, Precision@10, downloads), rows (per-row scores; open a row on the Dual Path page), calibration (τ from chosen clean rows,
 held-out FPR/FNR, PAC n, "use this τ"), robustness (RePCS Table IV) and the conflict set.
 
 Scoring runs batch by batch and keeps each finished batch in ``st.session_state``, so a Stop click (or a page

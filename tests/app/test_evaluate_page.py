@@ -161,11 +161,13 @@ def test_a_saved_tau_is_checked_then_used_for_the_whole_app():
     mine = Threshold.load(EMBEDDED_THRESHOLD)
     mine.tau, mine.source = 11.25, "a test calibration"
     other = Threshold.from_dict({**json.loads(mine.to_json()), "model": "another-model"})
-    at.file_uploader(key="ror.eval.tau_upload").set_value(("other.json", other.to_json().encode(), "application/json")).run()
+    upload = at.file_uploader(key="ror.eval.tau_upload")
+    upload.set_value(("other.json", other.to_json().encode(), "application/json")).run()
     assert any("not for the loaded model" in e.value for e in at.error)
     assert not any(b.key == "ror.eval.use_loaded_tau" for b in at.button)
 
-    at.file_uploader(key="ror.eval.tau_upload").set_value(("mine.json", mine.to_json().encode(), "application/json")).run()
+    upload = at.file_uploader(key="ror.eval.tau_upload")
+    upload.set_value(("mine.json", mine.to_json().encode(), "application/json")).run()
     assert not at.error
     at.button(key="ror.eval.use_loaded_tau").click().run()
     assert not at.exception, at.exception

@@ -61,7 +61,8 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"streamlit exited early with code {proc.returncode}; log:\n{log.read_text(errors='replace')[-3000:]}")
+            tail = log.read_text(errors="replace")[-3000:]
+            pytest.fail(f"streamlit exited early with code {proc.returncode}; log:\n{tail}")
         try:
             with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
                 if response.status == 200:
@@ -69,7 +70,8 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.5)
-    pytest.fail(f"streamlit was not healthy within {SERVER_START_TIMEOUT_S} s; log:\n{log.read_text(errors='replace')[-3000:]}")
+    tail = log.read_text(errors="replace")[-3000:]
+    pytest.fail(f"streamlit was not healthy within {SERVER_START_TIMEOUT_S} s; log:\n{tail}")
 
 
 @pytest.fixture(scope="session")
