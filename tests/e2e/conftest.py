@@ -199,7 +199,7 @@ class AppPage:
         self.fail_on_error()
 
     def run_dual_path(self) -> None:
-        """Press Run and wait for the verdict, the verdict text and the divergence chart."""
+        """Press Run, then wait for the verdict heading, the run to end and the divergence chart."""
         self.click_and_wait("Run both paths", self.page.get_by_role("heading", name="RePCS verdict"))
         self.wait_idle(RUN_TIMEOUT_MS)
         self.page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
