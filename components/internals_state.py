@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -87,6 +88,20 @@ def current_run() -> tuple[session.AppConfig, ModelHandle, DualPathResult | None
         )
         return config, handle, None
     return config, handle, result
+
+
+def open_view(draw_header: Callable[[], None]) -> tuple[ModelHandle, DualPathResult, Internals] | None:
+    """The start of every inside-the-model page: sidebar and model, the page's header, then the session's last
+    run and its analysis. ``None`` once the page has said why there is nothing to show yet."""
+    _, handle, result = current_run()
+    draw_header()
+    if result is None:
+        draw_no_result()
+        return None
+    internals = internals_for(handle, result)
+    if internals is None:
+        return None
+    return handle, result, internals
 
 
 def draw_no_result() -> None:

@@ -300,14 +300,10 @@ def draw_export(internals: Internals, where: int | str, tau: float) -> None:
 
 
 def main() -> None:
-    _, handle, result = state.current_run()
-    draw_header()
-    if result is None:
-        state.draw_no_result()
+    opened = state.open_view(draw_header)
+    if opened is None:
         return
-    internals = state.internals_for(handle, result)
-    if internals is None:
-        return
+    handle, result, internals = opened
     where = draw_where(internals, result)
     tau = draw_tau()
     st.divider()

@@ -241,14 +241,10 @@ def draw_export(internals: Internals, basis: CrmBasis | None, result: DualPathRe
 
 
 def main() -> None:
-    _, handle, result = state.current_run()
-    draw_header()
-    if result is None:
-        state.draw_no_result()
+    opened = state.open_view(draw_header)
+    if opened is None:
         return
-    internals = state.internals_for(handle, result)
-    if internals is None:
-        return
+    handle, result, internals = opened
     basis = draw_basis(handle, result)
     direction = draw_direction()
     st.divider()

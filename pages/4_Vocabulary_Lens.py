@@ -149,14 +149,10 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
 
 
 def main() -> None:
-    _, handle, result = state.current_run()
-    draw_header()
-    if result is None:
-        state.draw_no_result()
+    opened = state.open_view(draw_header)
+    if opened is None:
         return
-    internals = state.internals_for(handle, result)
-    if internals is None:
-        return
+    handle, result, internals = opened
     basis = state.basis_for(handle, result.template)
     direction = draw_direction(basis)
     st.divider()
