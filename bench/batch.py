@@ -23,9 +23,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.batch import score_rows  # noqa: E402
-from core.engine import DualPathSettings, run_dual_path  # noqa: E402
-from core.models import load_model  # noqa: E402
+from core.engine.batch import score_rows  # noqa: E402
+from core.engine.dual_path import DualPathSettings, run_dual_path  # noqa: E402
+from core.model.loading import load_model  # noqa: E402
 
 PROBES = Path(__file__).resolve().parent.parent / "assets" / "probes" / "probes.csv"
 BUILTIN = [
@@ -50,7 +50,7 @@ BUILTIN = [
 
 def load_rows(n: int) -> list[tuple[str, str]]:
     if PROBES.is_file():
-        from core.evaluate import read_labelled_csv
+        from core.evaluation.evaluate import read_labelled_csv
 
         rows = read_labelled_csv(PROBES)
         mem = [r for r in rows if r.label == "memorized"]

@@ -28,10 +28,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.crm import crm_report, load_basis, load_calibration_prompts  # noqa: E402
-from core.engine import DualPathSettings, run_dual_path  # noqa: E402
-from core.internals import analyse, attention_pattern, path_sequence  # noqa: E402
-from core.models import load_model  # noqa: E402
+from core.methods.crm.legacy import crm_report, load_basis, load_calibration_prompts  # noqa: E402
+from core.engine.dual_path import DualPathSettings, run_dual_path  # noqa: E402
+from core.methods.internals import analyse, attention_pattern, path_sequence  # noqa: E402
+from core.model.loading import load_model  # noqa: E402
 
 QUERY = "According to the passage, what colour are the trams in Lisk?"
 

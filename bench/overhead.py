@@ -20,8 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.engine import DualPathSettings, prepare_prompts, run_dual_path  # noqa: E402
-from core.models import load_model  # noqa: E402
+from core.engine.dual_path import DualPathSettings, prepare_prompts, run_dual_path  # noqa: E402
+from core.model.loading import load_model  # noqa: E402
 
 QUERY = "What is the capital of Veltria?"
 CONTEXT = (

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.engine import DualPathSettings, run_dual_path  # noqa: E402
-from core.models import load_model  # noqa: E402
-from core.sma import SMASettings, run_context_ablation, run_sma  # noqa: E402
+from core.engine.dual_path import DualPathSettings, run_dual_path  # noqa: E402
+from core.model.loading import load_model  # noqa: E402
+from core.methods.sma.legacy import SMASettings, run_context_ablation, run_sma  # noqa: E402
 
 QUERY = "What is the capital of Veltria?"
 CONTEXT = (

@@ -28,10 +28,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.ablation import layer_sweep, score_run, sweep_settings  # noqa: E402
-from core.engine import DualPathSettings, prepare_prompts  # noqa: E402
-from core.interventions import noise_injection  # noqa: E402
-from core.models import load_model  # noqa: E402
+from core.methods.ablation.experiments import layer_sweep, score_run, sweep_settings  # noqa: E402
+from core.engine.dual_path import DualPathSettings, prepare_prompts  # noqa: E402
+from core.methods.ablation.interventions import noise_injection  # noqa: E402
+from core.model.loading import load_model  # noqa: E402
 
 QUERY = "What is the capital of Veltria?"
 CONTEXT = (

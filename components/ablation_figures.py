@@ -20,7 +20,7 @@ from components.figures import (
     escape_label,
     token_label,
 )
-from core.ablation import NoiseGrid
+from core.methods.ablation.experiments import NoiseGrid
 
 CLEAN_COLOR = "#4d4d4d"
 PERTURBED_COLOR = "#c0392b"

@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from components.figures import PARAMETRIC_COLOR, RETRIEVAL_COLOR, display_token, escape_label, token_label
-from core.selfcritique import K_CHOICES, SelfCritiqueResult, penalized_cosine
-from core.sma import CONTEXT, LABELS, NON_MEMBER, PRETRAINED, RETRIEVED, ContextAblation, SMAResult, SMARun
+from core.methods.selfcritique import K_CHOICES, SelfCritiqueResult, penalized_cosine
+from core.methods.sma.legacy import CONTEXT, LABELS, NON_MEMBER, PRETRAINED, RETRIEVED, ContextAblation, SMAResult, SMARun
 
 FIRST_COLOR = "#2f5d8a"
 CRITIQUE_COLOR = "#b5462f"

@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.result import DualPathResult
+from core.engine.result import DualPathResult
 
 RETRIEVAL_COLOR = "#2f5d8a"
 PARAMETRIC_COLOR = "#d9822b"

@@ -23,10 +23,10 @@ import numpy as np
 import streamlit as st
 
 from components import session
-from core.crm import CrmBasis, compute_basis, load_basis, vocabulary_projection
-from core.internals import Internals, analyse, attention_pattern, path_sequence
-from core.models import ModelHandle
-from core.result import DualPathResult
+from core.methods.crm.legacy import CrmBasis, compute_basis, load_basis, vocabulary_projection
+from core.methods.internals import Internals, analyse, attention_pattern, path_sequence
+from core.model.loading import ModelHandle
+from core.engine.result import DualPathResult
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import streamlit as st
 
 from components import figures, session
 from components.text import escape_markdown
-from core.repcs import GROUNDED, MEMORIZED
-from core.result import DualPathResult
+from core.methods.repcs import GROUNDED, MEMORIZED
+from core.engine.result import DualPathResult
 
 RESULT_FILE_NAME = "read_or_recall_result.json"
 

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from components.figures import escape_label, token_label
-from core.radar import (
+from core.methods.radar.legacy import (
     CATEGORY_TITLES,
     ESTIMATOR_TITLES,
     FEATURES,

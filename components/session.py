@@ -38,7 +38,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from components.text import escape_markdown
 from components.threshold_state import active_threshold, session_thresholds
-from core.engine import (
+from core.engine.dual_path import (
     PARAMETRIC,
     RETRIEVAL,
     SCORING,
@@ -47,9 +47,9 @@ from core.engine import (
     prepare_prompts,
     run_dual_path,
 )
-from core.models import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle, ModelLoadError, load_model
-from core.prompts import TEMPLATE_CHOICES, TEMPLATES
-from core.result import DualPathResult
+from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle, ModelLoadError, load_model
+from core.model.prompts import TEMPLATE_CHOICES, TEMPLATES
+from core.engine.result import DualPathResult
 
 logger = logging.getLogger(__name__)
 

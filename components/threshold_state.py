@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from core.repcs import Threshold, threshold_for
+from core.methods.repcs import Threshold, threshold_for
 
 _KEY = "ror.threshold.active"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from core.io import asset_path
 
-EXAMPLES_PATH = Path(__file__).resolve().parent.parent / "assets" / "examples" / "examples.json"
+EXAMPLES_PATH = asset_path("examples", "examples.json")
 KINDS = {
     "known-fact": "A well-known fact, with a context restating it",
     "invented-fact": "An invented fact that exists only in the context",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import streamlit as st
 
 from components import inputs, panels, session
-from core.models import ModelHandle
-from core.result import DualPathResult
+from core.model.loading import ModelHandle
+from core.engine.result import DualPathResult
 
 st.set_page_config(page_title="Dual Path · Read or Recall", layout="wide")
 

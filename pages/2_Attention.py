@@ -19,10 +19,10 @@ from components import internals_state as state
 from components import session
 from components.figures import position_label
 from components.internals_figures import head_heatmap, pattern_heatmap, selected_cell
-from core.engine import PARAMETRIC, RETRIEVAL
-from core.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialisation, specialised_heads
-from core.models import ModelHandle
-from core.result import DualPathResult
+from core.engine.dual_path import PARAMETRIC, RETRIEVAL
+from core.methods.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialisation, specialised_heads
+from core.model.loading import ModelHandle
+from core.engine.result import DualPathResult
 
 st.set_page_config(page_title="Attention · Read or Recall", layout="wide")
 

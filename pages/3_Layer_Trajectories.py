@@ -22,10 +22,10 @@ from components.internals_figures import (
     position_heatmap,
     row_label,
 )
-from core.crm import DIRECTIONS, PC1, SUPERVISED, CrmBasis, crm_report, supervised_score
-from core.internals import Internals
-from core.models import ModelHandle
-from core.result import DualPathResult
+from core.methods.crm.legacy import DIRECTIONS, PC1, SUPERVISED, CrmBasis, crm_report, supervised_score
+from core.methods.internals import Internals
+from core.model.loading import ModelHandle
+from core.engine.result import DualPathResult
 
 st.set_page_config(page_title="Layer trajectories · Read or Recall", layout="wide")
 

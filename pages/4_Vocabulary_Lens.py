@@ -15,11 +15,11 @@ from components import internals_state as state
 from components import session
 from components.figures import default_position, position_label
 from components.internals_figures import lens_figure, lens_frame, projection_frame, row_label
-from core.crm import PC1, SUPERVISED, CrmBasis
-from core.engine import PARAMETRIC, RETRIEVAL
-from core.internals import Internals
-from core.models import ModelHandle
-from core.result import DualPathResult
+from core.methods.crm.legacy import PC1, SUPERVISED, CrmBasis
+from core.engine.dual_path import PARAMETRIC, RETRIEVAL
+from core.methods.internals import Internals
+from core.model.loading import ModelHandle
+from core.engine.result import DualPathResult
 
 st.set_page_config(page_title="Vocabulary lens · Read or Recall", layout="wide")
 

@@ -20,10 +20,10 @@ import streamlit as st
 from components import ablation_figures as figs
 from components import inputs, panels, session
 from components.text import escape_markdown
-from core import ablation
-from core.interventions import NoiseSpec, format_layers, layer_preset, parse_layers
-from core.models import ModelHandle
-from core.result import DualPathResult
+from core.methods.ablation import experiments as ablation
+from core.methods.ablation.interventions import NoiseSpec, format_layers, layer_preset, parse_layers
+from core.model.loading import ModelHandle
+from core.engine.result import DualPathResult
 
 st.set_page_config(page_title="Ablations · Read or Recall", layout="wide")
 

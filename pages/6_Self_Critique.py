@@ -17,9 +17,9 @@ import streamlit as st
 from components import detector_figures as figs
 from components import inputs, session
 from components.text import escape_markdown
-from core.engine import StreamEvent
-from core.models import ModelHandle
-from core.selfcritique import (
+from core.engine.dual_path import StreamEvent
+from core.model.loading import ModelHandle
+from core.methods.selfcritique import (
     CRITIQUE,
     DEFAULT_INSTRUCTION,
     DEFAULT_K,

@@ -18,8 +18,8 @@ import streamlit as st
 from components import detector_figures as figs
 from components import inputs, session
 from components.text import escape_markdown
-from core.models import ModelHandle
-from core.sma import (
+from core.model.loading import ModelHandle
+from core.methods.sma.legacy import (
     DEFAULT_TAU,
     DEFAULT_TAU1,
     DEFAULT_TAU2,

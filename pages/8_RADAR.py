@@ -19,8 +19,8 @@ import streamlit as st
 from components import inputs, session
 from components import radar_figures as rf
 from components.text import escape_markdown
-from core import radar
-from core.models import ModelHandle
+from core.methods.radar import legacy as radar
+from core.model.loading import ModelHandle
 
 st.set_page_config(page_title="RADAR · Read or Recall", layout="wide")
 

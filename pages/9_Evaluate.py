@@ -27,12 +27,12 @@ from components import evaluate_figures as ef
 from components import session
 from components.text import escape_markdown
 from components.threshold_state import active_threshold, clear_active_threshold, session_threshold, set_active_threshold
-from core.baselines import DEFAULT_KS, ensure_k
-from core.batch import DEFAULT_BATCH_SIZE, plan_batches
-from core.calibration import DEFAULT_ALPHA, DEFAULT_EPSILON, calibrate_records
-from core.detectors import available
-from core.engine import DualPathSettings, calibration_mismatch, prepare_prompts
-from core.evaluate import (
+from core.methods.baselines import DEFAULT_KS, ensure_k
+from core.engine.batch import DEFAULT_BATCH_SIZE, plan_batches
+from core.evaluation.calibration import DEFAULT_ALPHA, DEFAULT_EPSILON, calibrate_records
+from core.detectors.registry import available
+from core.engine.dual_path import DualPathSettings, calibration_mismatch, prepare_prompts
+from core.evaluation.evaluate import (
     CONFIRMED_COLUMN,
     ConflictRow,
     DataError,
@@ -47,9 +47,9 @@ from core.evaluate import (
     stratified_sample,
     summarize,
 )
-from core.models import ModelHandle
-from core.repcs import Threshold
-from core.robustness import DEFAULT_SIGMAS
+from core.model.loading import ModelHandle
+from core.methods.repcs import Threshold
+from core.evaluation.robustness import DEFAULT_SIGMAS
 
 st.set_page_config(page_title="Evaluate · Read or Recall", layout="wide")
 logger = logging.getLogger(__name__)

@@ -30,9 +30,9 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.crm import CALIBRATION_PROMPTS, bundled_basis_path, compute_basis, load_calibration_prompts  # noqa: E402
-from core.models import load_model  # noqa: E402
-from core.prompts import TEMPLATE_CHOICES  # noqa: E402
+from core.methods.crm.legacy import CALIBRATION_PROMPTS, bundled_basis_path, compute_basis, load_calibration_prompts  # noqa: E402
+from core.model.loading import load_model  # noqa: E402
+from core.model.prompts import TEMPLATE_CHOICES  # noqa: E402
 
 
 def main() -> int:

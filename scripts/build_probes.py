@@ -139,8 +139,8 @@ def main() -> int:
 
     import torch
 
-    from core.engine import DualPathSettings, run_dual_path
-    from core.models import load_model
+    from core.engine.dual_path import DualPathSettings, run_dual_path
+    from core.model.loading import load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core import radar  # noqa: E402
-from core.models import load_model  # noqa: E402
+from core.methods.radar import legacy as radar  # noqa: E402
+from core.model.loading import load_model  # noqa: E402
 
 
 def _pct(value: float | None) -> str:

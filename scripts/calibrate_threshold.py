@@ -24,9 +24,9 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.engine import DualPathSettings, run_dual_path  # noqa: E402
-from core.models import load_model  # noqa: E402
-from core.repcs import EMBEDDED_THRESHOLD, fit_threshold  # noqa: E402
+from core.engine.dual_path import DualPathSettings, run_dual_path  # noqa: E402
+from core.model.loading import load_model  # noqa: E402
+from core.methods.repcs import EMBEDDED_THRESHOLD, fit_threshold  # noqa: E402
 
 CAL = ROOT / "assets" / "calibration"
 

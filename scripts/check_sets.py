@@ -98,8 +98,8 @@ def run_checks(
     sets: dict[str, list[dict[str, str]]], max_new_tokens: int, numbers: dict[str, list[int]] | None = None
 ) -> dict[str, list[dict[str, object]]]:
     """Run each row through the engine; ``numbers`` gives the rows' 1-based numbers in their file."""
-    from core.engine import DualPathSettings, run_dual_path
-    from core.models import load_model
+    from core.engine.dual_path import DualPathSettings, run_dual_path
+    from core.model.loading import load_model
 
     handle = load_model()
     settings = DualPathSettings(max_new_tokens=max_new_tokens)

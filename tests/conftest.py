@@ -58,7 +58,7 @@ def make_tiny_llama(vocab_size: int, seed: int = 0, n_layers: int = 3):
 @pytest.fixture(scope="session")
 def tiny_handle():
     """A :class:`ModelHandle` around a 3-layer random Llama with a byte tokenizer (CPU, fp32)."""
-    from core.models import handle_from_model
+    from core.model.loading import handle_from_model
 
     tokenizer = make_byte_tokenizer()
     model = make_tiny_llama(len(tokenizer))
@@ -70,6 +70,6 @@ def tiny_handle():
 @pytest.fixture(scope="session")
 def embedded_handle():
     """The embedded SmolLM2-135M-Instruct (converted once to the user cache, then ~0.2 s to load)."""
-    from core.models import load_model
+    from core.model.loading import load_model
 
     return load_model()

@@ -7,7 +7,7 @@ import pytest
 
 from components import figures
 from components.text import escape_markdown
-from core.engine import DualPathSettings, run_dual_path
+from core.engine.dual_path import DualPathSettings, run_dual_path
 
 SCRIPT = "<script>alert(1)</script>"
 

@@ -136,7 +136,7 @@ def test_conflict_set_says_which_source_each_answer_follows():
     at.button(key="ror.eval.job.conflict.run").click().run()
     assert not at.exception, at.exception
     job = at.session_state["ror.eval.job.conflict"]
-    from core.evaluate import read_conflict_csv
+    from core.evaluation.evaluate import read_conflict_csv
 
     n = len(read_conflict_csv(ROOT / "assets" / "probes" / "conflict.csv"))
     assert job["status"] == "done" and len(job["records"]) == n
@@ -150,7 +150,7 @@ def test_conflict_set_says_which_source_each_answer_follows():
 def test_a_saved_tau_is_checked_then_used_for_the_whole_app():
     """Load a τ saved earlier: a bad file or another model's τ is refused with the reason and changes
     nothing; a good one, once confirmed, is the τ in force (and "Back to the default τ" undoes it)."""
-    from core.repcs import EMBEDDED_THRESHOLD, Threshold
+    from core.methods.repcs import EMBEDDED_THRESHOLD, Threshold
 
     at = _page()
     upload = at.file_uploader(key="ror.eval.tau_upload")

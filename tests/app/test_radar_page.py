@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core import radar
+from core.methods.radar import legacy as radar
 
 PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "8_RADAR.py")
 

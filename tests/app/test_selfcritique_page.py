@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.selfcritique import DEFAULT_INSTRUCTION, SelfCritiqueResult
+from core.methods.selfcritique import DEFAULT_INSTRUCTION, SelfCritiqueResult
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "6_Self_Critique.py")

@@ -1,0 +1,134 @@
+"""``python -m core calibrate`` — set RePCS' τ on clean rows, check it on held-out rows, write it as JSON.
+
+Examples::
+
+    # score a labelled CSV (batched), calibrate on half of its grounded rows, write τ
+    python -m core calibrate assets/probes/probes.csv --write-threshold tau.json --alpha 0.05 --epsilon 0.05
+
+    # reuse the rows of an earlier `python -m core evaluate … --out result.json` (no model call)
+    python -m core calibrate result.json --write-threshold tau.json --out calibration.json
+
+    # apply that τ anywhere
+    python -m core run --query … --context … --threshold-file tau.json
+    python -m core evaluate data.csv --out r.json --threshold-file tau.json
+
+With ``--threshold-file`` the given τ's achieved FPR/FNR on the held-out rows is printed next to the new one.
+The threshold file is :class:`core.repcs.Threshold` JSON (τ, α, T, model, template, γ̂, Δ̂, ε, PAC n,
+held-out FPR/FNR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    from core.engine.batch import DEFAULT_BATCH_SIZE
+    from core.evaluation.calibration import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_FRACTION
+    from core.cli import add_model_args
+
+    p = subparsers.add_parser(
+        "calibrate",
+        help="set RePCS τ as the α-quantile of Z on clean rows; held-out FPR/FNR and the PAC n; write τ as JSON",
+    )
+    p.add_argument("data", help="labelled CSV (query,context,label) or the JSON written by `evaluate --out`")
+    p.add_argument("--write-threshold", default=None, metavar="PATH", help="write the calibrated τ here (JSON)")
+    p.add_argument("--out", default=None, metavar="PATH", help="write the full calibration report here (JSON)")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="target false-positive rate α (default 0.05)")
+    p.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON, help="ε of the PAC bound (default 0.05)")
+    p.add_argument("--calibration-fraction", type=float, default=DEFAULT_FRACTION,
+                   help="share of grounded rows used to set τ, chosen at random with --seed (default 0.5)")
+    p.add_argument("--calibration-rows", default=None,
+                   help="comma-separated row numbers of grounded rows to calibrate on (overrides the fraction)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    add_model_args(p)
+    p.set_defaults(func=_cmd_calibrate, max_new_tokens=32)
+
+
+def _rows_arg(text: str | None) -> set[int] | None:
+    if not text:
+        return None
+    try:
+        return {int(t) for t in text.split(",") if t.strip()}
+    except ValueError:
+        raise ValueError(f"--calibration-rows must be comma-separated row numbers, got {text!r}") from None
+
+
+def _records_from_report(path: Path) -> tuple[list[dict[str, Any]], int, str, str | None]:
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        rows = report["rows"]
+        T = int(report["settings"]["score_window"])
+        model = str(report["model"])
+        template = report["settings"].get("template")
+        for r in rows:
+            r["row"], r["label"], r["repcs_score"]  # noqa: B018 - presence check
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a result of `python -m core evaluate` ({exc})") from exc
+    return rows, T, model, template
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import core.cli as cli
+    from core.evaluation.calibration import calibrate_records, check_threshold
+    from core.evaluation.evaluate import read_labelled_csv, write_json_atomic
+
+    path = Path(args.data)
+    given, _ = cli.threshold_from_args(args)
+    if path.suffix.lower() == ".json":
+        records, T, model, template = _records_from_report(path)
+    else:
+        from core.engine.batch import score_rows
+
+        from tqdm import tqdm
+
+        rows = read_labelled_csv(path)
+        settings = cli.settings_from_args(args)
+        handle = cli.load_model(args.model, revision=args.revision)
+        with tqdm(total=len(rows), desc="scoring rows", unit="row", file=sys.stderr) as bar:
+            results = score_rows(
+                handle, [(r.query, r.context) for r in rows], settings, batch_size=args.batch_size,
+                progress=lambda done, total: bar.update(done - bar.n),
+            )
+        records = [
+            {"row": r.row, "label": r.label, "repcs_score": res.repcs_score, "max_abs_log_ratio": res.max_abs_log_ratio}
+            for r, res in zip(rows, results)
+        ]
+        T, model, template = settings.score_window, handle.info.name, settings.template
+    report = calibrate_records(
+        records, _rows_arg(args.calibration_rows), T=T, model=model, alpha=args.alpha, epsilon=args.epsilon,
+        fraction=args.calibration_fraction, seed=args.seed, template=template, source=f"calibrated on {path.name}",
+    )
+    out = report.to_dict()
+    held = [r for r in records if r["row"] not in set(report.threshold.extra.get("calibration_rows", []))]
+    if given is not None:
+        out["given_threshold"] = check_threshold(given, held)
+    if args.out:
+        write_json_atomic(args.out, out)
+    if args.write_threshold:
+        report.threshold.save(args.write_threshold)
+
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.1%}"
+
+    lines = [
+        f"model:        {model}   T = {T}",
+        f"τ = {report.tau:.4f} nats  ({args.alpha:g}-quantile of Z over {report.n_calibration} clean rows)",
+        f"held-out:     FPR {pct(report.fpr_heldout)} on {report.n_heldout_clean} grounded rows,"
+        f"  FNR {pct(report.fnr_heldout)} on {report.n_heldout_memorized} memorized rows",
+        f"PAC:          γ̂ = {report.gamma:.3f}  Δ̂ = {'n/a' if report.delta is None else f'{report.delta:.3f}'}  ε = {args.epsilon:g}"
+        f"  →  n ≥ {'n/a' if report.n_required is None else f'{report.n_required:,}'}",
+    ]
+    if given is not None:
+        g = out["given_threshold"]
+        lines.append(f"given τ = {g['tau']:.4f} (T = {g['T']}): held-out FPR {pct(g['fpr'])}, FNR {pct(g['fnr'])}")
+    lines += [f"warning:      {w}" for w in report.warnings]
+    if args.write_threshold:
+        lines.append(f"threshold → {args.write_threshold}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0

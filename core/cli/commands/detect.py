@@ -1,0 +1,117 @@
+"""``python -m core detect`` — one dual-path run scored by chosen detectors.
+
+Example::
+
+    python -m core detect --query "What is the capital of Veltria?" \\
+        --context "The capital of Veltria is Marrowgate." --detectors selfcritique,sma --json
+
+prints the :class:`~core.result.DualPathResult` JSON (the same as ``python -m core run --json``) with
+``extras["detectors"][name] = {"score", "label", "higher_means", "cost", "source", "seconds", "details"}``;
+``details`` is whatever the detector left in its cache (Self-Critique: both answers and entropy sequences;
+SMA: units, β with retrieval on and off, ADS and labels). Without ``--json`` a short text summary is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    from core.cli import add_model_args
+    from core.methods.selfcritique import K_CHOICES
+    from core.methods.sma.legacy import GRANULARITIES, METHODS
+
+    p = subparsers.add_parser("detect", help="one dual-path run scored by chosen detectors (e.g. selfcritique,sma)")
+    p.add_argument("--query", required=True)
+    p.add_argument("--context", required=True)
+    p.add_argument("--detectors", default="selfcritique,sma", help="comma-separated detector names, or 'all'")
+    p.add_argument("--json", action="store_true", help="print the whole result (detectors under extras) as JSON")
+    p.add_argument("--sma-samples", type=int, default=64, help="SMA: N random masks (default 64)")
+    p.add_argument("--sma-granularity", choices=GRANULARITIES, default="word", help="SMA: attribution units")
+    p.add_argument("--sma-method", choices=METHODS, default="lime", help="SMA: captum method (default lime + ridge)")
+    p.add_argument("--sma-scope", choices=("query", "query+context"), default="query",
+                   help="SMA: perturb the query only (the paper) or the context too")
+    p.add_argument("--sma-max-new-tokens", type=int, default=32, help="SMA: tokens per perturbed answer")
+    p.add_argument("--selfcritique-k", default="50",
+                   help=f"Self-Critique: top-K of the entropy, one of {', '.join(str(k) for k in K_CHOICES if k)} or 'full'")
+    p.add_argument("--selfcritique-context", action="store_true",
+                   help="Self-Critique: answer with the context (default: without, as in the paper)")
+    add_model_args(p)
+    p.set_defaults(func=_cmd_detect)
+
+
+def _parse_k(text: str) -> int | None:
+    if text.strip().lower() in {"full", "none", "all"}:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--selfcritique-k must be a number or 'full', got {text!r}") from None
+
+
+def _cmd_detect(args: argparse.Namespace) -> int:
+    from core.cli import settings_from_args, threshold_from_args
+    from core.detectors.registry import DetectorInput, available
+    from core.engine.dual_path import run_dual_path
+    from core.model.loading import load_model
+    from core.methods.selfcritique import SETTINGS_KEY as SC_KEY
+    from core.methods.selfcritique import SelfCritiqueSettings
+    from core.methods.sma.legacy import SETTINGS_KEY as SMA_KEY
+    from core.methods.sma.legacy import SMASettings
+
+    registry = available()
+    names = list(registry) if args.detectors == "all" else [d.strip() for d in args.detectors.split(",") if d.strip()]
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise ValueError(f"Unknown detector(s) {', '.join(unknown)}; available: {', '.join(registry)}")
+    settings = settings_from_args(args)
+    sc_settings = SelfCritiqueSettings(
+        max_new_tokens=settings.max_new_tokens, top_k=_parse_k(args.selfcritique_k),
+        use_context=args.selfcritique_context, template=settings.template,
+    )
+    sc_settings.validate()
+    sma_settings = SMASettings(
+        n_samples=args.sma_samples, granularity=args.sma_granularity, method=args.sma_method, scope=args.sma_scope,
+        max_new_tokens=args.sma_max_new_tokens, template=settings.template,
+    )
+    sma_settings.validate()
+    threshold, source = threshold_from_args(args)
+    handle = load_model(args.model, revision=args.revision)
+    result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
+    inp = DetectorInput(handle=handle, result=result, settings=settings, cache={SC_KEY: sc_settings, SMA_KEY: sma_settings})
+    outputs: dict[str, dict[str, Any]] = {}
+    for name in names:
+        detector = registry[name]
+        if detector.cost == "heavy":
+            logger.info("running %s (many generations; this takes a while)", name)
+        t0 = time.perf_counter()
+        score = float(detector.score(inp))
+        outputs[name] = {
+            "score": score,
+            "label": detector.label,
+            "higher_means": detector.higher_means,
+            "cost": detector.cost,
+            "source": detector.source,
+            "seconds": time.perf_counter() - t0,
+            "details": inp.cache.get(name),
+        }
+    result.extras["detectors"] = outputs
+    if args.json:
+        sys.stdout.write(result.to_json() + "\n")
+        return 0
+    lines = [
+        f"model:       {result.model}",
+        f"retrieval:   {result.rag_answer}",
+        f"parametric:  {result.parametric_answer}",
+        f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   verdict: {result.verdict}",
+    ]
+    for name, out in outputs.items():
+        lines.append(f"{name:14s} {out['score']:.4f}   ({out['label']}; higher = {out['higher_means']}; {out['seconds']:.1f} s)")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0

@@ -1,0 +1,182 @@
+"""Black-box membership baselines on the context text (CRM appendix Q.1, tier 1), from one forward pass.
+
+The context is scored as plain text by the same model (no prompt template, no query): token log-probabilities
+``log p(x_i | x_<i)`` for every context token that has a prefix (the tokenizer's BOS token is prepended when it
+has one, so the first token is scored too; otherwise scoring starts at the second token). All four baselines
+come from that single forward pass, shared across detectors through ``DetectorInput.cache``:
+
+* **Perplexity** (PPL) = exp(−(1/N) Σ_i log p(x_i | x_<i)). Memorised text is predictable: *lower* PPL ⇒
+  memorised.
+* **zlib ratio** (Carlini et al., 2021) = log PPL / zlib entropy, with zlib entropy = the length in bytes of
+  ``zlib.compress(text.encode("utf-8"))``: the model's surprise relative to a generic compressor's. *Lower* ⇒
+  memorised.
+* **Min-K% Prob** (Shi et al., 2024) = mean of the k% lowest token log-probs (⌈k·N/100⌉ ≥ 1 tokens): a
+  memorised text has few surprising tokens. *Higher* ⇒ memorised.
+* **Min-K%++** (Zhang et al., 2024): each token's log-prob standardised by the next-token distribution it was
+  drawn from, ``(log p(x_i) − μ_i) / σ_i`` with ``μ_i = E_{z∼p(·|x_<i)}[log p(z)]`` and
+  ``σ_i² = E[(log p(z))²] − μ_i²``; then the mean of the k% lowest. *Higher* ⇒ memorised.
+
+k is selectable: ``min_k_<k>`` and ``min_kpp_<k>`` for any integer 1 ≤ k ≤ 100 are registered on demand by
+:func:`ensure_k` (k = 10 and 20, the CRM paper's values, are registered at import).
+
+What they can and cannot say: they measure how familiar the *context text* is to the model (membership
+inference), not whether the answer used it; a well-known fact stated in unusual words can look unfamiliar.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, register
+from core.model.loading import ModelHandle
+
+CACHE_KEY = "baselines.context_tokens"
+DEFAULT_KS = (10, 20)
+_K_NAME = re.compile(r"^min_k(pp)?_(\d{1,3})$")
+
+
+def context_token_stats(handle: ModelHandle, text: str) -> dict[str, np.ndarray]:
+    """Per-token statistics of ``text`` under the model, from one forward pass (float64 numpy, nats).
+
+    Returns:
+        ``logprob``: ``log p(x_i | x_<i)``, shape ``(N,)``; ``mu`` and ``sigma``: mean and standard deviation
+        of ``log p(z)`` under ``z ∼ p(· | x_<i)`` (Min-K%++), shape ``(N,)``.
+
+    Raises:
+        ValueError: empty text, a text with no scorable token (one token and no BOS), or over the model's budget.
+    """
+    if not text or not text.strip():
+        raise ValueError("the context is empty")
+    tok = handle.tokenizer
+    ids = list(tok(text, add_special_tokens=False)["input_ids"])
+    if tok.bos_token_id is not None:
+        ids = [int(tok.bos_token_id), *ids]
+    if len(ids) < 2:
+        raise ValueError("the context has no token to score (one token and no BOS token)")
+    if len(ids) > handle.info.max_tokens:
+        raise ValueError(f"the context is {len(ids):,} tokens, over the model's limit of {handle.info.max_tokens:,}")
+    x = torch.tensor([ids], dtype=torch.long, device=handle.device)
+    with handle.lock, torch.inference_mode():
+        logits = handle.model(input_ids=x, use_cache=False).logits[0, :-1]
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    target = x[0, 1:].unsqueeze(-1)
+    token_lp = logp.gather(-1, target).squeeze(-1)
+    p = logp.exp()
+    mu = (p * logp).sum(-1)
+    var = (p * logp.square()).sum(-1) - mu.square()
+    sigma = var.clamp_min(1e-12).sqrt()
+    return {"logprob": token_lp.cpu().numpy(), "mu": mu.cpu().numpy(), "sigma": sigma.cpu().numpy()}
+
+
+def perplexity(logprob: np.ndarray) -> float:
+    """PPL = exp(−mean log p)."""
+    lp = np.asarray(logprob, dtype=np.float64)
+    if lp.size == 0:
+        raise ValueError("no token log-probabilities")
+    return float(np.exp(-lp.mean()))
+
+
+def zlib_ratio(logprob: np.ndarray, text: str) -> float:
+    """log PPL / zlib entropy (bytes of ``zlib.compress(text)``)."""
+    lp = np.asarray(logprob, dtype=np.float64)
+    if lp.size == 0:
+        raise ValueError("no token log-probabilities")
+    return float(-lp.mean() / len(zlib.compress(text.encode("utf-8"))))
+
+
+def min_k_mean(values: np.ndarray, k: float) -> float:
+    """Mean of the ``k`` % lowest values (at least one value; ``k`` in (0, 100])."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        raise ValueError("no values")
+    if not 0 < k <= 100:
+        raise ValueError(f"k must be in (0, 100], got {k}")
+    m = max(1, math.ceil(v.size * k / 100.0))
+    return float(np.sort(v)[:m].mean())
+
+
+def min_k_prob(logprob: np.ndarray, k: float) -> float:
+    """Min-K% Prob: mean of the k% lowest token log-probs (nats)."""
+    return min_k_mean(logprob, k)
+
+
+def min_k_plus_plus(logprob: np.ndarray, mu: np.ndarray, sigma: np.ndarray, k: float) -> float:
+    """Min-K%++: mean of the k% lowest ``(log p(x_i) − μ_i) / σ_i``."""
+    lp, m, s = (np.asarray(a, dtype=np.float64) for a in (logprob, mu, sigma))
+    if not lp.shape == m.shape == s.shape:
+        raise ValueError(f"shapes differ: {lp.shape}, {m.shape}, {s.shape}")
+    return min_k_mean((lp - m) / s, k)
+
+
+def _stats(inp: DetectorInput) -> dict[str, Any]:
+    if CACHE_KEY not in inp.cache:
+        inp.cache[CACHE_KEY] = context_token_stats(inp.handle, inp.result.context)
+    return inp.cache[CACHE_KEY]
+
+
+def ensure_k(k: int) -> list[str]:
+    """Register ``min_k_<k>`` and ``min_kpp_<k>`` (idempotent) and return their names."""
+    k = int(k)
+    if not 1 <= k <= 100:
+        raise ValueError(f"Min-K% needs 1 <= k <= 100, got {k}")
+    names = [f"min_k_{k}", f"min_kpp_{k}"]
+    register(
+        Detector(
+            name=names[0],
+            label=f"Min-{k}% Prob of the context",
+            higher_means=MEMORIZED_HIGH,
+            score=lambda inp, k=k: min_k_prob(_stats(inp)["logprob"], k),
+            cost="forward",
+            source="Shi et al. 2024 (Min-K% Prob); CRM appendix Q.1",
+        )
+    )
+    register(
+        Detector(
+            name=names[1],
+            label=f"Min-{k}%++ of the context",
+            higher_means=MEMORIZED_HIGH,
+            score=lambda inp, k=k: (lambda s: min_k_plus_plus(s["logprob"], s["mu"], s["sigma"], k))(_stats(inp)),
+            cost="forward",
+            source="Zhang et al. 2024 (Min-K%++)",
+        )
+    )
+    return names
+
+
+def ensure_from_name(name: str) -> bool:
+    """Register a ``min_k_<k>`` / ``min_kpp_<k>`` detector named on the command line; ``False`` if not one."""
+    match = _K_NAME.match(name)
+    if not match or not 1 <= int(match.group(2)) <= 100:
+        return False
+    ensure_k(int(match.group(2)))
+    return True
+
+
+register(
+    Detector(
+        name="ppl",
+        label="Perplexity of the context",
+        higher_means=GROUNDED_HIGH,
+        score=lambda inp: perplexity(_stats(inp)["logprob"]),
+        cost="forward",
+        source="CRM appendix Q.1 (PPL)",
+    )
+)
+register(
+    Detector(
+        name="zlib",
+        label="zlib ratio of the context (log PPL / zlib bytes)",
+        higher_means=GROUNDED_HIGH,
+        score=lambda inp: zlib_ratio(_stats(inp)["logprob"], inp.result.context),
+        cost="forward",
+        source="Carlini et al. 2021; CRM appendix Q.1",
+    )
+)
+for _k in DEFAULT_KS:
+    ensure_k(_k)

@@ -1,0 +1,113 @@
+"""Strict validation of labelled CSV files and the evaluate command's output contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.cli import main
+from core.evaluation.evaluate import DataError, evaluate_rows, parse_labelled_csv, read_labelled_csv
+from core.engine.dual_path import DualPathSettings
+
+
+def test_valid_file_keeps_extra_columns():
+    rows = parse_labelled_csv("query,context,label,source\nq1,c1,memorized,wiki\nq2,c2, Grounded ,made-up\n")
+    assert [r.label for r in rows] == ["memorized", "grounded"]
+    assert rows[0].extra == {"source": "wiki"} and rows[1].row == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty"),
+        ("query,label\nq,memorized\n", "Missing column.*context"),
+        ("query,context,label\n", "no data rows"),
+        ("query,context,label\nq,c,memorized\nq2,,grounded\n", r"Row 2, column 'context': empty"),
+        ("query,context,label\nq,c,maybe\n", r"Row 1, column 'label': 'maybe'"),
+        ("query,context,label\n  ,c,grounded\n", r"Row 1, column 'query'"),
+        ("query,context,label\nq,c,grounded,extra\n", r"Row 1: more fields"),
+    ],
+)
+def test_malformed_files_name_row_and_column(text, message):
+    with pytest.raises(DataError, match=message):
+        parse_labelled_csv(text)
+
+
+def test_row_limit_and_encoding(tmp_path):
+    with pytest.raises(DataError, match="Too many rows"):
+        parse_labelled_csv("query,context,label\n" + "q,c,grounded\n" * 4, max_rows=3)
+    bad = tmp_path / "latin1.csv"
+    bad.write_bytes("query,context,label\nq,caf\xe9,grounded\n".encode("latin-1"))
+    with pytest.raises(DataError, match="not UTF-8"):
+        read_labelled_csv(bad)
+
+
+def test_evaluate_metrics_and_rows(tiny_handle):
+    text = "query,context,label,note\n" + "\n".join(
+        f"Question {i}?,Fact number {i} is {i * 7}.,{'memorized' if i % 2 else 'grounded'},n{i}" for i in range(6)
+    )
+    report = evaluate_rows(tiny_handle, parse_labelled_csv(text), DualPathSettings(max_new_tokens=4, score_window=4))
+    assert report["n"] == 6 and len(report["rows"]) == 6
+    rep = report["detectors"]["repcs"]
+    assert 0.0 <= rep["auc"] <= 1.0 and 0.0 <= rep["fpr_at_95tpr"] <= 1.0 and 0.0 <= rep["precision_at_10"] <= 1.0
+    assert report["rows"][0]["extra.note"] == "n0"
+
+
+def test_cli_evaluate_writes_nothing_on_bad_file(tmp_path, capsys):
+    data = tmp_path / "bad.csv"
+    data.write_text("query,context,label\nq,c,memorized\nq,c,unsure\n")
+    out = tmp_path / "out.json"
+    assert main(["evaluate", str(data), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert "Row 2, column 'label'" in capsys.readouterr().err
+
+
+def test_cli_evaluate_over_budget_row_names_row(tmp_path, capsys, monkeypatch, tiny_handle):
+    import core.cli
+
+    monkeypatch.setattr(core.cli, "load_model", lambda *a, **k: tiny_handle)
+    data = tmp_path / "long.csv"
+    data.write_text("query,context,label\nq,short,memorized\nq," + "word " * 600 + ",grounded\n")
+    out = tmp_path / "out.json"
+    assert main(["evaluate", str(data), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert "Row 2" in capsys.readouterr().err
+
+
+def test_cli_evaluate_contract(tmp_path, monkeypatch, tiny_handle):
+    import core.cli
+
+    monkeypatch.setattr(core.cli, "load_model", lambda *a, **k: tiny_handle)
+    data = tmp_path / "d.csv"
+    data.write_text("query,context,label\nA?,a is 1.,memorized\nB?,b is 2.,grounded\nC?,c is 3.,grounded\n")
+    out = tmp_path / "r.json"
+    assert main(["evaluate", str(data), "--out", str(out), "--max-new-tokens", "4"]) == 0
+    report = json.loads(out.read_text())
+    assert report["n"] == 3
+    assert set(report["detectors"]["repcs"]) >= {"auc", "fpr_at_95tpr", "precision_at_10"}
+    assert [r["row"] for r in report["rows"]] == [1, 2, 3]
+
+
+def test_all_registered_free_detectors_are_scored(tiny_handle):
+    from core.detectors.registry import available
+
+    free = [n for n, d in available().items() if d.cost == "free"]
+    assert {"repcs", "repcs_mean", "max_token_kl"} <= set(free)
+    text = "query,context,label\n" + "\n".join(f"Q{i}?,C{i} is {i}.,{'memorized' if i % 2 else 'grounded'}" for i in range(4))
+    report = evaluate_rows(tiny_handle, parse_labelled_csv(text), DualPathSettings(max_new_tokens=4, score_window=4), detectors=free)
+    assert set(report["detectors"]) == set(free)
+    row = report["rows"][0]
+    assert row["scores"]["repcs"] == row["repcs_score"]
+    # the RePCS metrics are computed on −Z
+    import numpy as np
+    from core.maths.metrics import auc
+
+    labels = np.array([1 if r["label"] == "memorized" else 0 for r in report["rows"]])
+    z = np.array([r["repcs_score"] for r in report["rows"]])
+    assert report["detectors"]["repcs"]["auc"] == auc(labels, -z)
+
+
+def test_unknown_detector_is_refused(tiny_handle):
+    with pytest.raises(ValueError, match="Unknown detector"):
+        evaluate_rows(tiny_handle, parse_labelled_csv("query,context,label\nq,c,grounded\n"), DualPathSettings(), detectors=["nope"])
