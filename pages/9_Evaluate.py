@@ -27,10 +27,10 @@ from components import evaluate_figures as ef
 from components import session
 from components.text import escape_markdown
 from components.threshold_state import active_threshold, clear_active_threshold, session_threshold, set_active_threshold
-from core.methods.baselines import DEFAULT_KS, ensure_k
+from core.methods.baselines import DEFAULT_KS
 from core.engine.batch import DEFAULT_BATCH_SIZE, plan_batches
 from core.evaluation.calibration import DEFAULT_ALPHA, DEFAULT_EPSILON, calibrate_records
-from core.detectors.registry import available
+from core.detectors import available, get
 from core.engine.dual_path import DualPathSettings, calibration_mismatch, prepare_prompts
 from core.evaluation.evaluate import (
     CONFIRMED_COLUMN,
@@ -224,7 +224,7 @@ def draw_options() -> dict[str, Any]:
         list(DEFAULT_KS), options=list(K_CHOICES),
     )
     for k in ks:
-        ensure_k(int(k))
+        get(f"min_k_{int(k)}"), get(f"min_kpp_{int(k)}")
     registry = available()
     options = list(registry)
     default = [n for n, d in registry.items() if d.cost in ("free", "forward")

@@ -13,9 +13,9 @@ Registered here:
 * ``crm_lr_cv`` — logistic regression over the per-layer LTS features (CRM eq. 1, level 3:
   LTS_ℓ = ⟨h_ℓ^c − h_ℓ^0, v_ℓ⟩ at the last prompt token along PC1, for the layers kept by the variance-ratio
   > 0.01 rule), fitted by cross-validation on the evaluated rows themselves. It uses
-  ``core.crm.load_basis(handle, template) → CrmBasis.lts(d, "pc1")`` and ``core.internals.displacement(handle,
-  result)`` (sharing ``core.crm``'s per-row cache keys, so the displacement is computed once per row), and is
-  registered only when those modules exist. ``core.crm``'s own ``crm_lr`` is the same regression fitted once on
+  :func:`core.detectors.crm.basis_for` and :func:`core.detectors.crm.displacement_for` (the CRM detectors'
+  per-row cache, so the displacement is computed once per row). :mod:`core.detectors.crm`'s own ``crm_lr`` is
+  the same regression fitted once on
   the bundled calibration prompts; ``crm_lr_cv`` needs no bundled fit but only says something about the
   evaluated set.
 
@@ -25,11 +25,11 @@ this data set* with these features; it does not certify any single generation (C
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 
 import numpy as np
 
+from core.detectors.crm import basis_for, displacement_for
 from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
 
 logger = logging.getLogger(__name__)
@@ -107,36 +107,26 @@ register(
 )
 
 
-def crm_available() -> bool:
-    """Whether the CRM level-3 modules (``core.crm``, ``core.internals``) exist in this checkout."""
-    return all(importlib.util.find_spec(m) is not None for m in ("core.methods.crm.legacy", "core.methods.internals"))
-
-
 def lts_features(inp: DetectorInput) -> np.ndarray:
     """Per-layer LTS features of one row along PC1 over the kept layers (CRM eq. 1, Φ_L3), shape ``(|L|,)``.
 
     Raises:
         ValueError: when no CRM basis exists for this model and template.
     """
-    from core.methods.crm.legacy import basis_for, displacement_for
-
     basis = basis_for(inp)
     lts = np.asarray(basis.lts(displacement_for(inp), LTS_DIRECTION), dtype=np.float64)
     return lts[list(basis.kept_layers)] if len(basis.kept_layers) else lts
 
 
-if crm_available():
-    register(
-        Detector(
-            name="crm_lr_cv",
-            label="CRM L3 LTS (PC1), logistic regression, 5-fold CV on these rows",
-            higher_means=MEMORIZED_HIGH,
-            score=_no_single_score("crm_lr_cv"),
-            cost="forward",
-            source="CRM eq. 1, appendix P.3 + §3 (stratified 5-fold CV, seed 42)",
-            needs_fit=True,
-            features=lts_features,
-        )
+register(
+    Detector(
+        name="crm_lr_cv",
+        label="CRM L3 LTS (PC1), logistic regression, 5-fold CV on these rows",
+        higher_means=MEMORIZED_HIGH,
+        score=_no_single_score("crm_lr_cv"),
+        cost="forward",
+        source="CRM eq. 1, appendix P.3 + §3 (stratified 5-fold CV, seed 42)",
+        needs_fit=True,
+        features=lts_features,
     )
-else:
-    logger.debug("core.crm / core.internals absent: crm_lr_cv not registered")
+)

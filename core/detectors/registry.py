@@ -1,22 +1,21 @@
-"""The detector registry: every method that scores a prompt for "memorised vs grounded".
+"""The detector registry: every method that scores a prompt for "memorised vs grounded", one way in.
 
-A detector is one registered function ``score(inp) -> float`` plus the direction of its score; adding a
-detector adds a column to ``python -m core evaluate`` and a curve to the Evaluate page.
+A detector is a :class:`Detector`: a function ``score(inp) -> float`` plus the direction of its score; adding
+one adds a column to ``python -m core evaluate`` and a curve to the Evaluate page. Each family of detectors is
+one module in :mod:`core.detectors` that calls :func:`register` (or :func:`register_family` for detectors
+named by a parameter, e.g. ``min_k_<k>``) at import; :mod:`core.detectors.catalog` imports every family, and
+:func:`available` / :func:`get` / :func:`resolve` are how the rest of the project finds them.
 
 ``inp`` is a :class:`DetectorInput`: the shared handle, the :class:`DualPathResult` of the run (so cheap
-detectors need no extra model call) and a per-row ``cache`` dict where expensive detectors can keep work
-they share (e.g. one instrumented forward pass used by several CRM features).
-
-Modules that define detectors call :func:`register` at import time; :func:`available` imports the known
-detector modules (those that exist in this checkout) and returns the registry.
+detectors need no extra model call) and a per-row ``cache`` dict whose shared entries are named in
+:mod:`core.detectors.keys`.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,18 +29,6 @@ logger = logging.getLogger(__name__)
 
 MEMORIZED_HIGH = "memorized"
 GROUNDED_HIGH = "grounded"
-
-# Modules that register detectors when imported, in display order. Missing modules are skipped.
-DETECTOR_MODULES = (
-    "core.detectors.repcs",
-    "core.methods.crm.legacy",
-    "core.methods.selfcritique",
-    "core.methods.sma.legacy",
-    "core.methods.radar.legacy",
-    "core.methods.baselines",
-    "core.detectors.fitted",
-)
-
 
 @dataclass
 class DetectorInput:
@@ -88,6 +75,10 @@ class Detector:
 
 
 REGISTRY: dict[str, Detector] = {}
+"""Every registered detector by name, in registration order (the catalog's order)."""
+
+FAMILIES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], Detector], list[str]]] = []
+"""Parametric detectors: (full-match pattern, factory from the match, names listed by default)."""
 
 
 def register(detector: Detector) -> Detector:
@@ -98,9 +89,56 @@ def register(detector: Detector) -> Detector:
     return detector
 
 
+def register_family(pattern: str, factory: Callable[[re.Match[str]], Detector], listed: Iterable[str] = ()) -> None:
+    """Register detectors named by a parameter (e.g. ``min_k_<k>``).
+
+    Args:
+        pattern: a regular expression the whole name must match.
+        factory: builds the detector from the match (raises ``ValueError`` for a bad parameter).
+        listed: names of the family that :func:`available` lists by default.
+    """
+    FAMILIES.append((re.compile(pattern), factory, list(listed)))
+    for name in listed:
+        get(name)
+
+
+def _load_catalog() -> None:
+    import core.detectors.catalog  # noqa: F401 - importing it registers every family
+
+
+def get(name: str) -> Detector | None:
+    """The detector called ``name``: a registered one, or a family member built (and registered) on demand.
+
+    Returns ``None`` for an unknown name or a family name whose parameter is out of range.
+    """
+    _load_catalog()
+    if name in REGISTRY:
+        return REGISTRY[name]
+    for pattern, factory, _ in FAMILIES:
+        match = pattern.fullmatch(name)
+        if match:
+            try:
+                return register(factory(match))
+            except ValueError:
+                return None
+    return None
+
+
+def resolve(names: Iterable[str]) -> list[Detector]:
+    """The detectors for ``names``, in order.
+
+    Raises:
+        ValueError: naming every unknown detector and the known ones.
+    """
+    names = list(names)
+    found = {n: get(n) for n in names}
+    missing = [n for n, d in found.items() if d is None]
+    if missing:
+        raise ValueError(f"Unknown detector(s): {', '.join(missing)}. Known: {', '.join(available())}")
+    return [found[n] for n in names]  # type: ignore[misc]
+
+
 def available() -> dict[str, Detector]:
-    """Import the detector modules present in this checkout and return the registry."""
-    for module in DETECTOR_MODULES:
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
+    """Every registered detector by name (the catalog imported first)."""
+    _load_catalog()
     return dict(REGISTRY)

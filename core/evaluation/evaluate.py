@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from core.engine.batch import DEFAULT_BATCH_SIZE, plan_batches, score_batch
-from core.detectors.registry import Detector, DetectorInput, available
+from core.detectors import Detector, DetectorInput, available, resolve
 from core.engine.dual_path import DualPathSettings, prepare_prompts
 from core.maths.metrics import auc_bootstrap_ci, detection_metrics, roc_points
 from core.model.loading import ModelHandle
@@ -245,25 +245,12 @@ def answer_follows(answer: str, answer_context: str, answer_memory: str) -> str:
 def resolve_detectors(names: Sequence[str] | None) -> dict[str, Detector]:
     """The registered detectors for ``names`` (default ``["repcs"]``), in the given order.
 
-    ``min_k_<k>`` / ``min_kpp_<k>`` for any 1 ≤ k ≤ 100 are registered on demand.
+    ``min_k_<k>`` / ``min_kpp_<k>`` exist for any 1 ≤ k ≤ 100.
 
     Raises:
         ValueError: an unknown name (the message lists the available ones).
     """
-    registry = available()
-    names = list(names or ["repcs"])
-    missing = [n for n in names if n not in registry]
-    if missing:
-        try:
-            from core.methods.baselines import ensure_from_name
-        except ImportError:  # pragma: no cover - baselines are part of the package
-            ensure_from_name = None  # type: ignore[assignment]
-        if ensure_from_name is not None and all(ensure_from_name(n) for n in missing):
-            registry = available()
-    unknown = [n for n in names if n not in registry]
-    if unknown:
-        raise ValueError(f"Unknown detector(s) {', '.join(unknown)}; available: {', '.join(registry)}")
-    return {n: registry[n] for n in names}
+    return {d.name: d for d in resolve(list(names or ["repcs"]))}
 
 
 def _finite(value: Any) -> float | None:

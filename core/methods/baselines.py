@@ -16,8 +16,8 @@ come from that single forward pass, shared across detectors through ``DetectorIn
   drawn from, ``(log p(x_i) − μ_i) / σ_i`` with ``μ_i = E_{z∼p(·|x_<i)}[log p(z)]`` and
   ``σ_i² = E[(log p(z))²] − μ_i²``; then the mean of the k% lowest. *Higher* ⇒ memorised.
 
-k is selectable: ``min_k_<k>`` and ``min_kpp_<k>`` for any integer 1 ≤ k ≤ 100 are registered on demand by
-:func:`ensure_k` (k = 10 and 20, the CRM paper's values, are registered at import).
+k is selectable: the detectors ``min_k_<k>`` and ``min_kpp_<k>`` (:mod:`core.detectors.baselines`) exist for any
+integer 1 ≤ k ≤ 100 (k = 10 and 20, the CRM paper's values, are listed by default).
 
 What they can and cannot say: they measure how familiar the *context text* is to the model (membership
 inference), not whether the answer used it; a well-known fact stated in unusual words can look unfamiliar.
@@ -33,12 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, register
 from core.model.loading import ModelHandle
 
-CACHE_KEY = "baselines.context_tokens"
 DEFAULT_KS = (10, 20)
-_K_NAME = re.compile(r"^min_k(pp)?_(\d{1,3})$")
 
 
 def context_token_stats(handle: ModelHandle, text: str) -> dict[str, np.ndarray]:
@@ -112,71 +109,3 @@ def min_k_plus_plus(logprob: np.ndarray, mu: np.ndarray, sigma: np.ndarray, k: f
     if not lp.shape == m.shape == s.shape:
         raise ValueError(f"shapes differ: {lp.shape}, {m.shape}, {s.shape}")
     return min_k_mean((lp - m) / s, k)
-
-
-def _stats(inp: DetectorInput) -> dict[str, Any]:
-    if CACHE_KEY not in inp.cache:
-        inp.cache[CACHE_KEY] = context_token_stats(inp.handle, inp.result.context)
-    return inp.cache[CACHE_KEY]
-
-
-def ensure_k(k: int) -> list[str]:
-    """Register ``min_k_<k>`` and ``min_kpp_<k>`` (idempotent) and return their names."""
-    k = int(k)
-    if not 1 <= k <= 100:
-        raise ValueError(f"Min-K% needs 1 <= k <= 100, got {k}")
-    names = [f"min_k_{k}", f"min_kpp_{k}"]
-    register(
-        Detector(
-            name=names[0],
-            label=f"Min-{k}% Prob of the context",
-            higher_means=MEMORIZED_HIGH,
-            score=lambda inp, k=k: min_k_prob(_stats(inp)["logprob"], k),
-            cost="forward",
-            source="Shi et al. 2024 (Min-K% Prob); CRM appendix Q.1",
-        )
-    )
-    register(
-        Detector(
-            name=names[1],
-            label=f"Min-{k}%++ of the context",
-            higher_means=MEMORIZED_HIGH,
-            score=lambda inp, k=k: (lambda s: min_k_plus_plus(s["logprob"], s["mu"], s["sigma"], k))(_stats(inp)),
-            cost="forward",
-            source="Zhang et al. 2024 (Min-K%++)",
-        )
-    )
-    return names
-
-
-def ensure_from_name(name: str) -> bool:
-    """Register a ``min_k_<k>`` / ``min_kpp_<k>`` detector named on the command line; ``False`` if not one."""
-    match = _K_NAME.match(name)
-    if not match or not 1 <= int(match.group(2)) <= 100:
-        return False
-    ensure_k(int(match.group(2)))
-    return True
-
-
-register(
-    Detector(
-        name="ppl",
-        label="Perplexity of the context",
-        higher_means=GROUNDED_HIGH,
-        score=lambda inp: perplexity(_stats(inp)["logprob"]),
-        cost="forward",
-        source="CRM appendix Q.1 (PPL)",
-    )
-)
-register(
-    Detector(
-        name="zlib",
-        label="zlib ratio of the context (log PPL / zlib bytes)",
-        higher_means=GROUNDED_HIGH,
-        score=lambda inp: zlib_ratio(_stats(inp)["logprob"], inp.result.context),
-        cost="forward",
-        source="Carlini et al. 2021; CRM appendix Q.1",
-    )
-)
-for _k in DEFAULT_KS:
-    ensure_k(_k)

@@ -378,35 +378,3 @@ def run_self_critique(
         top_k=settings.top_k,
         timings={"first_s": t1 - t0, "critique_s": t2 - t1, "total_s": t2 - t0},
     )
-
-
-SETTINGS_KEY = "selfcritique.settings"
-"""``DetectorInput.cache`` key where a caller may put a :class:`SelfCritiqueSettings` for the detector."""
-
-
-def _detector_score(inp: Any) -> float:
-    settings = inp.cache.get(SETTINGS_KEY) or SelfCritiqueSettings(
-        max_new_tokens=int(inp.settings.max_new_tokens), template=inp.settings.template
-    )
-    result = run_self_critique(inp.handle, inp.result.query, inp.result.context, settings)
-    inp.cache[DETECTOR_NAME] = result.summary()
-    score = result.score()
-    return score if math.isfinite(score) else 0.0
-
-
-def _register() -> None:
-    from core.detectors.registry import MEMORIZED_HIGH, Detector, register
-
-    register(
-        Detector(
-            name=DETECTOR_NAME,
-            label="Self-Critique entropy similarity (parametric path)",
-            higher_means=MEMORIZED_HIGH,
-            score=_detector_score,
-            cost="generate",
-            source="Self-Critique §4.1 (greedy r₁, critique r₂, length-penalised cosine of top-50 entropies)",
-        )
-    )
-
-
-_register()

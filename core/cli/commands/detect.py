@@ -57,19 +57,14 @@ def _parse_k(text: str) -> int | None:
 
 def _cmd_detect(args: argparse.Namespace) -> int:
     from core.cli import settings_from_args, threshold_from_args
-    from core.detectors.registry import DetectorInput, available
+    from core.detectors import DetectorInput, available, get, keys, resolve
     from core.engine.dual_path import run_dual_path
     from core.model.loading import load_model
-    from core.methods.selfcritique import SETTINGS_KEY as SC_KEY
     from core.methods.selfcritique import SelfCritiqueSettings
-    from core.methods.sma.legacy import SETTINGS_KEY as SMA_KEY
     from core.methods.sma.legacy import SMASettings
 
-    registry = available()
-    names = list(registry) if args.detectors == "all" else [d.strip() for d in args.detectors.split(",") if d.strip()]
-    unknown = [n for n in names if n not in registry]
-    if unknown:
-        raise ValueError(f"Unknown detector(s) {', '.join(unknown)}; available: {', '.join(registry)}")
+    names = list(available()) if args.detectors == "all" else [d.strip() for d in args.detectors.split(",") if d.strip()]
+    resolve(names)
     settings = settings_from_args(args)
     sc_settings = SelfCritiqueSettings(
         max_new_tokens=settings.max_new_tokens, top_k=_parse_k(args.selfcritique_k),
@@ -84,10 +79,10 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     threshold, source = threshold_from_args(args)
     handle = load_model(args.model, revision=args.revision)
     result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
-    inp = DetectorInput(handle=handle, result=result, settings=settings, cache={SC_KEY: sc_settings, SMA_KEY: sma_settings})
+    inp = DetectorInput(handle=handle, result=result, settings=settings, cache={keys.SELFCRITIQUE_SETTINGS: sc_settings, keys.SMA_SETTINGS: sma_settings})
     outputs: dict[str, dict[str, Any]] = {}
     for name in names:
-        detector = registry[name]
+        detector = get(name)
         if detector.cost == "heavy":
             logger.info("running %s (many generations; this takes a while)", name)
         t0 = time.perf_counter()

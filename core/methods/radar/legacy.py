@@ -1204,36 +1204,3 @@ def analyse_prompt(handle: ModelHandle, text: str, classifier: RadarClassifier |
     features, trace = extract_features(handle, text)
     prediction = classifier.predict(feature_vector(features)[None, :])[0] if classifier is not None else None
     return RadarAnalysis(handle.info.name, text, features, trace, prediction)
-
-
-def _detector_score(inp: DetectorInput) -> float:
-    """RADAR's recall probability p̄ for the row's query alone (no context): higher = more recall-like.
-
-    Leaves JSON-ready details under ``inp.cache["radar"]`` (the analysed text, its token count, the 37
-    features and the prediction with each classifier's vote, RDS and RCI); a second call reuses them.
-    """
-    details = inp.cache.get("radar")
-    if details is None:
-        classifier = classifier_for(inp.handle)
-        analysis = analyse_prompt(inp.handle, radar_prompt(inp.result.query), classifier)
-        details = {
-            "text": analysis.text,
-            "n_tokens": len(analysis.trace.token_ids),
-            "features": dict(analysis.features),
-            "prediction": None if analysis.prediction is None else analysis.prediction.to_dict(),
-            "feature_version": FEATURE_VERSION,
-        }
-        inp.cache["radar"] = details
-    return float(details["prediction"]["p_recall"])
-
-
-register(
-    Detector(
-        name="radar",
-        label="RADAR recall probability (query only)",
-        higher_means=MEMORIZED_HIGH,
-        score=_detector_score,
-        cost="forward",
-        source="RADAR (2025) §2.3 ensemble over the 37 features of appendix D",
-    )
-)

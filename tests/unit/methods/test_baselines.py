@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from core.methods import baselines
-from core.methods.baselines import context_token_stats, ensure_from_name, min_k_plus_plus, min_k_prob, perplexity, zlib_ratio
-from core.detectors.registry import DetectorInput, available
+from core.methods.baselines import context_token_stats, min_k_plus_plus, min_k_prob, perplexity, zlib_ratio
+from core.detectors import DetectorInput, available, get, keys, resolve
+from core.detectors import baselines as baseline_detectors
 from core.engine.dual_path import DualPathSettings, run_dual_path
 
 TEXT = "The lighthouse of Orrin was built in 1802 from grey granite."
@@ -62,19 +63,22 @@ def test_registered_detectors_share_one_forward(tiny_handle, monkeypatch):
                         free_parametric=False)
     calls = []
     real = baselines.context_token_stats
-    monkeypatch.setattr(baselines, "context_token_stats", lambda h, t: calls.append(t) or real(h, t))
+    monkeypatch.setattr(baseline_detectors, "context_token_stats", lambda h, t: calls.append(t) or real(h, t))
     inp = DetectorInput(handle=tiny_handle, result=res, settings=DualPathSettings())
     scores = {n: registry[n].score(inp) for n in names}
     assert len(calls) == 1 and calls[0] == TEXT
-    stats = inp.cache[baselines.CACHE_KEY]
+    stats = inp.cache[keys.CONTEXT_TOKENS]
     assert scores["ppl"] == pytest.approx(perplexity(stats["logprob"]))
     assert scores["min_kpp_20"] == pytest.approx(min_k_plus_plus(stats["logprob"], stats["mu"], stats["sigma"], 20))
 
 
 def test_k_is_selectable_by_name():
-    assert ensure_from_name("min_kpp_35") and ensure_from_name("min_k_5")
-    assert {"min_kpp_35", "min_k_35", "min_k_5"} <= set(available())
-    assert not ensure_from_name("min_k_0") and not ensure_from_name("min_k_101") and not ensure_from_name("ppl")
+    assert get("min_kpp_35") is not None and get("min_k_5") is not None
+    assert {"min_kpp_35", "min_k_5"} <= set(available())
+    assert get("min_k_5").higher_means == "memorized" and get("min_k_5").cost == "forward"
+    assert get("min_k_0") is None and get("min_k_101") is None and get("min_kx_5") is None
+    with pytest.raises(ValueError, match="min_k_0"):
+        resolve(["repcs", "min_k_0"])
 
 
 def test_empty_context_is_refused(tiny_handle):

@@ -237,7 +237,7 @@ def test_context_ablation(tiny_handle) -> None:
 def test_detector_is_registered_and_uses_settings_from_the_cache(tiny_handle) -> None:
     from core.detectors.registry import DetectorInput, available
     from core.engine.dual_path import DualPathSettings, run_dual_path
-    from core.methods.sma.legacy import SETTINGS_KEY
+    from core.detectors.keys import SMA_SETTINGS as SETTINGS_KEY
 
     detector = available()["sma"]
     assert detector.cost == "heavy" and detector.higher_means == "grounded"

@@ -1,0 +1,98 @@
+"""CRM detectors: L1 (answer embeddings), L3 LTS along the supervised direction, CRM-LR on PC1 features.
+
+The per-row helpers (:func:`basis_for`, :func:`displacement_for`, :func:`parametric_answer`) keep their work
+in ``DetectorInput.cache`` under :mod:`core.detectors.keys`, so the displacement's two forward passes are paid
+once per row whichever CRM detectors run (the fitted ``crm_lr_cv`` included).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.detectors import keys
+from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, register
+from core.engine.dual_path import generate_greedy, prepare_prompts
+from core.methods.crm.legacy import PC1, SUPERVISED, CrmBasis, load_basis, semantic_delta, supervised_score
+from core.methods.internals import displacement, result_settings
+
+
+def basis_for(inp: DetectorInput) -> CrmBasis:
+    """The CRM basis of the row's model and template, cached per row (``ValueError`` when none exists)."""
+    basis = inp.cache.get(keys.CRM_BASIS)
+    if basis is None:
+        basis = load_basis(inp.handle, inp.result.template)
+        if basis is None:
+            raise ValueError(
+                f"No CRM basis for {inp.handle.info.name!r} with template {inp.result.template!r}: compute it "
+                "once with `python -m core crm-basis` (or on the Layer trajectories page)."
+            )
+        inp.cache[keys.CRM_BASIS] = basis
+    return basis
+
+
+def displacement_for(inp: DetectorInput) -> np.ndarray:
+    """The row's per-layer displacement h^c − h^0 at the last prompt token, cached per row."""
+    if keys.CRM_DISPLACEMENT not in inp.cache:
+        inp.cache[keys.CRM_DISPLACEMENT] = displacement(inp.handle, inp.result)
+    return inp.cache[keys.CRM_DISPLACEMENT]
+
+
+def parametric_answer(inp: DetectorInput) -> str:
+    """The parametric path's own free answer y_0 (generated greedily when the result has none)."""
+    if inp.result.parametric_answer or inp.result.parametric_token_ids:
+        return inp.result.parametric_answer
+    if keys.CRM_PARAMETRIC_ANSWER not in inp.cache:
+        settings = result_settings(inp.result)
+        prepared = prepare_prompts(inp.handle, inp.result.query, inp.result.context, settings)
+        ((ids, _, _),) = generate_greedy(inp.handle, [prepared.parametric_ids], settings)
+        inp.cache[keys.CRM_PARAMETRIC_ANSWER] = inp.handle.tokenizer.decode(ids, skip_special_tokens=True).strip()
+    return inp.cache[keys.CRM_PARAMETRIC_ANSWER]
+
+
+def score_l1(inp: DetectorInput) -> float:
+    """CRM eq. 3 between the parametric and the retrieval answer."""
+    return semantic_delta(parametric_answer(inp), inp.result.rag_answer)
+
+
+def score_lts(inp: DetectorInput) -> float:
+    """Mean supervised-direction z-score over layers (CRM §4.5 eq. 2, standardised by the calibration)."""
+    basis = basis_for(inp)
+    return supervised_score(basis, basis.lts(displacement_for(inp), SUPERVISED))
+
+
+def score_lr(inp: DetectorInput) -> float:
+    """P(memorised) of the bundled CRM-LR over the kept-layer PC1 LTS features."""
+    basis = basis_for(inp)
+    return basis.lr_probability(basis.lts(displacement_for(inp), PC1))
+
+
+register(
+    Detector(
+        name="crm_l1",
+        label="CRM L1: 1 − cos of the two answers' embeddings",
+        higher_means=GROUNDED_HIGH,
+        score=score_l1,
+        cost="generate",
+        source="CRM appendix P.1, eq. 3 (embedder: all-MiniLM-L6-v2 instead of BGE-M3)",
+    )
+)
+register(
+    Detector(
+        name="crm_lts",
+        label="CRM LTS: mean supervised-direction z-score over layers",
+        higher_means=MEMORIZED_HIGH,
+        score=score_lts,
+        cost="forward",
+        source="CRM §4.5 eq. 2 (supervised direction), standardised by the calibration μ/σ (appendix V.1)",
+    )
+)
+register(
+    Detector(
+        name="crm_lr",
+        label="CRM-LR: P(memorised) from the kept-layer PC1 LTS features",
+        higher_means=MEMORIZED_HIGH,
+        score=score_lr,
+        cost="forward",
+        source="CRM §2 eq. 1, logistic regression over Φ_L3 fitted on the bundled calibration prompts",
+    )
+)

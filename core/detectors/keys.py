@@ -1,0 +1,25 @@
+"""Names of the per-row ``DetectorInput.cache`` entries that several detectors (or callers) share.
+
+A detector that computes something another detector also needs (one instrumented forward pass, the context's
+token log-probabilities) stores it under one of these keys, so each row pays for it once. Callers put
+per-method settings under the ``*_SETTINGS`` keys; detectors leave JSON-ready details under ``*_DETAILS``.
+"""
+
+CRM_BASIS = "crm.basis"
+"""The :class:`~core.methods.crm.CrmBasis` of the row's model and template."""
+CRM_DISPLACEMENT = "crm.displacement"
+"""``(n_layers + 1, d)`` float32: h_ℓ(retrieval) − h_ℓ(parametric) at the last prompt token."""
+CRM_PARAMETRIC_ANSWER = "crm.parametric_answer"
+"""The parametric path's own free answer y_0 (generated when the result has none)."""
+CONTEXT_TOKENS = "baselines.context_tokens"
+"""Token statistics of the context text (log-probs, μ, σ) from one forward pass."""
+RADAR_DETAILS = "radar"
+"""RADAR's analysed text, features and prediction for the row's query."""
+SELFCRITIQUE_SETTINGS = "selfcritique.settings"
+"""A :class:`~core.methods.selfcritique.SelfCritiqueSettings` for the ``selfcritique`` detector."""
+SELFCRITIQUE_DETAILS = "selfcritique"
+"""The Self-Critique run's summary."""
+SMA_SETTINGS = "sma.settings"
+"""An :class:`~core.methods.sma.SMASettings` for the ``sma`` detector."""
+SMA_DETAILS = "sma"
+"""The SMA run's summary (scores, labels, β on/off, ADS)."""
