@@ -39,7 +39,7 @@ def main() -> int:
     handle = load_model()
     settings = DualPathSettings(max_new_tokens=args.tokens, score_window=args.tokens, force_length=True)
     prep = prepare_prompts(handle, QUERY, CONTEXT, settings)
-    ids = torch.tensor([prep.rag_ids])
+    ids = torch.tensor([prep.retrieval.ids])
 
     def plain() -> None:
         with handle.lock, torch.inference_mode():
@@ -73,7 +73,7 @@ def main() -> int:
         ratios["scored"].append(this["scored"] / this["plain"])
         ratios["dual"].append(this["dual"] / this["plain"])
     print(f"model={handle.info.name} device={handle.info.device} T={args.tokens} repeats={args.repeats} "
-          f"threads={torch.get_num_threads()} prompt_tokens={len(prep.rag_ids)}")
+          f"threads={torch.get_num_threads()} prompt_tokens={len(prep.retrieval.ids)}")
     for name, ts in times.items():
         print(f"{name:7s} median {statistics.median(ts) * 1000:8.1f} ms   (min {min(ts) * 1000:.1f}, max {max(ts) * 1000:.1f})")
     print(f"dual_view_ratio={statistics.median(ratios['dual']):.3f}")

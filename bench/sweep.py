@@ -74,7 +74,7 @@ def main() -> int:
     clean_median = statistics.median(clean_times)
     print(f"model={handle.info.name} device={handle.info.device} threads={torch.get_num_threads()} "
           f"layers={handle.info.n_layers} tokens={args.tokens} eps={args.eps:g} seeds={args.seeds} "
-          f"prompt_tokens={len(prepared.rag_ids)}")
+          f"prompt_tokens={len(prepared.retrieval.ids)}")
     print(f"clean scoring run: median {clean_median * 1000:.0f} ms over {len(clean_times)}; with ε = 0 hooks on all "
           f"{len(every_layer)} layers: median {statistics.median(hooked_times) * 1000:.0f} ms")
     print(f"hook_overhead_ratio={statistics.median(hooked_times) / clean_median:.3f}", flush=True)

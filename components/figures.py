@@ -171,8 +171,8 @@ def kl_entropy_figure_for(result: DualPathResult, *, height: int = 560) -> go.Fi
     return kl_entropy_figure(
         result.answer_tokens,
         result.token_kl,
-        result.entropy_rag,
-        result.entropy_para,
+        result.retrieval.entropy,
+        result.parametric.entropy,
         result.score_window,
         height=height,
     )
@@ -206,8 +206,8 @@ def topk_frames(result: DualPathResult, position: int) -> tuple[pd.DataFrame, pd
         raise ValueError(f"position must be in [0, {result.n_tokens}), got {position}")
     answer = result.answer_tokens[position]
     return (
-        topk_frame(result.topk_tokens_rag[position], result.topk_probs_rag[position], answer),
-        topk_frame(result.topk_tokens_para[position], result.topk_probs_para[position], answer),
+        topk_frame(result.retrieval.topk_tokens[position], result.retrieval.topk_probs[position], answer),
+        topk_frame(result.parametric.topk_tokens[position], result.parametric.topk_probs[position], answer),
     )
 
 

@@ -59,7 +59,7 @@ def _remember(name: str, key: str, value: Any, limit: int) -> None:
 def result_key(result: DualPathResult) -> str:
     """A stable id of a result: model, both prompts, the answer's token ids and the settings."""
     payload = json.dumps(
-        [result.model, result.rag_prompt, result.parametric_prompt, result.answer_token_ids, result.settings],
+        [result.model, result.retrieval.prompt, result.parametric.prompt, result.answer_token_ids, result.settings],
         sort_keys=True,
         ensure_ascii=False,
     )

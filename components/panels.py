@@ -41,11 +41,11 @@ def draw_answers(result: DualPathResult) -> None:
     """Both answers side by side (the same layout as the live run)."""
     left, right = session.answer_columns()
     with left:
-        session.show_answer(st, result.rag_answer)
-        st.caption(f"{result.n_tokens} tokens · {_finish(result.rag_finish)}")
+        session.show_answer(st, result.retrieval.answer)
+        st.caption(f"{result.n_tokens} tokens · {_finish(result.retrieval.finish)}")
     with right:
-        session.show_answer(st, result.parametric_answer)
-        st.caption(f"{len(result.parametric_token_ids)} tokens · {_finish(result.parametric_finish)}")
+        session.show_answer(st, result.parametric.answer)
+        st.caption(f"{len(result.parametric.token_ids)} tokens · {_finish(result.parametric.finish)}")
 
 
 def _finish(reason: str) -> str:
@@ -106,9 +106,9 @@ def draw_topk(result: DualPathResult) -> None:
     rag, para = figures.topk_frames(result, int(position))
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("KL at this position", f"{result.token_kl[position]:.4f} nats")
-    m2.metric("log p(token), retrieval", f"{result.logprob_rag[position]:.3f}")
-    m3.metric("log p(token), parametric", f"{result.logprob_para[position]:.3f}")
-    m4.metric("Entropy rag / para", f"{result.entropy_rag[position]:.2f} / {result.entropy_para[position]:.2f}")
+    m2.metric("log p(token), retrieval", f"{result.retrieval.logprob[position]:.3f}")
+    m3.metric("log p(token), parametric", f"{result.parametric.logprob[position]:.3f}")
+    m4.metric("Entropy rag / para", f"{result.retrieval.entropy[position]:.2f} / {result.parametric.entropy[position]:.2f}")
     config = {
         "rank": st.column_config.NumberColumn("rank", width="small"),
         "token": st.column_config.TextColumn("token"),
@@ -167,7 +167,7 @@ def draw_export(result: DualPathResult) -> None:
         icon=":material/download:",
     )
     with st.expander("The exact prompts"):
-        st.caption(f"Retrieval prompt ({result.rag_prompt_len} tokens)")
-        st.code(result.rag_prompt, language=None, wrap_lines=True)
-        st.caption(f"Parametric prompt ({result.parametric_prompt_len} tokens)")
-        st.code(result.parametric_prompt, language=None, wrap_lines=True)
+        st.caption(f"Retrieval prompt ({result.retrieval.prompt_len} tokens)")
+        st.code(result.retrieval.prompt, language=None, wrap_lines=True)
+        st.caption(f"Parametric prompt ({result.parametric.prompt_len} tokens)")
+        st.code(result.parametric.prompt, language=None, wrap_lines=True)

@@ -476,7 +476,7 @@ def run_live(
         status.update(label="Failed", state="error")
         st.error(f"The run failed ({type(exc).__name__}). Details are in the server log.")
         return None
-    for path, answer in ((RETRIEVAL, result.rag_answer), (PARAMETRIC, result.parametric_answer)):
+    for path, answer in ((RETRIEVAL, result.retrieval.answer), (PARAMETRIC, result.parametric.answer)):
         show_answer(slots[path][0], answer)  # the final, stripped answer
     return result
 

@@ -206,7 +206,7 @@ def draw_comparison(clean: DualPathResult, perturbed: DualPathResult, clean_traj
     c3.metric(
         "log p(first clean token), retrieval",
         "—" if lp is None else f"{lp:.3f}",
-        delta=None if lp is None or not clean.n_tokens else f"{lp - float(clean.logprob_rag[0]):+.3f}",
+        delta=None if lp is None or not clean.n_tokens else f"{lp - float(clean.retrieval.logprob[0]):+.3f}",
         delta_color="off",
         help="Log-probability the retrieval path gives the clean answer's first token, perturbed (delta vs clean).",
     )
@@ -214,10 +214,10 @@ def draw_comparison(clean: DualPathResult, perturbed: DualPathResult, clean_traj
 
     left, right = session.answer_columns()
     for column, clean_text, new_text, new_tokens, changed, clean_tokens, label in (
-        (left, clean.rag_answer, perturbed.rag_answer, perturbed.answer_tokens, diff["rag_changed"],
+        (left, clean.retrieval.answer, perturbed.retrieval.answer, perturbed.answer_tokens, diff["rag_changed"],
          clean.answer_tokens, "retrieval"),
-        (right, clean.parametric_answer, perturbed.parametric_answer, perturbed.parametric_tokens,
-         diff["parametric_changed"], clean.parametric_tokens, "parametric"),
+        (right, clean.parametric.answer, perturbed.parametric.answer, perturbed.parametric.tokens,
+         diff["parametric_changed"], clean.parametric.tokens, "parametric"),
     ):
         with column:
             st.caption("Clean")

@@ -349,7 +349,7 @@ def _plan(handle: ModelHandle, job: dict[str, Any], settings: DualPathSettings) 
         lengths = []
         for r in job["rows"]:
             try:
-                lengths.append(len(prepare_prompts(handle, r.query, r.context, settings).rag_ids))
+                lengths.append(len(prepare_prompts(handle, r.query, r.context, settings).retrieval.ids))
             except ValueError as exc:
                 raise DataError(f"Row {r.row}, column 'context': {exc}") from exc
         job["batches"] = plan_batches(lengths, job["spec"]["batch_size"], settings.max_new_tokens)

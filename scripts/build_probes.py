@@ -150,15 +150,15 @@ def main() -> int:
     out_rows = []
     for i, row in enumerate(rows, start=1):
         res = run_dual_path(handle, row["query"], row["context"], settings)
-        para = contains(row["answer"], res.parametric_answer)
-        rag = contains(row["answer"], res.rag_answer)
+        para = contains(row["answer"], res.parametric.answer)
+        rag = contains(row["answer"], res.retrieval.answer)
         out_rows.append({**{k: row[k] for k in SOURCE_COLUMNS}, "parametric_correct": "true" if para else "false"})
         report["probes"].append({"row": i, "label": row["label"], "query": row["query"], "answer": row["answer"],
                                  "parametric_correct": para, "rag_correct": rag, "z": round(res.repcs_score, 4),
-                                 "parametric_answer": res.parametric_answer, "rag_answer": res.rag_answer})
+                                 "parametric_answer": res.parametric.answer, "rag_answer": res.retrieval.answer})
         print(f"{i:>3} {row['label']:<9} para={'yes' if para else ' no'} rag={'yes' if rag else ' no'} "
               f"Z={res.repcs_score:7.2f}  {_short(row['query'])} -> {row['answer']!r} | "
-              f"{_short(res.parametric_answer, 50)}", flush=True)
+              f"{_short(res.parametric.answer, 50)}", flush=True)
     with OUTPUT.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=OUTPUT_COLUMNS)
         writer.writeheader()
@@ -180,16 +180,16 @@ def main() -> int:
             res = run_dual_path(handle, row["query"], row["context"], settings)
             entry = {
                 "row": i, "query": row["query"], "z": round(res.repcs_score, 4),
-                "rag_follows_context": contains(row["answer_context"], res.rag_answer),
-                "rag_gives_memory": contains(row["answer_memory"], res.rag_answer),
-                "parametric_gives_memory": contains(row["answer_memory"], res.parametric_answer),
-                "parametric_answer": res.parametric_answer, "rag_answer": res.rag_answer,
+                "rag_follows_context": contains(row["answer_context"], res.retrieval.answer),
+                "rag_gives_memory": contains(row["answer_memory"], res.retrieval.answer),
+                "parametric_gives_memory": contains(row["answer_memory"], res.parametric.answer),
+                "parametric_answer": res.parametric.answer, "rag_answer": res.retrieval.answer,
             }
             report["conflict"].append(entry)
             print(f"{i:>3} ctx={'yes' if entry['rag_follows_context'] else ' no'} "
                   f"mem={'yes' if entry['rag_gives_memory'] else ' no'} "
                   f"para_mem={'yes' if entry['parametric_gives_memory'] else ' no'} Z={res.repcs_score:7.2f}  "
-                  f"{_short(row['query'])} | {_short(res.rag_answer, 50)}", flush=True)
+                  f"{_short(row['query'])} | {_short(res.retrieval.answer, 50)}", flush=True)
         n = len(report["conflict"])
         follows = sum(bool(e["rag_follows_context"]) for e in report["conflict"])
         memory = sum(bool(e["rag_gives_memory"]) for e in report["conflict"])

@@ -55,7 +55,7 @@ def main() -> int:
             res = run_dual_path(handle, row["query"], row["context"], settings, free_parametric=False)
             gamma = max(gamma, res.max_abs_log_ratio)
             out.append({"set": name, "row": i + 1, "query": row["query"], "z": round(res.repcs_score, 6),
-                        "n_tokens": res.n_tokens, "rag_answer": res.rag_answer})
+                        "n_tokens": res.n_tokens, "rag_answer": res.retrieval.answer})
         scored[name] = out
     z_clean = np.array([r["z"] for r in scored["clean"]])
     z_mem = np.array([r["z"] for r in scored["memorized"]])

@@ -112,16 +112,16 @@ def run_checks(
         nums = (numbers or {}).get(name) or list(range(1, len(rows) + 1))
         for i, row in zip(nums, rows):
             res = run_dual_path(handle, row["query"], row["context"], settings)
-            para_hit = contains(row["answer"], res.parametric_answer)
-            rag_hit = contains(row["answer"], res.rag_answer)
+            para_hit = contains(row["answer"], res.parametric.answer)
+            rag_hit = contains(row["answer"], res.retrieval.answer)
             out.append({
                 "row": i, "query": row["query"], "answer": row["answer"], "para_hit": para_hit,
                 "rag_hit": rag_hit, "z": round(res.repcs_score, 4), "n_tokens": len(res.answer_token_ids),
-                "parametric_answer": res.parametric_answer, "rag_answer": res.rag_answer,
+                "parametric_answer": res.parametric.answer, "rag_answer": res.retrieval.answer,
             })
             print(f"{i:>3}  {'yes' if para_hit else ' no'}  {'yes' if rag_hit else ' no'} {res.repcs_score:7.2f}  "
-                  f"{_short(row['query'], 60)} -> {row['answer']!r} | {_short(res.parametric_answer, 50)} | "
-                  f"{_short(res.rag_answer, 50)}", flush=True)
+                  f"{_short(row['query'], 60)} -> {row['answer']!r} | {_short(res.parametric.answer, 50)} | "
+                  f"{_short(res.retrieval.answer, 50)}", flush=True)
         results[name] = out
     return results
 

@@ -39,19 +39,19 @@ def displacement_for(inp: DetectorInput) -> np.ndarray:
 
 def parametric_answer(inp: DetectorInput) -> str:
     """The parametric path's own free answer y_0 (generated greedily when the result has none)."""
-    if inp.result.parametric_answer or inp.result.parametric_token_ids:
-        return inp.result.parametric_answer
+    if inp.result.parametric.answer or inp.result.parametric.token_ids:
+        return inp.result.parametric.answer
     if keys.CRM_PARAMETRIC_ANSWER not in inp.cache:
         settings = result_settings(inp.result)
         prepared = prepare_prompts(inp.handle, inp.result.query, inp.result.context, settings)
-        ((ids, _, _),) = generate_greedy(inp.handle, [prepared.parametric_ids], settings)
+        ((ids, _, _),) = generate_greedy(inp.handle, [prepared.parametric.ids], settings)
         inp.cache[keys.CRM_PARAMETRIC_ANSWER] = inp.handle.tokenizer.decode(ids, skip_special_tokens=True).strip()
     return inp.cache[keys.CRM_PARAMETRIC_ANSWER]
 
 
 def score_l1(inp: DetectorInput) -> float:
     """CRM eq. 3 between the parametric and the retrieval answer."""
-    return semantic_delta(parametric_answer(inp), inp.result.rag_answer)
+    return semantic_delta(parametric_answer(inp), inp.result.retrieval.answer)
 
 
 def score_lts(inp: DetectorInput) -> float:

@@ -135,14 +135,14 @@ def score_batch(
     b = len(prepared)
     t0 = time.perf_counter()
     with handle.lock:
-        prompts = [p.rag_ids for p in prepared]
+        prompts = [p.retrieval.ids for p in prepared]
         if free_parametric:
-            prompts += [p.parametric_ids for p in prepared]
+            prompts += [p.parametric.ids for p in prepared]
         generated = generate_greedy(handle, prompts, settings)
         rag = generated[:b]
         para = generated[b:] if free_parametric else [([], None, "not generated")] * b
         t1 = time.perf_counter()
-        para_logits = teacher_forced_logits_batch(handle, [p.parametric_ids for p in prepared], [r[0] for r in rag])
+        para_logits = teacher_forced_logits_batch(handle, [p.parametric.ids for p in prepared], [r[0] for r in rag])
     results = []
     for i, p in enumerate(prepared):
         rag_ids, rag_logits, rag_finish = rag[i]
@@ -223,7 +223,7 @@ def score_rows(
         threshold_source = threshold_source or default_source
     out: list[DualPathResult | None] = [None] * len(items)
     done = 0
-    for batch in plan_batches([len(p.rag_ids) for p in prepared], batch_size, settings.max_new_tokens):
+    for batch in plan_batches([len(p.retrieval.ids) for p in prepared], batch_size, settings.max_new_tokens):
         if should_stop is not None and should_stop():
             break
         results = score_batch(

@@ -29,7 +29,7 @@ from core.maths.divergence import entropy, kl_divergence, kl_statistics, log_pro
 from core.model.loading import ModelHandle
 from core.model.prompts import TEMPLATE_CHOICES, build_prompt, clean_text, encode_prompt, resolve_template
 from core.methods.repcs import Threshold, repcs_score, threshold_for, verdict
-from core.engine.result import DualPathResult
+from core.engine.result import DualPathResult, PathOutput
 
 logger = logging.getLogger(__name__)
 
@@ -89,16 +89,22 @@ EventCallback = Callable[[StreamEvent], None]
 
 
 @dataclass(frozen=True)
+class Prompt:
+    """One path's prompt: its text and token ids."""
+
+    prompt: str
+    ids: list[int]
+
+
+@dataclass(frozen=True)
 class PreparedPrompts:
-    """Validated inputs and the token ids of both prompts."""
+    """Validated inputs and both paths' prompts (``retrieval`` with the context, ``parametric`` without)."""
 
     query: str
     context: str
     template_key: str
-    rag_prompt: str
-    parametric_prompt: str
-    rag_ids: list[int]
-    parametric_ids: list[int]
+    retrieval: Prompt
+    parametric: Prompt
     warnings: tuple[str, ...]
 
 
@@ -141,7 +147,7 @@ def prepare_prompts(handle: ModelHandle, query: str, context: str, settings: Dua
             f"context by at least {needed - budget:,} tokens (nothing is cut automatically)."
         )
     return PreparedPrompts(
-        query, context, template.key, rag_prompt, para_prompt, rag_ids, para_ids, tuple(warnings)
+        query, context, template.key, Prompt(rag_prompt, rag_ids), Prompt(para_prompt, para_ids), tuple(warnings)
     )
 
 
@@ -342,6 +348,21 @@ def build_result(
         warnings += calibration_mismatch(threshold, settings)
     log_ratio = np.abs(scores["logprob_rag"][:window].astype(np.float64) - scores["logprob_para"][:window])
     tok = handle.tokenizer
+    def path_output(prompt: Prompt, ids: list[int], finish: str, suffix: str) -> PathOutput:
+        return PathOutput(
+            prompt=prompt.prompt,
+            prompt_len=len(prompt.ids),
+            answer=tok.decode(ids, skip_special_tokens=True).strip() if ids else "",
+            token_ids=[int(i) for i in ids],
+            tokens=handle.decode_tokens(ids),
+            finish=finish,
+            entropy=scores[f"entropy_{suffix}"],
+            logprob=scores[f"logprob_{suffix}"],
+            topk_ids=scores[f"topk_ids_{suffix}"],
+            topk_probs=scores[f"topk_probs_{suffix}"],
+            topk_tokens=[handle.decode_tokens(row) for row in scores[f"topk_ids_{suffix}"].tolist()],
+        )
+
     return DualPathResult(
         model=handle.info.name,
         model_info=handle.info.to_dict(),
@@ -349,20 +370,9 @@ def build_result(
         context=prepared.context,
         template=prepared.template_key,
         settings=settings.to_dict(),
-        rag_prompt=prepared.rag_prompt,
-        parametric_prompt=prepared.parametric_prompt,
-        rag_prompt_len=len(prepared.rag_ids),
-        parametric_prompt_len=len(prepared.parametric_ids),
-        rag_answer=tok.decode(rag_ids, skip_special_tokens=True).strip(),
-        parametric_answer=tok.decode(para_ids, skip_special_tokens=True).strip() if para_ids else "",
-        answer_token_ids=[int(i) for i in rag_ids],
-        answer_tokens=handle.decode_tokens(rag_ids),
-        parametric_token_ids=[int(i) for i in para_ids],
-        parametric_tokens=handle.decode_tokens(para_ids),
-        rag_finish=rag_finish,
-        parametric_finish=para_finish,
-        topk_tokens_rag=[handle.decode_tokens(row) for row in scores["topk_ids_rag"].tolist()],
-        topk_tokens_para=[handle.decode_tokens(row) for row in scores["topk_ids_para"].tolist()],
+        retrieval=path_output(prepared.retrieval, rag_ids, rag_finish, "rag"),
+        parametric=path_output(prepared.parametric, para_ids, para_finish, "para"),
+        token_kl=scores["token_kl"],
         score_window=settings.score_window,
         repcs_score=z,
         threshold=tau,
@@ -372,7 +382,6 @@ def build_result(
         max_abs_log_ratio=float(log_ratio.max()) if log_ratio.size else 0.0,
         warnings=warnings,
         timings=timings,
-        **scores,
     )
 
 
@@ -408,18 +417,18 @@ def run_dual_path(
     with handle.lock:
         if free_parametric:
             (rag_ids, rag_logits, rag_finish), (para_ids, _, para_finish) = generate_greedy(
-                handle, [prepared.rag_ids, prepared.parametric_ids], settings,
+                handle, [prepared.retrieval.ids, prepared.parametric.ids], settings,
                 paths=[RETRIEVAL, PARAMETRIC], on_event=on_event,
             )
         else:
             ((rag_ids, rag_logits, rag_finish),) = generate_greedy(
-                handle, [prepared.rag_ids], settings, paths=[RETRIEVAL], on_event=on_event
+                handle, [prepared.retrieval.ids], settings, paths=[RETRIEVAL], on_event=on_event
             )
             para_ids, para_finish = [], "not generated"
         t1 = time.perf_counter()
         if on_event is not None:
             on_event(StreamEvent(SCORING, "", 0, 1, False))
-        para_logits = teacher_forced_logits(handle, prepared.parametric_ids, rag_ids)
+        para_logits = teacher_forced_logits(handle, prepared.parametric.ids, rag_ids)
     scores = score_paths(rag_logits, para_logits, rag_ids, settings.top_k)
     t2 = time.perf_counter()
     del rag_logits, para_logits

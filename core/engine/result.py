@@ -1,4 +1,10 @@
-"""The one result object that flows from the engine to the detectors, the pages and the CLI."""
+"""The one result object that flows from the engine to the detectors, the pages and the CLI.
+
+Naming: the two paths are always ``retrieval`` (the prompt with the context) and ``parametric`` (the same
+template without it). A :class:`DualPathResult` holds one :class:`PathOutput` for each; the JSON form (the
+``python -m core run --json`` output and the page's download) keeps the flat keys it has had since schema 1
+(``rag_answer``, ``entropy_para`` …), so files written by any version read back losslessly.
+"""
 
 from __future__ import annotations
 
@@ -9,39 +15,83 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the in-memory result groups each path's fields in a :class:`PathOutput`; the JSON keys are schema 1's."""
 
-# Array fields and their dtypes; everything else is a plain JSON value.
-_ARRAYS: dict[str, Any] = {
-    "token_kl": np.float32,
-    "entropy_rag": np.float32,
-    "entropy_para": np.float32,
-    "logprob_rag": np.float32,
-    "logprob_para": np.float32,
-    "topk_ids_rag": np.int64,
-    "topk_ids_para": np.int64,
-    "topk_probs_rag": np.float32,
-    "topk_probs_para": np.float32,
+RETRIEVAL = "retrieval"
+PARAMETRIC = "parametric"
+PATHS = (RETRIEVAL, PARAMETRIC)
+
+# PathOutput field → (JSON key for the retrieval path, JSON key for the parametric path, numpy dtype or None).
+_PATH_KEYS: dict[str, tuple[str, str, Any]] = {
+    "prompt": ("rag_prompt", "parametric_prompt", None),
+    "prompt_len": ("rag_prompt_len", "parametric_prompt_len", None),
+    "answer": ("rag_answer", "parametric_answer", None),
+    "token_ids": ("answer_token_ids", "parametric_token_ids", None),
+    "tokens": ("answer_tokens", "parametric_tokens", None),
+    "finish": ("rag_finish", "parametric_finish", None),
+    "entropy": ("entropy_rag", "entropy_para", np.float32),
+    "logprob": ("logprob_rag", "logprob_para", np.float32),
+    "topk_ids": ("topk_ids_rag", "topk_ids_para", np.int64),
+    "topk_probs": ("topk_probs_rag", "topk_probs_para", np.float32),
+    "topk_tokens": ("topk_tokens_rag", "topk_tokens_para", None),
 }
+# The JSON key order of schema 1 (kept so diffs of exported files stay readable).
+_JSON_ORDER = (
+    "model", "model_info", "query", "context", "template", "settings",
+    "rag_prompt", "parametric_prompt", "rag_prompt_len", "parametric_prompt_len", "rag_answer",
+    "parametric_answer", "answer_token_ids", "answer_tokens", "parametric_token_ids", "parametric_tokens",
+    "rag_finish", "parametric_finish", "token_kl", "entropy_rag", "entropy_para", "logprob_rag", "logprob_para",
+    "topk_ids_rag", "topk_ids_para", "topk_probs_rag", "topk_probs_para", "topk_tokens_rag", "topk_tokens_para",
+    "score_window", "repcs_score", "threshold", "threshold_source", "verdict", "kl_stats", "max_abs_log_ratio",
+    "warnings", "timings", "extras", "schema_version",
+)
+
+
+@dataclass
+class PathOutput:
+    """One path of a dual-path run. ``n`` = the retrieval answer's length, ``k`` = top-k.
+
+    Attributes:
+        prompt: the prompt text; ``prompt_len`` its number of tokens.
+        answer: this path's own greedy answer, decoded (``""`` when the parametric answer was not generated).
+        token_ids, tokens: that answer's token ids and each token's text (length of *this* path's answer).
+        finish: why the answer stopped (``"eos"``, ``"length"``, ``"not generated"``).
+        entropy: ``(n,)`` float32 entropy (nats) of this path's next-token distribution at each position of the
+            **retrieval** answer (the parametric path is teacher-forced on it).
+        logprob: ``(n,)`` float32 log-probability of the retrieval answer's token at each position.
+        topk_ids, topk_probs: ``(n, k)`` the top-k candidates at each position; ``topk_tokens`` their texts.
+    """
+
+    prompt: str
+    prompt_len: int
+    answer: str
+    token_ids: list[int]
+    tokens: list[str]
+    finish: str
+    entropy: np.ndarray
+    logprob: np.ndarray
+    topk_ids: np.ndarray
+    topk_probs: np.ndarray
+    topk_tokens: list[list[str]]
 
 
 @dataclass
 class DualPathResult:
     """Everything one dual-path run produced, as CPU numpy arrays and strings.
 
-    Positions ``t = 0 … n−1`` index the retrieval answer's tokens. At position ``t`` both paths predict
-    ``answer_token_ids[t]``: the retrieval path from its own generation (query + context + answer[:t]), the
-    parametric path teacher-forced on the same prefix without the context (query + answer[:t]).
+    Positions ``t = 0 … n−1`` index the retrieval answer's tokens (:attr:`answer_token_ids`). At position ``t``
+    both paths predict ``answer_token_ids[t]``: the retrieval path from its own generation (query + context +
+    answer[:t]), the parametric path teacher-forced on the same prefix without the context (query + answer[:t]).
 
-    Attributes (arrays have shape ``(n,)`` unless noted; units nats):
-        token_kl: KL_t = KL(P_rag,t ‖ P_para,t) over the full vocabulary.
-        entropy_rag, entropy_para: entropy of each path's next-token distribution.
-        logprob_rag, logprob_para: log-probability of the answer token ``t`` on each path.
-        topk_ids_*, topk_probs_*: shape ``(n, k)``, the top-k candidates of each path.
+    Attributes (units nats):
+        retrieval, parametric: each path's :class:`PathOutput`.
+        token_kl: ``(n,)`` float32 KL_t = KL(P_retrieval,t ‖ P_parametric,t) over the full vocabulary.
         repcs_score: Z = Σ_{t < T} KL_t over the first ``score_window`` (T) positions (RePCS eq. 2).
         threshold: τ in force (Z < τ ⇒ ``verdict == "memorized"``), ``None`` when no threshold is known.
         kl_stats: the CRM level-2 statistics of ``token_kl[:T]``.
-        max_abs_log_ratio: max_t |logprob_rag − logprob_para| over the window (an estimate of RePCS γ).
+        max_abs_log_ratio: max_t |logprob_retrieval − logprob_parametric| over the window (RePCS γ, realised
+            tokens only).
     """
 
     model: str
@@ -50,29 +100,9 @@ class DualPathResult:
     context: str
     template: str
     settings: dict[str, Any]
-    rag_prompt: str
-    parametric_prompt: str
-    rag_prompt_len: int
-    parametric_prompt_len: int
-    rag_answer: str
-    parametric_answer: str
-    answer_token_ids: list[int]
-    answer_tokens: list[str]
-    parametric_token_ids: list[int]
-    parametric_tokens: list[str]
-    rag_finish: str
-    parametric_finish: str
+    retrieval: PathOutput
+    parametric: PathOutput
     token_kl: np.ndarray
-    entropy_rag: np.ndarray
-    entropy_para: np.ndarray
-    logprob_rag: np.ndarray
-    logprob_para: np.ndarray
-    topk_ids_rag: np.ndarray
-    topk_ids_para: np.ndarray
-    topk_probs_rag: np.ndarray
-    topk_probs_para: np.ndarray
-    topk_tokens_rag: list[list[str]]
-    topk_tokens_para: list[list[str]]
     score_window: int
     repcs_score: float
     threshold: float | None
@@ -86,30 +116,66 @@ class DualPathResult:
     schema_version: int = SCHEMA_VERSION
 
     @property
+    def answer_token_ids(self) -> list[int]:
+        """The retrieval answer's token ids: the position axis both paths are scored on."""
+        return self.retrieval.token_ids
+
+    @property
+    def answer_tokens(self) -> list[str]:
+        """The retrieval answer's tokens as text."""
+        return self.retrieval.tokens
+
+    @property
     def n_tokens(self) -> int:
-        return len(self.answer_token_ids)
+        return len(self.retrieval.token_ids)
+
+    def path(self, name: str) -> PathOutput:
+        """``retrieval`` or ``parametric``."""
+        if name not in PATHS:
+            raise ValueError(f"path must be {RETRIEVAL!r} or {PARAMETRIC!r}, got {name!r}")
+        return self.retrieval if name == RETRIEVAL else self.parametric
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict; float32 values are written exactly, so :meth:`from_dict` is lossless."""
-        out: dict[str, Any] = {}
+        """A JSON-ready dict with schema 1's flat keys; float32 values are written exactly (lossless)."""
+        flat: dict[str, Any] = {}
         for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = _jsonable(value)
-        return out
+            if f.name in PATHS:
+                continue
+            flat[f.name] = getattr(self, f.name)
+        for attr, (rkey, pkey, _) in _PATH_KEYS.items():
+            flat[rkey] = getattr(self.retrieval, attr)
+            flat[pkey] = getattr(self.parametric, attr)
+        return {key: _jsonable(flat[key]) for key in _JSON_ORDER}
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DualPathResult:
-        names = {f.name for f in fields(cls)}
-        missing = [n for n in names if n not in data and n not in {"warnings", "timings", "extras", "schema_version"}]
+        """Read the JSON form (schema 1 or 2: both use the same keys).
+
+        Raises:
+            ValueError: keys missing, or a schema newer than this version knows.
+        """
+        optional = {"warnings", "timings", "extras", "schema_version"}
+        missing = [k for k in _JSON_ORDER if k not in data and k not in optional]
         if missing:
             raise ValueError(f"Not a Read or Recall result: missing keys {sorted(missing)}")
-        kwargs = {k: v for k, v in data.items() if k in names}
-        for name, dtype in _ARRAYS.items():
-            kwargs[name] = np.asarray(kwargs[name], dtype=dtype)
-        return cls(**kwargs)
+        version = int(data.get("schema_version", 1))
+        if version > SCHEMA_VERSION:
+            raise ValueError(f"This result has schema {version}; this version reads up to {SCHEMA_VERSION}.")
+        paths = {}
+        for index, name in enumerate(PATHS):
+            kwargs = {}
+            for attr, keys in _PATH_KEYS.items():
+                value = data[keys[index]]
+                dtype = keys[2]
+                kwargs[attr] = np.asarray(value, dtype=dtype) if dtype is not None else value
+            paths[name] = PathOutput(**kwargs)
+        top = {f.name: data[f.name] for f in fields(cls) if f.name not in PATHS and f.name in data}
+        top["token_kl"] = np.asarray(top["token_kl"], dtype=np.float32)
+        top["schema_version"] = SCHEMA_VERSION
+        return cls(retrieval=paths[RETRIEVAL], parametric=paths[PARAMETRIC], **top)
 
     @classmethod
     def from_json(cls, text: str) -> DualPathResult:

@@ -297,10 +297,10 @@ def record_for(
         "context": result.context,
         "repcs_score": result.repcs_score,
         "verdict": result.verdict,
-        "rag_answer": result.rag_answer,
-        "parametric_answer": result.parametric_answer,
+        "rag_answer": result.retrieval.answer,
+        "parametric_answer": result.parametric.answer,
         "n_tokens": result.n_tokens,
-        "rag_finish": result.rag_finish,
+        "rag_finish": result.retrieval.finish,
         "max_abs_log_ratio": result.max_abs_log_ratio,
         "scores": scores,
     }
@@ -350,9 +350,9 @@ def score_records(
     for r, res in zip(rows, results):
         rec = record_for(handle, res, settings, detectors, _meta(r))
         if isinstance(r, ConflictRow):
-            rec["follows"] = answer_follows(res.rag_answer, r.answer_context, r.answer_memory)
+            rec["follows"] = answer_follows(res.retrieval.answer, r.answer_context, r.answer_memory)
             if free_parametric:
-                rec["parametric_follows"] = answer_follows(res.parametric_answer, r.answer_context, r.answer_memory)
+                rec["parametric_follows"] = answer_follows(res.parametric.answer, r.answer_context, r.answer_memory)
         records.append(rec)
     return records
 
@@ -549,7 +549,7 @@ def evaluate_rows(
     else:
         source = "given"
     records: list[dict[str, Any] | None] = [None] * len(rows)
-    lengths = [len(prepare_prompts(handle, r.query, r.context, settings).rag_ids) for r in rows]
+    lengths = [len(prepare_prompts(handle, r.query, r.context, settings).retrieval.ids) for r in rows]
     done = 0
     for batch in plan_batches(lengths, batch_size, settings.max_new_tokens):
         batch_records = score_records(

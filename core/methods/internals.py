@@ -337,11 +337,11 @@ def _prepared_for(handle: ModelHandle, result: DualPathResult) -> PreparedPrompt
     """Rebuild both prompts of a result with the engine (same template and settings) and check them."""
     settings = result_settings(result)
     prepared = prepare_prompts(handle, result.query, result.context, settings)
-    if len(prepared.rag_ids) != result.rag_prompt_len or len(prepared.parametric_ids) != result.parametric_prompt_len:
+    if len(prepared.retrieval.ids) != result.retrieval.prompt_len or len(prepared.parametric.ids) != result.parametric.prompt_len:
         raise ValueError(
             "This result's prompts do not tokenise to the same lengths with the loaded model "
-            f"({len(prepared.rag_ids)}/{len(prepared.parametric_ids)} vs {result.rag_prompt_len}/"
-            f"{result.parametric_prompt_len} tokens): it was produced by another model or tokenizer."
+            f"({len(prepared.retrieval.ids)}/{len(prepared.parametric.ids)} vs {result.retrieval.prompt_len}/"
+            f"{result.parametric.prompt_len} tokens): it was produced by another model or tokenizer."
         )
     return prepared
 
@@ -358,8 +358,8 @@ def displacement(handle: ModelHandle, result: DualPathResult) -> np.ndarray:
     """
     prepared = _prepared_for(handle, result)
     with handle.lock:
-        rag = layer_states(handle, prepared.rag_ids)[:, 0]
-        para = layer_states(handle, prepared.parametric_ids)[:, 0]
+        rag = layer_states(handle, prepared.retrieval.ids)[:, 0]
+        para = layer_states(handle, prepared.parametric.ids)[:, 0]
     return (rag.astype(np.float64) - para.astype(np.float64)).astype(np.float32)
 
 
@@ -376,8 +376,8 @@ def prompt_segments(handle: ModelHandle, prepared: PreparedPrompts, path: str) -
     """
     if path not in PATHS:
         raise ValueError(f"path must be {RETRIEVAL!r} or {PARAMETRIC!r}, got {path!r}")
-    text = prepared.rag_prompt if path == RETRIEVAL else prepared.parametric_prompt
-    ids = prepared.rag_ids if path == RETRIEVAL else prepared.parametric_ids
+    text = prepared.retrieval.prompt if path == RETRIEVAL else prepared.parametric.prompt
+    ids = prepared.retrieval.ids if path == RETRIEVAL else prepared.parametric.ids
     chat = TEMPLATES[prepared.template_key].chat
     spans: list[tuple[int, int, int]] = []
     start = 0
@@ -754,7 +754,7 @@ def analyse(
     n_pos = max(1, len(answer))
     fed = answer[:-1]
     sequences: dict[str, tuple[list[int], list[int], int]] = {}
-    for path, ids in ((RETRIEVAL, prepared.rag_ids), (PARAMETRIC, prepared.parametric_ids)):
+    for path, ids in ((RETRIEVAL, prepared.retrieval.ids), (PARAMETRIC, prepared.parametric.ids)):
         segs = prompt_segments(handle, prepared, path) + [ANSWER] * len(fed)
         sequences[path] = (list(ids) + fed, segs, len(ids))
     captures: dict[str, ForwardCapture] = {}
@@ -813,7 +813,7 @@ def path_sequence(handle: ModelHandle, result: DualPathResult, path: str) -> tup
     if path not in PATHS:
         raise ValueError(f"path must be {RETRIEVAL!r} or {PARAMETRIC!r}, got {path!r}")
     prepared = _prepared_for(handle, result)
-    prompt = prepared.rag_ids if path == RETRIEVAL else prepared.parametric_ids
+    prompt = prepared.retrieval.ids if path == RETRIEVAL else prepared.parametric.ids
     ids = list(prompt) + [int(i) for i in result.answer_token_ids[:-1]]
     return ids, handle.decode_tokens(ids), len(prompt)
 

@@ -58,7 +58,7 @@ def test_topk_frames_follow_the_result(tiny_result) -> None:
     assert list(rag.columns) == ["rank", "token", "probability", "chosen"]
     assert len(rag) == len(para) == 5
     assert np.all(np.diff(rag["probability"]) <= 0), "sorted by probability"
-    np.testing.assert_allclose(rag["probability"], r.topk_probs_rag[t], rtol=1e-6)
+    np.testing.assert_allclose(rag["probability"], r.retrieval.topk_probs[t], rtol=1e-6)
     assert rag["chosen"].any(), "greedy: the answer token is among the retrieval path's top candidates"
     both = figures.topk_side_by_side(r, t)
     assert list(both.columns) == ["rank", "retrieval token", "retrieval p", "parametric token", "parametric p"]

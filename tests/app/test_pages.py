@@ -133,7 +133,7 @@ def test_dual_path_runs_an_example() -> None:
 
     result = next(iter(at.session_state["ror.results"].values()))
     codes = [c.value for c in at.code]
-    assert result.rag_answer in codes and result.parametric_answer in codes, "both answers are shown"
+    assert result.retrieval.answer in codes and result.parametric.answer in codes, "both answers are shown"
     assert any(phrase in a for a in _alerts(at) for phrase in VERDICT_PHRASES), _alerts(at)
     assert any(m.label.startswith("Z =") and m.value.endswith("nats") for m in at.metric)
     assert len(at.get("plotly_chart")) == 1, "the per-token KL chart is drawn"

@@ -102,8 +102,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         return 0
     lines = [
         f"model:       {result.model}",
-        f"retrieval:   {result.rag_answer}",
-        f"parametric:  {result.parametric_answer}",
+        f"retrieval:   {result.retrieval.answer}",
+        f"parametric:  {result.parametric.answer}",
         f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   verdict: {result.verdict}",
     ]
     for name, out in outputs.items():

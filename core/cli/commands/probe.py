@@ -103,8 +103,8 @@ def _table(extras: dict[str, Any], result: Any) -> str:
     internals, block = extras["internals"], extras["crm"]
     lines = [
         f"model:       {result.model}",
-        f"retrieval:   {result.rag_answer}",
-        f"parametric:  {result.parametric_answer}",
+        f"retrieval:   {result.retrieval.answer}",
+        f"parametric:  {result.parametric.answer}",
         f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   verdict: {result.verdict}",
     ]
     if block.get("available"):

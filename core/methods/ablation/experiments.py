@@ -171,8 +171,8 @@ def score_run(
     run's own first token). Holds ``handle.lock`` for both passes.
     """
     with handle.lock:
-        ((ids, rag_logits, finish),) = generate_greedy(handle, [prepared.rag_ids], settings)
-        para_logits = teacher_forced_logits(handle, prepared.parametric_ids, ids)
+        ((ids, rag_logits, finish),) = generate_greedy(handle, [prepared.retrieval.ids], settings)
+        para_logits = teacher_forced_logits(handle, prepared.parametric.ids, ids)
     lp_rag, lp_para = log_probs(rag_logits), log_probs(para_logits.to(rag_logits.device))
     token_kl = kl_divergence(lp_rag, lp_para).cpu().numpy()
     first = int(ids[0] if clean_first_token is None else clean_first_token)
@@ -484,7 +484,7 @@ def patching_scores(
     prepared = prepare_prompts(handle, query, context, s)
     t0 = time.perf_counter()
     clean = score_run(handle, prepared, s)
-    spec = PatchSpec(tuple(chosen), tuple(prepared.parametric_ids), tuple(prepared.rag_ids))
+    spec = PatchSpec(tuple(chosen), tuple(prepared.parametric.ids), tuple(prepared.retrieval.ids))
     with Intervention(handle, patch=spec) as iv:
         patched = score_run(handle, prepared, s, clean.answer_ids[0])
     return {
@@ -555,7 +555,7 @@ def _own_displacement(handle: ModelHandle, result: DualPathResult) -> np.ndarray
     prepared = prepare_prompts(handle, result.query, result.context, settings)
     n = len(decoder_stack(handle.model)[1])
     states = []
-    for ids in (prepared.rag_ids, prepared.parametric_ids):
+    for ids in (prepared.retrieval.ids, prepared.parametric.ids):
         x = torch.tensor([ids], dtype=torch.long, device=handle.device)
         with handle.lock, torch.inference_mode(), capture_layer_outputs(handle, range(n)) as rec:
             emb = handle.model.get_input_embeddings()(x)[0, -1]
@@ -643,11 +643,11 @@ def perturbed_run(
     prepared = prepare_prompts(handle, query, context, settings)
     patch = None
     if patch_layers:
-        patch = PatchSpec(tuple(int(x) for x in patch_layers), tuple(prepared.parametric_ids), tuple(prepared.rag_ids))
+        patch = PatchSpec(tuple(int(x) for x in patch_layers), tuple(prepared.parametric.ids), tuple(prepared.retrieval.ids))
     with Intervention(handle, noise=noise, patch=patch) as iv:
         result = run_dual_path(handle, query, context, settings, free_parametric=True)
         token = clean_first_token if clean_first_token is not None else (result.answer_token_ids or [None])[0]
-        lp = first_token_logprob(handle, prepared.rag_ids, token) if token is not None else None
+        lp = first_token_logprob(handle, prepared.retrieval.ids, token) if token is not None else None
         traj = layer_trajectory(handle, result) if trajectory else None
     result.extras["intervention"] = iv.describe()
     result.extras["first_token_logprob"] = lp
@@ -661,7 +661,7 @@ def perturbed_run(
 def compare(clean: DualPathResult, perturbed: DualPathResult) -> dict[str, Any]:
     """What changed between a clean and a perturbed result (JSON-ready)."""
     rag_changed = token_changes(clean.answer_token_ids, perturbed.answer_token_ids)
-    para_changed = token_changes(clean.parametric_token_ids, perturbed.parametric_token_ids)
+    para_changed = token_changes(clean.parametric.token_ids, perturbed.parametric.token_ids)
     return {
         "z_clean": clean.repcs_score,
         "z_perturbed": perturbed.repcs_score,
@@ -669,9 +669,9 @@ def compare(clean: DualPathResult, perturbed: DualPathResult) -> dict[str, Any]:
         "verdict_clean": clean.verdict,
         "verdict_perturbed": perturbed.verdict,
         "rag_answer_changed": clean.answer_token_ids != perturbed.answer_token_ids,
-        "parametric_answer_changed": clean.parametric_token_ids != perturbed.parametric_token_ids,
+        "parametric_answer_changed": clean.parametric.token_ids != perturbed.parametric.token_ids,
         "rag_first_difference": first_difference(clean.answer_token_ids, perturbed.answer_token_ids),
-        "parametric_first_difference": first_difference(clean.parametric_token_ids, perturbed.parametric_token_ids),
+        "parametric_first_difference": first_difference(clean.parametric.token_ids, perturbed.parametric.token_ids),
         "rag_changed_tokens": int(sum(rag_changed)),
         "parametric_changed_tokens": int(sum(para_changed)),
         "rag_changed": rag_changed,

@@ -827,8 +827,8 @@ def calibration_displacements(
     for i, prompt in enumerate(prompts):
         prepared = prepare_prompts(handle, prompt.query, prompt.context, settings)
         with handle.lock:
-            rag = instrumented_forward(handle, prepared.rag_ids).states
-            para = instrumented_forward(handle, prepared.parametric_ids).states
+            rag = instrumented_forward(handle, prepared.retrieval.ids).states
+            para = instrumented_forward(handle, prepared.parametric.ids).states
             kl[i] = logit_lens_compare(handle, rag, para, top_k=1).kl[:, 0]
         D[i] = (rag[:, 0].astype(np.float64) - para[:, 0].astype(np.float64)).astype(np.float32)
         if progress is not None:

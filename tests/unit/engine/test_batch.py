@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ ROWS = [
     ("How many moons?", "Three."),
     ("What colour is the sky on Orrin?", "On the planet Orrin the sky is a pale green all year round, even at night."),
 ]
-ARRAYS = ("token_kl", "entropy_rag", "entropy_para", "logprob_rag", "logprob_para", "topk_probs_rag", "topk_probs_para")
+ARRAYS = ("token_kl", "retrieval.entropy", "parametric.entropy", "retrieval.logprob", "parametric.logprob", "retrieval.topk_probs", "parametric.topk_probs")
 
 
 def _settings(**kw) -> DualPathSettings:
@@ -26,7 +28,7 @@ def test_batched_teacher_forcing_equals_unbatched(tiny_handle):
     """Left padding + explicit position ids: each row's logits equal the single-row forward (no greedy step,
     so no possible near-tie flip: this is the exact check of the padding)."""
     s = _settings()
-    prompts = [prepare_prompts(tiny_handle, q, c, s).parametric_ids for q, c in ROWS]
+    prompts = [prepare_prompts(tiny_handle, q, c, s).parametric.ids for q, c in ROWS]
     answers = [[70, 71, 72], [80], [90, 91, 92, 93, 94, 95], [40, 41]]
     batched = teacher_forced_logits_batch(tiny_handle, prompts, answers)
     for p, a, got in zip(prompts, answers, batched):
@@ -39,8 +41,8 @@ def test_position_ids_matter(tiny_handle):
     """Without explicit position ids a padded row is shifted (transformers 5 uses arange in a plain forward):
     guard that the difference is real, so the test above checks something."""
     s = _settings()
-    short = prepare_prompts(tiny_handle, *ROWS[2], s).parametric_ids
-    long = prepare_prompts(tiny_handle, *ROWS[1], s).parametric_ids
+    short = prepare_prompts(tiny_handle, *ROWS[2], s).parametric.ids
+    long = prepare_prompts(tiny_handle, *ROWS[1], s).parametric.ids
     pad = tiny_handle.pad_token_id
     width = len(long)
     ids = torch.tensor([[pad] * (width - len(short)) + short])
@@ -55,7 +57,7 @@ def test_batched_generation_logits_match_unbatched_forward(tiny_handle):
     """Robust to greedy near-ties: given the tokens the batched run chose, its per-step logits equal a
     single-row teacher-forced forward over the retrieval prompt + those tokens."""
     s = _settings()
-    prompts = [prepare_prompts(tiny_handle, q, c, s).rag_ids for q, c in ROWS]
+    prompts = [prepare_prompts(tiny_handle, q, c, s).retrieval.ids for q, c in ROWS]
     for (ids, logits, _), prompt in zip(generate_greedy(tiny_handle, prompts, s), prompts):
         torch.testing.assert_close(logits, teacher_forced_logits(tiny_handle, prompt, ids), rtol=1e-4, atol=1e-4)
 
@@ -69,16 +71,16 @@ def test_score_batch_equals_run_dual_path(tiny_handle):
         # Greedy tokens can differ under padding only on a float near-tie; the tiny model has none here.
         assert got.answer_token_ids == want.answer_token_ids
         for name in ARRAYS:
-            np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-4, atol=1e-5, err_msg=name)
-        assert got.topk_ids_rag.tolist() == want.topk_ids_rag.tolist()
+            np.testing.assert_allclose(attrgetter(name)(got), attrgetter(name)(want), rtol=1e-4, atol=1e-5, err_msg=name)
+        assert got.retrieval.topk_ids.tolist() == want.retrieval.topk_ids.tolist()
         assert got.repcs_score == pytest.approx(want.repcs_score, rel=1e-4, abs=1e-5)
         assert got.max_abs_log_ratio == pytest.approx(want.max_abs_log_ratio, rel=1e-4, abs=1e-5)
         for key in ("mean", "max", "early"):
             assert got.kl_stats[key] == pytest.approx(want.kl_stats[key], rel=1e-4, abs=1e-6)
-        same = ("query", "context", "template", "rag_prompt", "parametric_prompt", "rag_answer", "answer_tokens",
-                "rag_finish", "parametric_finish", "score_window", "verdict", "threshold", "settings", "model")
+        same = ("query", "context", "template", "retrieval.prompt", "parametric.prompt", "retrieval.answer", "answer_tokens",
+                "retrieval.finish", "parametric.finish", "score_window", "verdict", "threshold", "settings", "model")
         for name in same:
-            assert getattr(got, name) == getattr(want, name), name
+            assert attrgetter(name)(got) == attrgetter(name)(want), name
         assert got.timings["batch_size"] == len(ROWS)
 
 
@@ -87,8 +89,8 @@ def test_free_parametric_answers_match(tiny_handle):
     got = score_batch(tiny_handle, ROWS[:2], s, free_parametric=True)
     for (q, c), res in zip(ROWS[:2], got):
         want = run_dual_path(tiny_handle, q, c, s, free_parametric=True)
-        assert res.parametric_token_ids == want.parametric_token_ids
-        assert res.parametric_answer == want.parametric_answer
+        assert res.parametric.token_ids == want.parametric.token_ids
+        assert res.parametric.answer == want.parametric.answer
 
 
 def test_score_rows_keeps_order_and_stops(tiny_handle):

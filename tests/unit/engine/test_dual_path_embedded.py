@@ -20,8 +20,8 @@ VELTRIA = ("What is the capital of Veltria?", "The capital of the Republic of Ve
 
 def test_invented_fact_is_read_from_context(embedded_handle):
     res = run_dual_path(embedded_handle, *VELTRIA, DualPathSettings())  # the calibrated T = 64
-    assert "Marrowgate" in res.rag_answer
-    assert "Marrowgate" not in res.parametric_answer
+    assert "Marrowgate" in res.retrieval.answer
+    assert "Marrowgate" not in res.parametric.answer
     assert res.threshold is not None
     assert res.verdict == "grounded", (res.repcs_score, res.threshold)
     # the KL spikes where the context supplies the invented name
@@ -33,7 +33,7 @@ def test_known_fact_scores_lower_than_invented_fact(embedded_handle):
     settings = DualPathSettings(max_new_tokens=24, score_window=24)
     known = run_dual_path(embedded_handle, "What is the capital of France?", "Paris is the capital of France.", settings)
     invented = run_dual_path(embedded_handle, *VELTRIA, settings)
-    assert "Paris" in known.parametric_answer and "Paris" in known.rag_answer
+    assert "Paris" in known.parametric.answer and "Paris" in known.retrieval.answer
     assert known.repcs_score < invented.repcs_score
     assert np.all(known.token_kl >= 0)
 

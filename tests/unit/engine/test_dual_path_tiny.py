@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+from operator import attrgetter
+
 import numpy as np
 import pytest
 import torch
@@ -30,36 +32,36 @@ def test_kl_matches_independent_float64_computation(tiny_handle):
     prep = prepare_prompts(tiny_handle, Q, C, _settings())
     ans = res.answer_token_ids
     n = len(ans)
-    rag = _manual_logits(tiny_handle, prep.rag_ids + ans)[len(prep.rag_ids) - 1 : len(prep.rag_ids) - 1 + n]
-    para = _manual_logits(tiny_handle, prep.parametric_ids + ans)[len(prep.parametric_ids) - 1 : len(prep.parametric_ids) - 1 + n]
+    rag = _manual_logits(tiny_handle, prep.retrieval.ids + ans)[len(prep.retrieval.ids) - 1 : len(prep.retrieval.ids) - 1 + n]
+    para = _manual_logits(tiny_handle, prep.parametric.ids + ans)[len(prep.parametric.ids) - 1 : len(prep.parametric.ids) - 1 + n]
     lp, lq = torch.log_softmax(rag, -1), torch.log_softmax(para, -1)
     expected = (lp.exp() * (lp - lq)).sum(-1).numpy()
     np.testing.assert_allclose(res.token_kl, expected, rtol=1e-3, atol=1e-5)
     assert res.repcs_score == pytest.approx(expected[:8].sum(), rel=1e-3, abs=1e-5)
     # the answer-token log-probs line up with the same token on both paths
     idx = torch.tensor(ans)
-    np.testing.assert_allclose(res.logprob_rag, lp[torch.arange(n), idx].numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(res.logprob_para, lq[torch.arange(n), idx].numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(res.retrieval.logprob, lp[torch.arange(n), idx].numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(res.parametric.logprob, lq[torch.arange(n), idx].numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_retrieval_distributions_come_from_generation_and_predict_answer(tiny_handle):
     res = run_dual_path(tiny_handle, Q, C, _settings())
     # greedy: each answer token is the retrieval path's argmax at its position
-    assert res.topk_ids_rag[:, 0].tolist() == res.answer_token_ids
+    assert res.retrieval.topk_ids[:, 0].tolist() == res.answer_token_ids
     assert np.all(res.token_kl >= 0)
     assert len(res.token_kl) == len(res.answer_tokens) == res.n_tokens
-    assert res.topk_probs_rag.shape == (res.n_tokens, 5)
-    assert np.all(np.diff(res.topk_probs_rag, axis=1) <= 1e-7)
+    assert res.retrieval.topk_probs.shape == (res.n_tokens, 5)
+    assert np.all(np.diff(res.retrieval.topk_probs, axis=1) <= 1e-7)
 
 
 def test_teacher_forcing_alignment(tiny_handle):
     prep = prepare_prompts(tiny_handle, Q, C, _settings())
     answer = [70, 71, 72, 73]
-    tf = teacher_forced_logits(tiny_handle, prep.parametric_ids, answer)
-    full = _manual_logits(tiny_handle, prep.parametric_ids + answer)
+    tf = teacher_forced_logits(tiny_handle, prep.parametric.ids, answer)
+    full = _manual_logits(tiny_handle, prep.parametric.ids + answer)
     for t in range(len(answer)):
         # row t predicts answer[t] from prompt + answer[:t]
-        np.testing.assert_allclose(tf[t].double().numpy(), full[len(prep.parametric_ids) - 1 + t].numpy(), atol=1e-4)
+        np.testing.assert_allclose(tf[t].double().numpy(), full[len(prep.parametric.ids) - 1 + t].numpy(), atol=1e-4)
 
 
 def test_identical_paths_give_zero(tiny_handle):
@@ -67,8 +69,8 @@ def test_identical_paths_give_zero(tiny_handle):
     from core.engine.dual_path import generate_greedy, score_paths
 
     prep = prepare_prompts(tiny_handle, Q, C, _settings())
-    ((ans, logits, _),) = generate_greedy(tiny_handle, [prep.rag_ids], _settings())
-    tf = teacher_forced_logits(tiny_handle, prep.rag_ids, ans)
+    ((ans, logits, _),) = generate_greedy(tiny_handle, [prep.retrieval.ids], _settings())
+    tf = teacher_forced_logits(tiny_handle, prep.retrieval.ids, ans)
     scores = score_paths(logits, tf, ans, 5)
     assert float(scores["token_kl"].sum()) == pytest.approx(0.0, abs=1e-4)
 
@@ -76,8 +78,8 @@ def test_identical_paths_give_zero(tiny_handle):
 def test_json_round_trip_is_lossless(tiny_handle):
     res = run_dual_path(tiny_handle, Q, C, _settings())
     back = DualPathResult.from_json(res.to_json())
-    for name in ("token_kl", "entropy_rag", "entropy_para", "topk_ids_rag", "topk_probs_para", "logprob_para"):
-        a, b = getattr(res, name), getattr(back, name)
+    for name in ("token_kl", "retrieval.entropy", "parametric.entropy", "retrieval.topk_ids", "parametric.topk_probs", "parametric.logprob"):
+        a, b = attrgetter(name)(res), attrgetter(name)(back)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
     assert back.to_json() == res.to_json()
     with pytest.raises(ValueError, match="missing keys"):
@@ -88,7 +90,7 @@ def test_score_only_mode_matches_full_mode(tiny_handle):
     full = run_dual_path(tiny_handle, Q, C, _settings())
     fast = run_dual_path(tiny_handle, Q, C, _settings(), free_parametric=False)
     assert fast.answer_token_ids == full.answer_token_ids
-    assert fast.parametric_answer == "" and fast.parametric_finish == "not generated"
+    assert fast.parametric.answer == "" and fast.parametric.finish == "not generated"
     np.testing.assert_allclose(fast.token_kl, full.token_kl, rtol=1e-3, atol=1e-5)
 
 

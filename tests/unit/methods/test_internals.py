@@ -128,8 +128,8 @@ def test_displacement_is_the_difference_of_the_two_prompts_last_states(tiny_hand
     n_layers = tiny_handle.info.n_layers
     assert d.shape == (n_layers + 1, tiny_handle.info.hidden_size)
     prepared = prepare_prompts(tiny_handle, tiny_result.query, tiny_result.context, SETTINGS)
-    h_rag = _hf_forward(tiny_handle, prepared.rag_ids, output_hidden_states=True).hidden_states
-    h_para = _hf_forward(tiny_handle, prepared.parametric_ids, output_hidden_states=True).hidden_states
+    h_rag = _hf_forward(tiny_handle, prepared.retrieval.ids, output_hidden_states=True).hidden_states
+    h_para = _hf_forward(tiny_handle, prepared.parametric.ids, output_hidden_states=True).hidden_states
     for i in range(n_layers):
         expected = h_rag[i][0, -1].double() - h_para[i][0, -1].double()
         np.testing.assert_allclose(d[i], expected.numpy(), rtol=0, atol=2e-5)
@@ -141,12 +141,12 @@ def test_prompt_segments_mark_the_context_and_the_query(tiny_handle, tiny_result
     prepared = prepare_prompts(tiny_handle, tiny_result.query, tiny_result.context, SETTINGS)
     rag = prompt_segments(tiny_handle, prepared, "retrieval")
     para = prompt_segments(tiny_handle, prepared, "parametric")
-    assert len(rag) == len(prepared.rag_ids) and len(para) == len(prepared.parametric_ids)
+    assert len(rag) == len(prepared.retrieval.ids) and len(para) == len(prepared.parametric.ids)
     decode = tiny_handle.tokenizer.decode
-    assert decode([i for i, s in zip(prepared.rag_ids, rag, strict=True) if s == CONTEXT]) == prepared.context
-    assert decode([i for i, s in zip(prepared.rag_ids, rag, strict=True) if s == QUERY]) == prepared.query
+    assert decode([i for i, s in zip(prepared.retrieval.ids, rag, strict=True) if s == CONTEXT]) == prepared.context
+    assert decode([i for i, s in zip(prepared.retrieval.ids, rag, strict=True) if s == QUERY]) == prepared.query
     assert CONTEXT not in para
-    assert decode([i for i, s in zip(prepared.parametric_ids, para, strict=True) if s == QUERY]) == prepared.query
+    assert decode([i for i, s in zip(prepared.parametric.ids, para, strict=True) if s == QUERY]) == prepared.query
 
 
 def test_logit_lens_matches_a_float64_numpy_computation(tiny_handle):
@@ -185,12 +185,12 @@ def test_analyse_last_layer_lens_is_the_models_own_output(tiny_handle, tiny_resu
     assert result.displacement.shape == (L + 1, n, tiny_handle.info.hidden_size)
     assert result.lens.kl.shape == (L + 1, n)
     np.testing.assert_allclose(result.lens.kl[-1], tiny_result.token_kl, rtol=1e-3, atol=1e-5)
-    np.testing.assert_allclose(result.lens.target_logprob_a[-1], tiny_result.logprob_rag, atol=1e-4)
-    np.testing.assert_allclose(result.lens.target_logprob_b[-1], tiny_result.logprob_para, atol=1e-4)
+    np.testing.assert_allclose(result.lens.target_logprob_a[-1], tiny_result.retrieval.logprob, atol=1e-4)
+    np.testing.assert_allclose(result.lens.target_logprob_b[-1], tiny_result.parametric.logprob, atol=1e-4)
     # position 0 is the last prompt token: the same displacement CRM uses
     np.testing.assert_allclose(result.displacement[:, 0], displacement(tiny_handle, tiny_result), atol=1e-6)
     # attention: every row's mass over the four segments sums to one; answer rows see answer tokens
-    assert result.entropy_rag.shape == (L, H, tiny_result.rag_prompt_len + n - 1)
+    assert result.entropy_rag.shape == (L, H, tiny_result.retrieval.prompt_len + n - 1)
     np.testing.assert_allclose(result.mass_rag.sum(-1), 1.0, atol=1e-5)
     np.testing.assert_allclose(result.mass_para[..., CONTEXT], 0.0)
     assert np.all(result.mass_rag[:, :, 0, ANSWER] == 0)

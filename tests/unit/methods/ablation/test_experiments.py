@@ -57,11 +57,11 @@ def test_score_run_matches_the_engine(tiny_handle):
     assert rec.answer_ids == res.answer_token_ids
     np.testing.assert_array_equal(rec.token_kl, res.token_kl)
     assert rec.z == res.repcs_score
-    assert rec.first_token_logprob == pytest.approx(float(res.logprob_rag[0]), abs=1e-6)
-    assert rec.first_token_logprob_para == pytest.approx(float(res.logprob_para[0]), abs=1e-6)
+    assert rec.first_token_logprob == pytest.approx(float(res.retrieval.logprob[0]), abs=1e-6)
+    assert rec.first_token_logprob_para == pytest.approx(float(res.parametric.logprob[0]), abs=1e-6)
     with noise_injection(tiny_handle, [1], 0.7, 2):
         noisy = ablation.score_run(tiny_handle, prep, s, clean_first_token=rec.answer_ids[0])
-        lp = ablation.first_token_logprob(tiny_handle, prep.rag_ids, rec.answer_ids[0])
+        lp = ablation.first_token_logprob(tiny_handle, prep.retrieval.ids, rec.answer_ids[0])
     assert noisy.first_token_logprob == pytest.approx(lp, abs=1e-5)
     assert noisy.first_token_logprob != pytest.approx(rec.first_token_logprob, abs=1e-6)
 
@@ -169,7 +169,7 @@ def test_trajectory_under_noise_changes_only_from_the_noised_layer_on(tiny_handl
     prep = prepare_prompts(tiny_handle, Q, C, s)
     with torch.inference_mode():
         hs = [torch.stack(tiny_handle.model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states)[:, 0, -1]
-              for ids in (prep.rag_ids, prep.parametric_ids)]
+              for ids in (prep.retrieval.ids, prep.parametric.ids)]
     d = (hs[0] - hs[1]).double().numpy()
     own = ablation._own_displacement(tiny_handle, clean)
     np.testing.assert_allclose(own[:-1], d[:-1], rtol=1e-5, atol=1e-6)  # the last row differs by the final norm
@@ -222,7 +222,7 @@ def test_embedded_model_noise_and_patching(embedded_handle):
     prep = prepare_prompts(embedded_handle, q, c, s)
     from core.methods.ablation.interventions import activation_patching
 
-    with activation_patching(embedded_handle, [29], prep.parametric_ids, prep.rag_ids):
+    with activation_patching(embedded_handle, [29], prep.parametric.ids, prep.retrieval.ids):
         patched = run_dual_path(embedded_handle, q, c, s, free_parametric=False)
     assert patched.token_kl[0] == pytest.approx(0.0, abs=1e-4)  # the first token is predicted as without context
     assert count_intervention_hooks(embedded_handle.model) == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+from operator import attrgetter
+
 import numpy as np
 import pytest
 import torch
@@ -46,8 +48,8 @@ def _same(a, b) -> bool:
     """Bit-identical dual-path results (answers and every per-token array)."""
     return (
         a.answer_token_ids == b.answer_token_ids
-        and a.parametric_token_ids == b.parametric_token_ids
-        and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("token_kl", "logprob_rag", "logprob_para", "entropy_rag"))
+        and a.parametric.token_ids == b.parametric.token_ids
+        and all(np.array_equal(attrgetter(f)(a), attrgetter(f)(b)) for f in ("token_kl", "retrieval.logprob", "parametric.logprob", "retrieval.entropy"))
         and a.repcs_score == b.repcs_score
     )
 
@@ -155,7 +157,7 @@ def test_same_seed_gives_identical_results_and_other_seeds_differ(tiny_handle, w
 
 
 def test_noise_applies_only_at_chosen_layers_with_the_paper_formula(tiny_handle, warm):
-    ids = prepare_prompts(tiny_handle, Q, C, _settings()).rag_ids
+    ids = prepare_prompts(tiny_handle, Q, C, _settings()).retrieval.ids
     x = torch.tensor([ids])
     eps, seed, layer = 0.3, 11, 1
     with capture_layer_outputs(tiny_handle, [0, 1, 2]) as clean_rec, torch.inference_mode():
@@ -179,7 +181,7 @@ def test_noise_applies_only_at_chosen_layers_with_the_paper_formula(tiny_handle,
 
 def test_noise_does_not_depend_on_chunking_kv_cache_or_padding(tiny_handle, warm):
     prep = prepare_prompts(tiny_handle, Q, C, _settings(8))
-    ids = torch.tensor([prep.rag_ids])
+    ids = torch.tensor([prep.retrieval.ids])
     kw = {"max_new_tokens": 6, "do_sample": False, "output_logits": True, "return_dict_in_generate": True,
           "pad_token_id": tiny_handle.pad_token_id}
     with noise_injection(tiny_handle, [0, 2], 0.7, seed=3), torch.inference_mode():
@@ -194,16 +196,16 @@ def test_noise_does_not_depend_on_chunking_kv_cache_or_padding(tiny_handle, warm
     # left padding in a batched generation: the parametric row answers as it does alone
     with noise_injection(tiny_handle, [1], 0.9, seed=2):
         batched = run_dual_path(tiny_handle, Q, C, _settings(8))
-        ((alone, _, _),) = generate_greedy(tiny_handle, [prep.parametric_ids], _settings(8))
-    assert batched.parametric_token_ids == alone
+        ((alone, _, _),) = generate_greedy(tiny_handle, [prep.parametric.ids], _settings(8))
+    assert batched.parametric.token_ids == alone
 
 
 def test_both_paths_get_the_same_noise_on_their_shared_prefix(tiny_handle, warm):
     prep = prepare_prompts(tiny_handle, Q, C, _settings())
-    shared = next(i for i, (a, b) in enumerate(zip(prep.rag_ids, prep.parametric_ids)) if a != b)
+    shared = next(i for i, (a, b) in enumerate(zip(prep.retrieval.ids, prep.parametric.ids)) if a != b)
     assert shared > 3
     outs = {}
-    for name, ids in (("rag", prep.rag_ids), ("para", prep.parametric_ids)):
+    for name, ids in (("rag", prep.retrieval.ids), ("para", prep.parametric.ids)):
         with noise_injection(tiny_handle, [0], 1.0, seed=9), capture_layer_outputs(tiny_handle, [0]) as rec, \
                 torch.inference_mode():
             tiny_handle.model(input_ids=torch.tensor([ids]))
@@ -218,23 +220,23 @@ def test_both_paths_get_the_same_noise_on_their_shared_prefix(tiny_handle, warm)
 def test_patching_replaces_the_last_prompt_token_state_of_the_retrieval_path_only(tiny_handle, warm):
     prep = prepare_prompts(tiny_handle, Q, C, _settings())
     layer = 1
-    last = len(prep.rag_ids) - 1
+    last = len(prep.retrieval.ids) - 1
     with capture_layer_outputs(tiny_handle, [0, 1]) as rec, torch.inference_mode():
-        tiny_handle.model(input_ids=torch.tensor([prep.parametric_ids]))
-        tiny_handle.model(input_ids=torch.tensor([prep.rag_ids]))
+        tiny_handle.model(input_ids=torch.tensor([prep.parametric.ids]))
+        tiny_handle.model(input_ids=torch.tensor([prep.retrieval.ids]))
     source = rec[layer][0][0, -1]
     clean_rag = {k: v[1][0] for k, v in rec.items()}
-    with activation_patching(tiny_handle, [layer], prep.parametric_ids, prep.rag_ids) as active, \
+    with activation_patching(tiny_handle, [layer], prep.parametric.ids, prep.retrieval.ids) as active, \
             capture_layer_outputs(tiny_handle, [0, 1]) as prec, torch.inference_mode():
-        tiny_handle.model(input_ids=torch.tensor([prep.rag_ids]))
-        tiny_handle.model(input_ids=torch.tensor([prep.parametric_ids + [65, 66]]))
+        tiny_handle.model(input_ids=torch.tensor([prep.retrieval.ids]))
+        tiny_handle.model(input_ids=torch.tensor([prep.parametric.ids + [65, 66]]))
     patched = prec[layer][0][0]
     assert torch.equal(patched[last], source)
     assert torch.equal(patched[:last], clean_rag[layer][:last])
     assert torch.equal(prec[0][0][0], clean_rag[0])  # the earlier layer is untouched
     assert active.stats.patched_sites == 1  # the parametric forward was not patched
     # in a dual-path run only the retrieval row's prefill is patched (one site per patched layer)
-    with activation_patching(tiny_handle, [0, 2], prep.parametric_ids, prep.rag_ids) as active:
+    with activation_patching(tiny_handle, [0, 2], prep.parametric.ids, prep.retrieval.ids) as active:
         run_dual_path(tiny_handle, Q, C, _settings())
     assert active.stats.patched_sites == 2
 
@@ -244,7 +246,7 @@ def test_patching_the_last_layer_makes_the_first_token_distribution_parametric(t
     patched, the retrieval path's first distribution is the parametric one, so KL_0 = 0."""
     prep = prepare_prompts(tiny_handle, Q, C, _settings())
     clean = run_dual_path(tiny_handle, Q, C, _settings())
-    with activation_patching(tiny_handle, [2], prep.parametric_ids, prep.rag_ids):
+    with activation_patching(tiny_handle, [2], prep.parametric.ids, prep.retrieval.ids):
         patched = run_dual_path(tiny_handle, Q, C, _settings())
     assert clean.token_kl[0] > 1e-6
     assert patched.token_kl[0] == pytest.approx(0.0, abs=1e-6)
@@ -273,7 +275,7 @@ def _lock_free(handle, timeout: float = 2.0) -> bool:
 def test_no_hook_remains_after_normal_runs(tiny_handle, warm):
     prep = prepare_prompts(tiny_handle, Q, C, _settings())
     noise = NoiseSpec((0, 1, 2), 0.4, 1)
-    patch = PatchSpec((1,), tuple(prep.parametric_ids), tuple(prep.rag_ids))
+    patch = PatchSpec((1,), tuple(prep.parametric.ids), tuple(prep.retrieval.ids))
     with Intervention(tiny_handle, noise=noise, patch=patch):
         assert count_intervention_hooks(tiny_handle.model) == 5  # 3 layer hooks + 2 on the stack
         assert not _lock_free(tiny_handle, timeout=0.2)

@@ -232,7 +232,7 @@ def test_crm_detectors_score_a_tiny_run(tiny_handle, tiny_basis):
     result = run_dual_path(
         tiny_handle, "Who baked it?", "The bread was baked by Ilse.", SETTINGS, free_parametric=False
     )
-    assert result.parametric_answer == ""
+    assert result.parametric.answer == ""
     inp = DetectorInput(handle=tiny_handle, result=result, settings=SETTINGS)
     lts = registry["crm_lts"].score(inp)
     lr = registry["crm_lr"].score(inp)
