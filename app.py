@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import inputs, session
+from components import inputs, keys, state
+from components.page import open_page
 
 DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
 
-st.set_page_config(page_title="Read or Recall", layout="wide")
-
 
 def draw_intro() -> None:
+    """The question the tool answers and how."""
     st.title("Read or Recall")
     st.markdown(
         "Did a retrieval-augmented language model **read** the context you gave it, or **recall** the answer "
-        "from what it memorised in training?\n\n"
+        "from what it memorized in training?\n\n"
         "The same model answers your question twice — once **with** the retrieved context (the *retrieval "
         "path*) and once **without** it (the *parametric path*). Where the two paths agree, the context "
         "changed little and the answer may come from memory; where they diverge, the model used the context."
@@ -30,9 +30,10 @@ def draw_intro() -> None:
 
 
 def draw_examples() -> None:
+    """The example picker, the picked inputs and the way to the Dual Path page."""
     st.subheader("Start from an example")
     example = inputs.example_picker()
-    query, context = session.current_inputs()
+    query, context = state.current_inputs()
     if query or context:
         st.caption("Query")
         st.text(query)
@@ -40,18 +41,20 @@ def draw_examples() -> None:
         st.text(context)
     left, right = st.columns([1, 3])
     with left:
-        if st.button("Analyse on the Dual Path page", type="primary", disabled=example is None and not query,
-                     key="ror.landing.analyse"):
-            session.request_run()
+        if st.button(
+            "Analyse on the Dual Path page",
+            type="primary",
+            disabled=example is None and not query,
+            key=keys.LANDING_ANALYSE,
+        ):
+            state.request_run()
             st.switch_page(DUAL_PATH_PAGE)
     with right:
         st.page_link(DUAL_PATH_PAGE, label="Open the Dual Path view", icon=":material/compare_arrows:")
 
 
 def main() -> None:
-    config = session.sidebar()
-    handle = session.get_handle(config.model_spec, config.revision)
-    session.draw_model_facts(handle)
+    open_page()
     draw_intro()
     draw_examples()
 

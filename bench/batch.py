@@ -3,7 +3,7 @@
 Side by side in one run, on the same rows, order alternated each repeat:
   one_by_one — ``run_dual_path(..., free_parametric=False)`` per row (one generate + one teacher-forced forward
                each: the cheapest exact unbatched score)
-  batched    — ``core.batch.score_rows`` (one batched generate + one batched teacher-forced forward per batch
+  batched    — ``core.engine.batch.score_rows`` (one batched generate + one batched teacher-forced forward per batch
                of ``--batch-size`` rows, length-sorted)
 Both stop at end-of-sequence or T tokens (``max_new_tokens = score_window = T``), as evaluation does.
 Prints rows/min (median over repeats) for each, the speed-up, and how well the two agree (same answer tokens,
@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from core.engine import DualPathSettings, run_dual_path, score_rows
+from core.evaluation import read_labelled_csv
+from core.io import asset_path
+from core.model.loading import load_model
 
-from core.engine.batch import score_rows  # noqa: E402
-from core.engine.dual_path import DualPathSettings, run_dual_path  # noqa: E402
-from core.model.loading import load_model  # noqa: E402
-
-PROBES = Path(__file__).resolve().parent.parent / "assets" / "probes" / "probes.csv"
+PROBES = asset_path("probes", "probes.csv")
 BUILTIN = [
     ("What is the capital of France?", "Paris is the capital and largest city of France."),
     ("What is the capital of Veltria?", "The capital of the Republic of Veltria is Marrowgate, a port city."),
@@ -50,8 +47,6 @@ BUILTIN = [
 
 def load_rows(n: int) -> list[tuple[str, str]]:
     if PROBES.is_file():
-        from core.evaluation.evaluate import read_labelled_csv
-
         rows = read_labelled_csv(PROBES)
         mem = [r for r in rows if r.label == "memorized"]
         gro = [r for r in rows if r.label == "grounded"]
@@ -95,16 +90,24 @@ def main() -> int:
             rpm[name].append(this[name])
         speedups.append(this["batched"] / this["one_by_one"])
     same = sum(a.answer_token_ids == b.answer_token_ids for a, b in zip(last["one_by_one"], last["batched"]))
-    dz = [abs(a.repcs_score - b.repcs_score) for a, b in zip(last["one_by_one"], last["batched"])
-          if a.answer_token_ids == b.answer_token_ids]
+    dz = [
+        abs(a.repcs_score - b.repcs_score)
+        for a, b in zip(last["one_by_one"], last["batched"])
+        if a.answer_token_ids == b.answer_token_ids
+    ]
     tokens = statistics.mean(r.n_tokens for r in last["one_by_one"])
-    print(f"model={handle.info.name} device={handle.info.device} T={args.tokens} rows={len(rows)} "
-          f"batch_size={args.batch_size} repeats={args.repeats} threads={torch.get_num_threads()} "
-          f"mean_answer_tokens={tokens:.1f} source={'probes.csv' if PROBES.is_file() else 'built-in'}")
+    print(
+        f"model={handle.info.name} device={handle.info.device} T={args.tokens} rows={len(rows)} "
+        f"batch_size={args.batch_size} repeats={args.repeats} threads={torch.get_num_threads()} "
+        f"mean_answer_tokens={tokens:.1f} source={'probes.csv' if PROBES.is_file() else 'built-in'}"
+    )
     for name, values in rpm.items():
-        print(f"{name:11s} median {statistics.median(values):7.1f} rows/min   (min {min(values):.1f}, max {max(values):.1f})")
-    print(f"agreement: {same}/{len(rows)} rows with identical answer tokens; "
-          f"max |ΔZ| on those = {max(dz) if dz else float('nan'):.2e} nats")
+        spread = f"(min {min(values):.1f}, max {max(values):.1f})"
+        print(f"{name:11s} median {statistics.median(values):7.1f} rows/min   {spread}")
+    print(
+        f"agreement: {same}/{len(rows)} rows with identical answer tokens; "
+        f"max |ΔZ| on those = {max(dz) if dz else float('nan'):.2e} nats"
+    )
     print(f"speedup={statistics.median(speedups):.2f}")
     return 0
 

@@ -3,7 +3,7 @@
 Steps, in one fresh process (so the peak belongs to this analysis alone):
   1. load the embedded SmolLM2-135M-Instruct (fp32, CPU);
   2. ``run_dual_path`` on a ~1,000-token context (both answers, ``--tokens`` new tokens each);
-  3. ``core.internals.analyse`` (one instrumented forward per path: hidden states, attention entropy and
+  3. ``core.methods.internals.analyse`` (one instrumented forward per path: hidden states, attention entropy and
      segment mass reduced on the fly, logit lens of both paths), the CRM report with the bundled basis;
   4. one head's full attention pattern (what the Attention page keeps when a cell is clicked).
 
@@ -20,18 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from core.methods.crm.legacy import crm_report, load_basis, load_calibration_prompts  # noqa: E402
-from core.engine.dual_path import DualPathSettings, run_dual_path  # noqa: E402
-from core.methods.internals import analyse, attention_pattern, path_sequence  # noqa: E402
-from core.model.loading import load_model  # noqa: E402
+from core.engine import DualPathSettings, run_dual_path
+from core.methods.crm import crm_report, load_basis, load_calibration_prompts
+from core.methods.internals import analyse, attention_pattern, path_sequence
+from core.model.loading import load_model
 
 QUERY = "According to the passage, what colour are the trams in Lisk?"
 
@@ -108,10 +105,10 @@ def main() -> int:
     info = handle.info
     full_stack_mb = info.n_layers * info.n_heads * T * T * 4 / 2**20
     kept_mb = (
-        internals.entropy_rag.nbytes
-        + internals.entropy_para.nbytes
-        + internals.mass_rag.nbytes
-        + internals.mass_para.nbytes
+        internals.retrieval.entropy.nbytes
+        + internals.parametric.entropy.nbytes
+        + internals.retrieval.mass.nbytes
+        + internals.parametric.mass.nbytes
         + pattern.nbytes
     ) / 2**20
     out = {

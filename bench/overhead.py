@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from core.engine.dual_path import DualPathSettings, prepare_prompts, run_dual_path  # noqa: E402
-from core.model.loading import load_model  # noqa: E402
+from core.engine import DualPathSettings, prepare_prompts, run_dual_path
+from core.model.loading import load_model
 
 QUERY = "What is the capital of Veltria?"
 CONTEXT = (
@@ -39,14 +35,21 @@ def main() -> int:
     handle = load_model()
     settings = DualPathSettings(max_new_tokens=args.tokens, score_window=args.tokens, force_length=True)
     prep = prepare_prompts(handle, QUERY, CONTEXT, settings)
-    ids = torch.tensor([prep.retrieval.ids])
+    ids = torch.tensor([prep.retrieval.ids], device=handle.device)
+
+    def sync() -> None:
+        if handle.device.type == "cuda":
+            torch.cuda.synchronize()
 
     def plain() -> None:
-        with handle.lock, torch.inference_mode():
-            out = handle.model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.tokens,
-                min_new_tokens=args.tokens, do_sample=False, pad_token_id=handle.pad_token_id,
-            )
+        out = handle.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=args.tokens,
+            min_new_tokens=args.tokens,
+            do_sample=False,
+            pad_token_id=handle.pad_token_id,
+        )
         assert out.shape[1] == ids.shape[1] + args.tokens
 
     def scored() -> None:
@@ -66,16 +69,22 @@ def main() -> int:
         order = list(jobs) if rep % 2 == 0 else list(reversed(jobs))
         this: dict[str, float] = {}
         for name in order:
+            sync()
             t0 = time.perf_counter()
             jobs[name]()
+            sync()
             this[name] = time.perf_counter() - t0
             times[name].append(this[name])
         ratios["scored"].append(this["scored"] / this["plain"])
         ratios["dual"].append(this["dual"] / this["plain"])
-    print(f"model={handle.info.name} device={handle.info.device} T={args.tokens} repeats={args.repeats} "
-          f"threads={torch.get_num_threads()} prompt_tokens={len(prep.retrieval.ids)}")
+    threads = torch.get_num_threads() if handle.device.type == "cpu" else "-"
+    print(
+        f"model={handle.info.name} device={handle.info.device} T={args.tokens} repeats={args.repeats} "
+        f"threads={threads} prompt_tokens={len(prep.retrieval.ids)}"
+    )
     for name, ts in times.items():
-        print(f"{name:7s} median {statistics.median(ts) * 1000:8.1f} ms   (min {min(ts) * 1000:.1f}, max {max(ts) * 1000:.1f})")
+        spread = f"(min {min(ts) * 1000:.1f}, max {max(ts) * 1000:.1f})"
+        print(f"{name:7s} median {statistics.median(ts) * 1000:8.1f} ms   {spread}")
     print(f"dual_view_ratio={statistics.median(ratios['dual']):.3f}")
     print(f"overhead_ratio={statistics.median(ratios['scored']):.3f}")
     return 0

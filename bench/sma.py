@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch
 
-from core.engine.dual_path import DualPathSettings, run_dual_path  # noqa: E402
-from core.model.loading import load_model  # noqa: E402
-from core.methods.sma.legacy import SMASettings, run_context_ablation, run_sma  # noqa: E402
+from core.engine import DualPathSettings, run_dual_path
+from core.methods.sma import SMASettings, run_context_ablation, run_sma
+from core.model.loading import load_model
 
 QUERY = "What is the capital of Veltria?"
 CONTEXT = (
@@ -48,8 +46,11 @@ def main() -> int:
     n_context = len(handle.tokenizer(CONTEXT, add_special_tokens=False)["input_ids"])
     dual_settings = DualPathSettings(max_new_tokens=args.max_new_tokens, score_window=args.max_new_tokens)
     settings = SMASettings(
-        n_samples=args.samples, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-        granularity=args.granularity, scope=args.scope,
+        n_samples=args.samples,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        granularity=args.granularity,
+        scope=args.scope,
     )
     run_dual_path(handle, QUERY, CONTEXT, dual_settings, free_parametric=False)  # warm-up (and embedder load)
     run_sma(handle, QUERY, CONTEXT, SMASettings(n_samples=2, max_new_tokens=2))
@@ -70,15 +71,21 @@ def main() -> int:
         generations["ablation"] = len(ablation.sentences) + 2
 
     base = statistics.median(times["dual"])
-    print(f"model: {handle.info.name} on {handle.info.device} ({handle.info.dtype}), torch threads: "
-          f"{__import__('torch').get_num_threads()}, load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"context: {n_context} tokens; query units: {int(result.query_mask.sum())} ({settings.granularity}); "
-          f"N = {settings.n_samples}; method {settings.method}; batch {settings.batch_size}; "
-          f"answers ≤ {settings.max_new_tokens} tokens; repeats {args.repeats}")
+    print(
+        f"model: {handle.info.name} on {handle.info.device} ({handle.info.dtype}), torch threads: "
+        f"{torch.get_num_threads()}, load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"context: {n_context} tokens; query units: {int(result.query_mask.sum())} ({settings.granularity}); "
+        f"N = {settings.n_samples}; method {settings.method}; batch {settings.batch_size}; "
+        f"answers ≤ {settings.max_new_tokens} tokens; repeats {args.repeats}"
+    )
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"{name:9s} median {median:8.2f} s   generations {generations[name]:4d}   "
-              f"{median / generations[name]:6.3f} s/generation   ×{median / base:7.1f} of one dual-path run")
+        print(
+            f"{name:9s} median {median:8.2f} s   generations {generations[name]:4d}   "
+            f"{median / generations[name]:6.3f} s/generation   ×{median / base:7.1f} of one dual-path run"
+        )
     print(f"sma_seconds={statistics.median(times['sma']):.2f}")
     return 0
 

@@ -1,6 +1,6 @@
 """Single-layer noise sweep of the embedded model at one ε, timed (CRM appendix J; the Ablations page's sweep).
 
-Runs :func:`core.ablation.layer_sweep` — a clean reference plus one scoring run per decoder layer with
+Runs :func:`core.methods.ablation.layer_sweep` — a clean reference plus one scoring run per decoder layer with
 h′ = h + ε·σ(h)·N(0, 1) on that layer only — with a progress bar on stderr, and prints:
 
 * the model, device, threads, answer length, ε and seeds;
@@ -22,16 +22,13 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from core.methods.ablation.experiments import layer_sweep, score_run, sweep_settings  # noqa: E402
-from core.engine.dual_path import DualPathSettings, prepare_prompts  # noqa: E402
-from core.methods.ablation.interventions import noise_injection  # noqa: E402
-from core.model.loading import load_model  # noqa: E402
+from core.engine import DualPathSettings, prepare_prompts
+from core.io import atomic_write_text
+from core.methods.ablation import layer_sweep, noise_injection, score_run, sweep_settings
+from core.model.loading import load_model
 
 QUERY = "What is the capital of Veltria?"
 CONTEXT = (
@@ -61,7 +58,7 @@ def main() -> int:
     clean_times, hooked_times = [], []
     every_layer = list(range(handle.info.n_layers))
     for rep in range(args.clean_repeats):
-        for hooked in ((False, True) if rep % 2 == 0 else (True, False)):
+        for hooked in (False, True) if rep % 2 == 0 else (True, False):
             t0 = time.perf_counter()
             if hooked:
                 with noise_injection(handle, every_layer, 0.0, 0):
@@ -72,24 +69,31 @@ def main() -> int:
                 clean_times.append(time.perf_counter() - t0)
 
     clean_median = statistics.median(clean_times)
-    print(f"model={handle.info.name} device={handle.info.device} threads={torch.get_num_threads()} "
-          f"layers={handle.info.n_layers} tokens={args.tokens} eps={args.eps:g} seeds={args.seeds} "
-          f"prompt_tokens={len(prepared.retrieval.ids)}")
-    print(f"clean scoring run: median {clean_median * 1000:.0f} ms over {len(clean_times)}; with ε = 0 hooks on all "
-          f"{len(every_layer)} layers: median {statistics.median(hooked_times) * 1000:.0f} ms")
+    print(
+        f"model={handle.info.name} device={handle.info.device} threads={torch.get_num_threads()} "
+        f"layers={handle.info.n_layers} tokens={args.tokens} eps={args.eps:g} seeds={args.seeds} "
+        f"prompt_tokens={len(prepared.retrieval.ids)}"
+    )
+    print(
+        f"clean scoring run: median {clean_median * 1000:.0f} ms over {len(clean_times)}; with ε = 0 hooks on all "
+        f"{len(every_layer)} layers: median {statistics.median(hooked_times) * 1000:.0f} ms"
+    )
     print(f"hook_overhead_ratio={statistics.median(hooked_times) / clean_median:.3f}", flush=True)
 
     from tqdm import tqdm
 
     seeds = list(range(args.seeds))
-    with tqdm(total=1 + handle.info.n_layers * len(seeds), desc="single-layer sweep", unit="run", file=sys.stderr) as bar:
+    n_runs = 1 + handle.info.n_layers * len(seeds)
+    with tqdm(total=n_runs, desc="single-layer sweep", unit="run", file=sys.stderr) as bar:
 
         def progress(done: int, total: int, label: str) -> None:
             bar.set_postfix_str(label)
             bar.update(done - bar.n)
 
         t0 = time.perf_counter()
-        grid = layer_sweep(handle, QUERY, CONTEXT, settings, args.eps, seeds, max_new_tokens=args.tokens, progress=progress)
+        grid = layer_sweep(
+            handle, QUERY, CONTEXT, settings, args.eps, seeds, max_new_tokens=args.tokens, progress=progress
+        )
         total = time.perf_counter() - t0
     n_runs = int(grid.timings["runs"])
     print(f"sweep: {n_runs} runs in {total:.1f} s = {total / n_runs * 1000:.0f} ms per run")
@@ -99,9 +103,14 @@ def main() -> int:
     for i, layer in enumerate(grid.conditions):
         print(f"{layer:5d}  {grid.delta_z[i].mean():+12.4f}   {grid.answer_changed[i].mean():.0%}")
     if args.json:
-        payload = {"sweep": grid.to_dict(), "total_s": total, "clean_run_s": clean_times, "device": handle.info.device,
-                   "threads": torch.get_num_threads()}
-        Path(args.json).write_text(json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False))
+        payload = {
+            "sweep": grid.to_dict(),
+            "total_s": total,
+            "clean_run_s": clean_times,
+            "device": handle.info.device,
+            "threads": torch.get_num_threads(),
+        }
+        atomic_write_text(args.json, json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False))
     if args.png:
         _png(grid, args.png, total)
     print(f"sweep_seconds={total:.2f}")
@@ -123,8 +132,11 @@ def _png(grid, path: str, total: float) -> None:
     ax.axhline(0, color="#555", lw=0.8)
     ax.set_xlabel("decoder layer (noise on this layer only)")
     ax.set_ylabel("ΔZ (nats)")
-    ax.set_title(f"{grid.model.split(' (')[0]}: ε = {grid.eps[0]:g}, T = {grid.settings['score_window']}, "
-                 f"clean Z = {grid.clean_z:.2f} · {len(grid.conditions)} layers in {total:.0f} s", fontsize=10)
+    ax.set_title(
+        f"{grid.model.split(' (')[0]}: ε = {grid.eps[0]:g}, T = {grid.settings['score_window']}, "
+        f"clean Z = {grid.clean_z:.2f} · {len(grid.conditions)} layers in {total:.0f} s",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path)
 

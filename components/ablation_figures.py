@@ -20,7 +20,7 @@ from components.figures import (
     escape_label,
     token_label,
 )
-from core.methods.ablation.experiments import NoiseGrid
+from core.methods.ablation import NoiseGrid
 
 CLEAN_COLOR = "#4d4d4d"
 PERTURBED_COLOR = "#c0392b"
@@ -35,14 +35,20 @@ def layer_axis_labels(n_hidden: int) -> list[str]:
     return ["emb"] + [str(i) for i in range(n_hidden - 1)]
 
 
-def token_diff_figure(tokens: Sequence[str], changed: Sequence[bool], clean_tokens: Sequence[str] | None = None,
-                      *, per_row: int = TOKENS_PER_ROW, title: str = "") -> go.Figure:
+def token_diff_figure(
+    tokens: Sequence[str],
+    changed: Sequence[bool],
+    clean_tokens: Sequence[str] | None = None,
+    *,
+    per_row: int = TOKENS_PER_ROW,
+    title: str = "",
+) -> go.Figure:
     """The perturbed answer as a grid of token cells, changed tokens highlighted.
 
     Args:
         tokens: the perturbed answer's tokens.
         changed: for each token, whether it is outside an unchanged stretch of the clean answer
-            (:func:`core.ablation.token_changes`).
+            (:func:`core.methods.ablation.token_changes`).
         clean_tokens: the clean answer's tokens (only used for the hover text of the same position).
         per_row: cells per row.
 
@@ -96,8 +102,15 @@ def token_diff_figure(tokens: Sequence[str], changed: Sequence[bool], clean_toke
     return fig
 
 
-def kl_compare_figure(clean_tokens: Sequence[str], clean_kl: np.ndarray, perturbed_tokens: Sequence[str],
-                      perturbed_kl: np.ndarray, score_window: int | None = None, *, height: int = 360) -> go.Figure:
+def kl_compare_figure(
+    clean_tokens: Sequence[str],
+    clean_kl: np.ndarray,
+    perturbed_tokens: Sequence[str],
+    perturbed_kl: np.ndarray,
+    score_window: int | None = None,
+    *,
+    height: int = 360,
+) -> go.Figure:
     """Per-token KL_t, clean vs perturbed (nats). Each curve is over its own retrieval answer's positions."""
     ck, pk = np.asarray(clean_kl, dtype=np.float64), np.asarray(perturbed_kl, dtype=np.float64)
     if ck.shape != (len(clean_tokens),) or pk.shape != (len(perturbed_tokens),):
@@ -110,24 +123,38 @@ def kl_compare_figure(clean_tokens: Sequence[str], clean_kl: np.ndarray, perturb
         labels = [token_label(t) for t in tokens]
         fig.add_trace(
             go.Scatter(
-                x=np.arange(len(kl)), y=kl, name=name, mode="lines+markers", customdata=labels,
-                line={"color": color, "dash": dash, "width": 2}, marker={"size": 5},
+                x=np.arange(len(kl)),
+                y=kl,
+                name=name,
+                mode="lines+markers",
+                customdata=labels,
+                line={"color": color, "dash": dash, "width": 2},
+                marker={"size": 5},
                 hovertemplate="t=%{x} · %{customdata}<br>KL = %{y:.4f} nats<extra>" + name + "</extra>",
             )
         )
     if score_window is not None and max(len(ck), len(pk)) > score_window:
         fig.add_vline(x=score_window - 0.5, line_dash="dash", line_color="#555")
     fig.update_layout(
-        height=height, margin={"l": 60, "r": 20, "t": 30, "b": 50},
+        height=height,
+        margin={"l": 60, "r": 20, "t": 30, "b": 50},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
-        xaxis_title="answer position t (of each run's own retrieval answer)", yaxis_title="KL(P_rag ‖ P_para) (nats)",
+        xaxis_title="answer position t (of each run's own retrieval answer)",
+        yaxis_title="KL(P_rag ‖ P_para) (nats)",
     )
     fig.update_yaxes(rangemode="tozero")
     return fig
 
 
-def trajectory_figure(clean: np.ndarray, perturbed: np.ndarray | None, *, kind: str = "lts",
-                      intervened: Sequence[int] = (), flagged: Sequence[int] = (), height: int = 360) -> go.Figure:
+def trajectory_figure(
+    clean: np.ndarray,
+    perturbed: np.ndarray | None,
+    *,
+    kind: str = "lts",
+    intervened: Sequence[int] = (),
+    flagged: Sequence[int] = (),
+    height: int = 360,
+) -> go.Figure:
     """The per-layer trajectory (LTS_ℓ or ‖d_ℓ‖₂) clean vs perturbed; intervened layers shaded.
 
     Args:
@@ -143,27 +170,59 @@ def trajectory_figure(clean: np.ndarray, perturbed: np.ndarray | None, *, kind: 
     x = np.arange(c.size)
     ytitle = "LTS_ℓ = ⟨d_ℓ, v_ℓ⟩" if kind == "lts" else "‖d_ℓ‖₂ (no CRM basis)"
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x, y=c, name="clean", mode="lines+markers", line={"color": CLEAN_COLOR, "width": 2},
-                             customdata=labels, hovertemplate="layer %{customdata}: %{y:.4g}<extra>clean</extra>"))
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=c,
+            name="clean",
+            mode="lines+markers",
+            line={"color": CLEAN_COLOR, "width": 2},
+            customdata=labels,
+            hovertemplate="layer %{customdata}: %{y:.4g}<extra>clean</extra>",
+        )
+    )
     if perturbed is not None:
         p = np.asarray(perturbed, dtype=np.float64)
         if p.shape != c.shape:
             raise ValueError(f"perturbed has shape {p.shape}, clean {c.shape}")
-        fig.add_trace(go.Scatter(x=x, y=p, name="perturbed", mode="lines+markers",
-                                 line={"color": PERTURBED_COLOR, "width": 2, "dash": "dot"}, customdata=labels,
-                                 hovertemplate="layer %{customdata}: %{y:.4g}<extra>perturbed</extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=p,
+                name="perturbed",
+                mode="lines+markers",
+                line={"color": PERTURBED_COLOR, "width": 2, "dash": "dot"},
+                customdata=labels,
+                hovertemplate="layer %{customdata}: %{y:.4g}<extra>perturbed</extra>",
+            )
+        )
     for layer in sorted({int(v) for v in intervened}):
         fig.add_vrect(x0=layer + 0.5, x1=layer + 1.5, fillcolor=PERTURBED_COLOR, opacity=0.08, line_width=0)
     flagged = [int(v) for v in flagged if 0 <= int(v) < c.size - 1]
     if flagged:
-        fig.add_trace(go.Scatter(x=[v + 1 for v in flagged], y=c[[v + 1 for v in flagged]], name="flagged (CRM rule)",
-                                 mode="markers", marker={"color": FLAGGED_COLOR, "size": 11, "symbol": "diamond-open"},
-                                 hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=[v + 1 for v in flagged],
+                y=c[[v + 1 for v in flagged]],
+                name="flagged (CRM rule)",
+                mode="markers",
+                marker={"color": FLAGGED_COLOR, "size": 11, "symbol": "diamond-open"},
+                hoverinfo="skip",
+            )
+        )
     stride = max(1, int(np.ceil(c.size / 40)))
-    fig.update_xaxes(tickmode="array", tickvals=x[::stride].tolist(), ticktext=labels[::stride],
-                     title_text="layer (emb = embeddings; shaded = intervened)")
-    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 30, "b": 50}, yaxis_title=ytitle,
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
+    fig.update_xaxes(
+        tickmode="array",
+        tickvals=x[::stride].tolist(),
+        ticktext=labels[::stride],
+        title_text="layer (emb = embeddings; shaded = intervened)",
+    )
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": 30, "b": 50},
+        yaxis_title=ytitle,
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    )
     return fig
 
 
@@ -173,32 +232,54 @@ def dose_response_figure(grid: NoiseGrid, *, height: int = 520) -> go.Figure:
         raise ValueError(f"expected a dose–response grid, got {grid.kind!r}")
     eps = np.asarray(grid.conditions, dtype=np.float64)
     n_seeds = len(grid.seeds)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, subplot_titles=(
-        "Z = Σ KL over the answer (nats)", "log P_rag(first clean answer token) (nats)"))
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        subplot_titles=("Z = Σ KL over the answer (nats)", "log P_rag(first clean answer token) (nats)"),
+    )
     for row, mean, std, clean, color in (
         (1, grid.z_mean, grid.z_std, grid.clean_z, KL_COLOR),
         (2, grid.logprob_mean, grid.logprob_std, grid.clean_first_token_logprob, RETRIEVAL_COLOR),
     ):
         fig.add_trace(
             go.Scatter(
-                x=eps, y=mean, mode="lines+markers", name="mean over seeds" if row == 1 else "log p mean",
-                line={"color": color, "width": 2}, error_y={"type": "data", "array": std, "visible": n_seeds > 1},
-                hovertemplate="ε = %{x}<br>mean %{y:.4f}<extra></extra>", showlegend=row == 1,
+                x=eps,
+                y=mean,
+                mode="lines+markers",
+                name="mean over seeds" if row == 1 else "log p mean",
+                line={"color": color, "width": 2},
+                error_y={"type": "data", "array": std, "visible": n_seeds > 1},
+                hovertemplate="ε = %{x}<br>mean %{y:.4f}<extra></extra>",
+                showlegend=row == 1,
             ),
-            row=row, col=1,
+            row=row,
+            col=1,
         )
         for j in range(n_seeds):
             values = grid.z[:, j] if row == 1 else grid.first_token_logprob[:, j]
             fig.add_trace(
-                go.Scatter(x=eps, y=values, mode="markers", marker={"color": color, "size": 5, "opacity": 0.35},
-                           name="single seeds", showlegend=row == 1 and j == 0, legendgroup="seeds",
-                           hovertemplate=f"seed {grid.seeds[j]} · ε = %{{x}}<br>%{{y:.4f}}<extra></extra>"),
-                row=row, col=1,
+                go.Scatter(
+                    x=eps,
+                    y=values,
+                    mode="markers",
+                    marker={"color": color, "size": 5, "opacity": 0.35},
+                    name="single seeds",
+                    showlegend=row == 1 and j == 0,
+                    legendgroup="seeds",
+                    hovertemplate=f"seed {grid.seeds[j]} · ε = %{{x}}<br>%{{y:.4f}}<extra></extra>",
+                ),
+                row=row,
+                col=1,
             )
         fig.add_hline(y=clean, line_dash="dash", line_color=CLEAN_COLOR, row=row, col=1)
     fig.update_xaxes(title_text="noise scale ε", row=2, col=1)
-    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 60, "b": 50},
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "x": 0})
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "x": 0},
+    )
     return fig
 
 
@@ -215,19 +296,27 @@ def layer_sweep_figure(grid: NoiseGrid, *, flagged: Sequence[int] = (), height: 
     changed = grid.answer_changed.mean(axis=1)
     fig = go.Figure(
         go.Bar(
-            x=layers, y=mean, marker_color=colors, name="ΔZ",
+            x=layers,
+            y=mean,
+            marker_color=colors,
+            name="ΔZ",
             error_y={"type": "data", "array": std, "visible": len(grid.seeds) > 1},
             customdata=np.stack([changed, grid.z_mean], axis=1),
             hovertemplate="layer %{x}<br>ΔZ = %{y:+.4f} nats<br>Z = %{customdata[1]:.4f}"
-                          "<br>answer changed in %{customdata[0]:.0%} of seeds<extra></extra>",
+            "<br>answer changed in %{customdata[0]:.0%} of seeds<extra></extra>",
         )
     )
     fig.add_hline(y=0, line_color="#555")
     title = f"noise ε = {grid.eps[0]:g} on one layer at a time · clean Z = {grid.clean_z:.4f} nats"
     if flagged_set:
         title += " · purple = flagged by the CRM rule"
-    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 40, "b": 50}, title={"text": title, "font": {"size": 13}},
-                      xaxis_title="decoder layer", yaxis_title="ΔZ (nats)")
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": 40, "b": 50},
+        title={"text": title, "font": {"size": 13}},
+        xaxis_title="decoder layer",
+        yaxis_title="ΔZ (nats)",
+    )
     fig.update_xaxes(tickmode="linear" if len(layers) <= 40 else "auto")
     return fig
 

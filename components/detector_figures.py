@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from components.figures import PARAMETRIC_COLOR, RETRIEVAL_COLOR, display_token, escape_label, token_label
 from core.methods.selfcritique import K_CHOICES, SelfCritiqueResult, penalized_cosine
-from core.methods.sma.legacy import CONTEXT, LABELS, NON_MEMBER, PRETRAINED, RETRIEVED, ContextAblation, SMAResult, SMARun
+from core.methods.sma import CONTEXT, LABELS, NON_MEMBER, PRETRAINED, RETRIEVED, ContextAblation, SMAResult, SMARun
 
 FIRST_COLOR = "#2f5d8a"
 CRITIQUE_COLOR = "#b5462f"
@@ -55,7 +55,8 @@ def entropy_sequences_figure(
     e2 = np.asarray(critique_entropy, dtype=np.float64)
     if len(first_tokens) != e1.size or len(critique_tokens) != e2.size:
         raise ValueError(
-            f"tokens and entropies differ in length: {len(first_tokens)} vs {e1.size}, {len(critique_tokens)} vs {e2.size}"
+            f"tokens and entropies differ in length: {len(first_tokens)} vs {e1.size}, "
+            f"{len(critique_tokens)} vs {e2.size}"
         )
     fig = make_subplots(
         rows=2,
@@ -70,7 +71,9 @@ def entropy_sequences_figure(
     fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 60, "b": 60}, showlegend=False, bargap=0.1)
     width = max(e1.size, e2.size)
     if width == 0:
-        fig.add_annotation(text="No generated tokens to show", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.add_annotation(
+            text="No generated tokens to show", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"
+        )
         return fig
     for row, (tokens, values, color) in enumerate(
         ((first_tokens, e1, FIRST_COLOR), (critique_tokens, e2, CRITIQUE_COLOR)), start=1
@@ -89,8 +92,15 @@ def entropy_sequences_figure(
         )
         if values.size < width:
             fig.add_vrect(
-                x0=values.size - 0.5, x1=width - 0.5, fillcolor="#cccccc", opacity=0.25, line_width=0,
-                annotation_text="zero-padded", annotation_position="top left", row=row, col=1,
+                x0=values.size - 0.5,
+                x1=width - 0.5,
+                fillcolor="#cccccc",
+                opacity=0.25,
+                line_width=0,
+                annotation_text="zero-padded",
+                annotation_position="top left",
+                row=row,
+                col=1,
             )
         fig.update_yaxes(title_text="entropy (nats)", rangemode="tozero", row=row, col=1)
     fig.update_xaxes(title_text="generated position t", range=[-0.6, width - 0.4], row=2, col=1)
@@ -120,9 +130,14 @@ def k_sweep_frame(result: SelfCritiqueResult) -> pd.DataFrame:
     rows = []
     for k in K_CHOICES:
         e1, e2 = result.entropies(k)
-        rows.append({"K": k_label(k), "score S": penalized_cosine(e1, e2),
-                     "mean E1 (nats)": float(e1.mean()) if e1.size else 0.0,
-                     "mean E2 (nats)": float(e2.mean()) if e2.size else 0.0})
+        rows.append(
+            {
+                "K": k_label(k),
+                "score S": penalized_cosine(e1, e2),
+                "mean E1 (nats)": float(e1.mean()) if e1.size else 0.0,
+                "mean E2 (nats)": float(e2.mean()) if e2.size else 0.0,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -164,11 +179,11 @@ def _rows(n: int, per_row: int) -> list[range]:
 def ads_text_figure(
     result: SMAResult, labels: Sequence[str], *, per_row: int = 10, value: str = "ads", height_per_row: int = 46
 ) -> go.Figure:
-    """The input as coloured text: one cell per unit, read left to right and top to bottom, coloured by ADS
+    """The input as colored text: one cell per unit, read left to right and top to bottom, colored by ADS
     (blue > 0, red < 0, symmetric around 0); hover gives β_on, β_off, ADS and the label.
 
     Args:
-        value: ``"ads"``, ``"beta_on"`` or ``"beta_off"`` — what the colour shows.
+        value: ``"ads"``, ``"beta_on"`` or ``"beta_off"`` — what the color shows.
     """
     values = {"ads": result.ads, "beta_on": result.beta_on, "beta_off": result.beta_off}.get(value)
     if values is None:
@@ -186,8 +201,16 @@ def ads_text_figure(
             unit = result.units[j]
             label = token_label(unit.text.strip() or unit.text)
             z[r, c] = values[j]
-            text[r][c] = label + (" ·ctx" if unit.segment == CONTEXT and (j == 0 or result.units[j - 1].segment != CONTEXT) else "")
-            custom[r, c] = [label, f"{result.beta_on[j]:.4f}", f"{result.beta_off[j]:.4f}", f"{result.ads[j]:.4f}", escape_label(labels[j])]
+            text[r][c] = label + (
+                " ·ctx" if unit.segment == CONTEXT and (j == 0 or result.units[j - 1].segment != CONTEXT) else ""
+            )
+            custom[r, c] = [
+                label,
+                f"{result.beta_on[j]:.4f}",
+                f"{result.beta_off[j]:.4f}",
+                f"{result.ads[j]:.4f}",
+                escape_label(labels[j]),
+            ]
     limit = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
     limit = limit if limit > 0 else 1.0
     title = {"ads": "ADS = β_on − β_off", "beta_on": "β with retrieval on", "beta_off": "β with retrieval off"}[value]
@@ -222,13 +245,17 @@ def ads_text_figure(
 def ads_bar_figure(
     result: SMAResult, labels: Sequence[str], *, tau1: float, tau2: float, height: int = 440
 ) -> go.Figure:
-    """ADS per unit as bars coloured by label, β_on and β_off as markers, the non-member band shaded."""
+    """ADS per unit as bars colored by label, β_on and β_off as markers, the non-member band shaded."""
     n = len(result.units)
     if len(labels) != n:
         raise ValueError(f"{len(labels)} labels for {n} units")
     fig = go.Figure()
-    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 40, "b": 110}, barmode="overlay",
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0})
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": 40, "b": 110},
+        barmode="overlay",
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+    )
     if n == 0:
         fig.add_annotation(text="No units", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
         return fig
@@ -240,20 +267,50 @@ def ads_bar_figure(
             continue
         fig.add_trace(
             go.Bar(
-                x=x[mask], y=result.ads[mask], name=f"ADS · {label}", marker_color=LABEL_COLORS[label],
+                x=x[mask],
+                y=result.ads[mask],
+                name=f"ADS · {label}",
+                marker_color=LABEL_COLORS[label],
                 customdata=np.array(names, dtype=object)[mask],
                 hovertemplate="%{customdata}<br>ADS = %{y:.4f}<extra>" + escape_label(label) + "</extra>",
             )
         )
-    fig.add_trace(go.Scatter(x=x, y=result.beta_on, mode="markers", name="β RAG on", marker={"symbol": "circle", "color": "#222", "size": 7},
-                             customdata=names, hovertemplate="%{customdata}<br>β on = %{y:.4f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=x, y=result.beta_off, mode="markers", name="β RAG off", marker={"symbol": "x", "color": "#222", "size": 7},
-                             customdata=names, hovertemplate="%{customdata}<br>β off = %{y:.4f}<extra></extra>"))
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=result.beta_on,
+            mode="markers",
+            name="β RAG on",
+            marker={"symbol": "circle", "color": "#222", "size": 7},
+            customdata=names,
+            hovertemplate="%{customdata}<br>β on = %{y:.4f}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=result.beta_off,
+            mode="markers",
+            name="β RAG off",
+            marker={"symbol": "x", "color": "#222", "size": 7},
+            customdata=names,
+            hovertemplate="%{customdata}<br>β off = %{y:.4f}<extra></extra>",
+        )
+    )
     low, high = min(tau1, tau2), max(tau1, tau2)
-    fig.add_hrect(y0=low, y1=high, fillcolor="#9a9a9a", opacity=0.15, line_width=0,
-                  annotation_text="non-member band (τ₂ ≤ ADS < τ₁)", annotation_position="top left")
+    fig.add_hrect(
+        y0=low,
+        y1=high,
+        fillcolor="#9a9a9a",
+        opacity=0.15,
+        line_width=0,
+        annotation_text="non-member band (τ₂ ≤ ADS < τ₁)",
+        annotation_position="top left",
+    )
     stride = max(1, int(np.ceil(n / MAX_TICK_LABELS)))
-    fig.update_xaxes(tickmode="array", tickvals=x[::stride].tolist(), ticktext=names[::stride], tickangle=-60, range=[-0.6, n - 0.4])
+    fig.update_xaxes(
+        tickmode="array", tickvals=x[::stride].tolist(), ticktext=names[::stride], tickangle=-60, range=[-0.6, n - 0.4]
+    )
     fig.update_yaxes(title_text="attribution (Δ response score)", zeroline=True)
     return fig
 
@@ -275,7 +332,9 @@ def samples_frame(run: SMARun, unit_texts: Sequence[str]) -> pd.DataFrame:
                 "score r": s.score,
             }
         )
-    return pd.DataFrame(rows, columns=["#", "kept units", "mask", "answer", "tokens", "length ratio", "similarity", "score r"])
+    return pd.DataFrame(
+        rows, columns=["#", "kept units", "mask", "answer", "tokens", "length ratio", "similarity", "score r"]
+    )
 
 
 def context_ablation_frame(ablation: ContextAblation) -> pd.DataFrame:
@@ -303,7 +362,10 @@ def context_ablation_figure(ablation: ContextAblation, *, max_chars: int = 60) -
         labels.append(escape_label(f"{i}: {short}"))
     fig = go.Figure(
         go.Bar(
-            x=ablation.delta, y=labels, orientation="h", marker_color=RETRIEVAL_COLOR,
+            x=ablation.delta,
+            y=labels,
+            orientation="h",
+            marker_color=RETRIEVAL_COLOR,
             customdata=[escape_label(a) for a in ablation.answers],
             hovertemplate="Δr = %{x:.4f}<br>answer without it: %{customdata}<extra></extra>",
         )

@@ -1,5 +1,5 @@
 """Figures and tables of the Evaluate page (plotly / pandas only: no Streamlit, no model, no maths beyond
-presentation — the metrics come from :mod:`core.evaluate`).
+presentation — the metrics come from :mod:`core.evaluation.report`).
 
 Every string that comes from a file or the model (queries, answers, detector labels) goes through
 :func:`components.figures.escape_label` before it reaches a plotly label or hover; tables are plain text.
@@ -17,8 +17,21 @@ import plotly.graph_objects as go
 from components.figures import escape_label
 
 PALETTE = (
-    "#2f5d8a", "#d9822b", "#6a3d9a", "#33a02c", "#e31a1c", "#1f78b4", "#b15928", "#fb9a99",
-    "#a6cee3", "#b2df8a", "#cab2d6", "#ff7f00", "#8c8c8c", "#17becf", "#bcbd22",
+    "#2f5d8a",
+    "#d9822b",
+    "#6a3d9a",
+    "#33a02c",
+    "#e31a1c",
+    "#1f78b4",
+    "#b15928",
+    "#fb9a99",
+    "#a6cee3",
+    "#b2df8a",
+    "#cab2d6",
+    "#ff7f00",
+    "#8c8c8c",
+    "#17becf",
+    "#bcbd22",
 )
 CHANCE_COLOR = "#9a9a9a"
 FOLLOWS_ORDER = ("context", "memory", "both", "neither")
@@ -36,13 +49,19 @@ def roc_figure(detectors: dict[str, dict[str, Any]], *, height: int = 520) -> go
     """ROC curves of all detectors overlaid (positive class *memorized*), AUC and 95% CI in the legend.
 
     Args:
-        detectors: ``name → summary entry`` of :func:`core.evaluate.summarize` (needs ``roc``, ``auc``,
+        detectors: ``name → summary entry`` of :func:`core.evaluation.report.summarize` (needs ``roc``, ``auc``,
             ``auc_ci``, ``label``); entries without ``roc`` are skipped.
     """
     fig = go.Figure()
     fig.add_trace(
-        go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="chance (AUC 0.5)",
-                   line={"color": CHANCE_COLOR, "dash": "dot", "width": 1}, hoverinfo="skip")
+        go.Scatter(
+            x=[0, 1],
+            y=[0, 1],
+            mode="lines",
+            name="chance (AUC 0.5)",
+            line={"color": CHANCE_COLOR, "dash": "dot", "width": 1},
+            hoverinfo="skip",
+        )
     )
     ranked = sorted(((n, e) for n, e in detectors.items() if e.get("roc")), key=lambda kv: -(kv[1]["auc"] or 0))
     for i, (name, entry) in enumerate(ranked):
@@ -50,10 +69,12 @@ def roc_figure(detectors: dict[str, dict[str, Any]], *, height: int = 520) -> go
         legend = f"{escape_label(name)} · AUC {_fmt(entry['auc'])} [{_fmt(lo, '.2f')}, {_fmt(hi, '.2f')}]"
         fig.add_trace(
             go.Scatter(
-                x=entry["roc"]["fpr"], y=entry["roc"]["tpr"], mode="lines", name=legend,
+                x=entry["roc"]["fpr"],
+                y=entry["roc"]["tpr"],
+                mode="lines",
+                name=legend,
                 line={"color": _color(i), "width": 2, "shape": "hv"},
-                hovertemplate=escape_label(entry.get("label", name))
-                + "<br>FPR %{x:.3f} · TPR %{y:.3f}<extra></extra>",
+                hovertemplate=escape_label(entry.get("label", name)) + "<br>FPR %{x:.3f} · TPR %{y:.3f}<extra></extra>",
             )
         )
     fig.update_layout(
@@ -124,7 +145,10 @@ def robustness_figure(table: Sequence[dict[str, Any]], *, height: int = 380) -> 
     hi = [r["auc_ci"][1] - r["auc"] for r in table]
     fig = go.Figure(
         go.Scatter(
-            x=sig, y=aucs, mode="lines+markers", name="this data (95% CI)",
+            x=sig,
+            y=aucs,
+            mode="lines+markers",
+            name="this data (95% CI)",
             error_y={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
             line={"color": PALETTE[0]},
             hovertemplate="σ = %{x}<br>AUC %{y:.3f}<extra></extra>",
@@ -134,8 +158,11 @@ def robustness_figure(table: Sequence[dict[str, Any]], *, height: int = 380) -> 
     if paper:
         fig.add_trace(
             go.Scatter(
-                x=[p[0] for p in paper], y=[p[1] for p in paper], mode="lines+markers",
-                name="RePCS Table IV (their data)", line={"color": CHANCE_COLOR, "dash": "dash"},
+                x=[p[0] for p in paper],
+                y=[p[1] for p in paper],
+                mode="lines+markers",
+                name="RePCS Table IV (their data)",
+                line={"color": CHANCE_COLOR, "dash": "dash"},
                 hovertemplate="σ = %{x}<br>paper AUC %{y:.3f}<extra></extra>",
             )
         )
@@ -152,8 +179,14 @@ def robustness_figure(table: Sequence[dict[str, Any]], *, height: int = 380) -> 
 def robustness_frame(table: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(
         [
-            {"σ": r["sigma"], "AUC": r["auc"], "95% CI low": r["auc_ci"][0], "95% CI high": r["auc_ci"][1],
-             "rows": r["n"], "paper AUC (Table IV)": r.get("paper_auc")}
+            {
+                "σ": r["sigma"],
+                "AUC": r["auc"],
+                "95% CI low": r["auc_ci"][0],
+                "95% CI high": r["auc_ci"][1],
+                "rows": r["n"],
+                "paper AUC (Table IV)": r.get("paper_auc"),
+            }
             for r in table
         ]
     )
@@ -175,14 +208,26 @@ def calibration_figure(
     for name, mask, color in groups:
         if mask.any():
             fig.add_trace(
-                go.Box(x=zz[mask], name=name, boxpoints="all", jitter=0.4, pointpos=0, marker={"color": color},
-                       line={"color": color}, fillcolor="rgba(0,0,0,0)", orientation="h",
-                       hovertemplate="Z = %{x:.3f} nats<extra></extra>")
+                go.Box(
+                    x=zz[mask],
+                    name=name,
+                    boxpoints="all",
+                    jitter=0.4,
+                    pointpos=0,
+                    marker={"color": color},
+                    line={"color": color},
+                    fillcolor="rgba(0,0,0,0)",
+                    orientation="h",
+                    hovertemplate="Z = %{x:.3f} nats<extra></extra>",
+                )
             )
-    fig.add_vline(x=tau, line={"color": "#c0392b", "dash": "dash"}, annotation_text=f"τ = {tau:.3f}",
-                  annotation_position="top")
+    fig.add_vline(
+        x=tau, line={"color": "#c0392b", "dash": "dash"}, annotation_text=f"τ = {tau:.3f}", annotation_position="top"
+    )
     fig.update_layout(
-        height=height, showlegend=False, margin={"l": 20, "r": 20, "t": 40, "b": 50},
+        height=height,
+        showlegend=False,
+        margin={"l": 20, "r": 20, "t": 40, "b": 50},
         xaxis={"title": "Z = Σ KL over the first T answer tokens (nats); memorised if Z < τ"},
     )
     return fig
@@ -191,7 +236,10 @@ def calibration_figure(
 def conflict_counts(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """How often each path's answer repeats the context's claim, the well-known fact, both or neither."""
     rows = []
-    for key, title in (("follows", "retrieval answer (with context)"), ("parametric_follows", "parametric answer (no context)")):
+    for key, title in (
+        ("follows", "retrieval answer (with context)"),
+        ("parametric_follows", "parametric answer (no context)"),
+    ):
         values = [r.get(key) for r in records if r.get(key)]
         if values:
             rows.append({"answer": title, **{f: values.count(f) for f in FOLLOWS_ORDER}, "rows": len(values)})
@@ -207,14 +255,21 @@ def conflict_score_figure(records: Sequence[dict[str, Any]], name: str, label: s
             continue
         fig.add_trace(
             go.Box(
-                y=[r["scores"][name] for r in rows], name=f"follows {group}", boxpoints="all", jitter=0.4,
-                pointpos=0, marker={"color": _color(i)}, line={"color": _color(i)},
+                y=[r["scores"][name] for r in rows],
+                name=f"follows {group}",
+                boxpoints="all",
+                jitter=0.4,
+                pointpos=0,
+                marker={"color": _color(i)},
+                line={"color": _color(i)},
                 customdata=[escape_label(str(r.get("query", ""))[:80]) for r in rows],
                 hovertemplate="%{customdata}<br>score %{y:.3f}<extra></extra>",
             )
         )
     fig.update_layout(
-        height=height, showlegend=False, margin={"l": 50, "r": 20, "t": 30, "b": 40},
+        height=height,
+        showlegend=False,
+        margin={"l": 50, "r": 20, "t": 30, "b": 40},
         yaxis={"title": escape_label(label)},
     )
     return fig

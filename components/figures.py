@@ -57,8 +57,8 @@ def default_position(token_kl: np.ndarray) -> int:
 def kl_entropy_figure(
     tokens: Sequence[str],
     token_kl: np.ndarray,
-    entropy_rag: np.ndarray,
-    entropy_para: np.ndarray,
+    entropy_retrieval: np.ndarray,
+    entropy_parametric: np.ndarray,
     score_window: int | None = None,
     *,
     height: int = 560,
@@ -68,7 +68,7 @@ def kl_entropy_figure(
     Args:
         tokens: the retrieval answer's tokens, length n (position t predicts ``tokens[t]`` on both paths).
         token_kl: KL_t = KL(P_rag,t ‖ P_para,t), shape ``(n,)``, nats.
-        entropy_rag, entropy_para: H(P_rag,t), H(P_para,t), shape ``(n,)``, nats.
+        entropy_retrieval, entropy_parametric: H(P_rag,t), H(P_para,t), shape ``(n,)``, nats.
         score_window: RePCS' T. Bars of positions ``t < T`` (summed into Z) are drawn dark, later ones pale,
             with a dashed line where the window ends.
 
@@ -76,12 +76,13 @@ def kl_entropy_figure(
         ValueError: when the arrays and the tokens differ in length.
     """
     kl = np.asarray(token_kl, dtype=np.float64)
-    h_rag = np.asarray(entropy_rag, dtype=np.float64)
-    h_para = np.asarray(entropy_para, dtype=np.float64)
+    h_retrieval = np.asarray(entropy_retrieval, dtype=np.float64)
+    h_parametric = np.asarray(entropy_parametric, dtype=np.float64)
     n = len(tokens)
-    if not (kl.shape == h_rag.shape == h_para.shape == (n,)):
+    if not (kl.shape == h_retrieval.shape == h_parametric.shape == (n,)):
         raise ValueError(
-            f"{n} tokens but arrays of shapes {kl.shape}, {h_rag.shape}, {h_para.shape}; expected ({n},) each"
+            f"{n} tokens but arrays of shapes {kl.shape}, {h_retrieval.shape}, {h_parametric.shape}; "
+            f"expected ({n},) each"
         )
     fig = make_subplots(
         rows=2,
@@ -129,8 +130,8 @@ def kl_entropy_figure(
             col=1,
         )
     for values, name, color in (
-        (h_rag, "Retrieval path entropy H(P_rag)", RETRIEVAL_COLOR),
-        (h_para, "Parametric path entropy H(P_para)", PARAMETRIC_COLOR),
+        (h_retrieval, "Retrieval path entropy H(P_rag)", RETRIEVAL_COLOR),
+        (h_parametric, "Parametric path entropy H(P_para)", PARAMETRIC_COLOR),
     ):
         fig.add_trace(
             go.Scatter(
@@ -213,15 +214,15 @@ def topk_frames(result: DualPathResult, position: int) -> tuple[pd.DataFrame, pd
 
 def topk_side_by_side(result: DualPathResult, position: int) -> pd.DataFrame:
     """Both paths' top-k at ``position`` in one table: ``rank``, then token/probability per path."""
-    rag, para = topk_frames(result, position)
-    k = max(len(rag), len(para))
-    rag, para = rag.reindex(range(k)), para.reindex(range(k))
+    retrieval, parametric = topk_frames(result, position)
+    k = max(len(retrieval), len(parametric))
+    retrieval, parametric = retrieval.reindex(range(k)), parametric.reindex(range(k))
     return pd.DataFrame(
         {
             "rank": np.arange(1, k + 1, dtype=np.int64),
-            "retrieval token": rag["token"].to_numpy(),
-            "retrieval p": rag["probability"].to_numpy(),
-            "parametric token": para["token"].to_numpy(),
-            "parametric p": para["probability"].to_numpy(),
+            "retrieval token": retrieval["token"].to_numpy(),
+            "retrieval p": retrieval["probability"].to_numpy(),
+            "parametric token": parametric["token"].to_numpy(),
+            "parametric p": parametric["probability"].to_numpy(),
         }
     )

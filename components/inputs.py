@@ -1,14 +1,15 @@
-"""The example picker and the shared query/context boxes."""
+"""The example picker and the shared query/context boxes (bound to the persistent values of
+:mod:`components.state`, so they keep their text across pages)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
-from components import session
-from components.text import escape_markdown
+from components import keys, state
+from components.text import escape_markdown, plain_message
 from core.examples import KINDS, Example, load_examples
-
-_EXAMPLE = "example"
 
 
 def examples() -> list[Example]:
@@ -16,15 +17,15 @@ def examples() -> list[Example]:
     try:
         return load_examples()
     except (OSError, ValueError) as exc:
-        st.warning(f"The bundled examples could not be read: {escape_markdown(str(exc))}")
+        st.warning(f"The bundled examples could not be read: {plain_message(str(exc))}")
         return []
 
 
 def _apply_example(by_id: dict[str, Example]) -> None:
     """Callback: fill the shared inputs with the picked example (runs before the page is drawn)."""
-    example = by_id.get(session.stored(_EXAMPLE) or "")
+    example = by_id.get(state.stored(keys.EXAMPLE) or "")
     if example is not None:
-        session.set_inputs(example.query, example.context)
+        state.set_inputs(example.query, example.context)
 
 
 def example_picker() -> Example | None:
@@ -34,12 +35,12 @@ def example_picker() -> Example | None:
     """
     items = examples()
     by_id = {e.id: e for e in items}
-    if session.stored(_EXAMPLE) not in by_id:
-        session.set_stored(_EXAMPLE, None)
-    choice = session.persistent(
+    if state.stored(keys.EXAMPLE) not in by_id:
+        state.set_stored(keys.EXAMPLE, None)
+    choice = state.persistent(
         st.selectbox,
         "Example",
-        _EXAMPLE,
+        keys.EXAMPLE,
         None,
         options=list(by_id),
         index=None,
@@ -51,24 +52,30 @@ def example_picker() -> Example | None:
     example = by_id.get(choice) if choice else None
     if example is not None:
         st.info(f"**What to expect.** {escape_markdown(example.expect)}")
-        query, context = session.current_inputs()
+        query, context = state.current_inputs()
         kind = KINDS.get(example.kind, example.kind)
         edited = (query.strip(), context.strip()) != (example.query.strip(), example.context.strip())
         st.caption(escape_markdown(kind) + (" · the inputs have been edited since" if edited else ""))
     return example
 
 
+def input_area(name: str, label: str, **kwargs: Any) -> str:
+    """A text area bound to the shared input ``name`` (:data:`~components.keys.QUERY` or
+    :data:`~components.keys.CONTEXT`)."""
+    return str(state.persistent(st.text_area, label, name, "", **kwargs) or "")
+
+
 def query_and_context() -> tuple[str, str]:
     """The shared query and context text areas; returns their current values."""
-    query = session.input_area(
-        "query",
+    query = input_area(
+        keys.QUERY,
         "Query",
         height=90,
         placeholder="What is the capital of Veltria?",
         help="The question both paths answer.",
     )
-    context = session.input_area(
-        "context",
+    context = input_area(
+        keys.CONTEXT,
         "Context (the retrieved passage)",
         height=160,
         placeholder="The capital of the Republic of Veltria is Marrowgate.",

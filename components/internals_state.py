@@ -1,13 +1,14 @@
 """Page-side state of the three internals views (Attention, Layer trajectories, Vocabulary lens).
 
-The views open on the result of the last dual-path run (:func:`components.session.select_result`) and need
-one instrumented forward per path (:func:`core.internals.analyse`). That analysis is computed once per
-result — with a progress bar — and kept in this browser session, so switching between the three pages or
-re-rendering never runs the model again. The one attention head a user opens (one more forward pass) and the
-vocabulary back-projections are cached the same way. CRM bases come from :func:`core.crm.load_basis`
-(bundled for the embedded model, else the disk cache) or are computed here with a progress bar.
+The views open (:func:`open_view`) on the session's last dual-path run, as
+:meth:`components.page.PageContext.last_result` picks it, and need one instrumented forward per path
+(:func:`core.methods.internals.analyse`). That analysis is computed once per result — with a progress bar —
+and kept in this browser session, so switching between the three pages or re-rendering never runs the model
+again. The one attention head a user opens (one more forward pass) and the vocabulary back-projections are
+cached the same way. CRM bases come from :func:`core.methods.crm.load_basis` (bundled for the embedded model,
+else the disk cache) or are computed here with a progress bar.
 
-Session keys (all under ``ror.internals``): analyses, head patterns and projections, each a small LRU.
+Session caches (:func:`components.lru.session_lru`): analyses, head patterns and projections.
 """
 
 from __future__ import annotations
@@ -15,24 +16,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import streamlit as st
 
-from components import session
-from core.methods.crm.legacy import CrmBasis, compute_basis, load_basis, vocabulary_projection
-from core.methods.internals import Internals, analyse, attention_pattern, path_sequence
-from core.model.loading import ModelHandle
+from components import keys
+from components.lru import session_lru
+from components.page import open_page
+from components.text import plain_message
 from core.engine.result import DualPathResult
+from core.methods.crm import CrmBasis, compute_basis, load_basis, vocabulary_projection
+from core.methods.internals import Internals, analyse, attention_pattern, path_sequence
+from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
 
-_ANALYSES = "ror.internals.analyses"
-_PATTERNS = "ror.internals.patterns"
-_PROJECTIONS = "ror.internals.projections"
 MAX_ANALYSES = 6
 """Analyses kept per browser session (each holds 2 × (L + 1) × answer-length × hidden floats, ~5 MB for the
 embedded model at 64 answer tokens)."""
@@ -40,20 +40,6 @@ MAX_PATTERNS = 12
 MAX_PROJECTIONS = 8
 LENS_TOP_K = 10
 DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
-
-
-def _lru(name: str) -> OrderedDict:
-    if name not in st.session_state:
-        st.session_state[name] = OrderedDict()
-    return st.session_state[name]
-
-
-def _remember(name: str, key: str, value: Any, limit: int) -> None:
-    store = _lru(name)
-    store[key] = value
-    store.move_to_end(key)
-    while len(store) > limit:
-        store.popitem(last=False)
 
 
 def result_key(result: DualPathResult) -> str:
@@ -70,38 +56,26 @@ def result_key(result: DualPathResult) -> str:
 # Which result the views show
 
 
-def current_run() -> tuple[session.AppConfig, ModelHandle, DualPathResult | None]:
-    """Draw the shared sidebar, load the model and pick the result to show (the last run of this session).
+def open_view(title: str, draw_header: Callable[[], None]) -> tuple[ModelHandle, DualPathResult, Internals] | None:
+    """The start of every inside-the-model page: the page prologue, its header, the session's last run and its
+    analysis.
 
-    When the last run was made with another model than the one the sidebar selects, a warning says so and
-    ``None`` is returned for the result (internals must come from the model that generated the answer).
+    Args:
+        title: the page's name for the browser tab (see :func:`components.page.open_page`).
+        draw_header: draws the page's title and caption (between the prologue and the content).
+
+    Returns:
+        ``(handle, result, internals)``, or ``None`` once the page has said why there is nothing to show yet
+        (no run in this session, a run made by another model than the sidebar's, or a failed analysis).
     """
-    config = session.sidebar()
-    handle = session.get_handle(config.model_spec, config.revision)
-    session.draw_model_facts(handle)
-    query, context = session.current_inputs()
-    result = session.select_result(config, query, context)
-    if result is not None and result.model != handle.info.name:
-        st.warning(
-            f"The last run used {result.model}, but the sidebar now selects {handle.info.name}. Run the example "
-            "again on the Dual Path page to look inside this model."
-        )
-        return config, handle, None
-    return config, handle, result
-
-
-def open_view(draw_header: Callable[[], None]) -> tuple[ModelHandle, DualPathResult, Internals] | None:
-    """The start of every inside-the-model page: sidebar and model, the page's header, then the session's last
-    run and its analysis. ``None`` once the page has said why there is nothing to show yet."""
-    _, handle, result = current_run()
+    page = open_page(title)
+    result = page.last_result()  # None (after a warning) when another model made it
     draw_header()
     if result is None:
         draw_no_result()
         return None
-    internals = internals_for(handle, result)
-    if internals is None:
-        return None
-    return handle, result, internals
+    internals = internals_for(page.handle, result)
+    return None if internals is None else (page.handle, result, internals)
 
 
 def draw_no_result() -> None:
@@ -116,12 +90,7 @@ def draw_no_result() -> None:
 
 def cached_internals(result: DualPathResult) -> Internals | None:
     """The analysis of ``result`` if this session already has it (never runs the model)."""
-    store = _lru(_ANALYSES)
-    key = result_key(result)
-    if key in store:
-        store.move_to_end(key)
-        return store[key]
-    return None
+    return session_lru(keys.INTERNALS_ANALYSES, MAX_ANALYSES).get(result_key(result))
 
 
 def internals_for(handle: ModelHandle, result: DualPathResult) -> Internals | None:
@@ -141,16 +110,15 @@ def internals_for(handle: ModelHandle, result: DualPathResult) -> Internals | No
         internals = analyse(handle, result, top_k=LENS_TOP_K, progress=progress)
     except ValueError as exc:
         bar.empty()
-        st.error(str(exc))
+        st.error(plain_message(str(exc)))
         return None
-    except Exception as exc:  # noqa: BLE001 - keep the page alive; details go to the log
+    except Exception as exc:  # keep the page alive; details go to the log
         logger.exception("internals analysis failed")
         bar.empty()
         st.error(f"The analysis failed ({type(exc).__name__}). Details are in the server log.")
         return None
     bar.empty()
-    _remember(_ANALYSES, result_key(result), internals, MAX_ANALYSES)
-    return internals
+    return session_lru(keys.INTERNALS_ANALYSES, MAX_ANALYSES).put(result_key(result), internals)
 
 
 def head_pattern(
@@ -158,15 +126,14 @@ def head_pattern(
 ) -> tuple[np.ndarray, list[str], int]:
     """One head's full ``(T, T)`` attention pattern on one path, its tokens and the prompt length (cached)."""
     key = f"{result_key(result)}|{path}|{layer}|{head}"
-    store = _lru(_PATTERNS)
-    if key in store:
-        store.move_to_end(key)
-        return store[key]
+    patterns = session_lru(keys.INTERNALS_PATTERNS, MAX_PATTERNS)
+    found = patterns.get(key)
+    if found is not None:
+        return found
     with st.spinner(f"One forward pass for layer {layer}, head {head}…"):
         ids, tokens, prompt_len = path_sequence(handle, result, path)
         value = (attention_pattern(handle, ids, layer, head), tokens, prompt_len)
-    _remember(_PATTERNS, key, value, MAX_PATTERNS)
-    return value
+    return patterns.put(key, value)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -178,7 +145,7 @@ def basis_for(handle: ModelHandle, template: str) -> CrmBasis | None:
     try:
         return load_basis(handle, template)
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(plain_message(str(exc)))
         return None
 
 
@@ -200,7 +167,7 @@ def draw_compute_basis(handle: ModelHandle, template: str, *, key: str) -> CrmBa
         basis = compute_basis(handle, progress=progress, template=template)
     except ValueError as exc:
         bar.empty()
-        st.error(str(exc))
+        st.error(plain_message(str(exc)))
         return None
     bar.empty()
     st.success("Calibration computed and cached for this model.")
@@ -210,24 +177,21 @@ def draw_compute_basis(handle: ModelHandle, template: str, *, key: str) -> CrmBa
 def projection_for(handle: ModelHandle, basis: CrmBasis, direction: str, k: int) -> dict[str, Any]:
     """Vocabulary back-projection of a basis direction (cached per model, template, direction and k)."""
     key = f"{basis.model}|{basis.template}|{basis.meta.get('prompt_set_sha256')}|{direction}|{k}"
-    store = _lru(_PROJECTIONS)
-    if key in store:
-        store.move_to_end(key)
-        return store[key]
-    value = vocabulary_projection(handle, basis.direction(direction), k)
-    _remember(_PROJECTIONS, key, value, MAX_PROJECTIONS)
-    return value
+    projections = session_lru(keys.INTERNALS_PROJECTIONS, MAX_PROJECTIONS)
+    found = projections.get(key)
+    if found is not None:
+        return found
+    return projections.put(key, vocabulary_projection(handle, basis.direction(direction), k))
 
 
 def run_projection_for(handle: ModelHandle, internals: Internals, result: DualPathResult, k: int) -> dict[str, Any]:
-    """Back-projection of this run's own displacement d_ℓ (normalised per layer) at the last prompt token."""
+    """Back-projection of this run's own displacement d_ℓ (normalized per layer) at the last prompt token."""
     key = f"run|{result_key(result)}|{k}"
-    store = _lru(_PROJECTIONS)
-    if key in store:
-        store.move_to_end(key)
-        return store[key]
+    projections = session_lru(keys.INTERNALS_PROJECTIONS, MAX_PROJECTIONS)
+    found = projections.get(key)
+    if found is not None:
+        return found
     d0 = internals.displacement[:, 0].astype(np.float64)
     norms = np.linalg.norm(d0, axis=1, keepdims=True)
-    value = vocabulary_projection(handle, np.divide(d0, norms, out=np.zeros_like(d0), where=norms > 0), k)
-    _remember(_PROJECTIONS, key, value, MAX_PROJECTIONS)
-    return value
+    directions = np.divide(d0, norms, out=np.zeros_like(d0), where=norms > 0)
+    return projections.put(key, vocabulary_projection(handle, directions, k))

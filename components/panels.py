@@ -11,10 +11,10 @@ import json
 
 import streamlit as st
 
-from components import figures, session
-from components.text import escape_markdown
-from core.methods.repcs import GROUNDED, MEMORIZED
+from components import figures, keys, widgets
+from components.text import escape_markdown, plain_message
 from core.engine.result import DualPathResult
+from core.methods.repcs import GROUNDED, MEMORIZED
 
 RESULT_FILE_NAME = "read_or_recall_result.json"
 
@@ -39,12 +39,12 @@ def _num(value: float | None, digits: int = 3) -> str:
 
 def draw_answers(result: DualPathResult) -> None:
     """Both answers side by side (the same layout as the live run)."""
-    left, right = session.answer_columns()
+    left, right = widgets.answer_columns()
     with left:
-        session.show_answer(st, result.retrieval.answer)
+        widgets.show_answer(st, result.retrieval.answer)
         st.caption(f"{result.n_tokens} tokens · {_finish(result.retrieval.finish)}")
     with right:
-        session.show_answer(st, result.parametric.answer)
+        widgets.show_answer(st, result.parametric.answer)
         st.caption(f"{len(result.parametric.token_ids)} tokens · {_finish(result.parametric.finish)}")
 
 
@@ -62,8 +62,11 @@ def draw_verdict(result: DualPathResult) -> None:
         f"{result.repcs_score:.3f} nats",
         help=f"Sum of KL_t over the first T = {result.score_window} answer tokens ({window} here).",
     )
-    c2.metric("Threshold τ", "none" if result.threshold is None else f"{result.threshold:.3f} nats",
-              help="Flag 'likely recalled from memory' when Z < τ.")
+    c2.metric(
+        "Threshold τ",
+        "none" if result.threshold is None else f"{result.threshold:.3f} nats",
+        help="Flag 'likely recalled from memory' when Z < τ.",
+    )
     c3.metric("Tokens scored", f"{window} of {result.n_tokens}", help=f"T = {result.score_window}")
     if result.verdict == MEMORIZED:
         st.warning(f"**Likely recalled from memory** — Z = {result.repcs_score:.3f} < τ = {result.threshold:.3f}.")
@@ -86,7 +89,7 @@ def draw_divergence_chart(result: DualPathResult) -> None:
         "the same retrieval-answer token). Tall bars mark tokens the context changed; the lines show how "
         "uncertain each path was."
     )
-    st.plotly_chart(figures.kl_entropy_figure_for(result), key=f"ror.kl_chart.{result_tag(result)}")
+    st.plotly_chart(figures.kl_entropy_figure_for(result), key=keys.scoped(keys.KL_CHART, result_tag(result)))
 
 
 def draw_topk(result: DualPathResult) -> None:
@@ -101,14 +104,16 @@ def draw_topk(result: DualPathResult) -> None:
         list(range(result.n_tokens)),
         index=start,
         format_func=lambda t: f"{figures.position_label(result.answer_tokens, t)}   (KL {result.token_kl[t]:.3f})",
-        key=f"ror.position.{result_tag(result)}",
+        key=keys.scoped(keys.TOPK_POSITION, result_tag(result)),
     )
-    rag, para = figures.topk_frames(result, int(position))
+    retrieval, parametric = figures.topk_frames(result, int(position))
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("KL at this position", f"{result.token_kl[position]:.4f} nats")
     m2.metric("log p(token), retrieval", f"{result.retrieval.logprob[position]:.3f}")
     m3.metric("log p(token), parametric", f"{result.parametric.logprob[position]:.3f}")
-    m4.metric("Entropy rag / para", f"{result.retrieval.entropy[position]:.2f} / {result.parametric.entropy[position]:.2f}")
+    m4.metric(
+        "Entropy rag / para", f"{result.retrieval.entropy[position]:.2f} / {result.parametric.entropy[position]:.2f}"
+    )
     config = {
         "rank": st.column_config.NumberColumn("rank", width="small"),
         "token": st.column_config.TextColumn("token"),
@@ -117,11 +122,11 @@ def draw_topk(result: DualPathResult) -> None:
     }
     left, right = st.columns(2, gap="medium")
     with left:
-        st.markdown(f"**{session.RETRIEVAL_TITLE}**")
-        st.dataframe(rag, hide_index=True, column_config=config)
+        st.markdown(f"**{widgets.RETRIEVAL_TITLE}**")
+        st.dataframe(retrieval, hide_index=True, column_config=config)
     with right:
-        st.markdown(f"**{session.PARAMETRIC_TITLE}**")
-        st.dataframe(para, hide_index=True, column_config=config)
+        st.markdown(f"**{widgets.PARAMETRIC_TITLE}**")
+        st.dataframe(parametric, hide_index=True, column_config=config)
 
 
 def draw_crm_statistics(result: DualPathResult) -> None:
@@ -134,8 +139,9 @@ def draw_crm_statistics(result: DualPathResult) -> None:
     cols[1].metric("max KL", _num(stats.get("max")))
     cols[2].metric("variance", _num(stats.get("var")))
     cols[3].metric(f"early mean (t < {split})", _num(stats.get("early")))
-    cols[4].metric(f"late mean (t ≥ {split})", _num(stats.get("late")),
-                   help="— when the answer is not longer than the split.")
+    cols[4].metric(
+        f"late mean (t ≥ {split})", _num(stats.get("late")), help="— when the answer is not longer than the split."
+    )
     cols[5].metric(
         "trend (nats / token)", _num(stats.get("trend"), 4), help="Slope of a straight-line fit of KL_t on t."
     )
@@ -148,7 +154,7 @@ def draw_crm_statistics(result: DualPathResult) -> None:
 def draw_warnings(result: DualPathResult) -> None:
     """Warnings the engine attached to the result."""
     for warning in result.warnings:
-        st.warning(escape_markdown(warning))
+        st.warning(plain_message(warning))
 
 
 def draw_export(result: DualPathResult) -> None:

@@ -16,12 +16,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from components.figures import escape_label, token_label
-from core.methods.radar.legacy import (
+from core.methods.radar import (
     CATEGORY_TITLES,
     ESTIMATOR_TITLES,
     FEATURES,
-    RECALL,
     REASONING,
+    RECALL,
     SPECIALIZATION_TAU,
     TRAIN,
     FeatureTable,
@@ -51,24 +51,44 @@ def trajectory_figure(trace: RadarTrace, *, height: int = 520) -> go.Figure:
         raise ValueError("confidence, entropy and top tokens must have one entry per layer")
     layers = np.arange(c.size)
     tops = [token_label(t) for t in trace.top_tokens]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("Confidence c_ℓ = max_i p_ℓ,i", "Entropy H_ℓ (nats)"))
-    fig.add_trace(
-        go.Scatter(x=layers, y=c, mode="lines+markers", name="confidence", line={"color": CONFIDENCE_COLOR},
-                   customdata=tops,
-                   hovertemplate="layer %{x}<br>c = %{y:.3f}<br>top token %{customdata}<extra></extra>"),
-        row=1, col=1,
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=("Confidence c_ℓ = max_i p_ℓ,i", "Entropy H_ℓ (nats)"),
     )
     fig.add_trace(
-        go.Scatter(x=layers, y=h, mode="lines+markers", name="entropy", line={"color": ENTROPY_COLOR},
-                   customdata=tops,
-                   hovertemplate="layer %{x}<br>H = %{y:.3f} nats<br>top token %{customdata}<extra></extra>"),
-        row=2, col=1,
+        go.Scatter(
+            x=layers,
+            y=c,
+            mode="lines+markers",
+            name="confidence",
+            line={"color": CONFIDENCE_COLOR},
+            customdata=tops,
+            hovertemplate="layer %{x}<br>c = %{y:.3f}<br>top token %{customdata}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=layers,
+            y=h,
+            mode="lines+markers",
+            name="entropy",
+            line={"color": ENTROPY_COLOR},
+            customdata=tops,
+            hovertemplate="layer %{x}<br>H = %{y:.3f} nats<br>top token %{customdata}<extra></extra>",
+        ),
+        row=2,
+        col=1,
     )
     star = int(np.argmax(c))
     fig.add_vline(x=star, line_dash="dot", line_color=CURRENT_COLOR, row=1, col=1)
-    fig.add_annotation(x=star, y=float(c[star]), text=f"ℓ* = {star}", showarrow=True, arrowhead=2, ax=40, ay=40,
-                       row=1, col=1)
+    fig.add_annotation(
+        x=star, y=float(c[star]), text=f"ℓ* = {star}", showarrow=True, arrowhead=2, ax=40, ay=40, row=1, col=1
+    )
     half = c.size // 2
     fig.add_vrect(x0=-0.5, x1=half - 0.5, fillcolor="#e8eef5", opacity=0.5, line_width=0, row="all", col=1)
     fig.update_yaxes(range=[0, 1.02], row=1, col=1)
@@ -78,22 +98,29 @@ def trajectory_figure(trace: RadarTrace, *, height: int = 520) -> go.Figure:
 
 
 def head_entropy_figure(trace: RadarTrace, tau: float = SPECIALIZATION_TAU, *, height: int = 420) -> go.Figure:
-    """Heat map of the attention entropy H_ℓ,h (nats) per layer and head; cells below τ are specialised."""
+    """Heat map of the attention entropy H_ℓ,h (nats) per layer and head; cells below τ are specialized."""
     he = np.asarray(trace.head_entropy, dtype=np.float64)
     if he.ndim != 2:
         raise ValueError(f"head_entropy must be (L, H), got {he.shape}")
     text = np.where(he < tau, "●", "")
     fig = go.Figure(
         go.Heatmap(
-            z=he, x=[f"h{j}" for j in range(he.shape[1])], y=list(range(he.shape[0])), colorscale="Viridis",
-            text=text, texttemplate="%{text}", colorbar={"title": "nats"},
+            z=he,
+            x=[f"h{j}" for j in range(he.shape[1])],
+            y=list(range(he.shape[0])),
+            colorscale="Viridis",
+            text=text,
+            texttemplate="%{text}",
+            colorbar={"title": "nats"},
             hovertemplate="layer %{y}, head %{x}<br>H = %{z:.3f} nats<extra></extra>",
         )
     )
     fig.update_layout(
-        height=height, margin={"l": 40, "r": 20, "t": 30, "b": 40},
-        title=f"Attention entropy per head (● = below τ = {tau}: counted as specialised)",
-        xaxis_title="head", yaxis_title="decoder layer ℓ",
+        height=height,
+        margin={"l": 40, "r": 20, "t": 30, "b": 40},
+        title=f"Attention entropy per head (● = below τ = {tau}: counted as specialized)",
+        xaxis_title="head",
+        yaxis_title="decoder layer ℓ",
     )
     return fig
 
@@ -130,8 +157,11 @@ def votes_frame(prediction: RadarPrediction) -> pd.DataFrame:
     """Each base classifier's recall probability p_j and hard vote."""
     return pd.DataFrame(
         [
-            {"classifier": ESTIMATOR_TITLES.get(name, name), "p(recall)": p,
-             "vote": RECALL if prediction.votes[name] == 1 else REASONING}
+            {
+                "classifier": ESTIMATOR_TITLES.get(name, name),
+                "p(recall)": p,
+                "vote": RECALL if prediction.votes[name] == 1 else REASONING,
+            }
             for name, p in prediction.probabilities.items()
         ]
     )
@@ -141,15 +171,38 @@ def probability_figure(prediction: RadarPrediction, *, height: int = 150) -> go.
     """One horizontal stacked bar: p̄(recall) against 1 − p̄ (reasoning)."""
     p = float(prediction.p_recall)
     fig = go.Figure()
-    fig.add_trace(go.Bar(y=["ensemble"], x=[p], orientation="h", name="recall", marker_color=RECALL_COLOR,
-                         text=[f"recall {p:.2f}"], textposition="inside",
-                         hovertemplate="p̄(recall) = %{x:.3f}<extra></extra>"))
-    fig.add_trace(go.Bar(y=["ensemble"], x=[1 - p], orientation="h", name="reasoning", marker_color=REASONING_COLOR,
-                         text=[f"reasoning {1 - p:.2f}"], textposition="inside",
-                         hovertemplate="1 − p̄ = %{x:.3f}<extra></extra>"))
+    fig.add_trace(
+        go.Bar(
+            y=["ensemble"],
+            x=[p],
+            orientation="h",
+            name="recall",
+            marker_color=RECALL_COLOR,
+            text=[f"recall {p:.2f}"],
+            textposition="inside",
+            hovertemplate="p̄(recall) = %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            y=["ensemble"],
+            x=[1 - p],
+            orientation="h",
+            name="reasoning",
+            marker_color=REASONING_COLOR,
+            text=[f"reasoning {1 - p:.2f}"],
+            textposition="inside",
+            hovertemplate="1 − p̄ = %{x:.3f}<extra></extra>",
+        )
+    )
     fig.add_vline(x=0.5, line_dash="dot", line_color="#444")
-    fig.update_layout(barmode="stack", height=height, showlegend=False, xaxis={"range": [0, 1]},
-                      margin={"l": 10, "r": 10, "t": 10, "b": 30})
+    fig.update_layout(
+        barmode="stack",
+        height=height,
+        showlegend=False,
+        xaxis={"range": [0, 1]},
+        margin={"l": 10, "r": 10, "t": 10, "b": 30},
+    )
     return fig
 
 
@@ -157,17 +210,38 @@ def accuracy_frame(report: dict[str, Any]) -> pd.DataFrame:
     """Per-category test accuracy next to the paper's Table 1 (fractions; ``None`` where not defined)."""
     rows = []
     entries = [(c["title"], c) for c in report["categories"]]
-    entries += [(title, report[key]) for key, title in (("overall", "Overall"),
-                                                         ("recall_tasks", "Recall-labelled prompts"),
-                                                         ("reasoning_tasks", "Reasoning-labelled prompts"))]
+    entries += [
+        (title, report[key])
+        for key, title in (
+            ("overall", "Overall"),
+            ("recall_tasks", "Recall-labelled prompts"),
+            ("reasoning_tasks", "Reasoning-labelled prompts"),
+        )
+    ]
     for title, r in entries:
-        rows.append({"category": title, "n": r["n"], "correct": r["correct"], "RADAR here": r["accuracy"],
-                     "soft vote (p̄ > ½)": r["soft_accuracy"], "prompt length only": r.get("length_accuracy"),
-                     "paper": r["paper"]})
+        rows.append(
+            {
+                "category": title,
+                "n": r["n"],
+                "correct": r["correct"],
+                "RADAR here": r["accuracy"],
+                "soft vote (p̄ > ½)": r["soft_accuracy"],
+                "prompt length only": r.get("length_accuracy"),
+                "paper": r["paper"],
+            }
+        )
     cv = report["train_cv"]
-    rows.append({"category": "Training set, 5-fold cross-validation", "n": 30, "correct": None,
-                 "RADAR here": cv["accuracy"], "soft vote (p̄ > ½)": cv["accuracy"], "prompt length only": None,
-                 "paper": cv["paper"]})
+    rows.append(
+        {
+            "category": "Training set, 5-fold cross-validation",
+            "n": 30,
+            "correct": None,
+            "RADAR here": cv["accuracy"],
+            "soft vote (p̄ > ½)": cv["accuracy"],
+            "prompt length only": None,
+            "paper": cv["paper"],
+        }
+    )
     frame = pd.DataFrame(rows)
     if frame["prompt length only"].isna().all():
         frame = frame.drop(columns=["prompt length only"])
@@ -180,28 +254,58 @@ def accuracy_figure(report: dict[str, Any], *, height: int = 340) -> go.Figure:
     ours = [c["accuracy"] for c in report["categories"]] + [report["overall"]["accuracy"]]
     paper = [c["paper"] for c in report["categories"]] + [report["overall"]["paper"]]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=cats, y=ours, name="RADAR here", marker_color=OURS_COLOR,
-                         hovertemplate="%{x}: %{y:.1%}<extra>here</extra>"))
+    fig.add_trace(
+        go.Bar(
+            x=cats,
+            y=ours,
+            name="RADAR here",
+            marker_color=OURS_COLOR,
+            hovertemplate="%{x}: %{y:.1%}<extra>here</extra>",
+        )
+    )
     length = [c.get("length_accuracy") for c in report["categories"]] + [report["overall"].get("length_accuracy")]
     if all(v is not None for v in length):
-        fig.add_trace(go.Bar(x=cats, y=length, name="prompt length only", marker_color=LENGTH_COLOR,
-                             hovertemplate="%{x}: %{y:.1%}<extra>length only</extra>"))
-    fig.add_trace(go.Bar(x=cats, y=paper, name="paper (DialoGPT-medium)", marker_color=PAPER_COLOR,
-                         hovertemplate="%{x}: %{y:.1%}<extra>paper</extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=cats,
+                y=length,
+                name="prompt length only",
+                marker_color=LENGTH_COLOR,
+                hovertemplate="%{x}: %{y:.1%}<extra>length only</extra>",
+            )
+        )
+    fig.add_trace(
+        go.Bar(
+            x=cats,
+            y=paper,
+            name="paper (DialoGPT-medium)",
+            marker_color=PAPER_COLOR,
+            hovertemplate="%{x}: %{y:.1%}<extra>paper</extra>",
+        )
+    )
     fig.add_hline(y=0.5, line_dash="dot", line_color="#888")
-    fig.update_layout(barmode="group", height=height, yaxis={"range": [0, 1.05], "tickformat": ".0%"},
-                      margin={"l": 40, "r": 20, "t": 20, "b": 40}, legend={"orientation": "h", "y": 1.1})
+    fig.update_layout(
+        barmode="group",
+        height=height,
+        yaxis={"range": [0, 1.05], "tickformat": ".0%"},
+        margin={"l": 40, "r": 20, "t": 20, "b": 40},
+        legend={"orientation": "h", "y": 1.1},
+    )
     return fig
 
 
 def rds_rci_figure(
     rows: Sequence[dict[str, Any]], current: tuple[float, float] | None = None, *, height: int = 460
 ) -> go.Figure:
-    """The test prompts in the RDS–RCI plane (the paper's Figure 2 scatter), coloured by label, shaped by
+    """The test prompts in the RDS–RCI plane (the paper's Figure 2 scatter), colored by label, shaped by
     category; ``current`` = (RDS, RCI) of the prompt on the page, drawn as a star."""
     fig = go.Figure()
-    symbols = {"clear_recall": "circle", "clear_reasoning": "square", "ambiguous": "diamond",
-               "complex_reasoning": "triangle-up"}
+    symbols = {
+        "clear_recall": "circle",
+        "clear_reasoning": "square",
+        "ambiguous": "diamond",
+        "complex_reasoning": "triangle-up",
+    }
     for label, color in ((RECALL, RECALL_COLOR), (REASONING, REASONING_COLOR)):
         for cat, symbol in symbols.items():
             sel = [r for r in rows if r["label"] == label and r["category"] == cat]
@@ -209,22 +313,39 @@ def rds_rci_figure(
                 continue
             fig.add_trace(
                 go.Scatter(
-                    x=[r["rds"] for r in sel], y=[r["rci"] for r in sel], mode="markers",
+                    x=[r["rds"] for r in sel],
+                    y=[r["rci"] for r in sel],
+                    mode="markers",
                     name=f"{label} · {CATEGORY_TITLES.get(cat, cat)}",
-                    marker={"color": color, "symbol": symbol, "size": 9, "opacity": 0.8,
-                            "line": {"width": [0 if r["correct"] else 2 for r in sel], "color": "#000"}},
+                    marker={
+                        "color": color,
+                        "symbol": symbol,
+                        "size": 9,
+                        "opacity": 0.8,
+                        "line": {"width": [0 if r["correct"] else 2 for r in sel], "color": "#000"},
+                    },
                     customdata=[[escape_label(r["prompt"]), r["predicted"], r["p_recall"]] for r in sel],
                     hovertemplate="%{customdata[0]}<br>RDS %{x:.2f} · RCI %{y:.2f}<br>predicted %{customdata[1]} "
-                                  "(p̄ = %{customdata[2]:.2f})<extra></extra>",
+                    "(p̄ = %{customdata[2]:.2f})<extra></extra>",
                 )
             )
     if current is not None:
-        fig.add_trace(go.Scatter(x=[current[0]], y=[current[1]], mode="markers", name="this prompt",
-                                 marker={"color": CURRENT_COLOR, "symbol": "star", "size": 18},
-                                 hovertemplate="this prompt<br>RDS %{x:.2f} · RCI %{y:.2f}<extra></extra>"))
-    fig.update_layout(height=height, xaxis={"title": "RDS (Recall Detection Score)", "range": [0, 1]},
-                      yaxis={"title": "RCI (Reasoning Complexity Index)", "range": [0, 1]},
-                      margin={"l": 50, "r": 20, "t": 20, "b": 50})
+        fig.add_trace(
+            go.Scatter(
+                x=[current[0]],
+                y=[current[1]],
+                mode="markers",
+                name="this prompt",
+                marker={"color": CURRENT_COLOR, "symbol": "star", "size": 18},
+                hovertemplate="this prompt<br>RDS %{x:.2f} · RCI %{y:.2f}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        height=height,
+        xaxis={"title": "RDS (Recall Detection Score)", "range": [0, 1]},
+        yaxis={"title": "RCI (Reasoning Complexity Index)", "range": [0, 1]},
+        margin={"l": 50, "r": 20, "t": 20, "b": 50},
+    )
     return fig
 
 
@@ -232,9 +353,18 @@ def predictions_frame(report: dict[str, Any]) -> pd.DataFrame:
     """Every test prompt with its category, label, prediction, p̄, RDS and RCI (for the table and CSV export)."""
     return pd.DataFrame(
         [
-            {"id": r["id"], "prompt": r["prompt"], "category": CATEGORY_TITLES.get(r["category"], r["category"]),
-             "label": r["label"], "predicted": r["predicted"], "correct": r["correct"], "p(recall)": r["p_recall"],
-             "RDS": r["rds"], "RCI": r["rci"], "tokens": r.get("n_tokens")}
+            {
+                "id": r["id"],
+                "prompt": r["prompt"],
+                "category": CATEGORY_TITLES.get(r["category"], r["category"]),
+                "label": r["label"],
+                "predicted": r["predicted"],
+                "correct": r["correct"],
+                "p(recall)": r["p_recall"],
+                "RDS": r["rds"],
+                "RCI": r["rci"],
+                "tokens": r.get("n_tokens"),
+            }
             for r in report["rows"]
         ]
     )

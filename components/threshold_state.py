@@ -4,33 +4,32 @@ Order of precedence in :func:`active_threshold`:
 
 1. a τ the user chose in this browser session (``st.session_state``, per model name), e.g. calibrated on the
    Evaluate page;
-2. :func:`core.repcs.threshold_for` — the bundled calibration of the embedded model, or its labelled fallback.
+2. :func:`core.methods.repcs.threshold_for` — the bundled calibration of the embedded model, or its labeled
+   fallback.
 
-The shared live run (``components.session.run_live``) passes ``active_threshold(handle.info.name)`` to
+The shared live run (:func:`components.widgets.run_live`) passes ``active_threshold(handle.info.name)`` to
 ``run_dual_path``, and the session's τ is part of the result cache key, so every page applies the same τ.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import streamlit as st
 
+from components import keys
 from core.methods.repcs import Threshold, threshold_for
-
-_KEY = "ror.threshold.active"
 
 
 def _store() -> dict[str, dict[str, Any]]:
-    if _KEY not in st.session_state:
-        st.session_state[_KEY] = {}
-    return st.session_state[_KEY]
+    if keys.THRESHOLDS not in st.session_state:
+        st.session_state[keys.THRESHOLDS] = {}
+    return st.session_state[keys.THRESHOLDS]
 
 
 def set_active_threshold(model_name: str, threshold: Threshold, source: str) -> None:
     """Use ``threshold`` for ``model_name`` for the rest of this session (a JSON-ready copy is stored)."""
-    from dataclasses import asdict
-
     _store()[model_name] = {"threshold": asdict(threshold), "source": source}
 
 
@@ -41,7 +40,7 @@ def clear_active_threshold(model_name: str) -> None:
 
 def session_thresholds() -> dict[str, dict[str, Any]]:
     """Every τ set in this session, by model name (JSON-ready; part of the result cache key)."""
-    return dict(st.session_state.get(_KEY, {}))
+    return dict(st.session_state.get(keys.THRESHOLDS, {}))
 
 
 def session_threshold(model_name: str) -> tuple[Threshold | None, str | None]:

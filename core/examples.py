@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
 from core.io import asset_path
 
 EXAMPLES_PATH = asset_path("examples", "examples.json")

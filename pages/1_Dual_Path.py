@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import inputs, panels, session
-from core.model.loading import ModelHandle
+from components import inputs, keys, panels, state, widgets
+from components.page import PageContext, open_page
 from core.engine.result import DualPathResult
-
-st.set_page_config(page_title="Dual Path · Read or Recall", layout="wide")
 
 
 def draw_header() -> None:
+    """The page's title and what it shows."""
     st.title("Dual Path")
     st.caption(
         "The same model answers twice: with the context (retrieval path) and without it (parametric path). "
@@ -28,42 +27,37 @@ def draw_inputs() -> tuple[str, str, bool]:
     """Example picker, query, context and the Run button; returns (query, context, run requested)."""
     inputs.example_picker()
     query, context = inputs.query_and_context()
-    clicked = st.button("Run both paths", type="primary", key="ror.run", icon=":material/play_arrow:")
-    return query, context, clicked or session.pop_run_request()
+    clicked = st.button("Run both paths", type="primary", key=keys.RUN, icon=":material/play_arrow:")
+    return query, context, clicked or state.pop_run_request()
 
 
-def draw_answers(
-    config: session.AppConfig, handle: ModelHandle, query: str, context: str, run: bool
-) -> DualPathResult | None:
+def draw_answers(page: PageContext, query: str, context: str, run: bool) -> DualPathResult | None:
     """Stream a new run when asked (or reuse the stored one); otherwise show the latest stored answers."""
     if run:
-        result, ran = session.run_or_reuse(config, handle, query, context)
+        result, ran = widgets.run_or_reuse(page.config, page.handle, query, context)
         if result is not None and not ran:
             st.toast("Same inputs and settings as an earlier run: showing its stored result.")
             panels.draw_answers(result)
         if result is not None:
             return result
-    result = session.select_result(config, query, context)
+    result = state.select_result(page.config, query, context)
     if result is None:
         return None
-    if not session.is_current(config, query, context):
+    if not state.is_current(page.config, query, context):
         st.info(
             "Showing the previous run: the inputs or settings have changed since. "
-            "Press **Run both paths** to analyse them."
+            "Press **Run both paths** to analyze them."
         )
     panels.draw_answers(result)
     return result
 
 
 def main() -> None:
-    config = session.sidebar()
-    handle = session.get_handle(config.model_spec, config.revision)
-    session.draw_model_facts(handle)
-
+    page = open_page("Dual Path")
     draw_header()
     query, context, run = draw_inputs()
     st.divider()
-    result = draw_answers(config, handle, query, context, run)
+    result = draw_answers(page, query, context, run)
     if result is None:
         st.info("Pick an example or type a query and a context, then press **Run both paths**.")
         return

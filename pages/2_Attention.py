@@ -15,25 +15,22 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from components import internals_state as state
-from components import session
+from components import internals_state as views
+from components import keys, state, widgets
+from components.attention_figures import head_heatmap, pattern_heatmap, selected_cell
 from components.figures import position_label
-from components.internals_figures import head_heatmap, pattern_heatmap, selected_cell
-from core.engine.dual_path import PARAMETRIC, RETRIEVAL
+from components.text import plain_message
+from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
 from core.methods.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialisation, specialised_heads
-from core.model.loading import ModelHandle
-from core.engine.result import DualPathResult
+from core.model.handle import ModelHandle
 
-st.set_page_config(page_title="Attention · Read or Recall", layout="wide")
-
-PATH_TITLES = {RETRIEVAL: session.RETRIEVAL_TITLE, PARAMETRIC: session.PARAMETRIC_TITLE}
+PATH_TITLES = {RETRIEVAL: widgets.RETRIEVAL_TITLE, PARAMETRIC: widgets.PARAMETRIC_TITLE}
 FIRST, ONE, MEAN = "first", "one", "mean"
 WHERE_LABELS = {
     FIRST: "First answer step (t = 0: the last prompt token predicts the first answer token)",
     ONE: "One answer position",
     MEAN: "Averaged over the answer",
 }
-CELL = "ror.attn.cell"
 
 
 def draw_header() -> None:
@@ -49,10 +46,10 @@ def draw_where(internals: Internals, result: DualPathResult) -> int | str:
     """Which query position the maps describe: an answer position t, or ``"mean"`` over the answer."""
     left, right = st.columns([2, 1])
     with left:
-        mode = session.persistent(
+        mode = state.persistent(
             st.radio,
             "Query position",
-            "attn.where",
+            keys.ATTN_WHERE,
             FIRST,
             options=list(WHERE_LABELS),
             format_func=WHERE_LABELS.__getitem__,
@@ -67,17 +64,17 @@ def draw_where(internals: Internals, result: DualPathResult) -> int | str:
             "Answer position t (the step that predicts answer token t)",
             list(range(internals.n_positions)),
             format_func=lambda i: position_label(tokens, i),
-            key=f"ror.attn.position.{state.result_key(result)}",
+            key=keys.scoped(keys.ATTN_POSITION, views.result_key(result)),
         )
     return int(t)
 
 
 def draw_tau() -> float:
     return float(
-        session.persistent(
+        state.persistent(
             st.slider,
             "Specialisation threshold τ (nats)",
-            "attn.tau",
+            keys.ATTN_TAU,
             RADAR_TAU,
             min_value=0.0,
             max_value=5.0,
@@ -90,7 +87,7 @@ def draw_tau() -> float:
 def _on_cell(chart_key: str, path: str) -> None:
     cell = selected_cell(st.session_state.get(chart_key))
     if cell is not None:
-        st.session_state[CELL] = (path, cell[0], cell[1])
+        st.session_state[keys.ATTN_CELL] = (path, cell[0], cell[1])
 
 
 def _chart(fig, key: str, path: str) -> None:
@@ -98,13 +95,13 @@ def _chart(fig, key: str, path: str) -> None:
 
 
 def _selected() -> tuple[int, int] | None:
-    cell = st.session_state.get(CELL)
+    cell = st.session_state.get(keys.ATTN_CELL)
     return (int(cell[1]), int(cell[2])) if cell else None
 
 
 def draw_entropy_maps(internals: Internals, result: DualPathResult, where: int | str, tau: float) -> None:
     st.subheader("Attention entropy per head")
-    tag = state.result_key(result)
+    tag = views.result_key(result)
     maps = {path: internals.entropy_at(path, where) for path in (RETRIEVAL, PARAMETRIC)}
     columns = st.columns(2, gap="medium")
     for column, path in zip(columns, (RETRIEVAL, PARAMETRIC), strict=True):
@@ -124,7 +121,7 @@ def draw_entropy_maps(internals: Internals, result: DualPathResult, where: int |
                 mark_label=f"specialised (H < {tau:.1f})",
                 selected=_selected(),
             )
-            _chart(fig, f"ror.attn.map.{path}.{tag}", path)
+            _chart(fig, keys.scoped(keys.ATTN_MAP, path, tag), path)
     diff = maps[RETRIEVAL] - maps[PARAMETRIC]
     st.markdown("**Difference: retrieval − parametric**")
     fig = head_heatmap(
@@ -136,7 +133,7 @@ def draw_entropy_maps(internals: Internals, result: DualPathResult, where: int |
         selected=_selected(),
         height=560,
     )
-    _chart(fig, f"ror.attn.diff.{tag}", RETRIEVAL)
+    _chart(fig, keys.scoped(keys.ATTN_DIFF, tag), RETRIEVAL)
     st.caption(
         "Blue cells: the head is more diffuse with the context; red: more focused. The retrieval prompt is "
         "longer, so entropies are not on the same scale (the maximum is log of the number of visible tokens). "
@@ -148,10 +145,10 @@ def draw_entropy_maps(internals: Internals, result: DualPathResult, where: int |
 def draw_context_mass(internals: Internals, result: DualPathResult, where: int | str) -> None:
     st.subheader("How much the answer reads the context")
     mass = internals.mass_at(RETRIEVAL, "context", where)
-    n_context = int((internals.segments(RETRIEVAL) == SEGMENTS.index("context")).sum())
+    n_context = int((internals.retrieval.segments == SEGMENTS.index("context")).sum())
     c1, c2 = st.columns(2)
     c1.metric("Mean attention on context tokens", f"{mass.mean():.1%}", help="Averaged over layers and heads.")
-    c2.metric("Context tokens", f"{n_context} of {internals.rag_prompt_len} prompt tokens")
+    c2.metric("Context tokens", f"{n_context} of {internals.retrieval.prompt_len} prompt tokens")
     fig = head_heatmap(
         mass,
         title="Attention mass on the context (retrieval path)",
@@ -160,7 +157,7 @@ def draw_context_mass(internals: Internals, result: DualPathResult, where: int |
         selected=_selected(),
         height=560,
     )
-    _chart(fig, f"ror.attn.mass.{state.result_key(result)}", RETRIEVAL)
+    _chart(fig, keys.scoped(keys.ATTN_MASS, views.result_key(result)), RETRIEVAL)
     rows = []
     for path in (RETRIEVAL, PARAMETRIC):
         for segment in SEGMENTS:
@@ -182,18 +179,18 @@ def draw_context_mass(internals: Internals, result: DualPathResult, where: int |
 
 
 def _seed_head_inputs(n_layers: int, n_heads: int) -> None:
-    cell = st.session_state.get(CELL) or (RETRIEVAL, 0, 0)
+    cell = st.session_state.get(keys.ATTN_CELL) or (RETRIEVAL, 0, 0)
     shape = (n_layers, n_heads)  # the number inputs' ranges: a new model draws new widgets
-    session.seed_widget("ror.attn.path_w", cell[0], identity=shape)
-    session.seed_widget("ror.attn.layer_w", min(int(cell[1]), n_layers - 1), identity=shape)
-    session.seed_widget("ror.attn.head_w", min(int(cell[2]), n_heads - 1), identity=shape)
+    state.seed_widget(keys.ATTN_PATH, cell[0], identity=shape)
+    state.seed_widget(keys.ATTN_LAYER, min(int(cell[1]), n_layers - 1), identity=shape)
+    state.seed_widget(keys.ATTN_HEAD, min(int(cell[2]), n_heads - 1), identity=shape)
 
 
 def _from_inputs() -> None:
-    st.session_state[CELL] = (
-        st.session_state["ror.attn.path_w"],
-        int(st.session_state["ror.attn.layer_w"]),
-        int(st.session_state["ror.attn.head_w"]),
+    st.session_state[keys.ATTN_CELL] = (
+        st.session_state[keys.ATTN_PATH],
+        int(st.session_state[keys.ATTN_LAYER]),
+        int(st.session_state[keys.ATTN_HEAD]),
     )
 
 
@@ -202,26 +199,24 @@ def draw_head_pattern(handle: ModelHandle, internals: Internals, result: DualPat
     st.caption("Click a cell in any map above, or pick a path, layer and head here.")
     _seed_head_inputs(internals.n_layers, internals.n_heads)
     c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
-    c1.radio(
-        "Path", list(PATH_TITLES), format_func=PATH_TITLES.__getitem__, key="ror.attn.path_w", on_change=_from_inputs
-    )
+    c1.radio("Path", list(PATH_TITLES), format_func=PATH_TITLES.__getitem__, key=keys.ATTN_PATH, on_change=_from_inputs)
     c2.number_input(
-        "Layer", min_value=0, max_value=internals.n_layers - 1, step=1, key="ror.attn.layer_w", on_change=_from_inputs
+        "Layer", min_value=0, max_value=internals.n_layers - 1, step=1, key=keys.ATTN_LAYER, on_change=_from_inputs
     )
     c3.number_input(
-        "Head", min_value=0, max_value=internals.n_heads - 1, step=1, key="ror.attn.head_w", on_change=_from_inputs
+        "Head", min_value=0, max_value=internals.n_heads - 1, step=1, key=keys.ATTN_HEAD, on_change=_from_inputs
     )
-    for key in ("ror.attn.path_w", "ror.attn.layer_w", "ror.attn.head_w"):
-        session.mark_drawn(key, identity=(internals.n_layers, internals.n_heads))
-    all_rows = c4.checkbox("Show every query row (not only the answer steps)", key="ror.attn.all_rows")
-    if st.session_state.get(CELL) is None:
+    for key in (keys.ATTN_PATH, keys.ATTN_LAYER, keys.ATTN_HEAD):
+        state.mark_drawn(key, identity=(internals.n_layers, internals.n_heads))
+    all_rows = c4.checkbox("Show every query row (not only the answer steps)", key=keys.ATTN_ALL_ROWS)
+    if st.session_state.get(keys.ATTN_CELL) is None:
         st.info("No head opened yet.")
         return
-    path, layer, head = st.session_state[CELL]
+    path, layer, head = st.session_state[keys.ATTN_CELL]
     try:
-        pattern, tokens, prompt_len = state.head_pattern(handle, result, path, int(layer), int(head))
+        pattern, tokens, prompt_len = views.head_pattern(handle, result, path, int(layer), int(head))
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(plain_message(str(exc)))
         return
     rows = internals.rows(path)
     first_row = 0 if all_rows else int(rows[0])
@@ -238,7 +233,7 @@ def draw_head_pattern(handle: ModelHandle, internals: Internals, result: DualPat
         row_offset=first_row,
         title=f"Layer {layer}, head {head}: attention of each query token (rows) over the tokens (columns)",
     )
-    st.plotly_chart(fig, key=f"ror.attn.pattern.{state.result_key(result)}.{path}.{layer}.{head}.{all_rows}")
+    st.plotly_chart(fig, key=keys.scoped(keys.ATTN_PATTERN, views.result_key(result), path, layer, head, all_rows))
     rows_text = (
         "every token" if all_rows else "the answer steps (the prompt’s last token, then each answer token fed back)"
     )
@@ -288,19 +283,19 @@ def draw_export(internals: Internals, where: int | str, tau: float) -> None:
         json.dumps(export_payload(internals, where, tau), indent=1),
         "attention_maps.json",
         mime="application/json",
-        key="ror.attn.json",
+        key=keys.ATTN_JSON,
     )
     c2.download_button(
         "Download per-head values (CSV)",
         export_frame(internals, where).to_csv(index=False),
         "attention_heads.csv",
         mime="text/csv",
-        key="ror.attn.csv",
+        key=keys.ATTN_CSV,
     )
 
 
 def main() -> None:
-    opened = state.open_view(draw_header)
+    opened = views.open_view("Attention", draw_header)
     if opened is None:
         return
     handle, result, internals = opened

@@ -12,22 +12,20 @@ import json
 
 import streamlit as st
 
-from components import internals_state as state
-from components import session
-from components.internals_figures import (
+from components import internals_state as views
+from components import keys, state
+from components.layer_axes import row_label
+from components.trajectory_figures import (
     baselines_figure,
     classifier_frame,
     layer_table,
     lts_figure,
     position_heatmap,
-    row_label,
 )
-from core.methods.crm.legacy import DIRECTIONS, PC1, SUPERVISED, CrmBasis, crm_report, supervised_score
-from core.methods.internals import Internals
-from core.model.loading import ModelHandle
 from core.engine.result import DualPathResult
-
-st.set_page_config(page_title="Layer trajectories · Read or Recall", layout="wide")
+from core.methods.crm import DIRECTIONS, PC1, SUPERVISED, CrmBasis, crm_report, supervised_score
+from core.methods.internals import Internals
+from core.model.handle import ModelHandle
 
 DIRECTION_LABELS = {PC1: "PC1 (unsupervised)", SUPERVISED: "Supervised (class-mean difference)"}
 QUANTITIES = {
@@ -48,9 +46,9 @@ def draw_header() -> None:
 
 
 def draw_basis(handle: ModelHandle, result: DualPathResult) -> CrmBasis | None:
-    basis = state.basis_for(handle, result.template)
+    basis = views.basis_for(handle, result.template)
     if basis is None:
-        return state.draw_compute_basis(handle, result.template, key="ror.traj.compute")
+        return views.draw_compute_basis(handle, result.template, key=keys.TRAJ_COMPUTE)
     meta = basis.meta
     st.caption(
         f"Calibration: {meta.get('n_memorized', '?')} memorised-style + {meta.get('n_grounded', '?')} grounded prompts "
@@ -64,10 +62,10 @@ def draw_basis(handle: ModelHandle, result: DualPathResult) -> CrmBasis | None:
 
 def draw_direction() -> str:
     return str(
-        session.persistent(
+        state.persistent(
             st.radio,
             "Direction v_ℓ",
-            "crm.direction",
+            keys.CRM_DIRECTION,
             PC1,
             options=list(DIRECTION_LABELS),
             format_func=DIRECTION_LABELS.__getitem__,
@@ -112,7 +110,7 @@ def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> No
         class_means=basis.class_means(direction),
         title=f"LTS along {DIRECTION_LABELS[direction]}",
     )
-    st.plotly_chart(fig, key=f"ror.traj.lts.{direction}")
+    st.plotly_chart(fig, key=keys.scoped(keys.TRAJ_LTS, direction))
     if flagged:
         st.markdown("Flagged layers: " + ", ".join(row_label(r) for r in flagged))
     st.caption(
@@ -130,7 +128,7 @@ def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> No
 
 def draw_baselines(internals: Internals) -> None:
     st.subheader("Baselines on the same layer axis")
-    st.plotly_chart(baselines_figure(internals.disp_norm[:, 0], internals.lens.kl[:, 0]), key="ror.traj.baselines")
+    st.plotly_chart(baselines_figure(internals.disp_norm[:, 0], internals.lens.kl[:, 0]), key=keys.TRAJ_BASELINES)
     st.caption(
         "‖d_ℓ‖ measures how far the context moves the state in any direction (CRM appendix E's magnitude "
         "baseline: it grows with depth as the residual stream does); the logit-lens KL reads each layer through "
@@ -143,7 +141,7 @@ def draw_positions(internals: Internals, basis: CrmBasis | None, direction: str,
     st.subheader("Every answer position")
     options = list(QUANTITIES) if basis is not None else ["l2", "lens"]
     quantity = st.radio(
-        "Quantity", options, format_func=QUANTITIES.__getitem__, horizontal=True, key="ror.traj.quantity"
+        "Quantity", options, format_func=QUANTITIES.__getitem__, horizontal=True, key=keys.TRAJ_QUANTITY
     )
     if quantity == "lts" and basis is not None:
         values = basis.lts(internals.displacement.transpose(1, 0, 2), direction).T
@@ -165,7 +163,7 @@ def draw_positions(internals: Internals, basis: CrmBasis | None, direction: str,
             colorbar="KL (nats)",
             colorscale="YlOrRd",
         )
-    st.plotly_chart(fig, key=f"ror.traj.positions.{quantity}.{direction}")
+    st.plotly_chart(fig, key=keys.scoped(keys.TRAJ_POSITIONS, quantity, direction))
     st.caption(
         "Column t compares the two paths at the step that predicts answer token t (both teacher-forced on the "
         "retrieval answer). The directions are calibrated at the last prompt token only, so LTS at later "
@@ -227,21 +225,21 @@ def draw_export(internals: Internals, basis: CrmBasis | None, result: DualPathRe
         table.to_csv(index=False),
         "layer_trajectories.csv",
         mime="text/csv",
-        key="ror.traj.csv",
+        key=keys.TRAJ_CSV,
     )
     c2.download_button(
         "Download trajectories (JSON)",
         json.dumps(payload, indent=1, allow_nan=False, default=float),
         "layer_trajectories.json",
         mime="application/json",
-        key="ror.traj.json",
+        key=keys.TRAJ_JSON,
     )
     with st.expander("Per-layer values"):
         st.dataframe(table, hide_index=True)
 
 
 def main() -> None:
-    opened = state.open_view(draw_header)
+    opened = views.open_view("Layer trajectories", draw_header)
     if opened is None:
         return
     handle, result, internals = opened

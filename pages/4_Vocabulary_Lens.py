@@ -11,17 +11,15 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from components import internals_state as state
-from components import session
+from components import internals_state as views
+from components import keys, state
 from components.figures import default_position, position_label
-from components.internals_figures import lens_figure, lens_frame, projection_frame, row_label
-from core.methods.crm.legacy import PC1, SUPERVISED, CrmBasis
-from core.engine.dual_path import PARAMETRIC, RETRIEVAL
+from components.layer_axes import row_label
+from components.vocabulary_figures import lens_figure, lens_frame, projection_frame
+from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
+from core.methods.crm import PC1, SUPERVISED, CrmBasis
 from core.methods.internals import Internals
-from core.model.loading import ModelHandle
-from core.engine.result import DualPathResult
-
-st.set_page_config(page_title="Vocabulary lens · Read or Recall", layout="wide")
+from core.model.handle import ModelHandle
 
 RUN = "run"
 DIRECTION_LABELS = {
@@ -46,13 +44,13 @@ def draw_direction(basis: CrmBasis | None) -> str:
             "No CRM calibration for this model and template yet (compute it on the Layer trajectories page): "
             "only this run's own displacement can be projected."
         )
-    if session.stored("vocab.direction", PC1) not in options:
-        session.set_stored("vocab.direction", options[0])
+    if state.stored(keys.VOCAB_DIRECTION, PC1) not in options:
+        state.set_stored(keys.VOCAB_DIRECTION, options[0])
     return str(
-        session.persistent(
+        state.persistent(
             st.radio,
             "Direction to read",
-            "vocab.direction",
+            keys.VOCAB_DIRECTION,
             options[0],
             options=options,
             format_func=DIRECTION_LABELS.__getitem__,
@@ -66,17 +64,17 @@ def draw_backprojection(
     handle: ModelHandle, internals: Internals, result: DualPathResult, basis: CrmBasis | None, direction: str
 ) -> None:
     st.subheader("Back-projection through the unembedding")
-    k = int(session.persistent(st.slider, "Tokens per end", "vocab.k", 10, min_value=3, max_value=25))
+    k = int(state.persistent(st.slider, "Tokens per end", keys.VOCAB_K, 10, min_value=3, max_value=25))
     if direction == RUN or basis is None:
         d0 = internals.displacement[:, 0]
-        projection = state.run_projection_for(handle, internals, result, k)
+        projection = views.run_projection_for(handle, internals, result, k)
     else:
         d0 = basis.direction(direction)
-        projection = state.projection_for(handle, basis, direction, k)
+        projection = views.projection_for(handle, basis, direction, k)
     defined = (np.linalg.norm(d0.astype(np.float64), axis=1) > 0).tolist()
     kept = basis.kept_layers if basis is not None else []
     frame = projection_frame(projection["top_tokens"], projection["bottom_tokens"], kept=kept, defined=defined)
-    only_kept = st.checkbox("Only kept layers", key="ror.vocab.only_kept", disabled=not kept)
+    only_kept = st.checkbox("Only kept layers", key=keys.VOCAB_ONLY_KEPT, disabled=not kept)
     shown = frame[frame["kept"]] if only_kept and kept else frame
     st.dataframe(shown, hide_index=True, height=min(1100, 38 + 35 * len(shown)))
     st.caption(
@@ -90,7 +88,7 @@ def draw_backprojection(
         frame.to_csv(index=False),
         "vocabulary_backprojection.csv",
         mime="text/csv",
-        key="ror.vocab.proj_csv",
+        key=keys.VOCAB_PROJ_CSV,
     )
 
 
@@ -106,10 +104,10 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
         format_func=lambda i: (
             f"{position_label(tokens, i)}   (KL {result.token_kl[i]:.3f})" if i < result.n_tokens else f"t={i}"
         ),
-        key=f"ror.vocab.position.{state.result_key(result)}",
+        key=keys.scoped(keys.VOCAB_POSITION, views.result_key(result)),
     )
     lens = internals.lens
-    top_rag, top_para = internals.lens_topk(RETRIEVAL, t, 5), internals.lens_topk(PARAMETRIC, t, 5)
+    top_retrieval, top_parametric = internals.lens_topk(RETRIEVAL, t, 5), internals.lens_topk(PARAMETRIC, t, 5)
     differs, settled = internals.first_divergent_row(t), internals.settled_row(t)
     answer_id = internals.answer_token_ids[t] if t < len(internals.answer_token_ids) else None
     c1, c2, c3 = st.columns(3)
@@ -126,11 +124,18 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
     c3.metric("KL at the last layer", f"{lens.kl[-1, t]:.3f} nats")
     if answer_id is not None:
         fig = lens_figure(
-            lens.target_logprob_a[:, t], lens.target_logprob_b[:, t], lens.kl[:, t], answer_token=tokens[t]
+            lens.retrieval.target_logprob[:, t],
+            lens.parametric.target_logprob[:, t],
+            lens.kl[:, t],
+            answer_token=tokens[t],
         )
-        st.plotly_chart(fig, key=f"ror.vocab.lens.{state.result_key(result)}.{t}")
+        st.plotly_chart(fig, key=keys.scoped(keys.VOCAB_LENS, views.result_key(result), t))
     frame = lens_frame(
-        top_rag, top_para, lens.kl[:, t], np.exp(lens.target_logprob_a[:, t]), np.exp(lens.target_logprob_b[:, t])
+        top_retrieval,
+        top_parametric,
+        lens.kl[:, t],
+        np.exp(lens.retrieval.target_logprob[:, t]),
+        np.exp(lens.parametric.target_logprob[:, t]),
     )
     st.dataframe(frame, hide_index=True, height=min(1100, 38 + 35 * len(frame)))
     st.caption(
@@ -144,16 +149,16 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
         frame.to_csv(index=False),
         "logit_lens.csv",
         mime="text/csv",
-        key="ror.vocab.lens_csv",
+        key=keys.VOCAB_LENS_CSV,
     )
 
 
 def main() -> None:
-    opened = state.open_view(draw_header)
+    opened = views.open_view("Vocabulary lens", draw_header)
     if opened is None:
         return
     handle, result, internals = opened
-    basis = state.basis_for(handle, result.template)
+    basis = views.basis_for(handle, result.template)
     direction = draw_direction(basis)
     st.divider()
     draw_backprojection(handle, internals, result, basis, direction)

@@ -3,32 +3,32 @@
 The page reads top to bottom like the UI: inputs and the clean run; the layers, ε and seed; then four
 experiments — noise on the chosen layers (both answers re-generated next to the clean ones, Z and the KL
 curve, the per-layer trajectory), the dose–response over ε, the single-layer sweep, and activation
-patching. Every experiment runs only on its button and is kept in this session, so re-rendering or switching
-pages never re-runs the model. All maths lives in ``core.ablation``; all figures in
-``components.ablation_figures``.
+patching. Every experiment runs only on its button and is kept in this session (a
+:func:`~components.lru.session_lru`), so re-rendering or switching pages never re-runs the model. All maths
+lives in :mod:`core.methods.ablation`; all figures in :mod:`components.ablation_figures`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from typing import Any
 
 import streamlit as st
 
 from components import ablation_figures as figs
-from components import inputs, panels, session
-from components.text import escape_markdown
-from core.methods.ablation import experiments as ablation
-from core.methods.ablation.interventions import NoiseSpec, format_layers, layer_preset, parse_layers
-from core.model.loading import ModelHandle
+from components import inputs, keys, panels, state, widgets
+from components.lru import SessionLRU, session_lru
+from components.page import PageContext, open_page
+from components.text import escape_markdown, plain_message
+from core.engine import DualPathSettings
 from core.engine.result import DualPathResult
+from core.methods import ablation
+from core.methods.ablation import NoiseSpec, format_layers, layer_preset, parse_layers
+from core.model.handle import ModelHandle
 
-st.set_page_config(page_title="Ablations · Read or Recall", layout="wide")
-
-_CACHE = "ror.ablate.results"
-_MAX_CACHED = 32
+MAX_CACHED = 32
+"""Experiments kept per browser session (clean trajectories, perturbed runs, noise grids)."""
 PRESET_LABELS = {
     "early": "Early third",
     "middle": "Middle third",
@@ -56,13 +56,12 @@ PATCH_CAVEAT = (
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Session cache of this page's results (never re-run on a re-render or page switch)
+# This page's experiments, kept in the session (never re-run on a re-render or page switch)
 
 
-def _cache() -> OrderedDict[str, Any]:
-    if _CACHE not in st.session_state:
-        st.session_state[_CACHE] = OrderedDict()
-    return st.session_state[_CACHE]
+def experiments(current: str | None = None) -> SessionLRU[Any]:
+    """The session's ablation results, keyed by :func:`_key` (``current``: the key remembering one of them)."""
+    return session_lru(keys.ABLATE_RESULTS, MAX_CACHED, current=current)
 
 
 def _key(*parts: Any) -> str:
@@ -74,19 +73,6 @@ def _short(value: Any) -> str:
     return hashlib.sha1(_key(value).encode("utf-8")).hexdigest()[:10]
 
 
-def cached(key: str) -> Any | None:
-    return _cache().get(key)
-
-
-def keep(key: str, value: Any) -> Any:
-    cache = _cache()
-    cache.pop(key, None)
-    cache[key] = value
-    while len(cache) > _MAX_CACHED:
-        cache.popitem(last=False)
-    return value
-
-
 def _progress_callback(bar: Any) -> ablation.ProgressCallback:
     def update(done: int, total: int, label: str) -> None:
         bar.progress(min(1.0, done / max(1, total)), text=f"{done} / {total} runs · {label}")
@@ -94,11 +80,41 @@ def _progress_callback(bar: Any) -> ablation.ProgressCallback:
     return update
 
 
+def _seeds(n_seeds: int) -> list[int]:
+    """``n_seeds`` consecutive seeds from the seed chosen above."""
+    seed0 = int(state.stored(keys.ABLATE_SEED, 0) or 0)
+    return list(range(seed0, seed0 + int(n_seeds)))
+
+
+def _tokens_per_run(name: str) -> int:
+    """The answer length of every scoring run of a grid (a persistent number input)."""
+    limit = ablation.SWEEP_MAX_NEW_TOKENS
+    return int(state.persistent(st.number_input, "Answer tokens per run", name, limit, min_value=1, max_value=128))
+
+
+def _clean_inputs(page: PageContext, clean: DualPathResult) -> tuple[ModelHandle, str, str, DualPathSettings]:
+    """``(handle, query, context, settings)`` of the clean run: what every experiment runs again."""
+    return page.handle, clean.query, clean.context, page.config.settings
+
+
+def _perturbed_run(page: PageContext, clean: DualPathResult, **intervention: Any) -> DualPathResult:
+    """Both paths of the clean run re-generated under ``intervention`` (``noise=``, ``patch_layers=``)."""
+    first = clean.answer_token_ids[0] if clean.n_tokens else None
+    return ablation.perturbed_run(*_clean_inputs(page, clean), clean_first_token=first, **intervention)
+
+
+def _download(column: Any, label: str, data: str, file_name: str, mime: str, key: str) -> None:
+    column.download_button(
+        label, data=data, file_name=file_name, mime=mime, on_click="ignore", icon=":material/download:", key=key
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Page sections
 
 
 def draw_header() -> None:
+    """The page's title and what it perturbs."""
     st.title("Ablations")
     st.caption(
         "Perturb chosen decoder layers and watch what changes: the two answers, the RePCS score Z, the KL per "
@@ -108,13 +124,14 @@ def draw_header() -> None:
 
 
 def draw_inputs() -> tuple[str, str]:
+    """The example picker and the shared query and context."""
     inputs.example_picker()
     return inputs.query_and_context()
 
 
-def draw_clean_run(config: session.AppConfig, handle: ModelHandle, query: str, context: str) -> DualPathResult | None:
+def draw_clean_run(page: PageContext, query: str, context: str) -> DualPathResult | None:
     """The clean dual-path result of these inputs (stored, or run here on request)."""
-    result = session.cached_result(config, query, context)
+    result = state.cached_result(page.config, query, context)
     if result is not None:
         st.caption(
             f"Clean run: Z = {result.repcs_score:.3f} nats over T = {result.score_window} tokens · "
@@ -122,33 +139,35 @@ def draw_clean_run(config: session.AppConfig, handle: ModelHandle, query: str, c
         )
         return result
     st.info("Ablations compare against the clean run of these inputs and settings. Run it first.")
-    if st.button("Run the clean analysis", type="primary", key="ror.ablate.run_clean", icon=":material/play_arrow:"):
-        result, _ = session.run_or_reuse(config, handle, query, context)
+    if st.button("Run the clean analysis", type="primary", key=keys.ABLATE_RUN_CLEAN, icon=":material/play_arrow:"):
+        result, _ = widgets.run_or_reuse(page.config, page.handle, query, context)
         if result is not None:
             st.rerun()  # redraw with the stored clean result (nothing is run again)
     return None
 
 
-def clean_trajectory(handle: ModelHandle, clean: DualPathResult) -> ablation.Trajectory:
-    """The clean per-layer trajectory (cached per result)."""
+def clean_trajectory(page: PageContext, clean: DualPathResult) -> ablation.Trajectory:
+    """The clean per-layer trajectory (kept per result)."""
     key = _key("trajectory", panels.result_tag(clean))
-    traj = cached(key)
+    traj = experiments().get(key)
     if traj is None:
         with st.spinner("Computing the clean per-layer trajectory (two forward passes)…"):
-            traj = keep(key, ablation.layer_trajectory(handle, clean))
+            traj = experiments().put(key, ablation.layer_trajectory(page.handle, clean))
     return traj
 
 
 def draw_layer_choice(n_layers: int, flagged: list[int] | None) -> tuple[list[int], str]:
     """Mode (preset / block / single / custom) and the layers it selects; returns (layers, description)."""
     st.subheader("Layers, noise scale and seed")
-    mode = session.persistent(st.radio, "Choose layers by", "ablate.mode", MODES[0], options=list(MODES), horizontal=True)
+    mode = state.persistent(
+        st.radio, "Choose layers by", keys.ABLATE_MODE, MODES[0], options=list(MODES), horizontal=True
+    )
     if mode == "Preset":
         presets = [p for p in PRESET_LABELS if p != "flagged" or flagged]
-        if session.stored("ablate.preset") not in presets:
-            session.set_stored("ablate.preset", "middle")
-        preset = session.persistent(
-            st.selectbox, "Preset", "ablate.preset", "middle", options=presets, format_func=PRESET_LABELS.__getitem__
+        if state.stored(keys.ABLATE_PRESET) not in presets:
+            state.set_stored(keys.ABLATE_PRESET, "middle")
+        preset = state.persistent(
+            st.selectbox, "Preset", keys.ABLATE_PRESET, "middle", options=presets, format_func=PRESET_LABELS.__getitem__
         )
         if flagged is None:
             st.caption("No CRM basis is calibrated for this model and template, so no layers are flagged to offer.")
@@ -157,45 +176,54 @@ def draw_layer_choice(n_layers: int, flagged: list[int] | None) -> tuple[list[in
         layers = list(flagged or []) if preset == "flagged" else layer_preset(preset, n_layers)
         return layers, f"{PRESET_LABELS[preset]}: layers {format_layers(layers)}"
     if mode == "Contiguous block":
-        stored = session.stored("ablate.block")
-        if not (isinstance(stored, (list, tuple)) and len(stored) == 2 and 0 <= stored[0] <= stored[1] < n_layers):
+        block = state.stored(keys.ABLATE_BLOCK)
+        if not (isinstance(block, (list, tuple)) and len(block) == 2 and 0 <= block[0] <= block[1] < n_layers):
             mid = layer_preset("middle", n_layers)
-            session.set_stored("ablate.block", (mid[0], mid[-1]))
-        lo, hi = session.persistent(
-            st.slider, "Block of layers", "ablate.block", (0, 0), min_value=0, max_value=n_layers - 1
+            state.set_stored(keys.ABLATE_BLOCK, (mid[0], mid[-1]))
+        lo, hi = state.persistent(
+            st.slider, "Block of layers", keys.ABLATE_BLOCK, (0, 0), min_value=0, max_value=n_layers - 1
         )
         layers = list(range(int(lo), int(hi) + 1))
         return layers, f"block {format_layers(layers)}"
     if mode == "Single layer":
-        if not isinstance(session.stored("ablate.single"), int) or not 0 <= session.stored("ablate.single") < n_layers:
-            session.set_stored("ablate.single", n_layers // 2)
-        layer = session.persistent(st.slider, "Layer", "ablate.single", 0, min_value=0, max_value=n_layers - 1)
+        single = state.stored(keys.ABLATE_SINGLE)
+        if not isinstance(single, int) or not 0 <= single < n_layers:
+            state.set_stored(keys.ABLATE_SINGLE, n_layers // 2)
+        layer = state.persistent(st.slider, "Layer", keys.ABLATE_SINGLE, 0, min_value=0, max_value=n_layers - 1)
         return [int(layer)], f"layer {int(layer)}"
-    text = session.persistent(
-        st.text_input, "Layers", "ablate.custom", "4-8", help="Numbers, ranges and presets: e.g. 2,5-7 or early,20"
+    text = state.persistent(
+        st.text_input, "Layers", keys.ABLATE_CUSTOM, "4-8", help="Numbers, ranges and presets: e.g. 2,5-7 or early,20"
     )
     try:
         layers = parse_layers(text, n_layers)
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(plain_message(str(exc)))
         return [], "no valid layers"
     return layers, f"layers {format_layers(layers)}"
 
 
 def draw_noise_controls() -> tuple[float, int]:
+    """The noise scale ε and the seed; returns (ε, seed)."""
     left, right = st.columns([3, 1])
     with left:
-        eps = session.persistent(
-            st.slider, "Noise scale ε", "ablate.eps", 0.1, min_value=0.0, max_value=1.0, step=0.05,
+        eps = state.persistent(
+            st.slider,
+            "Noise scale ε",
+            keys.ABLATE_EPS,
+            0.1,
+            min_value=0.0,
+            max_value=1.0,
+            step=0.05,
             help="h′ = h + ε·σ(h)·N(0, 1): ε is the noise size relative to each token's activation spread.",
         )
     with right:
-        seed = session.persistent(st.number_input, "Seed", "ablate.seed", 0, min_value=0, max_value=2**31 - 1, step=1)
+        seed = state.persistent(st.number_input, "Seed", keys.ABLATE_SEED, 0, min_value=0, max_value=2**31 - 1, step=1)
     return float(eps), int(seed)
 
 
-def draw_comparison(clean: DualPathResult, perturbed: DualPathResult, clean_traj: ablation.Trajectory,
-                    intervened: list[int], tag: str) -> None:
+def draw_comparison(
+    clean: DualPathResult, perturbed: DualPathResult, clean_traj: ablation.Trajectory, intervened: list[int], tag: str
+) -> None:
     """Answers (changed tokens marked), Z, log p of the first clean token, KL curves and the trajectory."""
     diff = ablation.compare(clean, perturbed)
     tag = f"{tag}.{panels.result_tag(perturbed)}.{_short(perturbed.extras.get('intervention', {}).get('noise'))}"
@@ -212,19 +240,21 @@ def draw_comparison(clean: DualPathResult, perturbed: DualPathResult, clean_traj
     )
     c4.metric("Verdict", perturbed.verdict, help=f"clean: {clean.verdict}")
 
-    left, right = session.answer_columns()
-    for column, clean_text, new_text, new_tokens, changed, clean_tokens, label in (
-        (left, clean.retrieval.answer, perturbed.retrieval.answer, perturbed.answer_tokens, diff["rag_changed"],
-         clean.answer_tokens, "retrieval"),
-        (right, clean.parametric.answer, perturbed.parametric.answer, perturbed.parametric.tokens,
-         diff["parametric_changed"], clean.parametric.tokens, "parametric"),
-    ):
+    left, right = widgets.answer_columns()
+    paths = (
+        (left, clean.retrieval, perturbed.retrieval, diff["rag_changed"], "retrieval"),
+        (right, clean.parametric, perturbed.parametric, diff["parametric_changed"], "parametric"),
+    )
+    for column, clean_path, new_path, changed, label in paths:
         with column:
             st.caption("Clean")
-            session.show_answer(st, clean_text)
+            widgets.show_answer(st, clean_path.answer)
             st.caption(f"Perturbed — {sum(changed)} of {len(changed)} tokens changed (highlighted)")
-            st.plotly_chart(figs.token_diff_figure(new_tokens, changed, clean_tokens), key=f"ror.ablate.diff.{label}.{tag}")
-            session.show_answer(st, new_text)
+            st.plotly_chart(
+                figs.token_diff_figure(new_path.tokens, changed, clean_path.tokens),
+                key=keys.scoped(keys.ABLATE_DIFF, label, tag),
+            )
+            widgets.show_answer(st, new_path.answer)
 
     st.markdown("**KL per answer token, clean vs perturbed**")
     st.caption(
@@ -232,9 +262,10 @@ def draw_comparison(clean: DualPathResult, perturbed: DualPathResult, clean_traj
         "different tokens."
     )
     st.plotly_chart(
-        figs.kl_compare_figure(clean.answer_tokens, clean.token_kl, perturbed.answer_tokens, perturbed.token_kl,
-                               clean.score_window),
-        key=f"ror.ablate.kl.{tag}",
+        figs.kl_compare_figure(
+            clean.answer_tokens, clean.token_kl, perturbed.answer_tokens, perturbed.token_kl, clean.score_window
+        ),
+        key=keys.scoped(keys.ABLATE_KL, tag),
     )
     traj = perturbed.extras.get("trajectory")
     if traj is not None:
@@ -242,38 +273,43 @@ def draw_comparison(clean: DualPathResult, perturbed: DualPathResult, clean_traj
         st.markdown("**Per-layer trajectory at the last prompt token, clean vs perturbed**")
         st.caption(escape_markdown(clean_traj.note))
         st.plotly_chart(
-            figs.trajectory_figure(clean_traj.values, pert.values, kind=clean_traj.kind, intervened=intervened,
-                                   flagged=clean_traj.flagged),
-            key=f"ror.ablate.traj.{tag}",
+            figs.trajectory_figure(
+                clean_traj.values, pert.values, kind=clean_traj.kind, intervened=intervened, flagged=clean_traj.flagged
+            ),
+            key=keys.scoped(keys.ABLATE_TRAJ, tag),
         )
-    st.download_button(
-        "Download the perturbed result and the comparison (JSON)",
-        data=json.dumps({"perturbed": perturbed.to_dict(), "comparison": diff, "clean_trajectory": clean_traj.to_dict()},
-                        ensure_ascii=False, indent=2, allow_nan=False),
-        file_name="read_or_recall_ablation.json", mime="application/json", on_click="ignore",
-        icon=":material/download:", key=f"ror.ablate.dl.{tag}",
+    payload = {"perturbed": perturbed.to_dict(), "comparison": diff, "clean_trajectory": clean_traj.to_dict()}
+    data = json.dumps(payload, ensure_ascii=False, indent=2, allow_nan=False)
+    label = "Download the perturbed result and the comparison (JSON)"
+    _download(
+        st, label, data, "read_or_recall_ablation.json", "application/json", keys.scoped(keys.ABLATE_DOWNLOAD, tag)
     )
 
 
-def draw_noise_run(config: session.AppConfig, handle: ModelHandle, clean: DualPathResult, clean_traj: ablation.Trajectory,
-                   layers: list[int], eps: float, seed: int) -> None:
+def draw_noise_run(
+    page: PageContext,
+    clean: DualPathResult,
+    clean_traj: ablation.Trajectory,
+    layers: list[int],
+    eps: float,
+    seed: int,
+) -> None:
+    """Both paths re-generated under noise on the chosen layers (or the last such run on this clean result)."""
     st.caption(NOISE_CAVEAT)
     tag = panels.result_tag(clean)
     key = _key("noise", tag, layers, eps, seed)
-    last = f"ror.ablate.last_noise.{tag}"
-    if st.button("Run with noise", type="primary", key="ror.ablate.run_noise", disabled=not layers,
-                 icon=":material/blur_on:"):
+    runs = experiments(current=keys.scoped(keys.ABLATE_LAST_NOISE, tag))  # current: the last noise run on it
+    if st.button(
+        "Run with noise", type="primary", key=keys.ABLATE_RUN_NOISE, disabled=not layers, icon=":material/blur_on:"
+    ):
         with st.status(f"Both paths under noise ε = {eps:g} on layers {format_layers(layers)}, seed {seed}…") as status:
-            result = ablation.perturbed_run(
-                handle, clean.query, clean.context, config.settings, noise=NoiseSpec(tuple(layers), eps, seed),
-                clean_first_token=clean.answer_token_ids[0] if clean.n_tokens else None,
-            )
+            result = _perturbed_run(page, clean, noise=NoiseSpec(tuple(layers), eps, seed))
             status.update(label="Done", state="complete")
-        keep(key, result)
-        st.session_state[last] = key
-    result = cached(key)
+        runs.put(key, result)
+        runs.set_current(key)
+    result = runs.get(key)
     if result is None:
-        result = cached(st.session_state.get(last, ""))  # the last noise run on this clean result
+        result = runs.current()
         if result is None:
             return
         spec = result.extras.get("intervention", {}).get("noise", {})
@@ -285,7 +321,8 @@ def draw_noise_run(config: session.AppConfig, handle: ModelHandle, clean: DualPa
     draw_comparison(clean, result, clean_traj, [int(x) for x in spec.get("layers", [])], "noise")
 
 
-def draw_dose_response(config: session.AppConfig, handle: ModelHandle, clean: DualPathResult, layers: list[int]) -> None:
+def draw_dose_response(page: PageContext, clean: DualPathResult, layers: list[int]) -> None:
+    """Z and log p(first clean token) against ε for noise on the chosen layers, over several seeds."""
     st.caption(
         "Z and the retrieval path's log-probability of the clean answer's first token against ε, for noise on "
         "the chosen layers: mean ± 1 sd over seeds (dots are single seeds; dashed = clean). Runs use short "
@@ -295,37 +332,42 @@ def draw_dose_response(config: session.AppConfig, handle: ModelHandle, clean: Du
     )
     c1, c2, c3 = st.columns([3, 1, 1])
     with c1:
-        grid_eps = session.persistent(st.multiselect, "ε grid", "ablate.grid", [0.0, 0.1, 0.25, 0.5, 1.0],
-                                      options=list(EPS_CHOICES))
+        grid_eps = state.persistent(
+            st.multiselect, "ε grid", keys.ABLATE_GRID, [0.0, 0.1, 0.25, 0.5, 1.0], options=list(EPS_CHOICES)
+        )
     with c2:
-        n_seeds = session.persistent(st.number_input, "Seeds per ε", "ablate.grid_seeds", 3, min_value=1, max_value=10)
+        n_seeds = state.persistent(st.number_input, "Seeds per ε", keys.ABLATE_GRID_SEEDS, 3, min_value=1, max_value=10)
     with c3:
-        n_tokens = session.persistent(st.number_input, "Answer tokens per run", "ablate.grid_tokens",
-                                      ablation.SWEEP_MAX_NEW_TOKENS, min_value=1, max_value=128)
-    seed0 = int(session.stored("ablate.seed", 0) or 0)
-    seeds = list(range(seed0, seed0 + int(n_seeds)))
+        n_tokens = _tokens_per_run(keys.ABLATE_GRID_TOKENS)
+    seeds = _seeds(n_seeds)
     runs = 1 + sum(len(seeds) for e in grid_eps if e > 0)
     key = _key("dose", panels.result_tag(clean), layers, sorted(grid_eps), seeds, int(n_tokens))
-    if st.button(f"Run the dose–response ({runs} runs)", key="ror.ablate.run_dose", disabled=not (layers and grid_eps)):
+    if st.button(f"Run the dose–response ({runs} runs)", key=keys.ABLATE_RUN_DOSE, disabled=not (layers and grid_eps)):
         bar = st.progress(0.0, text="Starting…")
         try:
-            grid = ablation.dose_response(handle, clean.query, clean.context, config.settings, layers, grid_eps, seeds,
-                                          max_new_tokens=int(n_tokens), progress=_progress_callback(bar))
+            grid = ablation.dose_response(
+                *_clean_inputs(page, clean),
+                layers,
+                grid_eps,
+                seeds,
+                max_new_tokens=int(n_tokens),
+                progress=_progress_callback(bar),
+            )
         except ValueError as exc:
-            st.error(str(exc))
+            st.error(plain_message(str(exc)))
             return
         bar.progress(1.0, text=f"Done: {runs} runs in {grid.timings['total_s']:.1f} s")
-        keep(key, grid)
-    grid = cached(key)
+        experiments().put(key, grid)
+    grid = experiments().get(key)
     if grid is None:
         return
-    st.plotly_chart(figs.dose_response_figure(grid), key=f"ror.ablate.dose.{_short(key)}")
+    st.plotly_chart(figs.dose_response_figure(grid), key=keys.scoped(keys.ABLATE_DOSE, _short(key)))
     st.dataframe(figs.grid_summary_frame(grid), hide_index=True)
-    _downloads(grid, "dose_response")
+    draw_downloads(grid, "dose_response")
 
 
-def draw_layer_sweep(config: session.AppConfig, handle: ModelHandle, clean: DualPathResult, eps: float,
-                     flagged: list[int]) -> None:
+def draw_layer_sweep(page: PageContext, clean: DualPathResult, eps: float, flagged: list[int]) -> None:
+    """ΔZ for noise at ε on one layer at a time (CRM appendix J)."""
     st.caption(
         "Noise at the ε above on one layer at a time (CRM appendix J): ΔZ = Z(noise on layer ℓ) − Z(clean) per "
         "layer. Single layers often look harmless when the information is spread over a block (the paper's "
@@ -333,97 +375,102 @@ def draw_layer_sweep(config: session.AppConfig, handle: ModelHandle, clean: Dual
     )
     c1, c2 = st.columns(2)
     with c1:
-        n_seeds = session.persistent(st.number_input, "Seeds per layer", "ablate.sweep_seeds", 1, min_value=1, max_value=5)
+        n_seeds = state.persistent(
+            st.number_input, "Seeds per layer", keys.ABLATE_SWEEP_SEEDS, 1, min_value=1, max_value=5
+        )
     with c2:
-        n_tokens = session.persistent(st.number_input, "Answer tokens per run", "ablate.sweep_tokens",
-                                      ablation.SWEEP_MAX_NEW_TOKENS, min_value=1, max_value=128)
-    seed0 = int(session.stored("ablate.seed", 0) or 0)
-    seeds = list(range(seed0, seed0 + int(n_seeds)))
-    n_layers = handle.info.n_layers
-    runs = 1 + n_layers * len(seeds)
+        n_tokens = _tokens_per_run(keys.ABLATE_SWEEP_TOKENS)
+    seeds = _seeds(n_seeds)
+    runs = 1 + page.handle.info.n_layers * len(seeds)
     key = _key("sweep", panels.result_tag(clean), eps, seeds, int(n_tokens))
-    if st.button(f"Sweep every layer at ε = {eps:g} ({runs} runs)", key="ror.ablate.run_sweep", disabled=eps <= 0):
+    if st.button(f"Sweep every layer at ε = {eps:g} ({runs} runs)", key=keys.ABLATE_RUN_SWEEP, disabled=eps <= 0):
         bar = st.progress(0.0, text="Starting…")
-        grid = ablation.layer_sweep(handle, clean.query, clean.context, config.settings, eps, seeds,
-                                    max_new_tokens=int(n_tokens), progress=_progress_callback(bar))
+        grid = ablation.layer_sweep(
+            *_clean_inputs(page, clean), eps, seeds, max_new_tokens=int(n_tokens), progress=_progress_callback(bar)
+        )
         bar.progress(1.0, text=f"Done: {runs} runs in {grid.timings['total_s']:.1f} s")
-        keep(key, grid)
+        experiments().put(key, grid)
     if eps <= 0:
         st.caption("Choose ε > 0 for a sweep.")
-    grid = cached(key)
+    grid = experiments().get(key)
     if grid is None:
         return
-    st.plotly_chart(figs.layer_sweep_figure(grid, flagged=flagged), key=f"ror.ablate.sweep.{_short(key)}")
+    st.plotly_chart(figs.layer_sweep_figure(grid, flagged=flagged), key=keys.scoped(keys.ABLATE_SWEEP, _short(key)))
     with st.expander("Per-layer table"):
         st.dataframe(figs.grid_summary_frame(grid), hide_index=True)
-    _downloads(grid, "layer_sweep")
+    draw_downloads(grid, "layer_sweep")
 
 
-def draw_patching(config: session.AppConfig, handle: ModelHandle, clean: DualPathResult, clean_traj: ablation.Trajectory,
-                  layers: list[int], eps: float, seed: int) -> None:
+def draw_patching(
+    page: PageContext,
+    clean: DualPathResult,
+    clean_traj: ablation.Trajectory,
+    layers: list[int],
+    eps: float,
+    seed: int,
+) -> None:
+    """Activation patching on the chosen layers (optionally with the noise above), then the comparison."""
     st.caption(PATCH_CAVEAT)
-    combine = session.persistent(
-        st.checkbox, "Also inject noise (the ε and seed above, on the same layers)", "ablate.patch_noise", False
+    combine = state.persistent(
+        st.checkbox, "Also inject noise (the ε and seed above, on the same layers)", keys.ABLATE_PATCH_NOISE, False
     )
     noise = NoiseSpec(tuple(layers), eps, seed) if combine and layers and eps > 0 else None
     key = _key("patch", panels.result_tag(clean), layers, noise.to_dict() if noise else None)
-    if st.button(f"Patch layers {format_layers(layers) or '—'}", key="ror.ablate.run_patch", disabled=not layers,
-                 icon=":material/swap_horiz:"):
+    if st.button(
+        f"Patch layers {format_layers(layers) or '—'}",
+        key=keys.ABLATE_RUN_PATCH,
+        disabled=not layers,
+        icon=":material/swap_horiz:",
+    ):
         with st.status("Generating with patched states…") as status:
-            result = ablation.perturbed_run(
-                handle, clean.query, clean.context, config.settings, noise=noise, patch_layers=layers,
-                clean_first_token=clean.answer_token_ids[0] if clean.n_tokens else None,
-            )
+            result = _perturbed_run(page, clean, noise=noise, patch_layers=layers)
             status.update(label="Done", state="complete")
-        keep(key, result)
-    result = cached(key)
+        experiments().put(key, result)
+    result = experiments().get(key)
     if result is None:
         return
     for warning in result.warnings:
-        st.warning(escape_markdown(warning))
+        st.warning(plain_message(warning))
     draw_comparison(clean, result, clean_traj, layers, "patch")
 
 
-def _downloads(grid: ablation.NoiseGrid, name: str) -> None:
+def draw_downloads(grid: ablation.NoiseGrid, name: str) -> None:
+    """CSV and JSON downloads of a noise grid."""
     left, right = st.columns(2)
-    left.download_button("Download (CSV)", data=figs.grid_frame(grid).to_csv(index=False), file_name=f"{name}.csv",
-                         mime="text/csv", on_click="ignore", icon=":material/download:", key=f"ror.ablate.csv.{name}")
-    right.download_button("Download (JSON)", data=json.dumps(grid.to_dict(), ensure_ascii=False, indent=2, allow_nan=False),
-                          file_name=f"{name}.json", mime="application/json", on_click="ignore",
-                          icon=":material/download:", key=f"ror.ablate.json.{name}")
+    csv = figs.grid_frame(grid).to_csv(index=False)
+    _download(left, "Download (CSV)", csv, f"{name}.csv", "text/csv", keys.scoped(keys.ABLATE_CSV, name))
+    data = json.dumps(grid.to_dict(), ensure_ascii=False, indent=2, allow_nan=False)
+    _download(right, "Download (JSON)", data, f"{name}.json", "application/json", keys.scoped(keys.ABLATE_JSON, name))
 
 
 def main() -> None:
-    config = session.sidebar()
-    handle = session.get_handle(config.model_spec, config.revision)
-    session.draw_model_facts(handle)
-
+    page = open_page("Ablations")
     draw_header()
     query, context = draw_inputs()
-    clean = draw_clean_run(config, handle, query, context)
+    clean = draw_clean_run(page, query, context)
     if clean is None:
         return
     try:
-        clean_traj = clean_trajectory(handle, clean)
+        clean_traj = clean_trajectory(page, clean)
     except ValueError as exc:  # an unsupported architecture
-        st.error(str(exc))
+        st.error(plain_message(str(exc)))
         return
     flagged = clean_traj.flagged if clean_traj.kind == "lts" else None
     st.divider()
-    layers, described = draw_layer_choice(handle.info.n_layers, flagged)
+    layers, described = draw_layer_choice(page.handle.info.n_layers, flagged)
     eps, seed = draw_noise_controls()
     st.caption(f"Chosen: {described} · ε = {eps:g} · seed {seed}")
     noise_tab, dose_tab, sweep_tab, patch_tab = st.tabs(
         ["Noise on the chosen layers", "Dose–response", "Single-layer sweep", "Activation patching"]
     )
     with noise_tab:
-        draw_noise_run(config, handle, clean, clean_traj, layers, eps, seed)
+        draw_noise_run(page, clean, clean_traj, layers, eps, seed)
     with dose_tab:
-        draw_dose_response(config, handle, clean, layers)
+        draw_dose_response(page, clean, layers)
     with sweep_tab:
-        draw_layer_sweep(config, handle, clean, eps, flagged or [])
+        draw_layer_sweep(page, clean, eps, flagged or [])
     with patch_tab:
-        draw_patching(config, handle, clean, clean_traj, layers, eps, seed)
+        draw_patching(page, clean, clean_traj, layers, eps, seed)
 
 
 main()

@@ -2,7 +2,9 @@
 
 The page reads top to bottom like the UI: inputs and the Self-Critique controls, the two answers (streamed
 while running), the score with its two factors, both entropy sequences one above the other, the score for
-every K, and the export. All maths lives in ``core.selfcritique``; all drawing in ``components``.
+every K, and the export. Runs are kept in this session (a :func:`~components.lru.session_lru`): the same
+inputs and settings show the stored run, and changing K only re-scores it. All maths lives in
+:mod:`core.methods.selfcritique`; all figures in :mod:`components.detector_figures`.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from typing import Any
 import streamlit as st
 
 from components import detector_figures as figs
-from components import inputs, session
-from components.text import escape_markdown
-from core.engine.dual_path import StreamEvent
-from core.model.loading import ModelHandle
+from components import inputs, keys, state, widgets
+from components.lru import SessionLRU, session_lru
+from components.page import PageContext, open_page
+from components.state import AppConfig
+from components.text import escape_markdown, plain_message
+from core.engine import StreamEvent
 from core.methods.selfcritique import (
     CRITIQUE,
     DEFAULT_INSTRUCTION,
@@ -30,24 +34,24 @@ from core.methods.selfcritique import (
     SelfCritiqueSettings,
     run_self_critique,
 )
+from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
-st.set_page_config(page_title="Self-Critique · Read or Recall", layout="wide")
 
-RESULTS_KEY = "ror.sc.results"
-LAST_KEY = "ror.sc.last"
 MAX_RESULTS = 12
+"""Self-Critique runs kept per browser session (as plain dicts, :meth:`SelfCritiqueResult.to_dict`)."""
 K_OPTIONS = [str(k) if k is not None else "full" for k in K_CHOICES]
 
 CAVEAT = (
     "A high score says the model could not leave its first answer's path when explicitly asked for a different "
-    "one — the paper's sign of policy collapse on contaminated (memorised) problems. It was designed for "
+    "one — the paper's sign of policy collapse on contaminated (memorized) problems. It was designed for "
     "reasoning tasks after RL post-training; with short factual answers and a small model the signal is weak, "
     "it ranks prompts rather than certifying one, and it says nothing about which source the answer came from."
 )
 
 
 def draw_header() -> None:
+    """The page's title, what the method does and its score."""
     st.title("Self-Critique")
     st.caption(
         "The model answers (r₁), then is shown its own answer and asked for a different solution (r₂). "
@@ -58,72 +62,95 @@ def draw_header() -> None:
 
 
 def draw_inputs() -> tuple[str, str]:
+    """The example picker and the shared query and context."""
     inputs.example_picker()
     return inputs.query_and_context()
 
 
 def reset_instruction() -> None:
-    session.set_stored("sc.instruction", DEFAULT_INSTRUCTION)
+    """Callback: put the paper's critique instruction back."""
+    state.set_stored(keys.SC_INSTRUCTION, DEFAULT_INSTRUCTION)
 
 
-def draw_controls(config: session.AppConfig) -> tuple[SelfCritiqueSettings, bool]:
+def draw_controls(config: AppConfig) -> tuple[SelfCritiqueSettings, bool]:
     """Path, K, instruction and the Run button; returns (settings, run clicked)."""
     left, right = st.columns([1, 1], gap="medium")
     with left:
-        path = session.persistent(
-            st.radio, "Answer", "sc.path", "without", options=["without", "with"],
-            format_func=lambda v: "Without the context (parametric path, as in the paper)" if v == "without"
-            else "With the context (retrieval path)",
+        path = state.persistent(
+            st.radio,
+            "Answer",
+            keys.SC_PATH,
+            "without",
+            options=["without", "with"],
+            format_func=lambda v: (
+                "Without the context (parametric path, as in the paper)"
+                if v == "without"
+                else "With the context (retrieval path)"
+            ),
             horizontal=False,
         )
-        k_text = session.persistent(
-            st.select_slider, "Top-K of the entropy", "sc.top_k", str(DEFAULT_K), options=K_OPTIONS,
-            help="Entropy of the K most likely next tokens renormalised to one (the paper's approximation for "
+        k_text = state.persistent(
+            st.select_slider,
+            "Top-K of the entropy",
+            keys.SC_TOP_K,
+            str(DEFAULT_K),
+            options=K_OPTIONS,
+            help="Entropy of the K most likely next tokens renormalized to one (the paper's approximation for "
             "APIs that return only the top-K log-probabilities); 'full' is the exact entropy over the whole "
             "vocabulary. Changing K re-scores instantly: no new generation.",
         )
     with right:
-        instruction = session.persistent(
-            st.text_area, "Critique instruction (appended to the query)", "sc.instruction", DEFAULT_INSTRUCTION,
-            height=150, help=f"The paper's instruction, verbatim from the authors' code. {RESPONSE_SLOT} is replaced by r₁.",
+        instruction = state.persistent(
+            st.text_area,
+            "Critique instruction (appended to the query)",
+            keys.SC_INSTRUCTION,
+            DEFAULT_INSTRUCTION,
+            height=150,
+            help=f"The paper's instruction, verbatim from the authors' code. {RESPONSE_SLOT} is replaced by r₁.",
         )
-        st.button("Restore the paper's instruction", key="ror.sc.reset", on_click=reset_instruction)
+        st.button("Restore the paper's instruction", key=keys.SC_RESET, on_click=reset_instruction)
     k = None if k_text == "full" else int(k_text)
     settings = SelfCritiqueSettings(
-        max_new_tokens=config.settings.max_new_tokens, top_k=k, use_context=(path == "with"),
-        template=config.settings.template, instruction=str(instruction),
+        max_new_tokens=config.settings.max_new_tokens,
+        top_k=k,
+        use_context=(path == "with"),
+        template=config.settings.template,
+        instruction=str(instruction),
     )
     st.caption(
         f"r₁ gets up to {settings.max_new_tokens} tokens (sidebar) and r₂ up to {settings.critique_tokens} "
         "(twice as many, as in the authors' code); both are greedy."
     )
-    clicked = st.button("Run Self-Critique", type="primary", key="ror.sc.run", icon=":material/play_arrow:")
+    clicked = st.button("Run Self-Critique", type="primary", key=keys.SC_RUN, icon=":material/play_arrow:")
     return settings, clicked
 
 
-def result_key(config: session.AppConfig, query: str, context: str, settings: SelfCritiqueSettings) -> str:
+def result_key(config: AppConfig, query: str, context: str, settings: SelfCritiqueSettings) -> str:
     """Cache key: everything that changes the generations (K does not: it only re-scores)."""
     return json.dumps(
-        [config.model_spec, config.revision, query.strip(), context.strip() if settings.use_context else "",
-         settings.use_context, settings.template, settings.instruction, settings.max_new_tokens, settings.critique_tokens],
+        [
+            config.model_spec,
+            config.revision,
+            query.strip(),
+            context.strip() if settings.use_context else "",
+            settings.use_context,
+            settings.template,
+            settings.instruction,
+            settings.max_new_tokens,
+            settings.critique_tokens,
+        ],
         ensure_ascii=False,
     )
 
 
-def stored_results() -> dict[str, dict[str, Any]]:
-    return st.session_state.setdefault(RESULTS_KEY, {})
+def stored_runs() -> SessionLRU[dict[str, Any]]:
+    """The session's runs by :func:`result_key` (plain dicts); the current one is the run shown last."""
+    return session_lru(keys.SC_RESULTS, MAX_RESULTS, current=keys.SC_LAST)
 
 
-def keep(key: str, result: SelfCritiqueResult) -> None:
-    results = stored_results()
-    results.pop(key, None)
-    results[key] = result.to_dict()
-    while len(results) > MAX_RESULTS:
-        results.pop(next(iter(results)))
-    st.session_state[LAST_KEY] = key
-
-
-def run_live(handle: ModelHandle, query: str, context: str, settings: SelfCritiqueSettings) -> SelfCritiqueResult | None:
+def run_live(
+    handle: ModelHandle, query: str, context: str, settings: SelfCritiqueSettings
+) -> SelfCritiqueResult | None:
     """Generate r₁ then r₂, each streamed into its own box with a progress bar."""
     left, right = st.columns(2, gap="medium")
     slots = {}
@@ -134,7 +161,7 @@ def run_live(handle: ModelHandle, query: str, context: str, settings: SelfCritiq
         with column:
             st.subheader(title)
             box = st.empty()
-            session.show_answer(box, "")
+            widgets.show_answer(box, "")
             bar = st.progress(0.0, text="Waiting…")
             slots[path] = (box, bar, limit)
 
@@ -142,45 +169,52 @@ def run_live(handle: ModelHandle, query: str, context: str, settings: SelfCritiq
         if event.path not in slots:
             return
         box, bar, limit = slots[event.path]
-        session.show_answer(box, event.text)
-        bar.progress(1.0 if event.done else min(1.0, event.n_tokens / max(1, limit)),
-                     text=f"{event.n_tokens} / {limit} tokens" + (" · done" if event.done else ""))
+        widgets.show_answer(box, event.text)
+        bar.progress(
+            1.0 if event.done else min(1.0, event.n_tokens / max(1, limit)),
+            text=f"{event.n_tokens} / {limit} tokens" + (" · done" if event.done else ""),
+        )
 
     try:
         with st.spinner("Generating r₁, then the critique answer r₂…"):
             result = run_self_critique(handle, query, context, settings, on_event=on_event)
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(plain_message(str(exc)))
         return None
-    except Exception as exc:  # noqa: BLE001 - keep the page alive, details in the log
+    except Exception as exc:  # keep the page alive, details in the log
         logger.exception("self-critique run failed")
         st.error(f"The run failed ({type(exc).__name__}). Details are in the server log.")
         return None
     for path, text in ((FIRST, result.first_answer), (CRITIQUE, result.critique_answer)):
-        session.show_answer(slots[path][0], text)
+        widgets.show_answer(slots[path][0], text)
     return result
 
 
 def draw_answers(result: SelfCritiqueResult) -> None:
+    """The two stored answers side by side, with their lengths and how they ended."""
     left, right = st.columns(2, gap="medium")
     with left:
         st.subheader("First answer r₁")
-        session.show_answer(st, result.first_answer)
+        widgets.show_answer(st, result.first_answer)
         st.caption(f"{len(result.first_ids)} tokens · {result.first_finish}")
     with right:
         st.subheader("Critique answer r₂")
-        session.show_answer(st, result.critique_answer)
+        widgets.show_answer(st, result.critique_answer)
         st.caption(f"{len(result.critique_ids)} tokens · {result.critique_finish}")
 
 
 def draw_score(result: SelfCritiqueResult, k: int | None) -> None:
+    """S and its two factors for this K, and what S can and cannot say."""
     st.subheader("Score")
     parts = figs.score_parts(result, k)
     c1, c2, c3 = st.columns(3)
     c1.metric("S (high ⇒ contaminated)", f"{parts['score']:.4f}", help="S = cosine × length ratio, in [0, 1].")
     c2.metric("cos(zero-padded E₁, E₂)", f"{parts['cosine']:.4f}")
-    c3.metric("length ratio min/max", f"{parts['length_ratio']:.3f}",
-              help=f"|E₁| = {len(result.first_ids)}, |E₂| = {len(result.critique_ids)} generated tokens.")
+    c3.metric(
+        "length ratio min/max",
+        f"{parts['length_ratio']:.3f}",
+        help=f"|E₁| = {len(result.first_ids)}, |E₂| = {len(result.critique_ids)} generated tokens.",
+    )
     st.caption(
         "S near 1: the critique answer repeats the first answer's uncertainty profile token for token (and its "
         "length) — the model did not find another path. S near 0: a different answer, or one of very different "
@@ -191,27 +225,43 @@ def draw_score(result: SelfCritiqueResult, k: int | None) -> None:
 
 
 def draw_entropies(result: SelfCritiqueResult, k: int | None, tag: str) -> None:
+    """E₁ and E₂ one above the other, and the score for every K."""
     st.subheader("Token entropies of the two answers")
     e1, e2 = result.entropies(k)
     st.plotly_chart(
         figs.entropy_sequences_figure(result.first_tokens, e1, result.critique_tokens, e2, k=k),
-        key=f"ror.sc.entropy.{tag}.{k}",
+        key=keys.scoped(keys.SC_ENTROPY, tag, k),
     )
     with st.expander("The score for every K"):
         st.dataframe(figs.k_sweep_frame(result), hide_index=True)
-        st.caption("The top-K approximation converges to the full-vocabulary entropy as K grows; the paper "
-                   "reports near-identical AUC from K = 3 to 50.")
+        st.caption(
+            "The top-K approximation converges to the full-vocabulary entropy as K grows; the paper "
+            "reports near-identical AUC from K = 3 to 50."
+        )
 
 
 def draw_export(result: SelfCritiqueResult, k: int | None) -> None:
+    """Downloads (JSON run, CSV entropies), the exact prompts and the run's model and time."""
     st.subheader("Export")
     c1, c2 = st.columns(2)
-    c1.download_button("Download the run (JSON)", data=json.dumps(result.to_dict(), ensure_ascii=False, indent=2),
-                       file_name="self_critique.json", mime="application/json", on_click="ignore",
-                       icon=":material/download:", key="ror.sc.dl.json")
-    c2.download_button("Download the entropy sequences (CSV)", data=figs.entropy_frame(result, k).to_csv(index=False),
-                       file_name="self_critique_entropies.csv", mime="text/csv", on_click="ignore",
-                       icon=":material/download:", key="ror.sc.dl.csv")
+    c1.download_button(
+        "Download the run (JSON)",
+        data=json.dumps(result.to_dict(), ensure_ascii=False, indent=2),
+        file_name="self_critique.json",
+        mime="application/json",
+        on_click="ignore",
+        icon=":material/download:",
+        key=keys.SC_JSON,
+    )
+    c2.download_button(
+        "Download the entropy sequences (CSV)",
+        data=figs.entropy_frame(result, k).to_csv(index=False),
+        file_name="self_critique_entropies.csv",
+        mime="text/csv",
+        on_click="ignore",
+        icon=":material/download:",
+        key=keys.SC_CSV,
+    )
     with st.expander("The exact prompts"):
         st.caption(f"First prompt ({result.first_prompt_len} tokens)")
         st.code(result.first_prompt, language=None, wrap_lines=True)
@@ -220,42 +270,57 @@ def draw_export(result: SelfCritiqueResult, k: int | None) -> None:
     st.caption(f"Model: {escape_markdown(result.model)} · generation {result.timings.get('total_s', 0.0):.1f} s")
 
 
+def draw_run(
+    page: PageContext, query: str, context: str, settings: SelfCritiqueSettings, run: bool
+) -> tuple[str, SelfCritiqueResult, bool] | None:
+    """Run when asked (unless this key is stored), else pick the stored run to show.
+
+    Returns:
+        ``(shown key, result, streamed)``: ``streamed`` is ``True`` when the answers were drawn live just now;
+        the stored run is this key's, else the last one shown. ``None`` when there is nothing to show.
+    """
+    runs = stored_runs()
+    key = result_key(page.config, query, context, settings)
+    if run and key in runs:
+        st.toast("Same inputs and settings as an earlier run: showing its stored result.")
+    elif run:
+        try:
+            settings.validate()
+        except ValueError as exc:
+            st.error(plain_message(str(exc)))
+            return None
+        result = run_live(page.handle, query, context, settings)
+        if result is None:
+            return None
+        runs.put(key, result.to_dict())
+        runs.set_current(key)
+        return key, result, True
+    data = runs.get(key)
+    if data is not None:
+        runs.set_current(key)
+        return key, SelfCritiqueResult.from_dict(data), False
+    data = runs.current()
+    if data is None:
+        st.info("Type or pick a query, then press **Run Self-Critique**.")
+        return None
+    st.info(
+        "Showing the previous run: the inputs or settings have changed since. "
+        "Press **Run Self-Critique** to analyze them."
+    )
+    return str(runs.current_key()), SelfCritiqueResult.from_dict(data), False
+
+
 def main() -> None:
-    config = session.sidebar()
-    handle = session.get_handle(config.model_spec, config.revision)
-    session.draw_model_facts(handle)
+    page = open_page("Self-Critique")
     draw_header()
     query, context = draw_inputs()
-    settings, run = draw_controls(config)
+    settings, run = draw_controls(page.config)
     st.divider()
-    key = result_key(config, query, context, settings)
-    result: SelfCritiqueResult | None = None
-    if run:
-        if key in stored_results():
-            st.toast("Same inputs and settings as an earlier run: showing its stored result.")
-        else:
-            try:
-                settings.validate()
-            except ValueError as exc:
-                st.error(str(exc))
-                return
-            result = run_live(handle, query, context, settings)
-            if result is None:
-                return
-            keep(key, result)
-    shown = key
-    if result is None:
-        if key not in stored_results():
-            shown = st.session_state.get(LAST_KEY, "")
-        data = stored_results().get(shown)
-        if data is not None and shown == key:
-            st.session_state[LAST_KEY] = key
-        if data is None:
-            st.info("Type or pick a query, then press **Run Self-Critique**.")
-            return
-        result = SelfCritiqueResult.from_dict(data)
-        if key not in stored_results():
-            st.info("Showing the previous run: the inputs or settings have changed since. Press **Run Self-Critique** to analyse them.")
+    found = draw_run(page, query, context, settings, run)
+    if found is None:
+        return
+    shown, result, streamed = found
+    if not streamed:
         draw_answers(result)
     tag = hashlib.sha1(shown.encode("utf-8")).hexdigest()[:12]
     draw_score(result, settings.top_k)

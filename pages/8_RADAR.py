@@ -4,7 +4,7 @@ The page reads as the steps a user goes through: pick the prompt (the current qu
 context), see the ensemble's recall probability with RDS and RCI, the per-layer confidence and entropy
 trajectories, the 37 features grouped as in the paper's appendix D, the per-head attention entropies, and
 how well the classifier does on the bundled test set for this model next to the paper's Table 1. All maths
-lives in ``core.radar``; all figures in ``components.radar_figures``.
+lives in ``core.methods.radar``; all figures in ``components.radar_figures``.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from components import inputs, session
+from components import inputs, keys, state
 from components import radar_figures as rf
-from components.text import escape_markdown
-from core.methods.radar import legacy as radar
-from core.model.loading import ModelHandle
-
-st.set_page_config(page_title="RADAR · Read or Recall", layout="wide")
+from components.page import PageContext, open_page
+from components.text import escape_markdown, plain_message
+from core.methods import radar
+from core.model.handle import ModelHandle
 
 SOURCE_QUERY = "query"
 SOURCE_CONTEXT = "context"
@@ -43,6 +42,7 @@ CAVEAT = (
 
 
 def _table_digest(table: radar.FeatureTable | None) -> str:
+    """A short digest of a feature table's values (the cache key that changes when the table does)."""
     if table is None:
         return "none"
     return hashlib.sha1(np.ascontiguousarray(table.X).tobytes()).hexdigest()[:16]
@@ -50,13 +50,16 @@ def _table_digest(table: radar.FeatureTable | None) -> str:
 
 @st.cache_resource(show_spinner="Fitting the ensemble and scoring the 100 test prompts…", max_entries=8)
 def _evaluation(model_key: str, digest: str, _table: radar.FeatureTable, _handle: ModelHandle) -> dict[str, Any]:
+    """The ensemble fitted on the table's training prompts, scored on its test prompts (with the length control)."""
     counts = radar.prompt_token_counts(_handle, _table.prompts)
     return radar.evaluate_table(_table, token_counts=counts)
 
 
 @st.cache_resource(show_spinner="One instrumented forward pass over the prompt…", max_entries=128)
-def _analysis(model_key: str, text: str, digest: str, _handle: ModelHandle,
-              _table: radar.FeatureTable | None) -> radar.RadarAnalysis:
+def _analysis(
+    model_key: str, text: str, digest: str, _handle: ModelHandle, _table: radar.FeatureTable | None
+) -> radar.RadarAnalysis:
+    """One instrumented forward pass over ``text``: its trace, its 37 features and (with a table) the prediction."""
     classifier = radar.classifier_from_table(_table) if _table is not None else None
     return radar.analyse_prompt(_handle, text, classifier)
 
@@ -66,6 +69,7 @@ def _analysis(model_key: str, text: str, digest: str, _handle: ModelHandle,
 
 
 def draw_header() -> None:
+    """The page's title and what RADAR reads off the model."""
     st.title("RADAR: recall or reasoning?")
     st.caption(
         "RADAR (Recall vs. Reasoning Detection through Activation Representation) reads 37 features off one "
@@ -78,26 +82,31 @@ def draw_header() -> None:
 
 def draw_prompt() -> str:
     """The example picker and inputs (folded away when a query exists), the source choice and the exact text."""
-    query, context = session.current_inputs()
+    query, context = state.current_inputs()
     with st.expander("Change the prompt", expanded=not query.strip()):
         inputs.example_picker()
         query, context = inputs.query_and_context()
-    source = session.persistent(
-        st.radio, "Text analysed", "radar.source", SOURCE_QUERY, options=list(_SOURCES),
-        format_func=_SOURCES.__getitem__, horizontal=True,
+    source = state.persistent(
+        st.radio,
+        "Text analyzed",
+        keys.RADAR_SOURCE,
+        SOURCE_QUERY,
+        options=list(_SOURCES),
+        format_func=_SOURCES.__getitem__,
+        horizontal=True,
         help="RADAR is about the model's own knowledge, so by default the context is left out. The prompt is "
-             "fed as raw text (no chat template), as the paper feeds its completion prompts.",
+        "fed as raw text (no chat template), as the paper feeds its completion prompts.",
     )
     if source == SOURCE_CONTEXT and not context.strip():
-        st.warning("There is no context: analysing the query alone.")
+        st.warning("There is no context: analyzing the query alone.")
     text = radar.radar_prompt(query, context if source == SOURCE_CONTEXT else None)
     if text:
-        st.caption("Exact text analysed")
+        st.caption("Exact text analyzed")
         st.code(text, language=None, wrap_lines=True)
     return text
 
 
-def draw_model_features(config: session.AppConfig, handle: ModelHandle) -> radar.FeatureTable | None:
+def draw_model_features(handle: ModelHandle) -> radar.FeatureTable | None:
     """The model's features of the bundled sets: shipped (embedded), cached, or computed on request."""
     table = radar.cached_feature_table(handle)
     if table is not None:
@@ -107,8 +116,12 @@ def draw_model_features(config: session.AppConfig, handle: ModelHandle) -> radar
         "evaluated on the 100 test prompts. They have not been extracted for this model yet (one forward pass "
         "per prompt, then cached on disk). Until then the page shows the features but no prediction."
     )
-    if st.button("Extract the features of the 130 bundled prompts for this model", type="primary",
-                 key="ror.radar.extract", icon=":material/memory:"):
+    if st.button(
+        "Extract the features of the 130 bundled prompts for this model",
+        type="primary",
+        key=keys.RADAR_EXTRACT,
+        icon=":material/memory:",
+    ):
         bar = st.progress(0.0, text="Extracting RADAR features…")
 
         def progress(done: int, total: int) -> None:
@@ -117,9 +130,9 @@ def draw_model_features(config: session.AppConfig, handle: ModelHandle) -> radar
         try:
             table = radar.feature_table_for(handle, compute=True, progress=progress)
         except ValueError as exc:
-            st.error(str(exc))
+            st.error(plain_message(str(exc)))
             return None
-        bar.progress(1.0, text=f"Done: features cached at {radar.feature_cache_path(handle)}")
+        bar.progress(1.0, text="Done: the features are cached on this server for this model.")
     return table
 
 
@@ -131,22 +144,36 @@ def draw_prediction(analysis: radar.RadarAnalysis) -> None:
         st.info("No classifier for this model yet: extract the features of the bundled prompts above.")
         return
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("p̄(recall)", f"{pred.p_recall:.3f}",
-              help="Mean of the four classifiers' recall probabilities (soft vote, RADAR §2.3).")
-    c2.metric("Label (paper's rule)", pred.label,
-              help="Recall when more than half of the four hard votes say recall (a 2–2 tie is reasoning).")
+    c1.metric(
+        "p̄(recall)",
+        f"{pred.p_recall:.3f}",
+        help="Mean of the four classifiers' recall probabilities (soft vote, RADAR §2.3).",
+    )
+    c2.metric(
+        "Label (paper's rule)",
+        pred.label,
+        help="Recall when more than half of the four hard votes say recall (a 2–2 tie is reasoning).",
+    )
     c3.metric("RDS", f"{pred.rds:.3f}", help=radar.RDS_FORMULA)
     c4.metric("RCI", f"{pred.rci:.3f}", help=radar.RCI_FORMULA)
-    st.plotly_chart(rf.probability_figure(pred), key="ror.radar.prob")
+    st.plotly_chart(rf.probability_figure(pred), key=keys.RADAR_PROBABILITY)
     left, right = st.columns([3, 2])
     with left:
-        st.dataframe(rf.votes_frame(pred), hide_index=True, column_config={
-            "p(recall)": st.column_config.ProgressColumn("p(recall)", min_value=0.0, max_value=1.0, format="%.3f")})
+        st.dataframe(
+            rf.votes_frame(pred),
+            hide_index=True,
+            column_config={
+                "p(recall)": st.column_config.ProgressColumn("p(recall)", min_value=0.0, max_value=1.0, format="%.3f")
+            },
+        )
     with right:
         st.caption(
             f"Confidence {pred.confidence:.3f} (p̄ for a recall label, 1 − p̄ for reasoning). "
-            + ("The soft vote agrees." if pred.soft_label == pred.label else
-               f"The soft vote (p̄ > ½) would say {pred.soft_label}.")
+            + (
+                "The soft vote agrees."
+                if pred.soft_label == pred.label
+                else f"The soft vote (p̄ > ½) would say {pred.soft_label}."
+            )
         )
         st.caption(
             "RDS and RCI: the paper describes them only in words (appendix C). Here each is the logistic of "
@@ -157,6 +184,7 @@ def draw_prediction(analysis: radar.RadarAnalysis) -> None:
 
 
 def draw_trajectories(analysis: radar.RadarAnalysis) -> None:
+    """The logit-lens confidence and entropy of the next token across layers."""
     st.subheader("Confidence and entropy across layers")
     st.caption(
         "The surface features come from these curves: the residual stream after each decoder layer, at the "
@@ -164,10 +192,11 @@ def draw_trajectories(analysis: radar.RadarAnalysis) -> None:
         "show early, fast-converging confidence; reasoning a gradual build-up (RADAR §3.2). Logit-lens readings "
         "of early layers are rough for models not trained for them."
     )
-    st.plotly_chart(rf.trajectory_figure(analysis.trace), key="ror.radar.traj")
+    st.plotly_chart(rf.trajectory_figure(analysis.trace), key=keys.RADAR_TRAJECTORY)
 
 
 def draw_features(analysis: radar.RadarAnalysis, table: radar.FeatureTable | None) -> None:
+    """The 37 features by appendix-D group, with proxies named and the training means beside them."""
     st.subheader("The 37 features (appendix D)")
     st.caption(
         "Grouped as in the paper. The proxy column quotes where the paper itself says a feature is a proxy "
@@ -189,15 +218,17 @@ def draw_features(analysis: radar.RadarAnalysis, table: radar.FeatureTable | Non
 
 
 def draw_head_entropies(analysis: radar.RadarAnalysis) -> None:
+    """The attention entropy of every layer and head (folded away)."""
     with st.expander("Attention entropy per layer and head (the mechanistic features' source)"):
         st.caption(
             "H_ℓ,h = −Σ_{i,j} A(i,j) log A(i,j), summed over the prompt's query positions as the paper writes it, "
-            "so it grows with the prompt length. Heads below τ = 1.5 nats count as specialised."
+            "so it grows with the prompt length. Heads below τ = 1.5 nats count as specialized."
         )
-        st.plotly_chart(rf.head_entropy_figure(analysis.trace), key="ror.radar.heads")
+        st.plotly_chart(rf.head_entropy_figure(analysis.trace), key=keys.RADAR_HEADS)
 
 
 def draw_test_accuracy(report: dict[str, Any], analysis: radar.RadarAnalysis | None) -> None:
+    """Accuracy on the bundled test set next to the paper's Table 1 and a length-only control; RDS vs RCI."""
     st.subheader("How well it separates recall from reasoning on this model")
     st.caption(
         "Trained on this model's features of the 30 bundled training prompts (15 recall, 15 reasoning) and "
@@ -211,69 +242,80 @@ def draw_test_accuracy(report: dict[str, Any], analysis: radar.RadarAnalysis | N
     left, right = st.columns([3, 2])
     with left:
         pct = st.column_config.NumberColumn(format="percent")
-        st.dataframe(rf.accuracy_frame(report), hide_index=True, column_config={
-            "RADAR here": pct, "soft vote (p̄ > ½)": pct, "prompt length only": pct, "paper": pct})
+        st.dataframe(
+            rf.accuracy_frame(report),
+            hide_index=True,
+            column_config={"RADAR here": pct, "soft vote (p̄ > ½)": pct, "prompt length only": pct, "paper": pct},
+        )
         rds = report["rds_mean"]
         st.caption(
             f"Mean RDS on the test set: recall {rds['recall']:.3f}, reasoning {rds['reasoning']:.3f} "
             f"(paper: {rds['paper_recall']:.3f} and {rds['paper_reasoning']:.3f})."
         )
     with right:
-        st.plotly_chart(rf.accuracy_figure(report), key="ror.radar.acc")
+        st.plotly_chart(rf.accuracy_figure(report), key=keys.RADAR_ACCURACY)
     current = None
     if analysis is not None and analysis.prediction is not None:
         current = (analysis.prediction.rds, analysis.prediction.rci)
-    st.plotly_chart(rf.rds_rci_figure(report["rows"], current), key="ror.radar.scatter")
+    st.plotly_chart(rf.rds_rci_figure(report["rows"], current), key=keys.RADAR_SCATTER)
     st.caption("Outlined markers are misclassified test prompts; the star is the prompt above.")
     with st.expander("Every test prompt and its prediction"):
         st.dataframe(rf.predictions_frame(report), hide_index=True)
 
 
 def draw_export(analysis: radar.RadarAnalysis | None, report: dict[str, Any] | None) -> None:
+    """Downloads: this prompt's features and prediction (JSON), the test-set predictions (CSV)."""
     left, right = st.columns(2)
     if analysis is not None:
         left.download_button(
             "Download this prompt's features and prediction (JSON)",
             data=json.dumps(analysis.to_dict(), indent=2, ensure_ascii=False, allow_nan=False),
-            file_name="radar_prompt.json", mime="application/json", on_click="ignore",
-            icon=":material/download:", key="ror.radar.dl_json",
+            file_name="radar_prompt.json",
+            mime="application/json",
+            on_click="ignore",
+            icon=":material/download:",
+            key=keys.RADAR_JSON,
         )
     if report is not None:
         right.download_button(
             "Download the test-set predictions (CSV)",
             data=rf.predictions_frame(report).to_csv(index=False),
-            file_name="radar_test_predictions.csv", mime="text/csv", on_click="ignore",
-            icon=":material/download:", key="ror.radar.dl_csv",
+            file_name="radar_test_predictions.csv",
+            mime="text/csv",
+            on_click="ignore",
+            icon=":material/download:",
+            key=keys.RADAR_CSV,
         )
 
 
-def main() -> None:
-    config = session.sidebar()
-    handle = session.get_handle(config.model_spec, config.revision)
-    session.draw_model_facts(handle)
-
-    draw_header()
-    text = draw_prompt()
-    table = draw_model_features(config, handle)
-    digest = _table_digest(table)
-    analysis = None
+def draw_analysis(page: PageContext, text: str, table: radar.FeatureTable | None) -> radar.RadarAnalysis | None:
+    """The analysis of ``text`` (cached across sessions), or ``None`` (after a message) when there is none."""
     if not text:
         st.info("Pick an example or type a query to see how the model processes it.")
-    else:
-        try:
-            analysis = _analysis(config.model_key, text, digest, handle, table)
-        except ValueError as exc:
-            st.error(str(exc))
-    if analysis is not None:
-        st.divider()
-        draw_prediction(analysis)
-        draw_trajectories(analysis)
-        draw_features(analysis, table)
-        draw_head_entropies(analysis)
+        return None
+    try:
+        analysis = _analysis(page.config.model_key, text, _table_digest(table), page.handle, table)
+    except ValueError as exc:
+        st.error(plain_message(str(exc)))
+        return None
+    st.divider()
+    draw_prediction(analysis)
+    draw_trajectories(analysis)
+    draw_features(analysis, table)
+    draw_head_entropies(analysis)
+    return analysis
+
+
+def main() -> None:
+    page = open_page("RADAR")
+    draw_header()
+    text = draw_prompt()
+    table = draw_model_features(page.handle)
+    analysis = draw_analysis(page, text, table)
     report = None
     if table is not None:
         st.divider()
-        report = _evaluation(config.model_key, digest, table, handle)
+        report = _evaluation(page.config.model_key, _table_digest(table), table, page.handle)
         draw_test_accuracy(report, analysis)
     st.divider()
     draw_export(analysis, report)

@@ -1,6 +1,6 @@
 """Precompute the CRM basis of the embedded model and write it to ``assets/crm/`` (CRM §2, §4.5, app. P, V).
 
-For every prompt of ``assets/crm/calibration_prompts.json`` (60 memorised-style + 60 grounded) the embedded
+For every prompt of ``assets/crm/calibration_prompts.json`` (60 memorized-style + 60 grounded) the embedded
 SmolLM2 runs one forward pass on the retrieval prompt and one on the parametric prompt; the displacement
 d_ℓ at the last prompt token gives, per layer, the PC1 and supervised directions, the variance ratios, the
 calibration μ/σ of LTS for the audit rule, the L2-norm and logit-lens-KL baselines, and the cross-validated
@@ -22,17 +22,14 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from core.methods.crm.legacy import CALIBRATION_PROMPTS, bundled_basis_path, compute_basis, load_calibration_prompts  # noqa: E402
-from core.model.loading import load_model  # noqa: E402
-from core.model.prompts import TEMPLATE_CHOICES  # noqa: E402
+from core.io import atomic_write_text
+from core.methods.crm import CALIBRATION_PROMPTS, bundled_basis_path, compute_basis, load_calibration_prompts
+from core.model.loading import load_model
+from core.model.prompts import TEMPLATE_CHOICES
 
 
 def main() -> int:
@@ -53,7 +50,7 @@ def main() -> int:
     summary = basis.describe()
     summary["build_seconds"] = round(elapsed, 1)
     summary_path = out.with_name(out.stem + ".summary.json")
-    summary_path.write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(summary_path, json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
     sets = basis.classifier["feature_sets"]
     sys.stderr.write(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB) and {summary_path.name} in {elapsed:.0f} s\n")
     layers = ", ".join("emb" if r == 0 else str(r - 1) for r in basis.kept_layers) or "none"

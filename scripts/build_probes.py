@@ -22,18 +22,16 @@ import argparse
 import csv
 import json
 import logging
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from core.io import ASSETS, REPO_ROOT
 
-PROBES = ROOT / "assets" / "probes"
+PROBES = ASSETS / "probes"
 SOURCE = PROBES / "probes_source.csv"
 OUTPUT = PROBES / "probes.csv"
 CONFLICT = PROBES / "conflict.csv"
-CAL = ROOT / "assets" / "calibration"
-EXAMPLES = ROOT / "assets" / "examples" / "examples.json"
+CAL = ASSETS / "calibration"
+EXAMPLES = ASSETS / "examples" / "examples.json"
 SOURCE_COLUMNS = ["query", "context", "label", "answer"]
 OUTPUT_COLUMNS = [*SOURCE_COLUMNS, "parametric_correct"]
 CONFLICT_COLUMNS = ["query", "context", "answer_context", "answer_memory"]
@@ -117,8 +115,12 @@ def main() -> int:
     parser.add_argument("--conflict", action="store_true", help="also run assets/probes/conflict.csv (report only)")
     parser.add_argument("--static-only", action="store_true", help="only the file checks, no model runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the per-row model answers here")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: bit-reproducible, and fastest on a shared machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: bit-reproducible, and fastest on a shared machine)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -126,8 +128,10 @@ def main() -> int:
     conflict = read_csv(CONFLICT, CONFLICT_COLUMNS) if CONFLICT.is_file() else []
     problems = static_checks(rows, conflict)
     counts = {label: sum(r["label"] == label for r in rows) for label in LABELS}
-    print(f"probes_source.csv: {len(rows)} rows ({counts['memorized']} memorized, {counts['grounded']} grounded); "
-          f"conflict.csv: {len(conflict)} rows")
+    print(
+        f"probes_source.csv: {len(rows)} rows ({counts['memorized']} memorized, {counts['grounded']} grounded); "
+        f"conflict.csv: {len(conflict)} rows"
+    )
     if problems:
         print("file problems:")
         for p in problems:
@@ -139,7 +143,7 @@ def main() -> int:
 
     import torch
 
-    from core.engine.dual_path import DualPathSettings, run_dual_path
+    from core.engine import DualPathSettings, run_dual_path
     from core.model.loading import load_model
 
     if args.threads:
@@ -153,17 +157,30 @@ def main() -> int:
         para = contains(row["answer"], res.parametric.answer)
         rag = contains(row["answer"], res.retrieval.answer)
         out_rows.append({**{k: row[k] for k in SOURCE_COLUMNS}, "parametric_correct": "true" if para else "false"})
-        report["probes"].append({"row": i, "label": row["label"], "query": row["query"], "answer": row["answer"],
-                                 "parametric_correct": para, "rag_correct": rag, "z": round(res.repcs_score, 4),
-                                 "parametric_answer": res.parametric.answer, "rag_answer": res.retrieval.answer})
-        print(f"{i:>3} {row['label']:<9} para={'yes' if para else ' no'} rag={'yes' if rag else ' no'} "
-              f"Z={res.repcs_score:7.2f}  {_short(row['query'])} -> {row['answer']!r} | "
-              f"{_short(res.parametric.answer, 50)}", flush=True)
+        report["probes"].append(
+            {
+                "row": i,
+                "label": row["label"],
+                "query": row["query"],
+                "answer": row["answer"],
+                "parametric_correct": para,
+                "rag_correct": rag,
+                "z": round(res.repcs_score, 4),
+                "parametric_answer": res.parametric.answer,
+                "rag_answer": res.retrieval.answer,
+            }
+        )
+        print(
+            f"{i:>3} {row['label']:<9} para={'yes' if para else ' no'} rag={'yes' if rag else ' no'} "
+            f"Z={res.repcs_score:7.2f}  {_short(row['query'])} -> {row['answer']!r} | "
+            f"{_short(res.parametric.answer, 50)}",
+            flush=True,
+        )
     with OUTPUT.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=OUTPUT_COLUMNS)
         writer.writeheader()
         writer.writerows(out_rows)
-    print(f"\nwrote {OUTPUT.relative_to(ROOT)}: {len(out_rows)} rows")
+    print(f"\nwrote {OUTPUT.relative_to(REPO_ROOT)}: {len(out_rows)} rows")
     for label in LABELS:
         sub = [r for r in report["probes"] if r["label"] == label]
         if not sub:
@@ -171,32 +188,42 @@ def main() -> int:
         para = sum(bool(r["parametric_correct"]) for r in sub)
         rag = sum(bool(r["rag_correct"]) for r in sub)
         mean_z = sum(float(r["z"]) for r in sub) / len(sub)
-        print(f"{label}: parametric answer contains the answer {para}/{len(sub)}; retrieval answer contains it "
-              f"{rag}/{len(sub)}; mean Z {mean_z:.2f}")
+        print(
+            f"{label}: parametric answer contains the answer {para}/{len(sub)}; retrieval answer contains it "
+            f"{rag}/{len(sub)}; mean Z {mean_z:.2f}"
+        )
 
     if args.conflict and conflict:
         print(f"\n== conflict.csv ({len(conflict)} rows) ==")
         for i, row in enumerate(conflict, start=1):
             res = run_dual_path(handle, row["query"], row["context"], settings)
             entry = {
-                "row": i, "query": row["query"], "z": round(res.repcs_score, 4),
+                "row": i,
+                "query": row["query"],
+                "z": round(res.repcs_score, 4),
                 "rag_follows_context": contains(row["answer_context"], res.retrieval.answer),
                 "rag_gives_memory": contains(row["answer_memory"], res.retrieval.answer),
                 "parametric_gives_memory": contains(row["answer_memory"], res.parametric.answer),
-                "parametric_answer": res.parametric.answer, "rag_answer": res.retrieval.answer,
+                "parametric_answer": res.parametric.answer,
+                "rag_answer": res.retrieval.answer,
             }
             report["conflict"].append(entry)
-            print(f"{i:>3} ctx={'yes' if entry['rag_follows_context'] else ' no'} "
-                  f"mem={'yes' if entry['rag_gives_memory'] else ' no'} "
-                  f"para_mem={'yes' if entry['parametric_gives_memory'] else ' no'} Z={res.repcs_score:7.2f}  "
-                  f"{_short(row['query'])} | {_short(res.retrieval.answer, 50)}", flush=True)
+            print(
+                f"{i:>3} ctx={'yes' if entry['rag_follows_context'] else ' no'} "
+                f"mem={'yes' if entry['rag_gives_memory'] else ' no'} "
+                f"para_mem={'yes' if entry['parametric_gives_memory'] else ' no'} Z={res.repcs_score:7.2f}  "
+                f"{_short(row['query'])} | {_short(res.retrieval.answer, 50)}",
+                flush=True,
+            )
         n = len(report["conflict"])
         follows = sum(bool(e["rag_follows_context"]) for e in report["conflict"])
         memory = sum(bool(e["rag_gives_memory"]) for e in report["conflict"])
         knows = sum(bool(e["parametric_gives_memory"]) for e in report["conflict"])
         mean_z = sum(float(e["z"]) for e in report["conflict"]) / n
-        print(f"conflict: retrieval answer follows the context {follows}/{n}; retrieval answer gives the remembered "
-              f"fact {memory}/{n}; parametric answer gives the remembered fact {knows}/{n}; mean Z {mean_z:.2f}")
+        print(
+            f"conflict: retrieval answer follows the context {follows}/{n}; retrieval answer gives the remembered "
+            f"fact {memory}/{n}; parametric answer gives the remembered fact {knows}/{n}; mean Z {mean_z:.2f}"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
     return 0

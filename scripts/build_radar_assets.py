@@ -2,7 +2,8 @@
 
 For the embedded model (default) the features are written to ``assets/radar/features/embedded.csv`` (+ its
 ``.json`` metadata), which ship with the app; for any other model to the user cache
-(``core.models.cache_dir()/radar/<slug>.csv``), where the RADAR page and the ``radar`` detector find them.
+(``core.io.cache_dir()/radar/<ModelHandle.slug>.csv``), where the RADAR page and the ``radar`` detector find them.
+Run it from the repository root (the ``core`` package must be importable):
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/build_radar_assets.py            # embedded → assets/
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/build_radar_assets.py --model HuggingFaceTB/SmolLM2-360M-Instruct
@@ -13,16 +14,14 @@ One forward pass per prompt (130 in all); prints the per-category accuracy next 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from core.methods.radar import legacy as radar  # noqa: E402
-from core.model.loading import load_model  # noqa: E402
+from core.io import EMBEDDED_SLUG, atomic_write_json
+from core.methods import radar
+from core.model.loading import load_model
 
 
 def _pct(value: float | None) -> str:
@@ -32,8 +31,10 @@ def _pct(value: float | None) -> str:
 def report_markdown(report: dict) -> str:
     """The evaluation as a markdown table (ours vs the paper)."""
     lines = [
-        "| Category | n | RADAR here (paper's vote rule) | soft vote p̄ > ½ | prompt length only "
-        "| Paper (DialoGPT-medium) |",
+        (
+            "| Category | n | RADAR here (paper's vote rule) | soft vote p̄ > ½ | prompt length only "
+            "| Paper (DialoGPT-medium) |"
+        ),
         "|---|---:|---:|---:|---:|---:|",
     ]
     for c in report["categories"]:
@@ -41,8 +42,11 @@ def report_markdown(report: dict) -> str:
             f"| {c['title']} | {c['n']} | {_pct(c['accuracy'])} ({c['correct']}/{c['n']}) | "
             f"{_pct(c['soft_accuracy'])} | {_pct(c['length_accuracy'])} | {_pct(c['paper'])} |"
         )
-    for key, title in (("overall", "**Overall**"), ("recall_tasks", "Recall-labelled"),
-                       ("reasoning_tasks", "Reasoning-labelled")):
+    for key, title in (
+        ("overall", "**Overall**"),
+        ("recall_tasks", "Recall-labelled"),
+        ("reasoning_tasks", "Reasoning-labelled"),
+    ):
         r = report[key]
         lines.append(
             f"| {title} | {r['n']} | {_pct(r['accuracy'])} ({r['correct']}/{r['n']}) | {_pct(r['soft_accuracy'])} | "
@@ -65,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--revision", default=None)
     parser.add_argument("--out", default=None, help="feature CSV to write (default: see above)")
     parser.add_argument("--report", default=None, help="also write the evaluation report as JSON here")
-    parser.add_argument("--report-only", action="store_true",
-                        help="do not extract: evaluate the features already on disk for this model")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="do not extract: evaluate the features already on disk for this model",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
@@ -75,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     handle = load_model(args.model, revision=args.revision)
     if args.out:
         out = Path(args.out)
-    elif radar.model_slug(handle) == radar.EMBEDDED_MODEL:
+    elif handle.slug == EMBEDDED_SLUG:
         out = radar.EMBEDDED_FEATURES_PATH
     else:
         out = radar.feature_cache_path(handle)
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{len(prompts)} prompts in {elapsed:.1f} s → {out}\n")
     report = radar.evaluate_table(table, token_counts=radar.prompt_token_counts(handle, prompts))
     if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        atomic_write_json(args.report, report)
     sys.stdout.write(f"Model: {handle.info.name}\n\n{report_markdown(report)}\n")
     return 0
 

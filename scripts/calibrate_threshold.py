@@ -1,7 +1,7 @@
 """Compute the bundled RePCS threshold τ for the embedded model (RePCS §III-K, Algorithm 1).
 
 τ is the 5th percentile of Z over the clean, context-dependent prompts of ``assets/calibration/clean.csv``;
-the memorised prompts of ``assets/calibration/memorized.csv`` give Δ = E[Z|clean] − E[Z|memorised] and the
+the memorized prompts of ``assets/calibration/memorized.csv`` give Δ = E[Z|clean] − E[Z|memorized] and the
 achieved FNR; γ is the largest per-token |log P_rag − log P_para| over both sets. Writes
 ``assets/thresholds/embedded.json`` and the per-prompt scores ``assets/thresholds/embedded_scores.csv``.
 
@@ -21,14 +21,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from core.engine import DualPathSettings, run_dual_path
+from core.io import asset_path
+from core.methods.repcs import EMBEDDED_THRESHOLD, fit_threshold
+from core.model.loading import load_model
 
-from core.engine.dual_path import DualPathSettings, run_dual_path  # noqa: E402
-from core.model.loading import load_model  # noqa: E402
-from core.methods.repcs import EMBEDDED_THRESHOLD, fit_threshold  # noqa: E402
-
-CAL = ROOT / "assets" / "calibration"
+CAL = asset_path("calibration")
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -54,14 +52,29 @@ def main() -> int:
         for i, row in enumerate(tqdm(rows, desc=f"{name} prompts", file=sys.stderr)):
             res = run_dual_path(handle, row["query"], row["context"], settings, free_parametric=False)
             gamma = max(gamma, res.max_abs_log_ratio)
-            out.append({"set": name, "row": i + 1, "query": row["query"], "z": round(res.repcs_score, 6),
-                        "n_tokens": res.n_tokens, "rag_answer": res.retrieval.answer})
+            out.append(
+                {
+                    "set": name,
+                    "row": i + 1,
+                    "query": row["query"],
+                    "z": round(res.repcs_score, 6),
+                    "n_tokens": res.n_tokens,
+                    "rag_answer": res.retrieval.answer,
+                }
+            )
         scored[name] = out
     z_clean = np.array([r["z"] for r in scored["clean"]])
     z_mem = np.array([r["z"] for r in scored["memorized"]])
-    th = fit_threshold(z_clean, z_mem, round(gamma, 6), T=args.window, model=handle.info.name,
-                       alpha=args.alpha, epsilon=args.epsilon,
-                       source="scripts/calibrate_threshold.py on assets/calibration/")
+    th = fit_threshold(
+        z_clean,
+        z_mem,
+        round(gamma, 6),
+        T=args.window,
+        model=handle.info.name,
+        alpha=args.alpha,
+        epsilon=args.epsilon,
+        source="scripts/calibrate_threshold.py on assets/calibration/",
+    )
     for key in ("tau", "delta", "fpr", "fnr", "mean_z_clean", "mean_z_memorized"):
         value = getattr(th, key)
         if value is not None:

@@ -5,7 +5,7 @@ dual-path engine (greedy, ``max_new_tokens=32`` by default) and prints, per row,
 ``answer`` occurs (case-insensitively) in the parametric path's own answer (no context) and in the
 retrieval path's answer (with context), with Z; then a summary per set.
 
-A memorised row is only useful if the model knows the fact without context (parametric hit); a clean row
+A memorized row is only useful if the model knows the fact without context (parametric hit); a clean row
 is only useful if the model can read the answer from the context (retrieval hit) and, ideally, does not
 already produce it without the context.
 
@@ -27,14 +27,12 @@ import argparse
 import csv
 import json
 import logging
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from core.io import ASSETS
 
-CAL = ROOT / "assets" / "calibration"
-EXAMPLES = ROOT / "assets" / "examples" / "examples.json"
+CAL = ASSETS / "calibration"
+EXAMPLES = ASSETS / "examples" / "examples.json"
 COLUMNS = ["query", "context", "answer"]
 SETS = ("clean", "memorized")
 
@@ -98,7 +96,7 @@ def run_checks(
     sets: dict[str, list[dict[str, str]]], max_new_tokens: int, numbers: dict[str, list[int]] | None = None
 ) -> dict[str, list[dict[str, object]]]:
     """Run each row through the engine; ``numbers`` gives the rows' 1-based numbers in their file."""
-    from core.engine.dual_path import DualPathSettings, run_dual_path
+    from core.engine import DualPathSettings, run_dual_path
     from core.model.loading import load_model
 
     handle = load_model()
@@ -114,14 +112,25 @@ def run_checks(
             res = run_dual_path(handle, row["query"], row["context"], settings)
             para_hit = contains(row["answer"], res.parametric.answer)
             rag_hit = contains(row["answer"], res.retrieval.answer)
-            out.append({
-                "row": i, "query": row["query"], "answer": row["answer"], "para_hit": para_hit,
-                "rag_hit": rag_hit, "z": round(res.repcs_score, 4), "n_tokens": len(res.answer_token_ids),
-                "parametric_answer": res.parametric.answer, "rag_answer": res.retrieval.answer,
-            })
-            print(f"{i:>3}  {'yes' if para_hit else ' no'}  {'yes' if rag_hit else ' no'} {res.repcs_score:7.2f}  "
-                  f"{_short(row['query'], 60)} -> {row['answer']!r} | {_short(res.parametric.answer, 50)} | "
-                  f"{_short(res.retrieval.answer, 50)}", flush=True)
+            out.append(
+                {
+                    "row": i,
+                    "query": row["query"],
+                    "answer": row["answer"],
+                    "para_hit": para_hit,
+                    "rag_hit": rag_hit,
+                    "z": round(res.repcs_score, 4),
+                    "n_tokens": len(res.answer_token_ids),
+                    "parametric_answer": res.parametric.answer,
+                    "rag_answer": res.retrieval.answer,
+                }
+            )
+            print(
+                f"{i:>3}  {'yes' if para_hit else ' no'}  {'yes' if rag_hit else ' no'} {res.repcs_score:7.2f}  "
+                f"{_short(row['query'], 60)} -> {row['answer']!r} | {_short(res.parametric.answer, 50)} | "
+                f"{_short(res.retrieval.answer, 50)}",
+                flush=True,
+            )
         results[name] = out
     return results
 
@@ -163,12 +172,21 @@ def main() -> int:
     parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--limit", type=int, default=None, help="check only the first N rows of each set")
-    parser.add_argument("--rows", type=int, nargs="+", default=None,
-                        help="check only these 1-based row numbers of each set (e.g. after rewriting them)")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        nargs="+",
+        default=None,
+        help="check only these 1-based row numbers of each set (e.g. after rewriting them)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the per-row results here")
     parser.add_argument("--static-only", action="store_true", help="only the file checks, no model runs")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: bit-reproducible, and fastest on a shared machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: bit-reproducible, and fastest on a shared machine)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -193,8 +211,9 @@ def main() -> int:
         numbers = {name: [i for i in args.rows if 1 <= i <= len(rows)] for name, rows in sets.items()}
     if args.limit is not None:
         numbers = {name: nums[: args.limit] for name, nums in numbers.items()}
-    results = run_checks({name: [sets[name][i - 1] for i in nums] for name, nums in numbers.items()},
-                         args.max_new_tokens, numbers)
+    results = run_checks(
+        {name: [sets[name][i - 1] for i in nums] for name, nums in numbers.items()}, args.max_new_tokens, numbers
+    )
     for line in summarise(results):
         print(line)
     if args.json is not None:

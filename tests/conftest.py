@@ -69,7 +69,9 @@ def tiny_handle():
 
 @pytest.fixture(scope="session")
 def embedded_handle():
-    """The embedded SmolLM2-135M-Instruct (converted once to the user cache, then ~0.2 s to load)."""
+    """The embedded SmolLM2-135M-Instruct on the CPU in float32 (converted once to the user cache, then ~0.2 s to
+    load). Pinned to CPU fp32 so the stored reference numbers hold on a machine with a GPU too (fp16 on CUDA
+    moves per-token KL by ~1e-2 nats)."""
     from core.model.loading import load_model
 
-    return load_model()
+    return load_model(device="cpu")

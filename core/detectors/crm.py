@@ -11,9 +11,10 @@ import numpy as np
 
 from core.detectors import keys
 from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, register
-from core.engine.dual_path import generate_greedy, prepare_prompts
-from core.methods.crm.legacy import PC1, SUPERVISED, CrmBasis, load_basis, semantic_delta, supervised_score
-from core.methods.internals import displacement, result_settings
+from core.engine.generation import generate_greedy
+from core.engine.prepare import prepare_prompts
+from core.methods.crm import PC1, SUPERVISED, CrmBasis, load_basis, semantic_delta, supervised_score
+from core.methods.internals import displacement
 
 
 def basis_for(inp: DetectorInput) -> CrmBasis:
@@ -42,7 +43,7 @@ def parametric_answer(inp: DetectorInput) -> str:
     if inp.result.parametric.answer or inp.result.parametric.token_ids:
         return inp.result.parametric.answer
     if keys.CRM_PARAMETRIC_ANSWER not in inp.cache:
-        settings = result_settings(inp.result)
+        settings = inp.result.run_settings
         prepared = prepare_prompts(inp.handle, inp.result.query, inp.result.context, settings)
         ((ids, _, _),) = generate_greedy(inp.handle, [prepared.parametric.ids], settings)
         inp.cache[keys.CRM_PARAMETRIC_ANSWER] = inp.handle.tokenizer.decode(ids, skip_special_tokens=True).strip()
@@ -55,7 +56,7 @@ def score_l1(inp: DetectorInput) -> float:
 
 
 def score_lts(inp: DetectorInput) -> float:
-    """Mean supervised-direction z-score over layers (CRM §4.5 eq. 2, standardised by the calibration)."""
+    """Mean supervised-direction z-score over layers (CRM §4.5 eq. 2, standardized by the calibration)."""
     basis = basis_for(inp)
     return supervised_score(basis, basis.lts(displacement_for(inp), SUPERVISED))
 

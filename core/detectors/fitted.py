@@ -40,7 +40,9 @@ L2_FEATURES = ("mean", "max", "var", "early", "late", "trend")
 LTS_DIRECTION = "pc1"
 
 
-def cross_validated_scores(features: np.ndarray, labels: np.ndarray, *, n_splits: int = N_SPLITS, seed: int = SEED) -> np.ndarray:
+def cross_validated_scores(
+    features: np.ndarray, labels: np.ndarray, *, n_splits: int = N_SPLITS, seed: int = SEED
+) -> np.ndarray:
     """Out-of-fold P(memorised) for every row (stratified k-fold, shuffled with ``seed``).
 
     Args:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.detectors import keys
 from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
-from core.methods.radar.legacy import FEATURE_VERSION, analyse_prompt, classifier_for, radar_prompt
+from core.methods.radar import FEATURE_VERSION, analyse_prompt, classifier_for, radar_prompt
 
 
 def score(inp: DetectorInput) -> float:

@@ -1,4 +1,4 @@
-"""The detector registry: every method that scores a prompt for "memorised vs grounded", one way in.
+"""The detector registry: every method that scores a prompt for "memorized vs grounded", one way in.
 
 A detector is a :class:`Detector`: a function ``score(inp) -> float`` plus the direction of its score; adding
 one adds a column to ``python -m core evaluate`` and a curve to the Evaluate page. Each family of detectors is
@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from core.engine.dual_path import DualPathSettings
-from core.model.loading import ModelHandle
-from core.engine.result import DualPathResult
+from core.engine import DualPathResult, DualPathSettings
+from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
 
 MEMORIZED_HIGH = "memorized"
 GROUNDED_HIGH = "grounded"
+
 
 @dataclass
 class DetectorInput:
@@ -47,7 +47,7 @@ class Detector:
     Attributes:
         name: short key used in JSON (``detectors.<name>``) and CSV columns.
         label: human label for tables and legends.
-        higher_means: ``"memorized"`` if a higher raw score means more likely memorised, else ``"grounded"``.
+        higher_means: ``"memorized"`` if a higher raw score means more likely memorized, else ``"grounded"``.
         score: ``score(inp) -> float`` (raw score, in the method's own units).
         cost: ``"free"`` (from the result alone), ``"forward"`` (extra forward passes), ``"generate"``
             (extra generations) or ``"heavy"`` (many generations); the UI warns before heavy ones.
@@ -55,7 +55,7 @@ class Detector:
         needs_fit: the score needs a model fitted on other rows (then it must be cross-validated).
         features: for ``needs_fit`` detectors, ``features(inp) -> 1-D float array`` per row; evaluation fits
             the model on the other folds' features and labels (stratified 5-fold ``cross_val_predict``, seed
-            42: see :mod:`core.detectors_fitted`), so no row is scored by a model trained on it. ``score`` is
+            42: see :mod:`core.detectors.fitted`), so no row is scored by a model trained on it. ``score`` is
             then only used outside evaluation (it may raise). A ``needs_fit`` detector without ``features``
             (fitted once on its own bundled data) is scored by ``score`` like any other.
     """
@@ -70,7 +70,7 @@ class Detector:
     features: Callable[[DetectorInput], np.ndarray] | None = None
 
     def oriented(self, value: float) -> float:
-        """The score oriented so that higher = more likely memorised (positive class)."""
+        """The score oriented so that higher = more likely memorized (positive class)."""
         return float(value) if self.higher_means == MEMORIZED_HIGH else -float(value)
 
 

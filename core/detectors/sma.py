@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.detectors import keys
 from core.detectors.registry import GROUNDED_HIGH, Detector, DetectorInput, register
-from core.methods.sma.legacy import DETECTOR_NAME, SMASettings, run_sma
+from core.methods.sma import DETECTOR_NAME, SMASettings, run_sma
 
 
 def score(inp: DetectorInput) -> float:

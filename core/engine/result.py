@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from core.engine.settings import DualPathSettings
+
 SCHEMA_VERSION = 2
 """2: the in-memory result groups each path's fields in a :class:`PathOutput`; the JSON keys are schema 1's."""
 
@@ -38,13 +40,46 @@ _PATH_KEYS: dict[str, tuple[str, str, Any]] = {
 }
 # The JSON key order of schema 1 (kept so diffs of exported files stay readable).
 _JSON_ORDER = (
-    "model", "model_info", "query", "context", "template", "settings",
-    "rag_prompt", "parametric_prompt", "rag_prompt_len", "parametric_prompt_len", "rag_answer",
-    "parametric_answer", "answer_token_ids", "answer_tokens", "parametric_token_ids", "parametric_tokens",
-    "rag_finish", "parametric_finish", "token_kl", "entropy_rag", "entropy_para", "logprob_rag", "logprob_para",
-    "topk_ids_rag", "topk_ids_para", "topk_probs_rag", "topk_probs_para", "topk_tokens_rag", "topk_tokens_para",
-    "score_window", "repcs_score", "threshold", "threshold_source", "verdict", "kl_stats", "max_abs_log_ratio",
-    "warnings", "timings", "extras", "schema_version",
+    "model",
+    "model_info",
+    "query",
+    "context",
+    "template",
+    "settings",
+    "rag_prompt",
+    "parametric_prompt",
+    "rag_prompt_len",
+    "parametric_prompt_len",
+    "rag_answer",
+    "parametric_answer",
+    "answer_token_ids",
+    "answer_tokens",
+    "parametric_token_ids",
+    "parametric_tokens",
+    "rag_finish",
+    "parametric_finish",
+    "token_kl",
+    "entropy_rag",
+    "entropy_para",
+    "logprob_rag",
+    "logprob_para",
+    "topk_ids_rag",
+    "topk_ids_para",
+    "topk_probs_rag",
+    "topk_probs_para",
+    "topk_tokens_rag",
+    "topk_tokens_para",
+    "score_window",
+    "repcs_score",
+    "threshold",
+    "threshold_source",
+    "verdict",
+    "kl_stats",
+    "max_abs_log_ratio",
+    "warnings",
+    "timings",
+    "extras",
+    "schema_version",
 )
 
 
@@ -127,7 +162,14 @@ class DualPathResult:
 
     @property
     def n_tokens(self) -> int:
+        """The retrieval answer's length ``n`` (the position axis of every per-token array)."""
         return len(self.retrieval.token_ids)
+
+    @property
+    def run_settings(self) -> DualPathSettings:
+        """The :class:`~core.engine.settings.DualPathSettings` this result was produced with (from
+        :attr:`settings`, its JSON form; keys a newer version added are ignored)."""
+        return DualPathSettings.from_dict(self.settings)
 
     def path(self, name: str) -> PathOutput:
         """``retrieval`` or ``parametric``."""

@@ -1,14 +1,14 @@
 """Calibrating RePCS' τ on chosen clean rows and checking it on held-out rows (RePCS §III-G, §III-K, Alg. 1).
 
 * τ = the α-quantile of Z over the clean (context-dependent, *grounded*) rows chosen for calibration
-  (:func:`core.repcs.calibrate_tau`; RePCS Algorithm 1: "Set threshold τ to the α-quantile of {Z(q)}").
+  (:func:`core.methods.repcs.calibrate_tau`; RePCS Algorithm 1: "Set threshold τ to the α-quantile of {Z(q)}").
 * Achieved error rates on **held-out** rows, i.e. rows not used to set τ: FPR = share of held-out grounded
-  rows flagged (Z < τ), FNR = share of memorised rows not flagged (Z ≥ τ). Memorised rows are never used to
+  rows flagged (Z < τ), FNR = share of memorized rows not flagged (Z ≥ τ). Memorized rows are never used to
   set τ, so all of them are held out. The in-sample FPR on the calibration rows is ≈ α by construction and is
   reported only for comparison.
-* The PAC sample size of Theorem III.4, n ≥ 8 γ² T Δ⁻² log(2/ε) (:func:`core.repcs.pac_sample_size`), with
+* The PAC sample size of Theorem III.4, n ≥ 8 γ² T Δ⁻² log(2/ε) (:func:`core.methods.repcs.pac_sample_size`), with
   γ̂ = the largest per-token |log P_rag − log P_para| observed over the window in any row (Lemma III.3's bound,
-  estimated) and Δ̂ = mean Z over grounded rows − mean Z over memorised rows, all labelled rows (Assumption 1's
+  estimated) and Δ̂ = mean Z over grounded rows − mean Z over memorized rows, all labelled rows (Assumption 1's
   gap, estimated). When Δ̂ ≤ 0 there is no influence gap and the guarantee does not apply.
 
 What this can and cannot conclude: the guarantee holds under the paper's assumptions (bounded log-ratios, a
@@ -87,14 +87,14 @@ def _labels(labels: np.ndarray) -> np.ndarray:
 
 def calibration_split(labels: np.ndarray, fraction: float = DEFAULT_FRACTION, *, seed: int = 42) -> np.ndarray:
     """A boolean mask choosing ``round(fraction · n_grounded)`` (at least 1) grounded rows at random (seeded)
-    for calibration; the other grounded rows and every memorised row are held out."""
+    for calibration; the other grounded rows and every memorized row are held out."""
     y = _labels(labels)
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
     clean = np.flatnonzero(y == 0)
     if clean.size == 0:
         raise ValueError("calibration needs grounded (clean) rows")
-    k = max(1, int(round(fraction * clean.size)))
+    k = max(1, round(fraction * clean.size))
     chosen = np.random.default_rng(seed).choice(clean, size=k, replace=False)
     mask = np.zeros(y.size, dtype=bool)
     mask[chosen] = True
@@ -102,7 +102,7 @@ def calibration_split(labels: np.ndarray, fraction: float = DEFAULT_FRACTION, *,
 
 
 def achieved_rates(z: np.ndarray, labels: np.ndarray, tau: float) -> tuple[float | None, float | None]:
-    """(FPR, FNR) of the rule "memorised iff Z < τ": FPR over grounded rows, FNR over memorised rows
+    """(FPR, FNR) of the rule "memorized iff Z < τ": FPR over grounded rows, FNR over memorized rows
     (``None`` for a class with no rows)."""
     zz = np.asarray(z, dtype=np.float64)
     y = _labels(labels)
@@ -139,14 +139,16 @@ def calibrate(
         template: the prompt template setting (stored so a mismatch can be flagged later).
 
     Raises:
-        ValueError: shape mismatch, no calibration row, a memorised row in the calibration set, bad α/ε.
+        ValueError: shape mismatch, no calibration row, a memorized row in the calibration set, bad α/ε.
     """
     zz = np.asarray(z, dtype=np.float64)
     y = _labels(labels)
     g = np.asarray(max_abs_log_ratio, dtype=np.float64)
     mask = np.asarray(calibration_mask, dtype=bool)
     if not (zz.shape == y.shape == g.shape == mask.shape) or zz.ndim != 1:
-        raise ValueError(f"z, labels, log-ratios and mask must be 1-D of one length: {zz.shape}, {y.shape}, {g.shape}, {mask.shape}")
+        raise ValueError(
+            f"z, labels, log-ratios and mask must be 1-D of one length: {zz.shape}, {y.shape}, {g.shape}, {mask.shape}"
+        )
     if not np.all(np.isfinite(zz)):
         raise ValueError("Z must be finite for every row")
     if not mask.any():
@@ -225,7 +227,7 @@ def calibrate_records(
     template: str | None = None,
     source: str = "calibrated",
 ) -> CalibrationReport:
-    """:func:`calibrate` over evaluation records (``core.evaluate``'s rows: ``row``, ``label``,
+    """:func:`calibrate` over evaluation records (:mod:`core.evaluation.scoring`'s records: ``row``, ``label``,
     ``repcs_score``, ``max_abs_log_ratio``).
 
     Args:
@@ -257,7 +259,9 @@ def calibrate_records(
 def check_threshold(threshold: Threshold, records: list[dict[str, Any]]) -> dict[str, Any]:
     """Achieved FPR/FNR of a given τ (e.g. from ``--threshold-file``) on every record."""
     labels = np.array([1 if r["label"] == "memorized" else 0 for r in records])
-    fpr, fnr = achieved_rates(np.array([r["repcs_score"] for r in records], dtype=np.float64), labels, float(threshold.tau))
+    fpr, fnr = achieved_rates(
+        np.array([r["repcs_score"] for r in records], dtype=np.float64), labels, float(threshold.tau)
+    )
     return {"tau": float(threshold.tau), "T": threshold.T, "fpr": fpr, "fnr": fnr, "n": len(records)}
 
 
@@ -266,7 +270,7 @@ __all__ = [
     "achieved_rates",
     "calibrate",
     "calibrate_records",
+    "calibrate_tau",
     "calibration_split",
     "check_threshold",
-    "calibrate_tau",
 ]

@@ -43,7 +43,7 @@ def entropy(logp: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def topk_entropy(logp: torch.Tensor, k: int | None, dim: int = -1) -> torch.Tensor:
-    """Entropy of the top-``k`` probabilities renormalised to sum to one (the Self-Critique
+    """Entropy of the top-``k`` probabilities renormalized to sum to one (the Self-Critique
     approximation); ``k=None`` or ``k >= V`` gives the full entropy."""
     size = logp.shape[dim]
     if k is None or k >= size:

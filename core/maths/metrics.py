@@ -1,5 +1,5 @@
 """Detection metrics (scikit-learn), with the positive class = *memorized* and higher score = more likely
-memorised (RePCS §V: ROC-AUC, FPR at 95 % TPR, Precision@k)."""
+memorized (RePCS §V: ROC-AUC, FPR at 95 % TPR, Precision@k)."""
 
 from __future__ import annotations
 

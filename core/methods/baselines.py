@@ -5,16 +5,16 @@ The context is scored as plain text by the same model (no prompt template, no qu
 has one, so the first token is scored too; otherwise scoring starts at the second token). All four baselines
 come from that single forward pass, shared across detectors through ``DetectorInput.cache``:
 
-* **Perplexity** (PPL) = exp(−(1/N) Σ_i log p(x_i | x_<i)). Memorised text is predictable: *lower* PPL ⇒
-  memorised.
+* **Perplexity** (PPL) = exp(−(1/N) Σ_i log p(x_i | x_<i)). Memorized text is predictable: *lower* PPL ⇒
+  memorized.
 * **zlib ratio** (Carlini et al., 2021) = log PPL / zlib entropy, with zlib entropy = the length in bytes of
   ``zlib.compress(text.encode("utf-8"))``: the model's surprise relative to a generic compressor's. *Lower* ⇒
-  memorised.
+  memorized.
 * **Min-K% Prob** (Shi et al., 2024) = mean of the k% lowest token log-probs (⌈k·N/100⌉ ≥ 1 tokens): a
-  memorised text has few surprising tokens. *Higher* ⇒ memorised.
-* **Min-K%++** (Zhang et al., 2024): each token's log-prob standardised by the next-token distribution it was
+  memorized text has few surprising tokens. *Higher* ⇒ memorized.
+* **Min-K%++** (Zhang et al., 2024): each token's log-prob standardized by the next-token distribution it was
   drawn from, ``(log p(x_i) − μ_i) / σ_i`` with ``μ_i = E_{z∼p(·|x_<i)}[log p(z)]`` and
-  ``σ_i² = E[(log p(z))²] − μ_i²``; then the mean of the k% lowest. *Higher* ⇒ memorised.
+  ``σ_i² = E[(log p(z))²] − μ_i²``; then the mean of the k% lowest. *Higher* ⇒ memorized.
 
 k is selectable: the detectors ``min_k_<k>`` and ``min_kpp_<k>`` (:mod:`core.detectors.baselines`) exist for any
 integer 1 ≤ k ≤ 100 (k = 10 and 20, the CRM paper's values, are listed by default).
@@ -26,14 +26,12 @@ inference), not whether the answer used it; a well-known fact stated in unusual 
 from __future__ import annotations
 
 import math
-import re
 import zlib
-from typing import Any
 
 import numpy as np
 import torch
 
-from core.model.loading import ModelHandle
+from core.model.handle import ModelHandle
 
 DEFAULT_KS = (10, 20)
 
@@ -59,8 +57,7 @@ def context_token_stats(handle: ModelHandle, text: str) -> dict[str, np.ndarray]
     if len(ids) > handle.info.max_tokens:
         raise ValueError(f"the context is {len(ids):,} tokens, over the model's limit of {handle.info.max_tokens:,}")
     x = torch.tensor([ids], dtype=torch.long, device=handle.device)
-    with handle.lock, torch.inference_mode():
-        logits = handle.model(input_ids=x, use_cache=False).logits[0, :-1]
+    logits = handle.forward(input_ids=x, use_cache=False).logits[0, :-1]
     logp = torch.log_softmax(logits.double(), dim=-1)
     target = x[0, 1:].unsqueeze(-1)
     token_lp = logp.gather(-1, target).squeeze(-1)

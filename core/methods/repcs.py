@@ -1,25 +1,24 @@
 """RePCS: the KL score Z, the calibrated threshold τ and the PAC sample size (RePCS §III-C, §III-G, §IV).
 
 * Z(q) = Σ_{i=1}^{T} KL(P_rag^(i) ‖ P_para^(i))                                  (eq. 2)
-* flag *memorised* when Z(q) < τ; τ = α-quantile of Z over clean (context-dependent) prompts (Alg. 1)
+* flag *memorized* when Z(q) < τ; τ = α-quantile of Z over clean (context-dependent) prompts (Alg. 1)
 * n ≥ 8 γ² T Δ⁻² log(2/ε) clean calibration prompts give FPR ≤ α and FNR ≤ ε w.p. ≥ 1 − ε   (Thm III.4)
   with γ the bound on the per-token log-ratio |log P_rag − log P_para| and Δ the gap
-  E[Z | clean] − E[Z | memorised] (Assumption 1).
+  E[Z | clean] − E[Z | memorized] (Assumption 1).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from core.io import asset_path, atomic_write_text, model_slug
 from core.model.loading import EMBEDDED_NAME
-from core.io import asset_path
 
 ASSETS = asset_path()
 THRESHOLD_DIR = ASSETS / "thresholds"
@@ -101,7 +100,7 @@ class Threshold:
         ``alpha`` and ``source`` default to 0.05 and "threshold file"; unknown fields are ignored.
         """
         if not isinstance(data, dict):
-            raise ValueError("A threshold file holds one JSON object, e.g. {\"tau\": 6.7, \"T\": 64, \"model\": …}")
+            raise ValueError('A threshold file holds one JSON object, e.g. {"tau": 6.7, "T": 64, "model": …}')
         for name in ("tau", "T", "model"):
             if name not in data:
                 raise ValueError(f"A threshold file needs a {name!r} entry")
@@ -155,8 +154,11 @@ class Threshold:
             raise ValueError(f"Threshold file {path}: {exc}") from exc
 
     def save(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(self.to_json(), encoding="utf-8")
+        """Write :meth:`to_json` to ``path`` atomically (the folder is created; a reader never sees half a file).
+
+        The bytes are exactly :meth:`to_json` (sorted keys), the same as the Evaluate page's "τ as JSON".
+        """
+        atomic_write_text(path, self.to_json())
 
 
 def _finite(value: Any, name: str) -> float:
@@ -180,7 +182,7 @@ def fit_threshold(
 
     Args:
         z_clean: Z over clean (context-dependent) prompts.
-        z_memorized: Z over memorised prompts (used for Δ and the achieved FNR); may be empty.
+        z_memorized: Z over memorized prompts (used for Δ and the achieved FNR); may be empty.
         log_ratio_max: γ, the largest observed per-token |log P_rag − log P_para|.
         T: the score window.
     """
@@ -208,18 +210,14 @@ def fit_threshold(
     )
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9._-]+", "_", name).strip("_").lower()
-
-
 def threshold_for(model_name: str, user_dir: Path | None = None) -> tuple[Threshold | None, str]:
     """The threshold for a model and a sentence saying where it came from.
 
-    Order: a user-calibrated file in ``user_dir`` (written by "use this τ" or the CLI), the bundled file
-    for the embedded model, and otherwise the embedded model's τ as an explicitly labelled fallback.
+    Order: a file saved for this model in ``user_dir`` (see :func:`user_threshold_path`), the bundled file for
+    the embedded model, and otherwise the embedded model's τ as an explicitly labeled fallback.
     """
     if user_dir is not None:
-        path = Path(user_dir) / f"{_slug(model_name)}.json"
+        path = user_threshold_path(user_dir, model_name)
         if path.is_file():
             return Threshold.load(path), f"calibrated by you ({path.name})"
     if model_name == EMBEDDED_NAME and EMBEDDED_THRESHOLD.is_file():
@@ -232,4 +230,10 @@ def threshold_for(model_name: str, user_dir: Path | None = None) -> tuple[Thresh
 
 
 def user_threshold_path(user_dir: Path, model_name: str) -> Path:
-    return Path(user_dir) / f"{_slug(model_name)}.json"
+    """Where a τ saved for ``model_name`` lives in ``user_dir``: ``<model slug>.json``.
+
+    The slug is :func:`core.io.model_slug` of the name alone (a τ is keyed by the model's name, as in
+    :attr:`Threshold.model`): ``embedded.json`` for the embedded model, ``<name>-<sha1[:10]>.json`` otherwise.
+    """
+    slug = model_slug(model_name, "", embedded=model_name == EMBEDDED_NAME)
+    return Path(user_dir) / f"{slug}.json"

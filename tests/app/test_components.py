@@ -1,13 +1,17 @@
-"""Figure builders and text helpers (no Streamlit runtime; the tiny random model for a real result)."""
+"""Figure builders, text helpers and widget keys (no Streamlit runtime; the tiny random model for a real result)."""
 
 from __future__ import annotations
+
+import sys
+import tempfile
 
 import numpy as np
 import pytest
 
-from components import figures
-from components.text import escape_markdown
-from core.engine.dual_path import DualPathSettings, run_dual_path
+from components import figures, keys
+from components.text import escape_markdown, plain_message, redact_paths
+from core.engine import DualPathSettings, run_dual_path
+from core.io import REPO_ROOT, cache_dir
 
 SCRIPT = "<script>alert(1)</script>"
 
@@ -54,12 +58,12 @@ def test_topk_frames_follow_the_result(tiny_result) -> None:
     r = tiny_result
     t = figures.default_position(r.token_kl)
     assert r.token_kl[t] == r.token_kl.max()
-    rag, para = figures.topk_frames(r, t)
-    assert list(rag.columns) == ["rank", "token", "probability", "chosen"]
-    assert len(rag) == len(para) == 5
-    assert np.all(np.diff(rag["probability"]) <= 0), "sorted by probability"
-    np.testing.assert_allclose(rag["probability"], r.retrieval.topk_probs[t], rtol=1e-6)
-    assert rag["chosen"].any(), "greedy: the answer token is among the retrieval path's top candidates"
+    retrieval, parametric = figures.topk_frames(r, t)
+    assert list(retrieval.columns) == ["rank", "token", "probability", "chosen"]
+    assert len(retrieval) == len(parametric) == 5
+    assert np.all(np.diff(retrieval["probability"]) <= 0), "sorted by probability"
+    np.testing.assert_allclose(retrieval["probability"], r.retrieval.topk_probs[t], rtol=1e-6)
+    assert retrieval["chosen"].any(), "greedy: the answer token is among the retrieval path's top candidates"
     both = figures.topk_side_by_side(r, t)
     assert list(both.columns) == ["rank", "retrieval token", "retrieval p", "parametric token", "parametric p"]
     with pytest.raises(ValueError):
@@ -69,6 +73,48 @@ def test_topk_frames_follow_the_result(tiny_result) -> None:
 
 
 def test_escape_markdown() -> None:
-    assert escape_markdown("**bold** [x](y) $a$ :red[z] <i>") == (
-        r"\*\*bold\*\* \[x\]\(y\) \$a\$ \:red\[z\] \<i\>"
+    assert escape_markdown("**bold** [x](y) $a$ :red[z] <i>") == (r"\*\*bold\*\* \[x\]\(y\) \$a\$ \:red\[z\] \<i\>")
+
+
+def test_redact_paths_hides_the_servers_own_folders() -> None:
+    text = (
+        f"missing from {sys.prefix}/lib/x; see {REPO_ROOT}/core/io.py and {cache_dir()}/models, "
+        f"tmp {tempfile.gettempdir()}/a, yours /models/my-llm"
     )
+    redacted = redact_paths(text)
+    for folder in (sys.prefix, str(REPO_ROOT), str(cache_dir()), tempfile.gettempdir()):
+        assert folder not in redacted
+    assert "[python environment]/lib/x" in redacted and "[app]/core/io.py" in redacted
+    assert "[cache]/models" in redacted and "[temp]/a" in redacted
+    assert redacted.endswith("yours /models/my-llm"), "a path of the user's own stays"
+    assert redact_paths(f"{REPO_ROOT}x/y {REPO_ROOT}.git") == f"{REPO_ROOT}x/y {REPO_ROOT}.git", "whole names only"
+    assert redact_paths(f"in {REPO_ROOT}.") == "in [app]."
+    assert plain_message(f"**{REPO_ROOT}**") == r"\*\*\[app\]\*\*"
+
+
+def _constants() -> dict[str, str]:
+    return {name: value for name, value in vars(keys).items() if name.isupper() and isinstance(value, str)}
+
+
+def test_widget_keys_are_distinct_and_follow_the_conventions() -> None:
+    constants = {n: v for n, v in _constants().items() if not n.endswith("PREFIX") and n != "PREFIX"}
+    values = list(constants.values())
+    assert len(set(values)) == len(values), "two constants share a key"
+    for name, value in constants.items():
+        assert value.strip() == value and " " not in value, name
+        if value.startswith(keys.PREFIX):
+            assert not value.startswith((keys.STORE_PREFIX, keys.WIDGET_PREFIX)), f"{name}: a store/widget key"
+    persistent = [v for v in values if not v.startswith(keys.PREFIX)]
+    assert keys.QUERY in persistent and keys.ABLATE_MODE in persistent
+
+
+def test_key_builders() -> None:
+    assert keys.widget_key(keys.QUERY) == "ror.w.query" and keys.store_key(keys.QUERY) == "ror.s.query"
+    assert keys.scoped(keys.KL_CHART, "abc") == "ror.kl_chart.abc"
+    assert keys.scoped(keys.ATTN_MAP, "retrieval", 3) == "ror.attn.map.retrieval.3"
+    with pytest.raises(ValueError, match="ror"):
+        keys.scoped("kl_chart", "abc")
+    with pytest.raises(ValueError, match="prefix"):
+        keys.widget_key("ror.w.query")
+    with pytest.raises(ValueError):
+        keys.store_key("")

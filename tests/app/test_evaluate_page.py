@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from core.evaluation import JobStatus, read_conflict_csv
+
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 PAGE = "pages/9_Evaluate.py"
@@ -17,14 +19,14 @@ TIMEOUT = 300
 UPLOAD = "Upload a CSV"
 DETECTORS = ["repcs", "repcs_mean", "max_token_kl", "ppl", "min_k_20", "crm_l2_lr"]
 GOOD = (
-    "query,context,label,parametric_correct\n"
-    "What is the capital of France?,Paris is the capital of France.,memorized,true\n"
-    "Who wrote Hamlet?,Hamlet is a tragedy by William Shakespeare.,memorized,true\n"
-    "What is the chemical symbol for gold?,Gold has the chemical symbol Au.,memorized,false\n"
-    "What is the capital of Veltria?,The capital of Veltria is Marrowgate.,grounded,false\n"
-    "Who founded the Orrin Guild?,The Orrin Guild was founded by Tamsin Vell.,grounded,false\n"
-    "How many moons does Kessarine have?,The planet Kessarine has five moons.,grounded,false\n"
-).encode()
+    b"query,context,label,parametric_correct\n"
+    b"What is the capital of France?,Paris is the capital of France.,memorized,true\n"
+    b"Who wrote Hamlet?,Hamlet is a tragedy by William Shakespeare.,memorized,true\n"
+    b"What is the chemical symbol for gold?,Gold has the chemical symbol Au.,memorized,false\n"
+    b"What is the capital of Veltria?,The capital of Veltria is Marrowgate.,grounded,false\n"
+    b"Who founded the Orrin Guild?,The Orrin Guild was founded by Tamsin Vell.,grounded,false\n"
+    b"How many moons does Kessarine have?,The planet Kessarine has five moons.,grounded,false\n"
+)
 
 pytestmark = pytest.mark.slow
 
@@ -77,8 +79,8 @@ def test_upload_run_results_calibration_and_open_row():
     at.button(key=f"{MAIN}.run").click().run()
     assert not at.exception, at.exception
     job = at.session_state[MAIN]
-    assert job["status"] == "done" and len(job["records"]) == 6
-    assert len(job["batches"]) == 2  # 6 rows in batches of at most 4
+    assert job.status == "done" and job.n_done == 6
+    assert len(job.batches) == 2  # 6 rows in batches of at most 4
 
     # detectors tab: one metrics row per detector, with an AUC and its CI, and the downloads
     metrics = _frame(at, "detector")
@@ -105,17 +107,17 @@ def test_upload_run_results_calibration_and_open_row():
     (entry,) = active.values()
     assert entry["threshold"]["T"] == 4 and entry["threshold"]["n_clean"] >= 1
 
-    # a stopped run keeps its rows and can be resumed
+    # a stopped run keeps its rows and can be resumed: rewind the job to "stopped after its first batch"
     job = at.session_state[MAIN]
-    job["records"] = {i: job["records"][i] for i in job["batches"][0]}
-    job["claimed"], job["finished"] = {0}, {0}
-    job["status"], job["version"] = "stopped", job["version"] + 1
+    job.records = {i: job.records[i] for i in job.batches[0]}
+    job.claimed, job.finished = {0}, {0}
+    job.status, job.version = JobStatus.STOPPED, job.version + 1
     at.run()
     assert any("Stopped: 4 of 6 rows scored" in i.value for i in at.info)
     assert len(at.dataframe(key="ror.eval.rows").value) == 4
     at.button(key=f"{MAIN}.resume").click().run()
     assert not at.exception, at.exception
-    assert at.session_state[MAIN]["status"] == "done" and len(at.session_state[MAIN]["records"]) == 6
+    assert at.session_state[MAIN].status == "done" and at.session_state[MAIN].n_done == 6
 
     # click-through: the chosen row opens on the Dual Path page with its query and context
     at.selectbox(key="ror.eval.open_row").set_value(4).run()
@@ -136,14 +138,12 @@ def test_conflict_set_says_which_source_each_answer_follows():
     at.button(key="ror.eval.job.conflict.run").click().run()
     assert not at.exception, at.exception
     job = at.session_state["ror.eval.job.conflict"]
-    from core.evaluation.evaluate import read_conflict_csv
-
     n = len(read_conflict_csv(ROOT / "assets" / "probes" / "conflict.csv"))
-    assert job["status"] == "done" and len(job["records"]) == n
+    assert job.status == "done" and job.n_done == n
     counts = _frame(at, "neither")
     assert list(counts["answer"]) == ["retrieval answer (with context)", "parametric answer (no context)"]
     assert (counts[["context", "memory", "both", "neither"]].sum(axis=1) == n).all()
-    assert all(r["scores"]["repcs"] == r["repcs_score"] for r in job["records"].values())
+    assert all(r["scores"]["repcs"] == r["repcs_score"] for r in job.records.values())
     assert MAIN not in at.session_state  # the labelled evaluation was not started
 
 

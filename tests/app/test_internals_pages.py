@@ -1,5 +1,9 @@
 """AppTest of the three internals pages: they open on the Dual Path page's last run, run the model once per
-run (two instrumented forwards), and re-render from the session cache on every page switch."""
+run (two instrumented forwards), and re-render from the session cache on every page switch.
+
+The fast tests point the app's loader at the tiny random Llama of ``tests/conftest.py``; the slow ones use the
+embedded model (its bundled CRM calibration, 30 layers × 9 heads).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,14 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from components import keys, page
+from core.model.loading import handle_from_model
+
 ROOT = Path(__file__).resolve().parents[2]
 ATTENTION = "pages/2_Attention.py"
 TRAJECTORIES = "pages/3_Layer_Trajectories.py"
 VOCABULARY = "pages/4_Vocabulary_Lens.py"
-
-pytestmark = pytest.mark.slow
+VIEWS = {ATTENTION: "Attention", TRAJECTORIES: "Layer trajectories", VOCABULARY: "Vocabulary lens"}
 
 
 class ForwardCounter:
@@ -50,9 +56,9 @@ def _problems(at: AppTest) -> list[str]:
     return [str(e.value) for e in at.exception] + [str(e.value) for e in at.error]
 
 
-def _run_dual_path(at: AppTest) -> None:
+def _run_dual_path(at: AppTest, max_new_tokens: int = 6) -> None:
     at.switch_page("pages/1_Dual_Path.py").run()
-    at.number_input(key="ror.w.max_new_tokens").set_value(6)
+    at.number_input(key="ror.w.max_new_tokens").set_value(max_new_tokens)
     at.text_area(key="ror.w.query").input("What is the capital of Veltria?")
     at.text_area(key="ror.w.context").input("The capital of the Republic of Veltria is Marrowgate, a port city.")
     at.run()
@@ -60,6 +66,7 @@ def _run_dual_path(at: AppTest) -> None:
     assert not _problems(at)
 
 
+@pytest.mark.slow
 def test_pages_before_any_run_point_to_the_dual_path_page():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     with ForwardCounter() as forwards:
@@ -70,6 +77,7 @@ def test_pages_before_any_run_point_to_the_dual_path_page():
     assert forwards.n == 0
 
 
+@pytest.mark.slow
 def test_internals_pages_open_on_the_last_run_and_switch_without_model_calls():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     with ForwardCounter() as forwards:
@@ -118,7 +126,7 @@ def test_internals_pages_open_on_the_last_run_and_switch_without_model_calls():
         assert forwards.n == start + 1
 
 
-@pytest.fixture()
+@pytest.fixture
 def tiny_model_folder(tmp_path, monkeypatch):
     """The tiny random Llama of conftest saved as a local model folder, and an empty cache folder."""
     from tests.conftest import make_byte_tokenizer, make_tiny_llama
@@ -134,6 +142,7 @@ def tiny_model_folder(tmp_path, monkeypatch):
     return folder
 
 
+@pytest.mark.slow
 def test_another_model_is_calibrated_from_the_layer_trajectories_page(tiny_model_folder):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.radio(key="ror.w.model_choice").set_value("custom").run()
@@ -150,3 +159,61 @@ def test_another_model_is_calibrated_from_the_layer_trajectories_page(tiny_model
     assert (tiny_model_folder.parent / "cache" / "crm").is_dir()  # cached on disk for this model
     at.switch_page(VOCABULARY).run()
     assert not _problems(at) and len(at.dataframe[0].value) == 4  # emb + 3 layers
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Fast: the same pages on the tiny random Llama (3 layers × 4 heads)
+
+
+def _use_handle(monkeypatch, handle) -> None:
+    monkeypatch.setattr(page, "load_model", lambda spec=None, revision=None, **kw: handle)
+    page._load_handle.clear()
+
+
+@pytest.fixture
+def tiny_app(tiny_handle, monkeypatch):
+    _use_handle(monkeypatch, tiny_handle)
+    yield tiny_handle
+    page._load_handle.clear()
+
+
+def test_views_open_with_their_title_and_point_to_the_dual_path_page_before_any_run(tiny_app):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    with ForwardCounter() as forwards:
+        for view, title in VIEWS.items():
+            at.switch_page(view).run()
+            assert not _problems(at), view
+            assert [t.value for t in at.title] == [title]
+            assert [t.value for t in at.sidebar.text] == ["tiny-random-llama"], "the shared sidebar is drawn"
+            assert any("No run yet" in str(i.value) for i in at.info), view
+    assert forwards.n == 0
+
+
+def test_attention_opens_on_a_tiny_run_and_opens_one_head(tiny_app):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    _run_dual_path(at, max_new_tokens=3)
+    with ForwardCounter() as forwards:
+        at.switch_page(ATTENTION).run()
+        assert not _problems(at)
+        assert forwards.n == 2  # one instrumented forward per path
+        labels = {m.label: m.value for m in at.metric}
+        assert labels["Specialised heads (retrieval path)"].endswith("of 12")  # 3 layers × 4 heads
+        at.number_input(key=keys.ATTN_LAYER).set_value(2).run()
+        assert not _problems(at)
+        assert forwards.n == 3 and at.session_state[keys.ATTN_CELL] == ("retrieval", 2, 0)
+        assert len(at.get("plotly_chart")) == 5  # two maps, their difference, context mass, the head's pattern
+
+
+def test_a_run_of_another_model_is_not_analyzed(tiny_app, monkeypatch):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    _run_dual_path(at, max_new_tokens=3)
+    other = handle_from_model(tiny_app.model, tiny_app.tokenizer, name="another-tiny-llama")
+    _use_handle(monkeypatch, other)
+    with ForwardCounter() as forwards:
+        for view in VIEWS:
+            at.switch_page(view).run()
+            assert not _problems(at), view
+            (warning,) = [w.value for w in at.warning]
+            assert "The last run used" in warning, view
+            assert not at.metric and not at.get("plotly_chart"), view
+    assert forwards.n == 0

@@ -91,8 +91,11 @@ def test_a_rerun_does_not_push_unchanged_inputs_over_what_the_user_is_typing() -
     at.text_area(key="ror.w.context").input("Marrowgate is the capital of Veltria.").run()
     at.slider(key="ror.w.top_k").set_value(6).run()  # a rerun triggered by another widget
     assert not at.exception, at.exception
-    pushed = {k: at.get(kind)[i].proto.set_value for kind in ("text_area", "number_input", "slider")
-              for i, k in enumerate(w.key for w in at.get(kind))}
+    pushed = {
+        k: at.get(kind)[i].proto.set_value
+        for kind in ("text_area", "number_input", "slider")
+        for i, k in enumerate(w.key for w in at.get(kind))
+    }
     assert pushed and not any(pushed.values()), f"re-sent on an unrelated rerun: {pushed}"
     assert at.text_area(key="ror.w.query").value == "Where is Marrowgate?"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.methods.radar import legacy as radar
+from core.methods import radar
 
 PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "8_RADAR.py")
 
@@ -39,8 +39,12 @@ def test_radar_page_analyses_the_current_query():
     assert 0.0 <= p <= 1.0
     assert _feature_rows(at) == list(radar.FEATURE_NAMES)  # 37 rows, grouped in appendix D order
     accuracy = next(f.value for f in at.dataframe if "paper" in f.value.columns and "category" in f.value.columns)
-    assert accuracy["category"].tolist()[:4] == ["Clear recall", "Clear reasoning", "Challenging / ambiguous",
-                                                 "Complex reasoning"]
+    assert accuracy["category"].tolist()[:4] == [
+        "Clear recall",
+        "Clear reasoning",
+        "Challenging / ambiguous",
+        "Complex reasoning",
+    ]
     assert accuracy["paper"].tolist()[:4] == pytest.approx([1.0, 1.0, 23 / 30, 1.0])
     assert any(c.value == "The capital of France is" for c in at.code)
     assert not at.error

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.methods.selfcritique import DEFAULT_INSTRUCTION, SelfCritiqueResult
+from components.text import escape_markdown
+from core.methods.selfcritique import DEFAULT_INSTRUCTION, RESPONSE_SLOT, SelfCritiqueResult
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "6_Self_Critique.py")
@@ -65,7 +66,9 @@ def test_instruction_without_slot_is_refused_and_script_text_stays_literal() -> 
     at.text_area(key="ror.w.sc.instruction").input("Answer again differently.")
     at.button(key="ror.sc.run").click().run()
     assert not at.exception, at.exception
-    assert any("{response}" in e.value for e in at.error), [e.value for e in at.error]
+    # the message names the slot, shown as plain text (markdown-escaped)
+    assert RESPONSE_SLOT == "{response}"
+    assert any(escape_markdown("{response}") in e.value for e in at.error), [e.value for e in at.error]
     assert "ror.sc.results" not in at.session_state or not at.session_state["ror.sc.results"]
 
     at.button(key="ror.sc.reset").click().run()

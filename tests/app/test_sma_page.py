@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.methods.sma.legacy import LABELS, SMAResult
+from core.methods.sma import LABELS, SMAResult
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "7_Source_Attribution.py")

@@ -1,9 +1,15 @@
 """Browser-test fixtures: one real `streamlit run app.py` for the whole session, Debian's chromium driven by
 Playwright, and :class:`AppPage`, the few interactions every browser test needs, written so that they wait
-for the app the way a person does (for the page to stop running) instead of racing its reruns."""
+for the app the way a person does (for the page to stop running) instead of racing its reruns.
+
+Screenshots and other artefacts go to :func:`artifacts` (``$READ_OR_RECALL_ARTIFACTS``, default the ignored
+``out/e2e/``), never into the tracked tree: ``make screenshots`` runs the README flows with the variable set
+and copies the two images into ``docs/`` itself. A failing browser test leaves a screenshot of its page there.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -22,6 +28,8 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
 ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS_ENV = "READ_OR_RECALL_ARTIFACTS"
+DEFAULT_ARTIFACTS = ROOT / "out" / "e2e"
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -75,11 +83,33 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 @pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """The folder browser tests write screenshots into: ``$READ_OR_RECALL_ARTIFACTS`` (relative paths are taken
+    from the repository root) or ``out/e2e/`` (ignored by git). Created if missing; never inside ``docs/``
+    unless the caller asked for it."""
+    folder = Path(os.environ.get(ARTIFACTS_ENV) or DEFAULT_ARTIFACTS)
+    if not folder.is_absolute():
+        folder = ROOT / folder
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keep each phase's report on the test item, so the ``app`` fixture knows whether its test failed."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+@pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A real `streamlit run app.py` on a free port, shared by every browser test; always terminated."""
     if CHROMIUM is None:
-        pytest.skip("Debian's chromium is not on PATH (`apt-get install chromium` or `make browser`); "
-                    "Playwright cannot download its own browsers here.")
+        pytest.skip(
+            "Debian's chromium is not on PATH (`apt-get install chromium` or `make browser`); "
+            "Playwright cannot download its own browsers here."
+        )
     port = _free_port()
     log = tmp_path_factory.mktemp("streamlit") / "server.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -87,11 +117,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "streamlit", "run", "app.py",
-                "--server.headless", "true",
-                "--server.port", str(port),
-                "--server.address", "127.0.0.1",
-                "--browser.gatherUsageStats", "false",
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless",
+                "true",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--browser.gatherUsageStats",
+                "false",
             ],
             cwd=ROOT,
             env=env,
@@ -216,13 +254,19 @@ class AppPage:
         self.page.screenshot(path=str(path), full_page=True)
 
 
-@pytest.fixture()
-def app(browser: Browser, server: Server) -> Iterator[AppPage]:
-    """A fresh browser context (a new Streamlit session) on the shared server."""
+@pytest.fixture
+def app(request: pytest.FixtureRequest, browser: Browser, server: Server, artifacts: Path) -> Iterator[AppPage]:
+    """A fresh browser context (a new Streamlit session) on the shared server; when the test fails, a
+    screenshot of its page is saved as ``<artifacts>/failed-<test name>.png``."""
     context = browser.new_context(viewport={"width": 1440, "height": 1100})
     page = context.new_page()
     page.set_default_timeout(STEP_TIMEOUT_MS)
     try:
         yield AppPage(page, server)
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed:
+            # the page may be gone; the test's own failure is what matters
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(artifacts / f"failed-{request.node.name}.png"), full_page=True)
     finally:
         context.close()

@@ -3,12 +3,11 @@ cell; that head's attention pattern opens over the prompt tokens."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import RUN_TIMEOUT_MS, AppPage
+from tests.e2e.conftest import ERRORS, RUN_TIMEOUT_MS, AppPage
 
 N_LAYERS, N_HEADS = 30, 9  # the embedded SmolLM2
 LAYER, HEAD = 10, 4  # the cell the test clicks
@@ -16,7 +15,7 @@ LAYER, HEAD = 10, 4  # the cell the test clicks
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def test_attention_page_opens_a_head_when_a_cell_is_clicked(app: AppPage) -> None:
+def test_attention_page_opens_a_head_when_a_cell_is_clicked(app: AppPage, artifacts: Path) -> None:
     app.open("Dual_Path", "Dual Path")
     app.set_number("Max new tokens per answer", 6)
     app.fill("Query", "What is the capital of Veltria?")
@@ -26,7 +25,10 @@ def test_attention_page_opens_a_head_when_a_cell_is_clicked(app: AppPage) -> Non
     page = app.page
     # client-side navigation keeps the session (and its last run)
     page.get_by_role("link", name="Attention").click()
-    page.get_by_role("heading", name="Attention entropy per head").wait_for(timeout=RUN_TIMEOUT_MS)
+    # the heading, or the app's error box (then fail at once with its message instead of a long timeout)
+    heading = page.get_by_role("heading", name="Attention entropy per head")
+    heading.or_(page.locator(ERRORS)).first.wait_for(timeout=RUN_TIMEOUT_MS)
+    app.fail_on_error()
     app.wait_idle(RUN_TIMEOUT_MS)
     app.fail_on_error()
     charts = page.locator('[data-testid="stPlotlyChart"]')
@@ -49,5 +51,4 @@ def test_attention_page_opens_a_head_when_a_cell_is_clicked(app: AppPage) -> Non
     ticks = page.locator('[data-testid="stPlotlyChart"]').nth(4).locator(".xtick text").all_text_contents()
     assert len(ticks) > 10
     assert any("capital" in t for t in ticks), ticks[:40]
-    if os.environ.get("ROR_SCREENSHOT_DIR"):
-        app.screenshot_whole_page(Path(os.environ["ROR_SCREENSHOT_DIR"]) / "attention.png")
+    app.screenshot_whole_page(artifacts / "attention.png")

@@ -1,16 +1,21 @@
 """The main flows in a real browser: `streamlit run app.py` driven by Playwright with Debian's chromium
-(fixtures and the waiting interactions are in ``conftest.py``)."""
+(fixtures and the waiting interactions are in ``conftest.py``).
+
+The two flows that end in a whole-page screenshot write ``screenshot.png`` and ``evaluate.png`` into the
+``artifacts`` folder; ``make screenshots`` runs just those two and copies them to the README's ``docs/``.
+"""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import ROOT, RUN_TIMEOUT_MS, AppPage
 
-SCREENSHOT = ROOT / "docs" / "screenshot.png"
-EVAL_SCREENSHOT = ROOT / "docs" / "evaluate.png"
+SCREENSHOT = "screenshot.png"  # docs/screenshot.png after `make screenshots`
+EVAL_SCREENSHOT = "evaluate.png"  # docs/evaluate.png after `make screenshots`
 VERDICT = re.compile("Likely recalled from memory|Context used|Uncalibrated")
 SCRIPT = "<script>alert(1)</script>"
 QUERY, CONTEXT = "Query", "Context (the retrieved passage)"
@@ -25,7 +30,7 @@ def _answers(app: AppPage) -> list[str]:
     return [blocks.nth(i).inner_text().strip() for i in range(2)]
 
 
-def test_dual_path_flow_and_screenshot(app: AppPage) -> None:
+def test_dual_path_flow_and_screenshot(app: AppPage, artifacts: Path) -> None:
     app.open("Dual_Path", "Dual Path")
     app.set_number(MAX_TOKENS, 32)
     app.fill(QUERY, "What is the capital of Veltria?")
@@ -44,8 +49,9 @@ def test_dual_path_flow_and_screenshot(app: AppPage) -> None:
     page.get_by_text("The exact prompts").click()
     assert page.get_by_text("Z = Σ KL over the window").first.is_visible()
     page.locator(".js-plotly-plot").first.wait_for()
-    app.screenshot_whole_page(SCREENSHOT)
-    assert SCREENSHOT.stat().st_size > 10_000
+    shot = artifacts / SCREENSHOT
+    app.screenshot_whole_page(shot)
+    assert shot.stat().st_size > 10_000
 
 
 def test_script_input_is_inert(app: AppPage) -> None:
@@ -68,17 +74,17 @@ def test_script_input_is_inert(app: AppPage) -> None:
 
 
 EVAL_CSV = (
-    "query,context,label,parametric_correct\n"
-    "What is the capital of France?,Paris is the capital of France.,memorized,true\n"
-    "Who wrote Hamlet?,Hamlet is a tragedy by William Shakespeare.,memorized,true\n"
-    "How many legs does a spider have?,Spiders are arachnids with eight legs.,memorized,true\n"
-    "What is the capital of Veltria?,The capital of Veltria is Marrowgate.,grounded,false\n"
-    "Who founded the Orrin Guild?,The Orrin Guild was founded by Tamsin Vell.,grounded,false\n"
-    "How many moons does Kessarine have?,The planet Kessarine has five moons.,grounded,false\n"
-).encode()
+    b"query,context,label,parametric_correct\n"
+    b"What is the capital of France?,Paris is the capital of France.,memorized,true\n"
+    b"Who wrote Hamlet?,Hamlet is a tragedy by William Shakespeare.,memorized,true\n"
+    b"How many legs does a spider have?,Spiders are arachnids with eight legs.,memorized,true\n"
+    b"What is the capital of Veltria?,The capital of Veltria is Marrowgate.,grounded,false\n"
+    b"Who founded the Orrin Guild?,The Orrin Guild was founded by Tamsin Vell.,grounded,false\n"
+    b"How many moons does Kessarine have?,The planet Kessarine has five moons.,grounded,false\n"
+)
 
 
-def test_evaluate_upload_run_and_screenshot(app: AppPage) -> None:
+def test_evaluate_upload_run_and_screenshot(app: AppPage, artifacts: Path) -> None:
     """A real file upload on the Evaluate page, a run of the default detectors, the ROC figure and table."""
     page = app.page
     app.open("Evaluate", "Evaluate")
@@ -94,8 +100,9 @@ def test_evaluate_upload_run_and_screenshot(app: AppPage) -> None:
     page.locator(".js-plotly-plot").first.wait_for(timeout=RUN_TIMEOUT_MS)
     page.locator(".js-plotly-plot text", has_text="False-positive rate").first.wait_for()
     assert page.get_by_role("button", name="Metrics (CSV)").is_visible()
-    app.screenshot_whole_page(EVAL_SCREENSHOT)
-    assert EVAL_SCREENSHOT.stat().st_size > 10_000
+    shot = artifacts / EVAL_SCREENSHOT
+    app.screenshot_whole_page(shot)
+    assert shot.stat().st_size > 10_000
 
 
 def test_inputs_and_settings_follow_the_user_across_pages(app: AppPage) -> None:
@@ -128,5 +135,6 @@ def test_a_saved_tau_is_loaded_from_a_file(app: AppPage) -> None:
     uploader.locator('input[type="file"]').set_input_files(
         files=[{"name": "threshold.json", "mimeType": "application/json", "buffer": saved.encode()}]
     )
-    app.click_and_wait("Use the loaded τ for the whole app",
-                       page.get_by_text("Threshold in force: τ = 9.420 nats (T = 64)"))
+    app.click_and_wait(
+        "Use the loaded τ for the whole app", page.get_by_text("Threshold in force: τ = 9.420 nats (T = 64)")
+    )

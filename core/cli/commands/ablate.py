@@ -18,10 +18,10 @@ import json
 import sys
 from typing import Any
 
-from core.methods.ablation.experiments import dose_response, layer_sweep, patching_scores, sweep_settings
-from core.cli import add_model_args, settings_from_args
-from core.methods.ablation.interventions import MAX_EPS
-from core.model.loading import load_model
+from tqdm import tqdm
+
+from core.cli.common import add_model_args, load_handle, settings_from_args
+from core.methods.ablation import MAX_EPS, MAX_RUNS, dose_response, layer_sweep, patching_scores, sweep_settings
 
 
 def register(subparsers: Any) -> None:
@@ -35,7 +35,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--layers",
         default=None,
-        help="decoder layers (0-based): 4-8, 3, 1,3,5-7, or early|middle|late|control|all (required except with --sweep, "
+        help="decoder layers (0-based): 4-8, 3, 1,3,5-7, or early|middle|late|control|all (required except with "
+        "--sweep, "
         "where it defaults to every layer)",
     )
     p.add_argument("--eps", type=float, default=0.1, help="noise scale ε in h' = h + ε·σ(h)·N(0,1) (default 0.1)")
@@ -62,8 +63,8 @@ def _grid(args: argparse.Namespace) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+    if not 1 <= args.seeds <= MAX_RUNS:
+        raise ValueError(f"--seeds must be in [1, {MAX_RUNS}], got {args.seeds}")
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     if not 0 <= args.eps <= MAX_EPS:
@@ -75,9 +76,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     seeds = list(range(args.seed, args.seed + args.seeds))
     n_tokens = sweep_settings(settings, settings.max_new_tokens).max_new_tokens
-    handle = load_model(args.model, revision=args.revision)
-
-    from tqdm import tqdm
+    handle = load_handle(args)
 
     report: dict[str, Any]
     if args.patch:
@@ -92,13 +91,27 @@ def run(args: argparse.Namespace) -> int:
 
             if args.sweep:
                 grid = layer_sweep(
-                    handle, args.query, args.context, settings, args.eps, seeds, layers=args.layers,
-                    max_new_tokens=n_tokens, progress=progress,
+                    handle,
+                    args.query,
+                    args.context,
+                    settings,
+                    args.eps,
+                    seeds,
+                    layers=args.layers,
+                    max_new_tokens=n_tokens,
+                    progress=progress,
                 )
             else:
                 grid = dose_response(
-                    handle, args.query, args.context, settings, args.layers, _grid(args), seeds,
-                    max_new_tokens=n_tokens, progress=progress,
+                    handle,
+                    args.query,
+                    args.context,
+                    settings,
+                    args.layers,
+                    _grid(args),
+                    seeds,
+                    max_new_tokens=n_tokens,
+                    progress=progress,
                 )
         report = grid.to_dict()
     if args.json:
@@ -110,7 +123,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _text(report: dict[str, Any]) -> str:
     clean = report["clean"]
-    lines = [f"model:        {report['model']}", f"clean answer: {clean['answer']}", f"clean Z:      {clean['z']:.4f} nats"]
+    lines = [
+        f"model:        {report['model']}",
+        f"clean answer: {clean['answer']}",
+        f"clean Z:      {clean['z']:.4f} nats",
+    ]
     if report["kind"] == "patching":
         lines.append(
             f"patched layers {report['layers_spec']}: Z = {report['patched']['z']:.4f} nats "

@@ -13,7 +13,7 @@ Examples::
     python -m core evaluate data.csv --out r.json --threshold-file tau.json
 
 With ``--threshold-file`` the given τ's achieved FPR/FNR on the held-out rows is printed next to the new one.
-The threshold file is :class:`core.repcs.Threshold` JSON (τ, α, T, model, template, γ̂, Δ̂, ε, PAC n,
+The threshold file is :class:`core.methods.repcs.Threshold` JSON (τ, α, T, model, template, γ̂, Δ̂, ε, PAC n,
 held-out FPR/FNR).
 """
 
@@ -25,12 +25,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.cli.common import add_model_args, load_handle, row_progress, settings_from_args, threshold_from_args
+from core.engine import DEFAULT_BATCH_SIZE, score_rows
+from core.evaluation import (
+    DEFAULT_ALPHA,
+    DEFAULT_EPSILON,
+    DEFAULT_FRACTION,
+    calibrate_records,
+    check_threshold,
+    read_labelled_csv,
+)
+from core.io import atomic_write_json
+
 
 def register(subparsers: Any) -> None:
-    from core.engine.batch import DEFAULT_BATCH_SIZE
-    from core.evaluation.calibration import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_FRACTION
-    from core.cli import add_model_args
-
     p = subparsers.add_parser(
         "calibrate",
         help="set RePCS τ as the α-quantile of Z on clean rows; held-out FPR/FNR and the PAC n; write τ as JSON",
@@ -40,10 +48,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", default=None, metavar="PATH", help="write the full calibration report here (JSON)")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="target false-positive rate α (default 0.05)")
     p.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON, help="ε of the PAC bound (default 0.05)")
-    p.add_argument("--calibration-fraction", type=float, default=DEFAULT_FRACTION,
-                   help="share of grounded rows used to set τ, chosen at random with --seed (default 0.5)")
-    p.add_argument("--calibration-rows", default=None,
-                   help="comma-separated row numbers of grounded rows to calibrate on (overrides the fraction)")
+    p.add_argument(
+        "--calibration-fraction",
+        type=float,
+        default=DEFAULT_FRACTION,
+        help="share of grounded rows used to set τ, chosen at random with --seed (default 0.5)",
+    )
+    p.add_argument(
+        "--calibration-rows",
+        default=None,
+        help="comma-separated row numbers of grounded rows to calibrate on (overrides the fraction)",
+    )
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     add_model_args(p)
@@ -67,33 +82,28 @@ def _records_from_report(path: Path) -> tuple[list[dict[str, Any]], int, str, st
         model = str(report["model"])
         template = report["settings"].get("template")
         for r in rows:
-            r["row"], r["label"], r["repcs_score"]  # noqa: B018 - presence check
+            r["row"], r["label"], r["repcs_score"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path} is not a result of `python -m core evaluate` ({exc})") from exc
     return rows, T, model, template
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    import core.cli as cli
-    from core.evaluation.calibration import calibrate_records, check_threshold
-    from core.evaluation.evaluate import read_labelled_csv, write_json_atomic
-
     path = Path(args.data)
-    given, _ = cli.threshold_from_args(args)
+    given, _ = threshold_from_args(args)
     if path.suffix.lower() == ".json":
         records, T, model, template = _records_from_report(path)
     else:
-        from core.engine.batch import score_rows
-
-        from tqdm import tqdm
-
         rows = read_labelled_csv(path)
-        settings = cli.settings_from_args(args)
-        handle = cli.load_model(args.model, revision=args.revision)
-        with tqdm(total=len(rows), desc="scoring rows", unit="row", file=sys.stderr) as bar:
+        settings = settings_from_args(args)
+        handle = load_handle(args)
+        with row_progress(len(rows)) as progress:
             results = score_rows(
-                handle, [(r.query, r.context) for r in rows], settings, batch_size=args.batch_size,
-                progress=lambda done, total: bar.update(done - bar.n),
+                handle,
+                [(r.query, r.context) for r in rows],
+                settings,
+                batch_size=args.batch_size,
+                progress=progress,
             )
         records = [
             {"row": r.row, "label": r.label, "repcs_score": res.repcs_score, "max_abs_log_ratio": res.max_abs_log_ratio}
@@ -101,28 +111,39 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         ]
         T, model, template = settings.score_window, handle.info.name, settings.template
     report = calibrate_records(
-        records, _rows_arg(args.calibration_rows), T=T, model=model, alpha=args.alpha, epsilon=args.epsilon,
-        fraction=args.calibration_fraction, seed=args.seed, template=template, source=f"calibrated on {path.name}",
+        records,
+        _rows_arg(args.calibration_rows),
+        T=T,
+        model=model,
+        alpha=args.alpha,
+        epsilon=args.epsilon,
+        fraction=args.calibration_fraction,
+        seed=args.seed,
+        template=template,
+        source=f"calibrated on {path.name}",
     )
     out = report.to_dict()
     held = [r for r in records if r["row"] not in set(report.threshold.extra.get("calibration_rows", []))]
     if given is not None:
         out["given_threshold"] = check_threshold(given, held)
     if args.out:
-        write_json_atomic(args.out, out)
+        atomic_write_json(args.out, out)
     if args.write_threshold:
         report.threshold.save(args.write_threshold)
 
     def pct(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.1%}"
 
+    delta = "n/a" if report.delta is None else f"{report.delta:.3f}"
+    n_required = "n/a" if report.n_required is None else f"{report.n_required:,}"
     lines = [
         f"model:        {model}   T = {T}",
         f"τ = {report.tau:.4f} nats  ({args.alpha:g}-quantile of Z over {report.n_calibration} clean rows)",
-        f"held-out:     FPR {pct(report.fpr_heldout)} on {report.n_heldout_clean} grounded rows,"
-        f"  FNR {pct(report.fnr_heldout)} on {report.n_heldout_memorized} memorized rows",
-        f"PAC:          γ̂ = {report.gamma:.3f}  Δ̂ = {'n/a' if report.delta is None else f'{report.delta:.3f}'}  ε = {args.epsilon:g}"
-        f"  →  n ≥ {'n/a' if report.n_required is None else f'{report.n_required:,}'}",
+        (
+            f"held-out:     FPR {pct(report.fpr_heldout)} on {report.n_heldout_clean} grounded rows,"
+            f"  FNR {pct(report.fnr_heldout)} on {report.n_heldout_memorized} memorized rows"
+        ),
+        f"PAC:          γ̂ = {report.gamma:.3f}  Δ̂ = {delta}  ε = {args.epsilon:g}  →  n ≥ {n_required}",
     ]
     if given is not None:
         g = out["given_threshold"]

@@ -5,7 +5,7 @@ Example::
     python -m core detect --query "What is the capital of Veltria?" \\
         --context "The capital of Veltria is Marrowgate." --detectors selfcritique,sma --json
 
-prints the :class:`~core.result.DualPathResult` JSON (the same as ``python -m core run --json``) with
+prints the :class:`~core.engine.result.DualPathResult` JSON (the same as ``python -m core run --json``) with
 ``extras["detectors"][name] = {"score", "label", "higher_means", "cost", "source", "seconds", "details"}``;
 ``details`` is whatever the detector left in its cache (Self-Critique: both answers and entropy sequences;
 SMA: units, β with retrieval on and off, ADS and labels). Without ``--json`` a short text summary is printed.
@@ -19,14 +19,16 @@ import sys
 import time
 from typing import Any
 
+from core.cli.common import add_model_args, load_handle, settings_from_args, threshold_from_args
+from core.detectors import DetectorInput, available, get, keys, resolve
+from core.engine import run_dual_path
+from core.methods.selfcritique import K_CHOICES, SelfCritiqueSettings
+from core.methods.sma import GRANULARITIES, METHODS, SCOPES, SMASettings
+
 logger = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
-    from core.cli import add_model_args
-    from core.methods.selfcritique import K_CHOICES
-    from core.methods.sma.legacy import GRANULARITIES, METHODS
-
     p = subparsers.add_parser("detect", help="one dual-path run scored by chosen detectors (e.g. selfcritique,sma)")
     p.add_argument("--query", required=True)
     p.add_argument("--context", required=True)
@@ -35,13 +37,23 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sma-samples", type=int, default=64, help="SMA: N random masks (default 64)")
     p.add_argument("--sma-granularity", choices=GRANULARITIES, default="word", help="SMA: attribution units")
     p.add_argument("--sma-method", choices=METHODS, default="lime", help="SMA: captum method (default lime + ridge)")
-    p.add_argument("--sma-scope", choices=("query", "query+context"), default="query",
-                   help="SMA: perturb the query only (the paper) or the context too")
+    p.add_argument(
+        "--sma-scope",
+        choices=SCOPES,
+        default="query",
+        help="SMA: perturb the query only (the paper) or the context too",
+    )
     p.add_argument("--sma-max-new-tokens", type=int, default=32, help="SMA: tokens per perturbed answer")
-    p.add_argument("--selfcritique-k", default="50",
-                   help=f"Self-Critique: top-K of the entropy, one of {', '.join(str(k) for k in K_CHOICES if k)} or 'full'")
-    p.add_argument("--selfcritique-context", action="store_true",
-                   help="Self-Critique: answer with the context (default: without, as in the paper)")
+    p.add_argument(
+        "--selfcritique-k",
+        default="50",
+        help=f"Self-Critique: top-K of the entropy, one of {', '.join(str(k) for k in K_CHOICES if k)} or 'full'",
+    )
+    p.add_argument(
+        "--selfcritique-context",
+        action="store_true",
+        help="Self-Critique: answer with the context (default: without, as in the paper)",
+    )
     add_model_args(p)
     p.set_defaults(func=_cmd_detect)
 
@@ -56,30 +68,36 @@ def _parse_k(text: str) -> int | None:
 
 
 def _cmd_detect(args: argparse.Namespace) -> int:
-    from core.cli import settings_from_args, threshold_from_args
-    from core.detectors import DetectorInput, available, get, keys, resolve
-    from core.engine.dual_path import run_dual_path
-    from core.model.loading import load_model
-    from core.methods.selfcritique import SelfCritiqueSettings
-    from core.methods.sma.legacy import SMASettings
-
-    names = list(available()) if args.detectors == "all" else [d.strip() for d in args.detectors.split(",") if d.strip()]
+    names = (
+        list(available()) if args.detectors == "all" else [d.strip() for d in args.detectors.split(",") if d.strip()]
+    )
     resolve(names)
     settings = settings_from_args(args)
     sc_settings = SelfCritiqueSettings(
-        max_new_tokens=settings.max_new_tokens, top_k=_parse_k(args.selfcritique_k),
-        use_context=args.selfcritique_context, template=settings.template,
+        max_new_tokens=settings.max_new_tokens,
+        top_k=_parse_k(args.selfcritique_k),
+        use_context=args.selfcritique_context,
+        template=settings.template,
     )
     sc_settings.validate()
     sma_settings = SMASettings(
-        n_samples=args.sma_samples, granularity=args.sma_granularity, method=args.sma_method, scope=args.sma_scope,
-        max_new_tokens=args.sma_max_new_tokens, template=settings.template,
+        n_samples=args.sma_samples,
+        granularity=args.sma_granularity,
+        method=args.sma_method,
+        scope=args.sma_scope,
+        max_new_tokens=args.sma_max_new_tokens,
+        template=settings.template,
     )
     sma_settings.validate()
     threshold, source = threshold_from_args(args)
-    handle = load_model(args.model, revision=args.revision)
+    handle = load_handle(args)
     result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
-    inp = DetectorInput(handle=handle, result=result, settings=settings, cache={keys.SELFCRITIQUE_SETTINGS: sc_settings, keys.SMA_SETTINGS: sma_settings})
+    inp = DetectorInput(
+        handle=handle,
+        result=result,
+        settings=settings,
+        cache={keys.SELFCRITIQUE_SETTINGS: sc_settings, keys.SMA_SETTINGS: sma_settings},
+    )
     outputs: dict[str, dict[str, Any]] = {}
     for name in names:
         detector = get(name)
@@ -107,6 +125,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   verdict: {result.verdict}",
     ]
     for name, out in outputs.items():
-        lines.append(f"{name:14s} {out['score']:.4f}   ({out['label']}; higher = {out['higher_means']}; {out['seconds']:.1f} s)")
+        lines.append(
+            f"{name:14s} {out['score']:.4f}   ({out['label']}; higher = {out['higher_means']}; {out['seconds']:.1f} s)"
+        )
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -2,12 +2,12 @@
 
 ``probe`` runs the dual path, then one instrumented forward per path (hidden states, attention reduced on the
 fly, logit lens) and, when a CRM basis exists for the model and template, the latent trajectory shift.
-With ``--json`` it prints the :class:`~core.result.DualPathResult` JSON (every key of ``run --json``) with
+With ``--json`` it prints the :class:`~core.engine.result.DualPathResult` JSON (every key of ``run --json``) with
 two blocks added under ``extras``:
 
 * ``extras.internals`` — per layer (index 0 = embeddings, ℓ + 1 = decoder layer ℓ) the L2 norm ‖d_ℓ‖ and the
   logit-lens KL at the last prompt token and averaged over the answer, the logit-lens top-1 of both paths,
-  and per path the attention-entropy maps (layers × heads), specialised-head counts at τ, RADAR's D.2.1
+  and per path the attention-entropy maps (layers × heads), specialized-head counts at τ, RADAR's D.2.1
   features and the attention mass on template/context/query/answer tokens;
 * ``extras.crm`` — LTS along PC1 and along the supervised direction, the layers flagged by the μ ± 2σ rule,
   the kept layers, the anomaly score, the CRM-LR probability and the cross-validated classifier report
@@ -22,11 +22,11 @@ import argparse
 import sys
 from typing import Any
 
-from core.cli import add_model_args, settings_from_args, threshold_from_args
-from core.methods.crm.legacy import PC1, SUPERVISED, CrmBasis, cache_basis_path, compute_basis, crm_report, load_basis
-from core.engine.dual_path import run_dual_path
+from core.cli.common import add_model_args, load_handle, settings_from_args, threshold_from_args
+from core.engine import run_dual_path
+from core.methods.crm import PC1, SUPERVISED, CrmBasis, cache_basis_path, compute_basis, crm_report, load_basis
 from core.methods.internals import RADAR_TAU, analyse
-from core.model.loading import ModelHandle, load_model
+from core.model.handle import ModelHandle
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,7 +82,7 @@ def _basis_for(handle: ModelHandle, template: str, compute: bool) -> tuple[CrmBa
 def _cmd_probe(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     threshold, source = threshold_from_args(args)
-    handle = load_model(args.model, revision=args.revision)
+    handle = load_handle(args)
     result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
     internals = analyse(handle, result, top_k=max(1, args.lens_top_k))
     basis, reason = _basis_for(handle, result.template, args.compute_basis)
@@ -141,7 +141,7 @@ def _table(extras: dict[str, Any], result: Any) -> str:
 
 
 def _cmd_basis(args: argparse.Namespace) -> int:
-    handle = load_model(args.model, revision=args.revision)
+    handle = load_handle(args)
     existing = load_basis(handle, args.template)
     if existing is not None and not args.force:
         sys.stderr.write(

@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from core.engine.batch import plan_batches, score_batch, score_rows, teacher_forced_logits_batch
-from core.engine.dual_path import DualPathSettings, generate_greedy, prepare_prompts, run_dual_path, teacher_forced_logits
+from core.engine import (
+    DualPathSettings,
+    generate_greedy,
+    plan_batches,
+    prepare_prompts,
+    run_dual_path,
+    score_batch,
+    score_rows,
+    teacher_forced_logits,
+    teacher_forced_logits_batch,
+)
 
 ROWS = [
     ("Where is the tower?", "The tower stands in Quillmere."),
@@ -17,7 +26,15 @@ ROWS = [
     ("How many moons?", "Three."),
     ("What colour is the sky on Orrin?", "On the planet Orrin the sky is a pale green all year round, even at night."),
 ]
-ARRAYS = ("token_kl", "retrieval.entropy", "parametric.entropy", "retrieval.logprob", "parametric.logprob", "retrieval.topk_probs", "parametric.topk_probs")
+ARRAYS = (
+    "token_kl",
+    "retrieval.entropy",
+    "parametric.entropy",
+    "retrieval.logprob",
+    "parametric.logprob",
+    "retrieval.topk_probs",
+    "parametric.topk_probs",
+)
 
 
 def _settings(**kw) -> DualPathSettings:
@@ -71,14 +88,30 @@ def test_score_batch_equals_run_dual_path(tiny_handle):
         # Greedy tokens can differ under padding only on a float near-tie; the tiny model has none here.
         assert got.answer_token_ids == want.answer_token_ids
         for name in ARRAYS:
-            np.testing.assert_allclose(attrgetter(name)(got), attrgetter(name)(want), rtol=1e-4, atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(
+                attrgetter(name)(got), attrgetter(name)(want), rtol=1e-4, atol=1e-5, err_msg=name
+            )
         assert got.retrieval.topk_ids.tolist() == want.retrieval.topk_ids.tolist()
         assert got.repcs_score == pytest.approx(want.repcs_score, rel=1e-4, abs=1e-5)
         assert got.max_abs_log_ratio == pytest.approx(want.max_abs_log_ratio, rel=1e-4, abs=1e-5)
         for key in ("mean", "max", "early"):
             assert got.kl_stats[key] == pytest.approx(want.kl_stats[key], rel=1e-4, abs=1e-6)
-        same = ("query", "context", "template", "retrieval.prompt", "parametric.prompt", "retrieval.answer", "answer_tokens",
-                "retrieval.finish", "parametric.finish", "score_window", "verdict", "threshold", "settings", "model")
+        same = (
+            "query",
+            "context",
+            "template",
+            "retrieval.prompt",
+            "parametric.prompt",
+            "retrieval.answer",
+            "answer_tokens",
+            "retrieval.finish",
+            "parametric.finish",
+            "score_window",
+            "verdict",
+            "threshold",
+            "settings",
+            "model",
+        )
         for name in same:
             assert attrgetter(name)(got) == attrgetter(name)(want), name
         assert got.timings["batch_size"] == len(ROWS)
@@ -99,8 +132,14 @@ def test_score_rows_keeps_order_and_stops(tiny_handle):
     results = score_rows(tiny_handle, ROWS, s, batch_size=2, progress=lambda d, t: seen.append((d, t)))
     assert [r.query for r in results] == [q for q, _ in ROWS]
     assert seen == [(2, 4), (4, 4)]
-    stopped = score_rows(tiny_handle, ROWS, s, batch_size=2, should_stop=lambda: len(seen) >= 3,
-                         progress=lambda d, t: seen.append((d, t)))
+    stopped = score_rows(
+        tiny_handle,
+        ROWS,
+        s,
+        batch_size=2,
+        should_stop=lambda: len(seen) >= 3,
+        progress=lambda d, t: seen.append((d, t)),
+    )
     assert sum(r is not None for r in stopped) == 2 and sum(r is None for r in stopped) == 2
 
 

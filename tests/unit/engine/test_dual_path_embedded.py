@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.engine.dual_path import DualPathSettings, run_dual_path
+from core.engine import DualPathSettings, run_dual_path
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,7 +31,9 @@ def test_invented_fact_is_read_from_context(embedded_handle):
 
 def test_known_fact_scores_lower_than_invented_fact(embedded_handle):
     settings = DualPathSettings(max_new_tokens=24, score_window=24)
-    known = run_dual_path(embedded_handle, "What is the capital of France?", "Paris is the capital of France.", settings)
+    known = run_dual_path(
+        embedded_handle, "What is the capital of France?", "Paris is the capital of France.", settings
+    )
     invented = run_dual_path(embedded_handle, *VELTRIA, settings)
     assert "Paris" in known.parametric.answer and "Paris" in known.retrieval.answer
     assert known.repcs_score < invented.repcs_score
@@ -41,14 +43,39 @@ def test_known_fact_scores_lower_than_invented_fact(embedded_handle):
 def test_cli_run_json_contract():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "core", "run", "--query", VELTRIA[0], "--context", VELTRIA[1],
-         "--max-new-tokens", "16", "--json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "core",
+            "run",
+            "--query",
+            VELTRIA[0],
+            "--context",
+            VELTRIA[1],
+            "--max-new-tokens",
+            "16",
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    for key in ("model", "query", "context", "rag_answer", "parametric_answer", "answer_tokens", "token_kl",
-                "repcs_score", "threshold", "verdict"):
+    for key in (
+        "model",
+        "query",
+        "context",
+        "rag_answer",
+        "parametric_answer",
+        "answer_tokens",
+        "token_kl",
+        "repcs_score",
+        "threshold",
+        "verdict",
+    ):
         assert key in data, key
     assert data["verdict"] in {"memorized", "grounded"}
     assert len(data["token_kl"]) == len(data["answer_tokens"])
@@ -59,7 +86,11 @@ def test_cli_reports_bad_input_without_traceback():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "core", "run", "--query", "   ", "--context", "x", "--json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2 and "query is empty" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -76,5 +107,7 @@ def test_bundled_scores_reproduce(embedded_handle):
         for r in rows[:3]:
             src = source[int(r["row"]) - 1]
             assert src["query"] == r["query"]
-            res = run_dual_path(embedded_handle, src["query"], src["context"], DualPathSettings(), free_parametric=False)
+            res = run_dual_path(
+                embedded_handle, src["query"], src["context"], DualPathSettings(), free_parametric=False
+            )
             assert res.repcs_score == pytest.approx(float(r["z"]), rel=1e-3, abs=1e-3)

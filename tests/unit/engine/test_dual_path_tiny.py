@@ -4,15 +4,13 @@ JSON round trip, input validation and concurrency."""
 from __future__ import annotations
 
 import threading
-
 from operator import attrgetter
 
 import numpy as np
 import pytest
 import torch
 
-from core.engine.dual_path import DualPathSettings, prepare_prompts, run_dual_path, teacher_forced_logits
-from core.engine.result import DualPathResult
+from core.engine import DualPathResult, DualPathSettings, prepare_prompts, run_dual_path, teacher_forced_logits
 
 Q, C = "Where is the tower?", "The tower stands in Quillmere."
 
@@ -32,8 +30,12 @@ def test_kl_matches_independent_float64_computation(tiny_handle):
     prep = prepare_prompts(tiny_handle, Q, C, _settings())
     ans = res.answer_token_ids
     n = len(ans)
-    rag = _manual_logits(tiny_handle, prep.retrieval.ids + ans)[len(prep.retrieval.ids) - 1 : len(prep.retrieval.ids) - 1 + n]
-    para = _manual_logits(tiny_handle, prep.parametric.ids + ans)[len(prep.parametric.ids) - 1 : len(prep.parametric.ids) - 1 + n]
+    rag = _manual_logits(tiny_handle, prep.retrieval.ids + ans)[
+        len(prep.retrieval.ids) - 1 : len(prep.retrieval.ids) - 1 + n
+    ]
+    para = _manual_logits(tiny_handle, prep.parametric.ids + ans)[
+        len(prep.parametric.ids) - 1 : len(prep.parametric.ids) - 1 + n
+    ]
     lp, lq = torch.log_softmax(rag, -1), torch.log_softmax(para, -1)
     expected = (lp.exp() * (lp - lq)).sum(-1).numpy()
     np.testing.assert_allclose(res.token_kl, expected, rtol=1e-3, atol=1e-5)
@@ -66,19 +68,26 @@ def test_teacher_forcing_alignment(tiny_handle):
 
 def test_identical_paths_give_zero(tiny_handle):
     """Z = 0 when both paths see the same input: score the retrieval prompt against itself."""
-    from core.engine.dual_path import generate_greedy, score_paths
+    from core.engine import generate_greedy, score_paths
 
     prep = prepare_prompts(tiny_handle, Q, C, _settings())
     ((ans, logits, _),) = generate_greedy(tiny_handle, [prep.retrieval.ids], _settings())
     tf = teacher_forced_logits(tiny_handle, prep.retrieval.ids, ans)
     scores = score_paths(logits, tf, ans, 5)
-    assert float(scores["token_kl"].sum()) == pytest.approx(0.0, abs=1e-4)
+    assert float(scores.token_kl.sum()) == pytest.approx(0.0, abs=1e-4)
 
 
 def test_json_round_trip_is_lossless(tiny_handle):
     res = run_dual_path(tiny_handle, Q, C, _settings())
     back = DualPathResult.from_json(res.to_json())
-    for name in ("token_kl", "retrieval.entropy", "parametric.entropy", "retrieval.topk_ids", "parametric.topk_probs", "parametric.logprob"):
+    for name in (
+        "token_kl",
+        "retrieval.entropy",
+        "parametric.entropy",
+        "retrieval.topk_ids",
+        "parametric.topk_probs",
+        "parametric.logprob",
+    ):
         a, b = attrgetter(name)(res), attrgetter(name)(back)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
     assert back.to_json() == res.to_json()

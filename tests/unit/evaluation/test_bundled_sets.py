@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.mark.parametrize("script", ["scripts/build_probes.py", "scripts/check_sets.py"])
 def test_static_checks_pass(script):
-    proc = subprocess.run([sys.executable, script, "--static-only"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, script, "--static-only"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "file checks passed" in proc.stdout
 

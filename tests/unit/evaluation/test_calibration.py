@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from core.evaluation.calibration import achieved_rates, calibrate, calibrate_records, calibration_split, check_threshold
 from core.cli import main
+from core.evaluation.calibration import achieved_rates, calibrate, calibrate_records, calibration_split, check_threshold
 from core.methods.repcs import Threshold, pac_sample_size
 
 
@@ -31,7 +31,7 @@ def test_tau_is_the_alpha_quantile_of_the_chosen_clean_rows():
         # by hand: the α-quantile with linear interpolation between order statistics
         s = np.sort(z[mask])
         pos = alpha * (s.size - 1)
-        lo = int(math.floor(pos))
+        lo = math.floor(pos)
         assert rep.tau == pytest.approx(s[lo] + (pos - lo) * (s[min(lo + 1, s.size - 1)] - s[lo]))
 
 
@@ -88,8 +88,15 @@ def test_no_gap_and_bad_inputs():
 
 def test_threshold_json_round_trip_and_records(tmp_path):
     z, y, g = _data(10, 10)
-    records = [{"row": i + 1, "label": "memorized" if yy else "grounded", "repcs_score": float(zz),
-                "max_abs_log_ratio": float(gg)} for i, (zz, yy, gg) in enumerate(zip(z, y, g))]
+    records = [
+        {
+            "row": i + 1,
+            "label": "memorized" if yy else "grounded",
+            "repcs_score": float(zz),
+            "max_abs_log_ratio": float(gg),
+        }
+        for i, (zz, yy, gg) in enumerate(zip(z, y, g))
+    ]
     rep = calibrate_records(records, {1, 2, 3, 4}, T=16, model="m", template="A")
     assert rep.threshold.extra["calibration_rows"] == [1, 2, 3, 4]
     assert rep.tau == pytest.approx(np.quantile(z[:4], 0.05))
@@ -103,17 +110,34 @@ def test_threshold_json_round_trip_and_records(tmp_path):
 
 
 def test_cli_calibrate_from_csv_writes_threshold(tmp_path, monkeypatch, tiny_handle, capsys):
-    import core.cli
+    import core.cli.common
 
-    monkeypatch.setattr(core.cli, "load_model", lambda *a, **k: tiny_handle)
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
     data = tmp_path / "d.csv"
-    data.write_text("query,context,label\n" + "\n".join(
-        f"Q{i}?,Fact {i} is {i * 3}.,{'memorized' if i % 3 == 0 else 'grounded'}" for i in range(9)
-    ) + "\n")
+    data.write_text(
+        "query,context,label\n"
+        + "\n".join(f"Q{i}?,Fact {i} is {i * 3}.,{'memorized' if i % 3 == 0 else 'grounded'}" for i in range(9))
+        + "\n"
+    )
     tau_path = tmp_path / "tau.json"
     out = tmp_path / "cal.json"
-    assert main(["calibrate", str(data), "--write-threshold", str(tau_path), "--out", str(out),
-                 "--max-new-tokens", "3", "--alpha", "0.2"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                str(data),
+                "--write-threshold",
+                str(tau_path),
+                "--out",
+                str(out),
+                "--max-new-tokens",
+                "3",
+                "--alpha",
+                "0.2",
+            ]
+        )
+        == 0
+    )
     th = Threshold.load(tau_path)
     report = json.loads(out.read_text())
     assert th.T == 3 and th.alpha == 0.2 and report["tau"] == th.tau
@@ -121,7 +145,9 @@ def test_cli_calibrate_from_csv_writes_threshold(tmp_path, monkeypatch, tiny_han
     assert "τ =" in capsys.readouterr().out
     # reading it back: the same rows from an evaluate report, with --threshold-file compared side by side
     ev = tmp_path / "ev.json"
-    assert main(["evaluate", str(data), "--out", str(ev), "--max-new-tokens", "3", "--threshold-file", str(tau_path)]) == 0
+    assert (
+        main(["evaluate", str(data), "--out", str(ev), "--max-new-tokens", "3", "--threshold-file", str(tau_path)]) == 0
+    )
     assert json.loads(ev.read_text())["threshold"] == pytest.approx(th.tau)
     assert main(["calibrate", str(ev), "--threshold-file", str(tau_path), "--out", str(out), "--alpha", "0.2"]) == 0
     again = json.loads(out.read_text())

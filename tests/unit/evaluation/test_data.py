@@ -7,8 +7,8 @@ import json
 import pytest
 
 from core.cli import main
-from core.evaluation.evaluate import DataError, evaluate_rows, parse_labelled_csv, read_labelled_csv
-from core.engine.dual_path import DualPathSettings
+from core.engine import DualPathSettings
+from core.evaluation import DataError, evaluate_rows, parse_labelled_csv, read_labelled_csv
 
 
 def test_valid_file_keeps_extra_columns():
@@ -64,9 +64,9 @@ def test_cli_evaluate_writes_nothing_on_bad_file(tmp_path, capsys):
 
 
 def test_cli_evaluate_over_budget_row_names_row(tmp_path, capsys, monkeypatch, tiny_handle):
-    import core.cli
+    import core.cli.common
 
-    monkeypatch.setattr(core.cli, "load_model", lambda *a, **k: tiny_handle)
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
     data = tmp_path / "long.csv"
     data.write_text("query,context,label\nq,short,memorized\nq," + "word " * 600 + ",grounded\n")
     out = tmp_path / "out.json"
@@ -76,9 +76,9 @@ def test_cli_evaluate_over_budget_row_names_row(tmp_path, capsys, monkeypatch, t
 
 
 def test_cli_evaluate_contract(tmp_path, monkeypatch, tiny_handle):
-    import core.cli
+    import core.cli.common
 
-    monkeypatch.setattr(core.cli, "load_model", lambda *a, **k: tiny_handle)
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
     data = tmp_path / "d.csv"
     data.write_text("query,context,label\nA?,a is 1.,memorized\nB?,b is 2.,grounded\nC?,c is 3.,grounded\n")
     out = tmp_path / "r.json"
@@ -94,13 +94,18 @@ def test_all_registered_free_detectors_are_scored(tiny_handle):
 
     free = [n for n, d in available().items() if d.cost == "free"]
     assert {"repcs", "repcs_mean", "max_token_kl"} <= set(free)
-    text = "query,context,label\n" + "\n".join(f"Q{i}?,C{i} is {i}.,{'memorized' if i % 2 else 'grounded'}" for i in range(4))
-    report = evaluate_rows(tiny_handle, parse_labelled_csv(text), DualPathSettings(max_new_tokens=4, score_window=4), detectors=free)
+    text = "query,context,label\n" + "\n".join(
+        f"Q{i}?,C{i} is {i}.,{'memorized' if i % 2 else 'grounded'}" for i in range(4)
+    )
+    report = evaluate_rows(
+        tiny_handle, parse_labelled_csv(text), DualPathSettings(max_new_tokens=4, score_window=4), detectors=free
+    )
     assert set(report["detectors"]) == set(free)
     row = report["rows"][0]
     assert row["scores"]["repcs"] == row["repcs_score"]
     # the RePCS metrics are computed on −Z
     import numpy as np
+
     from core.maths.metrics import auc
 
     labels = np.array([1 if r["label"] == "memorized" else 0 for r in report["rows"]])
@@ -110,4 +115,9 @@ def test_all_registered_free_detectors_are_scored(tiny_handle):
 
 def test_unknown_detector_is_refused(tiny_handle):
     with pytest.raises(ValueError, match="Unknown detector"):
-        evaluate_rows(tiny_handle, parse_labelled_csv("query,context,label\nq,c,grounded\n"), DualPathSettings(), detectors=["nope"])
+        evaluate_rows(
+            tiny_handle,
+            parse_labelled_csv("query,context,label\nq,c,grounded\n"),
+            DualPathSettings(),
+            detectors=["nope"],
+        )

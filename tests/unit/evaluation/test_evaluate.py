@@ -14,9 +14,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from core.cli import main
-from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector
 from core.detectors.fitted import cross_validated_scores
-from core.evaluation.evaluate import (
+from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector
+from core.evaluation import (
     DataError,
     answer_follows,
     detector_metrics,
@@ -102,13 +102,25 @@ def test_cross_validated_scores_never_use_a_rows_own_label():
 
 def test_summarize_fills_fitted_scores_out_of_fold():
     rng = np.random.default_rng(2)
-    fitted = Detector(name="fit", label="fit", higher_means=MEMORIZED_HIGH, score=lambda inp: 0.0, needs_fit=True,
-                      features=lambda inp: np.zeros(2))
+    fitted = Detector(
+        name="fit",
+        label="fit",
+        higher_means=MEMORIZED_HIGH,
+        score=lambda inp: 0.0,
+        needs_fit=True,
+        features=lambda inp: np.zeros(2),
+    )
     records = []
     for i in range(20):
         lab = "memorized" if i % 2 else "grounded"
-        records.append({"row": i + 1, "label": lab, "scores": {"plain": float(i % 2 + rng.normal()), "fit": None},
-                        "features": {"fit": (rng.normal(size=2) + (i % 2)).tolist()}})
+        records.append(
+            {
+                "row": i + 1,
+                "label": lab,
+                "scores": {"plain": float(i % 2 + rng.normal()), "fit": None},
+                "features": {"fit": (rng.normal(size=2) + (i % 2)).tolist()},
+            }
+        )
     summary, rows = summarize(records, {"plain": _det("plain"), "fit": fitted}, n_boot=100)
     x = np.array([r["features"]["fit"] for r in records])
     y = np.array([1 if r["label"] == "memorized" else 0 for r in records])
@@ -130,8 +142,9 @@ def test_upload_validation_is_all_or_nothing():
 
 
 def test_conflict_rows_and_follows():
-    rows = parse_conflict_csv("query,context,answer_context,answer_memory\nCapital of France?,"
-                              "The capital of France is Lyon.,Lyon,Paris\n")
+    rows = parse_conflict_csv(
+        "query,context,answer_context,answer_memory\nCapital of France?,The capital of France is Lyon.,Lyon,Paris\n"
+    )
     assert rows[0].answer_context == "Lyon" and rows[0].answer_memory == "Paris"
     with pytest.raises(DataError, match=r"Row 1, column 'answer_memory'"):
         parse_conflict_csv("query,context,answer_context,answer_memory\nq,c,Lyon,\n")
@@ -150,12 +163,15 @@ def test_label_confirmed():
 
 
 def test_cli_evaluate_adds_ci_and_every_detector(tmp_path, monkeypatch, tiny_handle):
-    import core.cli
+    import core.cli.common
 
-    monkeypatch.setattr(core.cli, "load_model", lambda *a, **k: tiny_handle)
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
     data = tmp_path / "d.csv"
-    data.write_text("query,context,label\n" + "\n".join(
-        f"Q{i}?,Fact {i} is {i * 7}.,{'memorized' if i % 2 else 'grounded'}" for i in range(12)) + "\n")
+    data.write_text(
+        "query,context,label\n"
+        + "\n".join(f"Q{i}?,Fact {i} is {i * 7}.,{'memorized' if i % 2 else 'grounded'}" for i in range(12))
+        + "\n"
+    )
     out = tmp_path / "r.json"
     names = "repcs,repcs_mean,max_token_kl,ppl,zlib,min_k_20,min_kpp_10,crm_l2_lr"
     assert main(["evaluate", str(data), "--out", str(out), "--max-new-tokens", "3", "--detectors", names]) == 0
@@ -172,16 +188,38 @@ def test_cli_evaluate_adds_ci_and_every_detector(tmp_path, monkeypatch, tiny_han
 
 
 def test_cli_evaluate_sample_cheap_and_bad_sigmas(tmp_path, monkeypatch, tiny_handle, capsys):
-    import core.cli
+    import core.cli.common
     from core.detectors.registry import available
 
-    monkeypatch.setattr(core.cli, "load_model", lambda *a, **k: tiny_handle)
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
     data = tmp_path / "d.csv"
-    data.write_text("query,context,label\n" + "\n".join(
-        f"Q{i}?,Fact {i} is {i * 7}.,{'memorized' if i % 3 else 'grounded'}" for i in range(12)) + "\n")
+    data.write_text(
+        "query,context,label\n"
+        + "\n".join(f"Q{i}?,Fact {i} is {i * 7}.,{'memorized' if i % 3 else 'grounded'}" for i in range(12))
+        + "\n"
+    )
     out = tmp_path / "r.json"
-    assert main(["evaluate", str(data), "--out", str(out), "--max-new-tokens", "2", "--sample", "6",
-                 "--detectors", "cheap", "--sigmas", "", "--bootstrap", "50"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(data),
+                "--out",
+                str(out),
+                "--max-new-tokens",
+                "2",
+                "--sample",
+                "6",
+                "--detectors",
+                "cheap",
+                "--sigmas",
+                "",
+                "--bootstrap",
+                "50",
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     assert report["n"] == 6 and sum(r["label"] == "memorized" for r in report["rows"]) == 4
     cheap = [n for n, d in available().items() if d.cost in ("free", "forward")]
@@ -193,7 +231,7 @@ def test_cli_evaluate_sample_cheap_and_bad_sigmas(tmp_path, monkeypatch, tiny_ha
 
 
 def test_stratified_sample_keeps_proportions():
-    from core.evaluation.evaluate import LabelledRow, stratified_sample
+    from core.evaluation import LabelledRow, stratified_sample
 
     rows = [LabelledRow(i + 1, f"q{i}", "c", "memorized" if i < 30 else "grounded") for i in range(100)]
     sample = stratified_sample(rows, 10, seed=1)
@@ -205,17 +243,26 @@ def test_stratified_sample_keeps_proportions():
 
 
 def test_conflict_records_say_which_source_each_answer_follows(tiny_handle):
-    from core.engine.dual_path import DualPathSettings
-    from core.evaluation.evaluate import resolve_detectors, score_records
+    from core.engine import DualPathSettings
+    from core.evaluation import resolve_detectors, score_records
 
-    rows = parse_conflict_csv("query,context,answer_context,answer_memory\n"
-                              "Capital of France?,The capital of France is Lyon.,Lyon,Paris\n"
-                              "Boiling point?,Water boils at 40 degrees.,40,100\n")
-    records = score_records(tiny_handle, rows, DualPathSettings(max_new_tokens=3, score_window=3),
-                            resolve_detectors(["repcs", "ppl"]), free_parametric=True)
+    rows = parse_conflict_csv(
+        "query,context,answer_context,answer_memory\n"
+        "Capital of France?,The capital of France is Lyon.,Lyon,Paris\n"
+        "Boiling point?,Water boils at 40 degrees.,40,100\n"
+    )
+    records = score_records(
+        tiny_handle,
+        rows,
+        DualPathSettings(max_new_tokens=3, score_window=3),
+        resolve_detectors(["repcs", "ppl"]),
+        free_parametric=True,
+    )
     for row, rec in zip(rows, records):
         assert rec["follows"] == answer_follows(rec["rag_answer"], row.answer_context, row.answer_memory)
-        assert rec["parametric_follows"] == answer_follows(rec["parametric_answer"], row.answer_context, row.answer_memory)
+        assert rec["parametric_follows"] == answer_follows(
+            rec["parametric_answer"], row.answer_context, row.answer_memory
+        )
         assert rec["answer_memory"] == row.answer_memory and "label" not in rec
         assert rec["scores"]["repcs"] == rec["repcs_score"] and rec["scores"]["ppl"] > 0
 
@@ -224,13 +271,19 @@ def test_conflict_records_say_which_source_each_answer_follows(tiny_handle):
 def test_crm_lr_cv_on_the_embedded_model_uses_the_kept_layers(embedded_handle):
     from pathlib import Path
 
-    from core.methods.crm.legacy import load_basis
-    from core.engine.dual_path import DualPathSettings
-    from core.evaluation.evaluate import evaluate_rows, read_labelled_csv
+    from core.engine import DualPathSettings
+    from core.evaluation import evaluate_rows, read_labelled_csv
+    from core.methods.crm import load_basis
 
     rows = read_labelled_csv(Path(__file__).resolve().parents[3] / "assets" / "probes" / "probes.csv")[:8]
-    report = evaluate_rows(embedded_handle, rows, DualPathSettings(max_new_tokens=4, score_window=4),
-                           detectors=["crm_lr_cv"], noise_sigmas=(), n_boot=50)
+    report = evaluate_rows(
+        embedded_handle,
+        rows,
+        DualPathSettings(max_new_tokens=4, score_window=4),
+        detectors=["crm_lr_cv"],
+        noise_sigmas=(),
+        n_boot=50,
+    )
     kept = load_basis(embedded_handle, "auto").kept_layers
     assert all(len(r["features"]["crm_lr_cv"]) == len(kept) and "errors" not in r for r in report["rows"])
     assert all(0.0 <= r["scores"]["crm_lr_cv"] <= 1.0 for r in report["rows"])

@@ -21,7 +21,9 @@ def _np_kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
 def test_kl_matches_float64_reference():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(7, 300)) * 3, rng.normal(size=(7, 300)) * 3
-    ours = kl_divergence(log_probs(torch.tensor(a, dtype=torch.float32)), log_probs(torch.tensor(b, dtype=torch.float32)))
+    ours = kl_divergence(
+        log_probs(torch.tensor(a, dtype=torch.float32)), log_probs(torch.tensor(b, dtype=torch.float32))
+    )
     assert ours.dtype == torch.float32
     np.testing.assert_allclose(ours.numpy(), _np_kl(a, b), rtol=1e-4, atol=1e-5)
 

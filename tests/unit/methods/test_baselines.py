@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from core.methods import baselines
-from core.methods.baselines import context_token_stats, min_k_plus_plus, min_k_prob, perplexity, zlib_ratio
 from core.detectors import DetectorInput, available, get, keys, resolve
 from core.detectors import baselines as baseline_detectors
-from core.engine.dual_path import DualPathSettings, run_dual_path
+from core.engine import DualPathSettings, run_dual_path
+from core.methods import baselines
+from core.methods.baselines import context_token_stats, min_k_plus_plus, min_k_prob, perplexity, zlib_ratio
 
 TEXT = "The lighthouse of Orrin was built in 1802 from grey granite."
 
@@ -59,8 +59,9 @@ def test_registered_detectors_share_one_forward(tiny_handle, monkeypatch):
     names = ["ppl", "zlib", "min_k_10", "min_k_20", "min_kpp_10", "min_kpp_20"]
     assert set(names) <= set(registry)
     assert registry["ppl"].higher_means == "grounded" and registry["min_k_20"].higher_means == "memorized"
-    res = run_dual_path(tiny_handle, "Who built it?", TEXT, DualPathSettings(max_new_tokens=3, score_window=3),
-                        free_parametric=False)
+    res = run_dual_path(
+        tiny_handle, "Who built it?", TEXT, DualPathSettings(max_new_tokens=3, score_window=3), free_parametric=False
+    )
     calls = []
     real = baselines.context_token_stats
     monkeypatch.setattr(baseline_detectors, "context_token_stats", lambda h, t: calls.append(t) or real(h, t))

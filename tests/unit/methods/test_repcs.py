@@ -80,10 +80,40 @@ def test_threshold_lookup_prefers_user_file(tmp_path):
     assert found is not None and found.tau == 1.25 and "calibrated by you" in why
 
 
+def test_user_threshold_file_is_named_by_the_one_model_slug(tmp_path):
+    from core.io import model_slug
+    from core.model.loading import EMBEDDED_NAME
+
+    assert user_threshold_path(tmp_path, "some/model").name == f"{model_slug('some/model', '')}.json"
+    assert user_threshold_path(tmp_path, EMBEDDED_NAME).name == "embedded.json"
+
+
+def test_threshold_save_is_atomic_and_exactly_to_json(tmp_path, monkeypatch):
+    th = Threshold(tau=1.5, alpha=0.05, T=8, model="m", source="test")
+    path = tmp_path / "sub" / "tau.json"
+    th.save(path)
+    assert path.read_text(encoding="utf-8") == th.to_json()
+    assert [p.name for p in path.parent.iterdir()] == ["tau.json"]  # no temporary file left behind
+
+    def boom(fh):
+        raise OSError("disk full")
+
+    import core.io
+
+    real = core.io.atomic_write
+    monkeypatch.setattr(core.io, "atomic_write", lambda p, write: real(p, boom))
+    with pytest.raises(OSError, match="disk full"):
+        Threshold(tau=9.0, alpha=0.05, T=8, model="m", source="x").save(path)
+    assert Threshold.load(path) == th  # the old file is intact
+    assert [p.name for p in path.parent.iterdir()] == ["tau.json"]
+
+
 def test_bundled_threshold_file_is_consistent():
     data = json.loads(EMBEDDED_THRESHOLD.read_text())
     assert data["alpha"] == 0.05 and data["n_clean"] >= 60
-    assert data["delta"] > 0 and data["n_required"] == pac_sample_size(data["gamma"], data["T"], data["delta"], data["epsilon"])
+    assert data["delta"] > 0 and data["n_required"] == pac_sample_size(
+        data["gamma"], data["T"], data["delta"], data["epsilon"]
+    )
     assert data["fpr"] <= 0.1
 
 

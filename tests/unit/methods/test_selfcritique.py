@@ -3,6 +3,7 @@ run on the tiny random Llama (generation logits, prompts, streaming, budget, JSO
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -10,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from core.engine import teacher_forced_logits
 from core.maths.divergence import entropy, log_probs, topk_entropy
-from core.engine.dual_path import teacher_forced_logits
 from core.methods.selfcritique import (
     CRITIQUE,
     DEFAULT_INSTRUCTION,
@@ -95,7 +96,7 @@ def test_topk_entropy_matches_numpy_and_converges_to_the_full_entropy() -> None:
         h = float(topk_entropy(log_probs(logits), k))
         assert h == pytest.approx(_topk_entropy_numpy(logits.numpy(), k), abs=1e-4)
         errors.append(abs(full - h))
-    assert all(later <= earlier + 1e-6 for earlier, later in zip(errors, errors[1:])), errors
+    assert all(later <= earlier + 1e-6 for earlier, later in itertools.pairwise(errors)), errors
     assert errors[0] > 1.0, "top-3 is a coarse approximation of this spread-out distribution"
     assert errors[-1] < 1e-5, "K = V is the full entropy"
 
@@ -151,7 +152,10 @@ def test_settings_validation() -> None:
 def tiny_run(tiny_handle):
     events = []
     result = run_self_critique(
-        tiny_handle, "What is 2+2?", "Two and two make four.", SelfCritiqueSettings(max_new_tokens=6, top_k=10),
+        tiny_handle,
+        "What is 2+2?",
+        "Two and two make four.",
+        SelfCritiqueSettings(max_new_tokens=6, top_k=10),
         on_event=events.append,
     )
     return result, events
@@ -194,7 +198,9 @@ def test_run_json_round_trip(tiny_run) -> None:
 
 
 def test_run_with_context_and_input_errors(tiny_handle) -> None:
-    result = run_self_critique(tiny_handle, "Q?", "CTX-MARKER", SelfCritiqueSettings(max_new_tokens=2, use_context=True))
+    result = run_self_critique(
+        tiny_handle, "Q?", "CTX-MARKER", SelfCritiqueSettings(max_new_tokens=2, use_context=True)
+    )
     assert "CTX-MARKER" in result.first_prompt and "CTX-MARKER" in result.critique_prompt
     with pytest.raises(ValueError, match="context is empty"):
         run_self_critique(tiny_handle, "Q?", "  ", SelfCritiqueSettings(max_new_tokens=2, use_context=True))
@@ -205,12 +211,26 @@ def test_run_with_context_and_input_errors(tiny_handle) -> None:
 
 
 def test_detect_command_puts_detector_outputs_under_extras(tiny_handle, monkeypatch, capsys) -> None:
-    import core.model.loading
+    import core.cli.common
     from core.cli import main
 
-    monkeypatch.setattr(core.model.loading, "load_model", lambda *a, **k: tiny_handle)
-    code = main(["detect", "--query", "What is 2+2?", "--context", "Four.", "--detectors", "selfcritique",
-                 "--max-new-tokens", "3", "--selfcritique-k", "full", "--json"])
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
+    code = main(
+        [
+            "detect",
+            "--query",
+            "What is 2+2?",
+            "--context",
+            "Four.",
+            "--detectors",
+            "selfcritique",
+            "--max-new-tokens",
+            "3",
+            "--selfcritique-k",
+            "full",
+            "--json",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     out = data["extras"]["detectors"]["selfcritique"]

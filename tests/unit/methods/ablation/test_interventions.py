@@ -1,10 +1,10 @@
-"""Interventions on the tiny random Llama: the noise formula, where it applies, determinism, chunking and
-padding independence, activation patching, hook hygiene, the lock, and concurrent sessions."""
+"""Interventions on the tiny random Llama: the layers they hook, the noise formula, where it applies, determinism,
+chunking and padding independence, activation patching, hook hygiene, the lock, and concurrent sessions."""
 
 from __future__ import annotations
 
 import threading
-
+import time
 from operator import attrgetter
 
 import numpy as np
@@ -12,14 +12,8 @@ import pytest
 import torch
 
 import core.methods.ablation.interventions as iv
-from core.engine.dual_path import (
-    DualPathSettings,
-    generate_greedy,
-    prepare_prompts,
-    run_dual_path,
-)
-from core.methods.ablation.interventions import (
-    NOISE_BLOCK,
+from core.engine import DualPathSettings, generate_greedy, prepare_prompts, run_dual_path
+from core.methods.ablation import (
     Intervention,
     NoiseSpec,
     PatchSpec,
@@ -27,21 +21,24 @@ from core.methods.ablation.interventions import (
     capture_layer_outputs,
     count_hooks,
     count_intervention_hooks,
-    decoder_stack,
-    format_layers,
-    layer_preset,
+    dose_response,
+    intervention_parts,
     noise_field,
     noise_injection,
-    parse_layers,
 )
 
 Q, C = "Where is the tower?", "The tower stands in Quillmere."
-OTHER = [("What colour is the door?", "The door of the mill is painted green."),
-         ("Who keeps the bees?", "Old Mara keeps the bees behind the chapel.")]
+OTHER = [
+    ("What colour is the door?", "The door of the mill is painted green."),
+    ("Who keeps the bees?", "Old Mara keeps the bees behind the chapel."),
+]
 
 
 def _settings(n: int = 6) -> DualPathSettings:
     return DualPathSettings(max_new_tokens=n, score_window=n, top_k=5)
+
+
+FIELDS = ("token_kl", "retrieval.logprob", "parametric.logprob", "retrieval.entropy")
 
 
 def _same(a, b) -> bool:
@@ -49,7 +46,7 @@ def _same(a, b) -> bool:
     return (
         a.answer_token_ids == b.answer_token_ids
         and a.parametric.token_ids == b.parametric.token_ids
-        and all(np.array_equal(attrgetter(f)(a), attrgetter(f)(b)) for f in ("token_kl", "retrieval.logprob", "parametric.logprob", "retrieval.entropy"))
+        and all(np.array_equal(attrgetter(f)(a), attrgetter(f)(b)) for f in FIELDS)
         and a.repcs_score == b.repcs_score
     )
 
@@ -63,45 +60,91 @@ def warm(tiny_handle):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Layer sets
+# The model's parts
 
 
-def test_parse_layers_and_presets():
-    assert parse_layers("4-8", 30) == [4, 5, 6, 7, 8]
-    assert parse_layers("1,3,5-7", 30) == [1, 3, 5, 6, 7]
-    assert parse_layers(" 7 ", 30) == [7]
-    assert parse_layers([3, 1, 3], 30) == [1, 3]
-    assert parse_layers("early", 30) == list(range(10))
-    assert parse_layers("middle", 30) == list(range(10, 20))
-    assert parse_layers("late", 30) == list(range(20, 30))
-    assert parse_layers("early,25", 30) == list(range(10)) + [25]
-    assert parse_layers("all", 3) == [0, 1, 2]
-    assert parse_layers("control", 30) == list(range(8)) and parse_layers("control", 3) == [0, 1, 2]
-    # thirds partition the stack for any depth
-    for n in (1, 2, 3, 7, 30, 32, 48):
-        parts = [layer_preset(p, n) for p in ("early", "middle", "late")]
-        if n >= 3:
-            assert sorted(x for part in parts for x in part) == list(range(n))
-    assert format_layers([4, 5, 6, 9, 11, 12]) == "4-6,9,11-12"
-    assert parse_layers(format_layers([0, 2, 3, 4, 29]), 30) == [0, 2, 3, 4, 29]
-    for bad in ("30", "8-4", "x", "", "1-2-3", "-1", "middle_ish"):
-        with pytest.raises(ValueError):
-            parse_layers(bad, 30)
+def test_interventions_hook_the_layers_the_locator_finds(tiny_handle, warm):
+    parts = intervention_parts(tiny_handle)
+    assert parts.decoder is tiny_handle.model.model and list(parts.layers) == list(tiny_handle.model.model.layers)
+    with noise_injection(tiny_handle, [1], 0.5, 0) as active:
+        assert active.parts.layers[1] is tiny_handle.model.model.layers[1]
+        assert count_intervention_hooks(tiny_handle.model.model.layers[1]) == 1
+        assert count_intervention_hooks(tiny_handle.model) == 1
 
 
-def test_decoder_stack_finds_llama_layers_and_rejects_other_layouts(tiny_handle):
-    owner, layers = decoder_stack(tiny_handle.model)
-    assert owner is tiny_handle.model.model and layers is tiny_handle.model.model.layers
+class _NoPositions(torch.nn.Module):
+    """A decoder layer whose forward cannot receive position_ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.self_attn = torch.nn.Linear(4, 4)
+
+    def forward(self, hidden_states):
+        return hidden_states
+
+
+def test_models_whose_layers_take_no_positions_or_have_no_layers_are_refused(tiny_handle):
+    from types import SimpleNamespace
+
+    class Decoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList([_NoPositions(), _NoPositions()])
+            self.norm = torch.nn.LayerNorm(4)
+
+    class LM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = Decoder()
+            self.lm_head = torch.nn.Linear(4, 8)
+
+        def get_output_embeddings(self):
+            return self.lm_head
+
+    handle = SimpleNamespace(model=LM(), info=tiny_handle.info)
+    with pytest.raises(ValueError, match="position_ids"):
+        Intervention(handle, noise=NoiseSpec((0,), 0.5))
+    assert count_hooks(handle.model) == 0
+    handle = SimpleNamespace(model=torch.nn.Sequential(torch.nn.Linear(4, 4)), info=tiny_handle.info)
+    with pytest.raises(ValueError, match="decoder layers"):
+        Intervention(handle, noise=NoiseSpec((0,), 0.5))
+
+
+def test_noise_on_a_gpt2_layout_is_keyed_by_position_too():
+    """The locator finds GPT-2's ``transformer.h``; its blocks receive position_ids, so the noise field applies
+    as on Llama: one prefill + cached decoding equals one full pass under the same seed."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=64, n_positions=32))
-    with pytest.raises(ValueError, match="Llama-like"):
-        decoder_stack(gpt2)
+    from core.model.handle import ModelHandle, ModelInfo
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=64, n_positions=32, bos_token_id=0, eos_token_id=0)
+    ).eval()
+    info = ModelInfo("gpt2-tiny", "test", 2, 2, 16, 64, "cpu", "float32", 32, False)
+    handle = ModelHandle(model, None, info)
+    before = count_hooks(model)
+    ids = torch.tensor([[5, 9, 3, 7, 1, 2]])
+    with noise_injection(handle, [0, 1], 0.7, seed=3) as active, torch.inference_mode():
+        full = model(input_ids=ids).logits
+        prefix = model(input_ids=ids[:, :4], use_cache=True)
+        step = model(input_ids=ids[:, 4:], past_key_values=prefix.past_key_values).logits
+    assert active.stats.noised_forwards == {0: 3, 1: 3}
+    torch.testing.assert_close(torch.cat([prefix.logits, step], dim=1), full, rtol=1e-4, atol=1e-4)
+    with torch.inference_mode():
+        clean = model(input_ids=ids).logits
+    assert (clean - full).abs().max() > 1e-3
+    assert count_hooks(model) == before
 
 
 def test_specs_are_validated_before_anything_is_installed(tiny_handle, warm):
-    for spec in (NoiseSpec((3,), 0.5), NoiseSpec((0,), -0.1), NoiseSpec((0,), float("nan")), NoiseSpec((), 0.5),
-                 NoiseSpec((0,), 0.5, seed=-1)):
+    for spec in (
+        NoiseSpec((3,), 0.5),
+        NoiseSpec((0,), -0.1),
+        NoiseSpec((0,), float("nan")),
+        NoiseSpec((), 0.5),
+        NoiseSpec((0,), 0.5, seed=-1),
+    ):
         with pytest.raises(ValueError):
             Intervention(tiny_handle, noise=spec)
     with pytest.raises(ValueError):
@@ -109,28 +152,6 @@ def test_specs_are_validated_before_anything_is_installed(tiny_handle, warm):
     with pytest.raises(ValueError):
         Intervention(tiny_handle, patch=PatchSpec((0,), (), (1, 2)))
     assert count_hooks(tiny_handle.model) == warm
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The noise field
-
-
-def test_noise_field_depends_only_on_seed_layer_position():
-    d = 256
-    positions = list(range(3 * NOISE_BLOCK + 5))
-    full = noise_field(7, 2, positions, d)
-    # any grouping of positions (one at a time, reversed, scattered) gives the same rows
-    one_by_one = torch.cat([noise_field(7, 2, [p], d) for p in positions])
-    assert torch.equal(full, one_by_one)
-    scattered = [130, 3, 64, 63, 0]
-    assert torch.equal(noise_field(7, 2, scattered, d), full[scattered])
-    # other seeds, layers and positions give other draws
-    assert not torch.equal(noise_field(8, 2, positions, d), full)
-    assert not torch.equal(noise_field(7, 1, positions, d), full)
-    assert not torch.equal(full[0], full[1])
-    # standard normal (loose moments over ~50k draws)
-    assert abs(float(full.mean())) < 0.02 and abs(float(full.std()) - 1.0) < 0.02
-    assert full.dtype == torch.float32
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -162,8 +183,11 @@ def test_noise_applies_only_at_chosen_layers_with_the_paper_formula(tiny_handle,
     eps, seed, layer = 0.3, 11, 1
     with capture_layer_outputs(tiny_handle, [0, 1, 2]) as clean_rec, torch.inference_mode():
         clean_hs = tiny_handle.model(input_ids=x, output_hidden_states=True).hidden_states
-    with noise_injection(tiny_handle, [layer], eps, seed), capture_layer_outputs(tiny_handle, [0, 1, 2]) as rec, \
-            torch.inference_mode():
+    with (
+        noise_injection(tiny_handle, [layer], eps, seed),
+        capture_layer_outputs(tiny_handle, [0, 1, 2]) as rec,
+        torch.inference_mode(),
+    ):
         noisy_hs = tiny_handle.model(input_ids=x, output_hidden_states=True).hidden_states
     # layers before the chosen one are untouched, bit for bit
     assert torch.equal(rec[0][0], clean_rec[0][0])
@@ -182,8 +206,13 @@ def test_noise_applies_only_at_chosen_layers_with_the_paper_formula(tiny_handle,
 def test_noise_does_not_depend_on_chunking_kv_cache_or_padding(tiny_handle, warm):
     prep = prepare_prompts(tiny_handle, Q, C, _settings(8))
     ids = torch.tensor([prep.retrieval.ids])
-    kw = {"max_new_tokens": 6, "do_sample": False, "output_logits": True, "return_dict_in_generate": True,
-          "pad_token_id": tiny_handle.pad_token_id}
+    kw = {
+        "max_new_tokens": 6,
+        "do_sample": False,
+        "output_logits": True,
+        "return_dict_in_generate": True,
+        "pad_token_id": tiny_handle.pad_token_id,
+    }
     with noise_injection(tiny_handle, [0, 2], 0.7, seed=3), torch.inference_mode():
         out = tiny_handle.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kw)
         full = tiny_handle.model(input_ids=out.sequences).logits[0, ids.shape[1] - 1 : -1]
@@ -206,8 +235,11 @@ def test_both_paths_get_the_same_noise_on_their_shared_prefix(tiny_handle, warm)
     assert shared > 3
     outs = {}
     for name, ids in (("rag", prep.retrieval.ids), ("para", prep.parametric.ids)):
-        with noise_injection(tiny_handle, [0], 1.0, seed=9), capture_layer_outputs(tiny_handle, [0]) as rec, \
-                torch.inference_mode():
+        with (
+            noise_injection(tiny_handle, [0], 1.0, seed=9),
+            capture_layer_outputs(tiny_handle, [0]) as rec,
+            torch.inference_mode(),
+        ):
             tiny_handle.model(input_ids=torch.tensor([ids]))
         outs[name] = rec[0][0][0]
     assert torch.equal(outs["rag"][:shared], outs["para"][:shared])
@@ -226,10 +258,13 @@ def test_patching_replaces_the_last_prompt_token_state_of_the_retrieval_path_onl
         tiny_handle.model(input_ids=torch.tensor([prep.retrieval.ids]))
     source = rec[layer][0][0, -1]
     clean_rag = {k: v[1][0] for k, v in rec.items()}
-    with activation_patching(tiny_handle, [layer], prep.parametric.ids, prep.retrieval.ids) as active, \
-            capture_layer_outputs(tiny_handle, [0, 1]) as prec, torch.inference_mode():
+    with (
+        activation_patching(tiny_handle, [layer], prep.parametric.ids, prep.retrieval.ids) as active,
+        capture_layer_outputs(tiny_handle, [0, 1]) as prec,
+        torch.inference_mode(),
+    ):
         tiny_handle.model(input_ids=torch.tensor([prep.retrieval.ids]))
-        tiny_handle.model(input_ids=torch.tensor([prep.parametric.ids + [65, 66]]))
+        tiny_handle.model(input_ids=torch.tensor([[*prep.parametric.ids, 65, 66]]))
     patched = prec[layer][0][0]
     assert torch.equal(patched[last], source)
     assert torch.equal(patched[:last], clean_rag[layer][:last])
@@ -257,14 +292,14 @@ def test_patching_the_last_layer_makes_the_first_token_distribution_parametric(t
 
 
 def _lock_free(handle, timeout: float = 2.0) -> bool:
-    """Whether another thread can take the model lock (within ``timeout`` seconds)."""
+    """Whether the model is free for another thread (polled for up to ``timeout`` seconds)."""
     got: list[bool] = []
 
     def probe() -> None:
-        ok = handle.lock.acquire(timeout=timeout)
-        got.append(ok)
-        if ok:
-            handle.lock.release()
+        deadline = time.monotonic() + timeout
+        while handle.is_busy() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        got.append(not handle.is_busy())
 
     t = threading.Thread(target=probe)
     t.start()
@@ -365,3 +400,24 @@ def test_concurrent_noise_sweep_never_leaks_into_another_sessions_clean_runs(tin
     for i, res in enumerate(b_results):
         assert _same(res, alone[i % len(inputs)]), f"B's run {i} differs from B alone"
     assert count_hooks(tiny_handle.model) == warm and count_intervention_hooks(tiny_handle.model) == 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The embedded model
+
+
+@pytest.mark.slow
+def test_embedded_model_noise_and_patching(embedded_handle):
+    q, c = "What is the capital of Veltria?", "The capital of the Republic of Veltria is Marrowgate."
+    s = DualPathSettings(max_new_tokens=8, score_window=8)
+    clean = run_dual_path(embedded_handle, q, c, s)
+    with noise_injection(embedded_handle, range(30), 0.0, 0):
+        zero = run_dual_path(embedded_handle, q, c, s)
+    assert zero.answer_token_ids == clean.answer_token_ids and np.array_equal(zero.token_kl, clean.token_kl)
+    grid = dose_response(embedded_handle, q, c, s, "early", [0.0, 1.0], [0], max_new_tokens=8)
+    assert grid.z[1, 0] != grid.clean_z  # noise over the early third moves Z
+    prep = prepare_prompts(embedded_handle, q, c, s)
+    with activation_patching(embedded_handle, [29], prep.parametric.ids, prep.retrieval.ids):
+        patched = run_dual_path(embedded_handle, q, c, s, free_parametric=False)
+    assert patched.token_kl[0] == pytest.approx(0.0, abs=1e-4)  # the first token is predicted as without context
+    assert count_intervention_hooks(embedded_handle.model) == 0

@@ -1,0 +1,161 @@
+"""Figures of the Attention page: clickable layer × head maps and one head's pattern (pure plotly).
+
+Every token placed in a figure goes through :func:`components.figures.token_label` (visible whitespace, then
+HTML-escaped) so plotly draws it literally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from components.figures import escape_label, token_label
+from components.layer_axes import FLAG_COLOR, token_ticks
+
+
+def head_heatmap(
+    values: np.ndarray,
+    *,
+    title: str,
+    colorbar: str,
+    colorscale: str = "Viridis",
+    zmid: float | None = None,
+    marks: np.ndarray | None = None,
+    mark_label: str = "",
+    selected: tuple[int, int] | None = None,
+    height: int = 620,
+) -> go.Figure:
+    """A layer × head heatmap whose cells can be clicked (plotly point selection).
+
+    A transparent marker sits on every cell so that a click selects the cell's point (plotly heatmaps do not
+    support point selection themselves); a selection event carries ``x`` = head and ``y`` = layer.
+
+    Args:
+        values: ``(layers, heads)``.
+        marks: optional boolean ``(layers, heads)``; marked cells show a dot (e.g. specialised heads).
+        selected: ``(layer, head)`` outlined, e.g. the head whose pattern is open.
+
+    Raises:
+        ValueError: for a non-2-D map or marks of another shape.
+    """
+    z = np.asarray(values, dtype=np.float64)
+    if z.ndim != 2:
+        raise ValueError(f"values must be (layers, heads), got shape {z.shape}")
+    n_layers, n_heads = z.shape
+    text = None
+    if marks is not None:
+        m = np.asarray(marks, dtype=bool)
+        if m.shape != z.shape:
+            raise ValueError(f"marks must have shape {z.shape}, got {m.shape}")
+        text = np.where(m, "●", "")
+    heat = go.Heatmap(
+        z=z,
+        x=list(range(n_heads)),
+        y=list(range(n_layers)),
+        colorscale=colorscale,
+        zmid=zmid,
+        colorbar={"title": {"text": escape_label(colorbar)}},
+        text=text,
+        texttemplate="%{text}" if text is not None else None,
+        textfont={"color": "white", "size": 9},
+        hoverinfo="skip",
+    )
+    heads, layers = np.meshgrid(np.arange(n_heads), np.arange(n_layers))
+    hover = "layer %{y} · head %{x}<br>" + escape_label(colorbar) + " = %{customdata:.4f}"
+    if marks is not None and mark_label:
+        hover += "<br>%{text}"
+    cells = go.Scatter(
+        x=heads.ravel(),
+        y=layers.ravel(),
+        mode="markers",
+        marker={"symbol": "square", "size": 14, "color": "rgba(0,0,0,0)"},
+        customdata=z.ravel(),
+        text=[escape_label(mark_label) if t else "" for t in (text.ravel() if text is not None else [""] * z.size)],
+        hovertemplate=hover + "<extra></extra>",
+        showlegend=False,
+        selected={"marker": {"opacity": 1}},
+        unselected={"marker": {"opacity": 1}},
+    )
+    fig = go.Figure([heat, cells])
+    fig.update_layout(
+        title={"text": escape_label(title)},
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        hovermode="closest",
+        hoverdistance=-1,
+        clickmode="event+select",
+        dragmode=False,
+    )
+    fig.update_xaxes(title_text="head", tickmode="linear", dtick=1, range=[-0.5, n_heads - 0.5], showgrid=False)
+    fig.update_yaxes(title_text="layer", range=[-0.5, n_layers - 0.5], showgrid=False)
+    if selected is not None:
+        layer, head = selected
+        fig.add_shape(
+            type="rect",
+            x0=head - 0.5,
+            x1=head + 0.5,
+            y0=layer - 0.5,
+            y1=layer + 0.5,
+            line={"color": FLAG_COLOR, "width": 3},
+        )
+    return fig
+
+
+def selected_cell(event: Any) -> tuple[int, int] | None:
+    """``(layer, head)`` of the first selected point of a :func:`head_heatmap` selection event, if any."""
+    try:
+        points = event["selection"]["points"]
+    except (KeyError, TypeError):
+        return None
+    for point in points or []:
+        x, y = point.get("x"), point.get("y")
+        if x is not None and y is not None:
+            return round(float(y)), round(float(x))
+    return None
+
+
+def pattern_heatmap(
+    weights: np.ndarray,
+    row_tokens: Sequence[str],
+    col_tokens: Sequence[str],
+    *,
+    row_offset: int = 0,
+    title: str,
+    height: int = 640,
+) -> go.Figure:
+    """One head's attention pattern: rows = query positions, columns = key tokens, both labelled by token.
+
+    Args:
+        weights: ``(R, C)`` attention weights (rows of the full ``(T, T)`` pattern).
+        row_tokens, col_tokens: the ``R`` query and ``C`` key tokens.
+        row_offset: index of the first row in the sequence (for the hover).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (len(row_tokens), len(col_tokens)):
+        raise ValueError(f"weights {w.shape} do not match {len(row_tokens)} rows × {len(col_tokens)} columns")
+    rows = [token_label(t) for t in row_tokens]
+    cols = [token_label(t) for t in col_tokens]
+    custom = np.empty((*w.shape, 2), dtype=object)
+    for i, r in enumerate(rows):
+        custom[i, :, 0] = f"{row_offset + i}: {r}"
+    for j, c in enumerate(cols):
+        custom[:, j, 1] = f"{j}: {c}"
+    fig = go.Figure(
+        go.Heatmap(
+            z=w,
+            x=list(range(len(cols))),
+            y=list(range(len(rows))),
+            colorscale="Blues",
+            zmin=0.0,
+            customdata=custom,
+            hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.4f}<extra></extra>",
+            colorbar={"title": {"text": "weight"}},
+        )
+    )
+    fig.update_layout(title={"text": escape_label(title)}, height=height, margin={"l": 110, "r": 20, "t": 60, "b": 120})
+    fig.update_xaxes(title_text="key token (attended to)", tickangle=-60, **token_ticks(cols))
+    fig.update_yaxes(title_text="query token", autorange="reversed", **token_ticks(rows))
+    return fig

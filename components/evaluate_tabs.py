@@ -1,0 +1,328 @@
+"""The Evaluate page's result tabs: detectors, rows, calibration, robustness and the conflict set.
+
+Each ``draw_*`` function draws one tab from scored records (:class:`core.evaluation.EvaluationJob`); the maths
+comes from :mod:`core.evaluation`, the figures from :mod:`components.evaluate_figures`. Every text from a file
+or the model is escaped before it reaches Markdown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+import streamlit as st
+
+from components import evaluate_figures as ef
+from components import keys, state
+from components.evaluate_jobs import draw_run_controls, job, run_job
+from components.text import escape_markdown
+from components.threshold_state import active_threshold, clear_active_threshold, session_threshold, set_active_threshold
+from core.detectors import available
+from core.evaluation import (
+    CONFLICT,
+    DEFAULT_ALPHA,
+    DEFAULT_EPSILON,
+    ConflictRow,
+    DataError,
+    EvaluationJob,
+    JobSpec,
+    build_report,
+    calibrate_records,
+    read_conflict_csv,
+)
+from core.evaluation.data import CONFLICT_FILE
+from core.model.handle import ModelHandle
+
+DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
+COST_LABEL = {
+    "free": "free (from the run)",
+    "forward": "extra forward passes",
+    "generate": "extra generations",
+    "heavy": "heavy: many generations",
+}
+
+
+def file_digest(data: bytes) -> str:
+    """A short hash of a file's bytes (names a data set in keys and specs)."""
+    return hashlib.sha1(data).hexdigest()[:16]
+
+
+def detector_label(name: str) -> str:
+    """``name — label · cost`` for pickers."""
+    det = available().get(name)
+    if det is None:
+        return name
+    return f"{name} — {det.label} · {COST_LABEL.get(det.cost, det.cost)}"
+
+
+def draw_detectors_tab(main_job: EvaluationJob, summary: dict, rows: list) -> None:
+    st.caption(
+        "Each detector's score is oriented so that higher = more likely memorised (e.g. −Z for RePCS). Fitted "
+        "detectors are scored out of fold (stratified 5-fold, seed 42): no row is scored by a model that saw "
+        "its label. The CI is a percentile bootstrap over rows (1,000 resamples, seed 42)."
+    )
+    detectors = summary["detectors"]
+    st.plotly_chart(ef.roc_figure(detectors), key=keys.EVAL_ROC)
+    table = ef.metrics_table(detectors)
+    st.dataframe(
+        table,
+        hide_index=True,
+        key=keys.EVAL_METRICS,
+        column_config={
+            c: st.column_config.NumberColumn(format="%.3f")
+            for c in ("AUC", "AUC 95% CI low", "AUC 95% CI high", "FPR @ 95% TPR", "Precision@10")
+        },
+    )
+    spec = main_job.spec
+    report = build_report(spec.model, spec.settings, *active_threshold(spec.model), summary, rows)
+    report["dataset"] = spec.dataset
+    left, right, _ = st.columns([1, 1, 3])
+    left.download_button(
+        "Metrics (CSV)",
+        table.to_csv(index=False),
+        file_name="evaluation_metrics.csv",
+        mime="text/csv",
+        key=keys.EVAL_CSV,
+        on_click="ignore",
+        icon=":material/download:",
+    )
+    right.download_button(
+        "Full report (JSON)",
+        json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False),
+        file_name="evaluation.json",
+        mime="application/json",
+        key=keys.EVAL_JSON,
+        on_click="ignore",
+        icon=":material/download:",
+    )
+
+
+def _open_row(record: dict[str, Any]) -> None:
+    state.set_inputs(record["query"], record["context"])
+    state.request_run()
+    st.switch_page(DUAL_PATH_PAGE)
+
+
+def draw_rows_tab(main_job: EvaluationJob, rows: list[dict[str, Any]]) -> None:
+    names = list(main_job.spec.detectors)
+    frame = ef.rows_table(rows, names)
+    st.caption("Raw scores in each detector's own units (see its description). Select a row to open it.")
+    event = st.dataframe(frame, hide_index=True, key=keys.EVAL_ROWS, on_select="rerun", selection_mode="single-row")
+    picked = list(getattr(getattr(event, "selection", None), "rows", []) or [])
+    by_row = {r["row"]: r for r in rows}
+    if picked:
+        number = int(frame.iloc[picked[0]]["row"])
+    else:
+        number = st.selectbox(
+            "Row to open",
+            list(by_row),
+            key=keys.EVAL_OPEN_ROW,
+            format_func=lambda n: f"row {n} · {by_row[n]['label']} · {by_row[n]['query'][:70]}",
+        )
+    left, right, _ = st.columns([2, 1, 2])
+    if number is not None and left.button(
+        f"Open row {number} on the Dual Path page", key=keys.EVAL_OPEN, icon=":material/open_in_new:"
+    ):
+        _open_row(by_row[number])
+    right.download_button(
+        "Rows (CSV)",
+        frame.to_csv(index=False),
+        file_name="evaluation_rows.csv",
+        mime="text/csv",
+        key=keys.EVAL_ROWS_CSV,
+        on_click="ignore",
+        icon=":material/download:",
+    )
+
+
+def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: list[dict[str, Any]]) -> None:
+    st.caption(
+        "RePCS (Alg. 1, Thm III.4): τ is the α-quantile of Z over clean (grounded) calibration rows; a row is "
+        "flagged memorised when Z < τ. The FPR/FNR below are measured on rows *not* used to set τ. The PAC n "
+        "holds only under the paper's assumptions, with γ and Δ estimated from these rows."
+    )
+    spec = main_job.spec
+    grounded = [r["row"] for r in records if r["label"] == "grounded"]
+    if not grounded:
+        st.warning("No grounded row has been scored: τ needs clean rows.")
+        return
+    c1, c2, c3 = st.columns(3)
+    alpha = c1.number_input(
+        "Target false-positive rate α", 0.001, 0.5, DEFAULT_ALPHA, step=0.01, format="%.3f", key=keys.EVAL_ALPHA
+    )
+    epsilon = c2.number_input(
+        "ε (PAC confidence / FNR target)", 0.001, 0.5, DEFAULT_EPSILON, step=0.01, format="%.3f", key=keys.EVAL_EPSILON
+    )
+    mode = c3.radio("Calibration rows", ["A random share of the grounded rows", "Rows I pick"], key=keys.EVAL_CAL_MODE)
+    chosen: set[int] | None = None
+    fraction = 0.5
+    if mode == "Rows I pick":
+        chosen = set(
+            st.multiselect(
+                "Grounded rows used to set τ (the rest are held out)",
+                grounded,
+                default=grounded[: max(1, len(grounded) // 2)],
+                key=keys.EVAL_CAL_ROWS,
+            )
+        )
+        if not chosen:
+            st.info("Pick at least one grounded row.")
+            return
+    else:
+        fraction = st.slider(
+            "Share of grounded rows used to set τ (seed 42)", 0.1, 1.0, 0.5, 0.05, key=keys.EVAL_CAL_FRACTION
+        )
+    settings = spec.settings
+    try:
+        report = calibrate_records(
+            records,
+            chosen,
+            T=settings.score_window,
+            model=spec.model,
+            alpha=float(alpha),
+            epsilon=float(epsilon),
+            fraction=float(fraction),
+            template=settings.template,
+            source=f"calibrated on the Evaluate page ({spec.dataset})",
+        )
+    except ValueError as exc:
+        st.error(escape_markdown(str(exc)))
+        return
+    m = st.columns(4)
+    m[0].metric("τ (nats)", f"{report.tau:.3f}", help=f"{alpha:g}-quantile of Z over {report.n_calibration} clean rows")
+    m[1].metric(
+        "Held-out FPR",
+        "–" if report.fpr_heldout is None else f"{report.fpr_heldout:.1%}",
+        help=f"grounded rows flagged, of {report.n_heldout_clean} held out (target α = {alpha:g})",
+    )
+    m[2].metric(
+        "Held-out FNR",
+        "–" if report.fnr_heldout is None else f"{report.fnr_heldout:.1%}",
+        help=f"memorized rows missed, of {report.n_heldout_memorized}",
+    )
+    m[3].metric("PAC n", "–" if report.n_required is None else f"{report.n_required:,}", help="n ≥ 8 γ² T Δ⁻² log(2/ε)")
+    st.caption(
+        f"γ̂ = {report.gamma:.3f} nats (largest per-token |log P_rag − log P_para| in any row) · "
+        f"Δ̂ = {'–' if report.delta is None else f'{report.delta:.3f}'} nats (mean Z grounded − mean Z memorized) · "
+        f"T = {settings.score_window} · ε = {epsilon:g} · calibration rows: {report.n_calibration}"
+    )
+    for warning in report.warnings:
+        st.warning(escape_markdown(warning))
+    cal_rows = set(report.threshold.extra.get("calibration_rows", []))
+    st.plotly_chart(
+        ef.calibration_figure(
+            [r["repcs_score"] for r in records],
+            [r["label"] for r in records],
+            [r["row"] in cal_rows for r in records],
+            report.tau,
+        ),
+        key=keys.EVAL_CALIBRATION_FIG,
+    )
+    model = handle.info.name
+    current, source = active_threshold(model)
+    left, mid, right = st.columns([1.3, 1, 1.2])
+    left.button(
+        "Use this τ for the whole app",
+        type="primary",
+        key=keys.EVAL_USE_TAU,
+        on_click=set_active_threshold,
+        args=(model, report.threshold, report.threshold.source),
+        disabled=model != spec.model,
+        icon=":material/check:",
+    )
+    mid.download_button(
+        "τ as JSON",
+        report.threshold.to_json(),
+        file_name="threshold.json",
+        mime="application/json",
+        key=keys.EVAL_TAU_JSON,
+        on_click="ignore",
+        icon=":material/download:",
+        help="Use it from the command line: python -m core run … --threshold-file threshold.json",
+    )
+    own, _ = session_threshold(model)
+    right.button(
+        "Back to the default τ",
+        key=keys.EVAL_RESET_TAU,
+        disabled=own is None,
+        on_click=clear_active_threshold,
+        args=(model,),
+    )
+    st.caption(
+        "In force now: "
+        + ("no τ" if current is None else f"τ = {current.tau:.3f} (T = {current.T})")
+        + f" — {escape_markdown(source)}"
+    )
+
+
+def draw_robustness_tab(main_job: EvaluationJob | None, summary: dict | None) -> None:
+    st.caption(
+        "RePCS §V, Table IV: Gaussian noise of standard deviation σ is added to the logits of both paths "
+        "before the softmax and the KL; AUC per σ shows how much of the separation survives. The same noise "
+        "draw per row is scaled by every σ. The paper's numbers (dashed) come from its own data and models."
+    )
+    table = (summary or {}).get("robustness")
+    if not table:
+        if main_job and not main_job.spec.sigmas:
+            st.info("Choose σ values before running to get this table.")
+        else:
+            st.info("Needs scored rows of both labels (with σ values chosen before the run).")
+        return
+    st.plotly_chart(ef.robustness_figure(table), key=keys.EVAL_ROBUSTNESS)
+    st.dataframe(ef.robustness_frame(table), hide_index=True, key=keys.EVAL_ROBUSTNESS_TABLE)
+
+
+def draw_conflict_tab(handle: ModelHandle) -> None:
+    st.caption(
+        "Each context contradicts a well-known fact. Which source does the answer repeat — the context's claim "
+        "or the remembered fact? And how does each detector score these rows? There is no ground-truth label "
+        "here: a model that follows the context *read* it; one that repeats the fact *recalled* it."
+    )
+    if not CONFLICT_FILE.is_file():
+        st.info("The bundled conflict set (assets/probes/conflict.csv) is not installed.")
+        return
+    try:
+        rows: list[ConflictRow] = read_conflict_csv(CONFLICT_FILE)
+    except DataError as exc:
+        st.error(f"The conflict set could not be read. {escape_markdown(str(exc))}")
+        return
+    spec: JobSpec | None = st.session_state.get(keys.EVAL_CURRENT_SPEC)
+    if spec is None:
+        st.info("Choose detectors above first.")
+        return
+    conflict_spec = dataclasses.replace(
+        spec,
+        dataset=CONFLICT_FILE.name,
+        digest=file_digest(CONFLICT_FILE.read_bytes()),
+        rows_key=tuple(r.row for r in rows),
+        kind=CONFLICT,
+        sigmas=(),
+    )
+    st.caption(f"{len(rows)} rows. Both paths answer freely, so this costs one more generation per row.")
+    draw_run_controls(keys.EVAL_JOB_CONFLICT, conflict_spec, rows, run_label="Score the conflict set")
+    run_job(handle, keys.EVAL_JOB_CONFLICT)
+    conflict_job = job(keys.EVAL_JOB_CONFLICT)
+    records = conflict_job.scored_records() if conflict_job else []
+    if not records:
+        return
+    st.dataframe(ef.conflict_counts(records), hide_index=True, key=keys.EVAL_CONFLICT_COUNTS)
+    names = [n for n in conflict_job.spec.detectors if any(r["scores"].get(n) is not None for r in records)]
+    if names:
+        name = st.selectbox("Detector", names, key=keys.EVAL_CONFLICT_DETECTOR, format_func=detector_label)
+        det = available().get(name)
+        st.plotly_chart(ef.conflict_score_figure(records, name, det.label if det else name), key=keys.EVAL_CONFLICT_FIG)
+    frame = ef.rows_table(records, names)
+    st.dataframe(frame, hide_index=True, key=keys.EVAL_CONFLICT_ROWS)
+    st.download_button(
+        "Conflict rows (CSV)",
+        frame.to_csv(index=False),
+        file_name="conflict_rows.csv",
+        mime="text/csv",
+        key=keys.EVAL_CONFLICT_CSV,
+        on_click="ignore",
+        icon=":material/download:",
+    )
+    if job(keys.EVAL_JOB_MAIN) is None:
+        st.caption("Run the main evaluation too to compare these scores with the labelled rows.")

@@ -1,0 +1,122 @@
+"""The one prologue of every page: page config, the shared sidebar, the model handle and its facts.
+
+How a page starts::
+
+    from components.page import open_page
+
+    def main() -> None:
+        page = open_page("Dual Path")          # set_page_config, sidebar, model (or a plain error and stop)
+        draw_header()
+        query, context = inputs.query_and_context()
+        ... page.config.settings, page.handle ...
+
+    main()
+
+The inside-the-model views (Attention, Layer trajectories, Vocabulary lens) open on the session's last run,
+which must come from the model the sidebar selects. :meth:`PageContext.last_result` does that check, so
+``components.internals_state.open_view`` reduces to::
+
+    def open_view(title: str, draw_header: Callable[[], None]) -> tuple[ModelHandle, DualPathResult, Internals] | None:
+        page = open_page(title)
+        result = page.last_result()           # None (after a warning) when another model made it
+        draw_header()
+        if result is None:
+            draw_no_result()
+            return None
+        internals = internals_for(page.handle, result)
+        return None if internals is None else (page.handle, result, internals)
+
+(the pages then drop their module-level ``st.set_page_config`` and call ``open_view("Attention", draw_header)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from components import state, widgets
+from components.state import AppConfig
+from components.text import escape_markdown, plain_message
+from core.engine.result import DualPathResult
+from core.model.loading import ModelHandle, ModelLoadError, load_model
+
+APP_TITLE = "Read or Recall"
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """What every page starts from.
+
+    Attributes:
+        config: what the shared sidebar selected (model, revision, run settings).
+        handle: the loaded model, shared by every session.
+    """
+
+    config: AppConfig
+    handle: ModelHandle
+
+    def inputs(self) -> tuple[str, str]:
+        """The shared (query, context), as last typed or picked on any page."""
+        return state.current_inputs()
+
+    def last_result(self, *, same_model: bool = True) -> DualPathResult | None:
+        """The session's result for the current inputs and settings, else its most recent one.
+
+        Args:
+            same_model: when ``True`` (the default), a result made by another model than the one the sidebar
+                now selects is not returned: a warning says so and the result is ``None``. Views that look
+                inside the model need this (their analysis must come from the model that answered).
+        """
+        query, context = self.inputs()
+        result = state.select_result(self.config, query, context)
+        if result is None or not same_model or result.model == self.handle.info.name:
+            return result
+        st.warning(
+            f"The last run used {escape_markdown(result.model)}, but the sidebar now selects "
+            f"{escape_markdown(self.handle.info.name)}. Run the example again on the Dual Path page to look "
+            "inside this model."
+        )
+        return None
+
+
+def page_title(title: str | None) -> str:
+    """The browser tab's title: ``"<title> · Read or Recall"``, or the app's name alone."""
+    return f"{title} · {APP_TITLE}" if title else APP_TITLE
+
+
+def open_page(title: str | None = None) -> PageContext:
+    """Start a page: ``st.set_page_config`` (wide), the shared sidebar, the model and its facts.
+
+    Args:
+        title: the page's name for the browser tab (``None`` on the landing page).
+
+    Returns:
+        The sidebar's selection and the loaded model. When the model cannot be loaded, the loader's message
+        is shown as plain text (no server paths) and the page stops here.
+    """
+    st.set_page_config(page_title=page_title(title), layout="wide")
+    config = widgets.sidebar()
+    handle = get_handle(config.model_spec, config.revision)
+    widgets.draw_model_facts(handle)
+    return PageContext(config=config, handle=handle)
+
+
+@st.cache_resource(show_spinner="Loading the model (the first load of the embedded model converts it once)…")
+def _load_handle(spec: str, revision: str | None) -> ModelHandle:
+    """One :class:`ModelHandle` per (model, revision), shared by every session (errors are not cached).
+
+    Tests point the app at another model with ``monkeypatch.setattr(page, "load_model", ...)`` and
+    ``page._load_handle.clear()``.
+    """
+    return load_model(spec, revision=revision)
+
+
+def get_handle(spec: str, revision: str | None = None) -> ModelHandle:
+    """The shared handle for a model; on failure shows the loader's message (plain text) and stops the page."""
+    try:
+        return _load_handle(spec, revision)
+    except ModelLoadError as exc:
+        st.error("Could not load the model. " + plain_message(str(exc)))
+        st.stop()
+        raise  # unreachable: st.stop() raises; keeps type checkers satisfied

@@ -1,0 +1,127 @@
+"""Figures and tables of the Vocabulary lens page: the logit lens per layer and the back-projection (pure
+plotly / pandas).
+
+Every token placed in a figure goes through :func:`components.figures.token_label` or
+:func:`components.figures.display_token` so it is drawn literally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from components.figures import PARAMETRIC_COLOR, RETRIEVAL_COLOR, display_token, escape_label, token_label
+from components.layer_axes import row_axis, row_label
+
+
+def lens_figure(
+    logprob_rag: np.ndarray, logprob_para: np.ndarray, kl: np.ndarray, *, answer_token: str, height: int = 440
+) -> go.Figure:
+    """Per layer at one position: p(answer token) on each path (top) and the logit-lens KL (bottom)."""
+    a, b, k = (np.asarray(v, dtype=np.float64) for v in (logprob_rag, logprob_para, kl))
+    if not (a.shape == b.shape == k.shape) or a.ndim != 1:
+        raise ValueError(f"arrays must be 1-D of one shape, got {a.shape}, {b.shape}, {k.shape}")
+    rows = np.arange(a.size)
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.12,
+        row_heights=[0.6, 0.4],
+        subplot_titles=(
+            f"logit-lens probability of the answer token {token_label(answer_token)}",
+            "logit-lens KL(P_rag,ℓ ‖ P_para,ℓ) (nats)",
+        ),
+    )
+    labels = [row_label(r) for r in rows]
+    for values, name, color in ((a, "retrieval path", RETRIEVAL_COLOR), (b, "parametric path", PARAMETRIC_COLOR)):
+        fig.add_trace(
+            go.Scatter(
+                x=rows,
+                y=np.exp(values),
+                mode="lines+markers",
+                name=name,
+                line={"color": color},
+                customdata=labels,
+                hovertemplate="layer %{customdata}<br>p = %{y:.4f}<extra>" + escape_label(name) + "</extra>",
+            ),
+            row=1,
+            col=1,
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=rows,
+            y=k,
+            mode="lines+markers",
+            line={"color": "#6a3d9a"},
+            name="KL",
+            showlegend=False,
+            customdata=labels,
+            hovertemplate="layer %{customdata}<br>KL = %{y:.4f}<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "x": 0},
+    )
+    fig.update_xaxes(**row_axis(a.size))
+    fig.update_xaxes(title_text="layer (emb = embeddings)", row=2, col=1)
+    fig.update_yaxes(range=[0, 1.02], row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)
+    return fig
+
+
+def projection_frame(
+    top_tokens: Sequence[Sequence[str]],
+    bottom_tokens: Sequence[Sequence[str]],
+    *,
+    kept: Sequence[int],
+    defined: Sequence[bool],
+) -> pd.DataFrame:
+    """Vocabulary back-projection per layer: the tokens at both ends of the direction (sign is arbitrary)."""
+    rows = []
+    for r, (top, bottom) in enumerate(zip(top_tokens, bottom_tokens, strict=True)):
+        rows.append(
+            {
+                "layer": row_label(r),
+                "kept": r in set(kept),
+                "+ end (highest W_U·v)": " · ".join(display_token(t) for t in top)
+                if defined[r]
+                else "— (no direction)",
+                "− end (lowest W_U·v)": " · ".join(display_token(t) for t in bottom) if defined[r] else "—",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def lens_frame(
+    topk_rag: Sequence[Sequence[tuple[str, float]]],
+    topk_para: Sequence[Sequence[tuple[str, float]]],
+    kl: np.ndarray,
+    p_answer_rag: np.ndarray,
+    p_answer_para: np.ndarray,
+) -> pd.DataFrame:
+    """Logit lens at one position, per layer: each path's top-k (token p), KL, p(answer token)."""
+
+    def fmt(row: Sequence[tuple[str, float]]) -> str:
+        return "  ".join(f"{display_token(t)} {p:.2f}" for t, p in row)
+
+    n = len(kl)
+    return pd.DataFrame(
+        {
+            "layer": [row_label(r) for r in range(n)],
+            "retrieval top-k": [fmt(r) for r in topk_rag],
+            "parametric top-k": [fmt(r) for r in topk_para],
+            "top-1 differs": [bool(a and b and a[0][0] != b[0][0]) for a, b in zip(topk_rag, topk_para, strict=True)],
+            "KL (nats)": np.asarray(kl, dtype=np.float64),
+            "p(answer) retrieval": np.asarray(p_answer_rag, dtype=np.float64),
+            "p(answer) parametric": np.asarray(p_answer_para, dtype=np.float64),
+        }
+    )

@@ -1,0 +1,261 @@
+"""The widgets every page shares: the sidebar (model and run settings), the loaded model's facts, the two
+answer columns and the live dual-path run.
+
+State (persistent values, the result cache) lives in :mod:`components.state`; this module only draws.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import streamlit as st
+
+from components import keys, state
+from components.state import AppConfig
+from components.text import plain_message
+from components.threshold_state import active_threshold
+from core.engine import (
+    PARAMETRIC,
+    RETRIEVAL,
+    SCORING,
+    DualPathSettings,
+    StreamEvent,
+    prepare_prompts,
+    run_dual_path,
+)
+from core.engine.result import DualPathResult
+from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle
+from core.model.prompts import TEMPLATE_CHOICES, TEMPLATES
+
+logger = logging.getLogger(__name__)
+
+RETRIEVAL_TITLE = "Retrieval path (query + context)"
+PARAMETRIC_TITLE = "Parametric path (query only)"
+CUSTOM_MODEL = "custom"
+
+_DEFAULTS = DualPathSettings()
+_MODEL_CHOICES = {EMBEDDED_MODEL: f"Embedded: {EMBEDDED_NAME.split(' (')[0]} (offline)", CUSTOM_MODEL: "Another model"}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Sidebar
+
+
+def sidebar() -> AppConfig:
+    """Draw the shared sidebar (model picker and run settings) and return what it selects."""
+    with st.sidebar:
+        st.header("Model")
+        spec, revision = _draw_model_picker()
+        st.header("Settings")
+        settings = _draw_settings()
+    return AppConfig(model_spec=spec, revision=revision, settings=settings)
+
+
+def _draw_model_picker() -> tuple[str, str | None]:
+    """The model radio and, for another model, its id and revision; returns ``(spec, revision)``."""
+    choice = state.persistent(
+        st.radio,
+        "Model",
+        keys.MODEL_CHOICE,
+        EMBEDDED_MODEL,
+        options=list(_MODEL_CHOICES),
+        format_func=_MODEL_CHOICES.__getitem__,
+        label_visibility="collapsed",
+    )
+    if choice != CUSTOM_MODEL:
+        return EMBEDDED_MODEL, None
+    model_id = state.persistent(
+        st.text_input,
+        "Hugging Face model id or local folder",
+        keys.MODEL_ID,
+        "",
+        placeholder="e.g. HuggingFaceTB/SmolLM2-360M-Instruct or /models/my-llm",
+        help="Any causal language model with safetensors weights; remote code is never run.",
+    )
+    rev = state.persistent(
+        st.text_input,
+        "Revision (optional)",
+        keys.MODEL_REVISION,
+        "",
+        placeholder="branch, tag or commit",
+        help="Pin a hub revision for reproducible results. Ignored for local folders.",
+    )
+    if model_id.strip():
+        return model_id.strip(), (rev.strip() or None)
+    st.warning("Enter a model id or folder. Until then the embedded model is used.")
+    return EMBEDDED_MODEL, None
+
+
+def _draw_settings() -> DualPathSettings:
+    """The run settings shared by every page."""
+    score_window = state.persistent(
+        st.number_input,
+        "Score window T (answer tokens)",
+        keys.SCORE_WINDOW,
+        _DEFAULTS.score_window,
+        min_value=1,
+        max_value=4096,
+        step=8,
+        help="RePCS sums KL over the first T answer tokens: Z = Σ_{t<T} KL_t.",
+    )
+    max_new_tokens = state.persistent(
+        st.number_input,
+        "Max new tokens per answer",
+        keys.MAX_NEW_TOKENS,
+        _DEFAULTS.max_new_tokens,
+        min_value=1,
+        max_value=1024,
+        step=8,
+        help="Greedy decoding stops at end-of-sequence or after this many tokens.",
+    )
+    template = state.persistent(
+        st.selectbox,
+        "Prompt template",
+        keys.TEMPLATE,
+        _DEFAULTS.template,
+        options=list(TEMPLATE_CHOICES),
+        format_func=template_label,
+        help="Both paths use the same template; the parametric prompt only leaves the context out.",
+    )
+    top_k = state.persistent(
+        st.slider, "Top-k candidates shown", keys.TOP_K, _DEFAULTS.top_k, min_value=1, max_value=50
+    )
+    kl_split = state.persistent(
+        st.number_input,
+        "Early/late split (tokens)",
+        keys.KL_SPLIT,
+        _DEFAULTS.kl_split,
+        min_value=1,
+        max_value=4096,
+        step=4,
+        help="CRM level-2 statistics compare the mean KL of the first tokens with the rest.",
+    )
+    return DualPathSettings(
+        max_new_tokens=int(max_new_tokens),
+        score_window=int(score_window),
+        top_k=int(top_k),
+        template=str(template),
+        kl_split=int(kl_split),
+    )
+
+
+def template_label(key: str) -> str:
+    """Readable label of a template choice (``auto`` included)."""
+    if key == "auto":
+        return "Auto: chat template if any, else A"
+    return TEMPLATES[key].label
+
+
+def draw_model_facts(handle: ModelHandle) -> None:
+    """A compact description of the loaded model at the bottom of the sidebar."""
+    info = handle.info
+    with st.sidebar:
+        st.caption("Loaded model")
+        st.text(info.name)
+        st.caption(
+            f"{info.n_layers} layers · {info.n_heads} heads · vocabulary {info.vocab_size:,} · "
+            f"{info.device} / {info.dtype} · up to {info.max_tokens:,} tokens"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The two answers
+
+
+def answer_columns() -> tuple[Any, Any]:
+    """Two columns headed with the two paths (used while streaming and when showing a stored result)."""
+    left, right = st.columns(2, gap="medium")
+    left.subheader(RETRIEVAL_TITLE)
+    right.subheader(PARAMETRIC_TITLE)
+    return left, right
+
+
+def show_answer(slot: Any, text: str) -> None:
+    """Render an answer literally (a code block: no markdown, no HTML) in a container or placeholder."""
+    slot.code(text if text else "…", language=None, wrap_lines=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The live run
+
+
+def _progress_text(event: StreamEvent) -> str:
+    if not event.done:
+        return f"Generating… {event.n_tokens} / {event.max_tokens} tokens"
+    if event.n_tokens >= event.max_tokens:
+        return f"Stopped at the limit of {event.max_tokens} tokens"
+    return f"Finished: {event.n_tokens} tokens (end of sequence)"
+
+
+def run_live(handle: ModelHandle, query: str, context: str, settings: DualPathSettings) -> DualPathResult | None:
+    """Run both paths while streaming their answers side by side; ``None`` (after an error box) on failure.
+
+    Each path gets a code block that grows token by token and a progress bar; a status box below reports
+    generation, then the scoring pass. Input errors (``ValueError`` from the engine, e.g. an empty query or a
+    prompt over the token budget) are shown with the engine's message before anything runs; nothing the user
+    typed is cleared.
+    """
+    try:
+        prepare_prompts(handle, query, context, settings)  # cheap: validation and tokenization only
+    except ValueError as exc:
+        st.error(plain_message(str(exc)))
+        return None
+    left, right = answer_columns()
+    slots: dict[str, tuple[Any, Any]] = {}
+    for path, column in ((RETRIEVAL, left), (PARAMETRIC, right)):
+        with column:
+            text = st.empty()
+            show_answer(text, "")
+            bar = st.progress(0.0, text="Waiting for the model…")
+            slots[path] = (text, bar)
+    status = st.status("Generating both answers in one batch…", state="running")
+
+    def on_event(event: StreamEvent) -> None:
+        if event.path == SCORING:
+            if event.done:
+                status.update(label="Scored: the retrieval answer's tokens on both paths", state="complete")
+            else:
+                status.update(label="Scoring: the parametric path teacher-forced on the retrieval answer…")
+            return
+        if event.path not in slots:
+            return
+        text, bar = slots[event.path]
+        show_answer(text, event.text)
+        bar.progress(
+            min(1.0, event.n_tokens / max(1, event.max_tokens)) if not event.done else 1.0, text=_progress_text(event)
+        )
+
+    try:
+        threshold, source = active_threshold(handle.info.name)
+        result = run_dual_path(
+            handle, query, context, settings, threshold=threshold, threshold_source=source, on_event=on_event
+        )
+    except ValueError as exc:
+        status.update(label="Not run", state="error")
+        st.error(plain_message(str(exc)))
+        return None
+    except Exception as exc:  # report any model failure without losing the page
+        logger.exception("dual-path run failed")
+        status.update(label="Failed", state="error")
+        st.error(f"The run failed ({type(exc).__name__}). Details are in the server log.")
+        return None
+    for path, answer in ((RETRIEVAL, result.retrieval.answer), (PARAMETRIC, result.parametric.answer)):
+        show_answer(slots[path][0], answer)  # the final, stripped answer
+    return result
+
+
+def run_or_reuse(
+    config: AppConfig, handle: ModelHandle, query: str, context: str
+) -> tuple[DualPathResult | None, bool]:
+    """The stored result for these inputs and settings, or a fresh live run (stored on success).
+
+    Returns:
+        ``(result, ran)``: ``ran`` is ``True`` when the live view was drawn in this script run.
+    """
+    if state.cached_result(config, query, context) is not None:
+        return state.select_result(config, query, context), False  # found: made the current result
+    result = run_live(handle, query, context, config.settings)
+    if result is not None:
+        state.store_result(config, query, context, result)
+    return result, True

@@ -1,0 +1,230 @@
+"""The engine's model calls: greedy generation (optionally streamed) and teacher-forced forward passes.
+
+* :func:`generate_greedy` — one batched greedy ``generate(output_logits=True)`` over left-padded prompts; each
+  answer's next-token distributions are the generation's own raw logits (DESIGN.md §4), not a second pass.
+* :func:`teacher_forced_logits` — one forward pass over ``prompt + answer[:-1]``: row t predicts ``answer[t]``.
+* :func:`teacher_forced_logits_batch` — the same for B rows in one left-padded forward.
+
+Every call goes through the handle (:meth:`ModelHandle.generate` / :meth:`ModelHandle.forward`), which holds
+the model's lock and ``torch.inference_mode()``. Padding is built by hand (the tokenizer is never touched):
+``generate`` derives ``position_ids = cumsum(mask) − 1`` from the attention mask itself (transformers 5
+``_prepare_position_ids_for_generation``), but a plain ``model(...)`` call does **not** (``LlamaModel.forward``
+falls back to ``arange``), so the batched teacher-forced pass passes them explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig
+from transformers.generation.streamers import BaseStreamer
+
+from core.engine.settings import DualPathSettings
+from core.model.handle import ModelHandle
+
+SCORING = "scoring"
+"""The :attr:`StreamEvent.path` of the scoring step that follows generation."""
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """Progress of one path: the answer so far, how many tokens, and whether it is finished.
+
+    Attributes:
+        path: ``"retrieval"``, ``"parametric"``, :data:`SCORING`, or ``"row<i>"`` for unnamed batch rows.
+    """
+
+    path: str
+    text: str
+    n_tokens: int
+    max_tokens: int
+    done: bool
+
+
+EventCallback = Callable[[StreamEvent], None]
+
+
+class _RowStreamer(BaseStreamer):
+    """Receives each generation step's tokens for every batch row and reports them per path."""
+
+    def __init__(self, handle: ModelHandle, paths: list[str], max_tokens: int, callback: EventCallback) -> None:
+        self.handle = handle
+        self.paths = paths
+        self.max_tokens = max_tokens
+        self.callback = callback
+        self.ids: list[list[int]] = [[] for _ in paths]
+        self.done = [False] * len(paths)
+        self._prompt_seen = False
+        self._eos = set(handle.eos_token_ids)
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:  # generate() first hands over the prompt itself
+            self._prompt_seen = True
+            return
+        step = value.reshape(len(self.paths), -1)[:, -1].tolist()
+        for row, token in enumerate(step):
+            if self.done[row]:
+                continue
+            self.ids[row].append(int(token))
+            finished = int(token) in self._eos or len(self.ids[row]) >= self.max_tokens
+            self.done[row] = finished
+            self._emit(row, finished)
+
+    def _emit(self, row: int, done: bool) -> None:
+        text = self.handle.tokenizer.decode(self.ids[row], skip_special_tokens=True)
+        self.callback(StreamEvent(self.paths[row], text, len(self.ids[row]), self.max_tokens, done))
+
+    def end(self) -> None:
+        for row in range(len(self.paths)):
+            if not self.done[row]:
+                self.done[row] = True
+                self._emit(row, True)
+
+
+def _generation_config(handle: ModelHandle, settings: DualPathSettings) -> GenerationConfig:
+    return GenerationConfig(
+        max_new_tokens=settings.max_new_tokens,
+        min_new_tokens=settings.max_new_tokens if settings.force_length else None,
+        do_sample=False,
+        num_beams=1,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        eos_token_id=handle.eos_token_ids or None,
+        pad_token_id=handle.pad_token_id,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-pad token rows into ``(input_ids, attention_mask, position_ids)``, each ``(B, W)`` long.
+
+    ``position_ids`` are ``cumsum(mask) − 1`` and 0 on pad positions, so a row's real tokens get positions
+    ``0 … len − 1`` whatever the padding.
+
+    Raises:
+        ValueError: no rows, or an empty row.
+    """
+    if not rows or any(len(r) == 0 for r in rows):
+        raise ValueError("every row needs at least one token")
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    return ids, mask, positions
+
+
+def generate_greedy(
+    handle: ModelHandle,
+    prompts: list[list[int]],
+    settings: DualPathSettings,
+    *,
+    paths: list[str] | None = None,
+    on_event: EventCallback | None = None,
+) -> list[tuple[list[int], torch.Tensor, str]]:
+    """Greedy answers for a left-padded batch of prompts, with the raw logits of every step.
+
+    Args:
+        prompts: B prompt id lists (each non-empty).
+        paths: a name per prompt for the :class:`StreamEvent` of ``on_event`` (default ``row0``, ``row1`` …).
+        on_event: called after every generated token of every row.
+
+    Returns:
+        One ``(token_ids, logits, finish)`` per prompt: the answer's ids up to and including the first EOS,
+        its logits of shape ``(n, V)`` (model dtype, on the model's device) where row t is the distribution
+        that produced ``token_ids[t]``, and ``"eos"`` or ``"length"``.
+
+    Raises:
+        ValueError: no prompt, or an empty one.
+    """
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    input_ids, mask, _ = left_pad(prompts, handle.pad_token_id)
+    width = input_ids.shape[1]
+    streamer = None
+    if on_event is not None:
+        names = paths or [f"row{i}" for i in range(len(prompts))]
+        streamer = _RowStreamer(handle, names, settings.max_new_tokens, on_event)
+    eos = set(handle.eos_token_ids)
+    out = handle.generate(
+        input_ids=input_ids.to(handle.device),
+        attention_mask=mask.to(handle.device),
+        generation_config=_generation_config(handle, settings),
+        streamer=streamer,
+    )
+    new = out.sequences[:, width:].tolist()
+    logits = torch.stack(out.logits, dim=1)  # (batch, steps, V)
+    results = []
+    for row, ids in enumerate(new):
+        n = len(ids)
+        finish = "length"
+        for i, tok in enumerate(ids):
+            if tok in eos and not settings.force_length:
+                n, finish = i + 1, "eos"
+                break
+        results.append((ids[:n], logits[row, :n], finish))
+    return results
+
+
+def _forward_last(handle: ModelHandle, keep: int, **inputs: torch.Tensor) -> torch.Tensor:
+    """``model(**inputs).logits`` with only the last ``keep`` positions materialized when the model allows."""
+    try:
+        return handle.forward(**inputs, logits_to_keep=keep, use_cache=False).logits
+    except TypeError:  # a model class whose forward has no logits_to_keep
+        return handle.forward(**inputs, use_cache=False).logits
+
+
+def teacher_forced_logits(handle: ModelHandle, prompt_ids: list[int], answer_ids: list[int]) -> torch.Tensor:
+    """One forward pass over prompt + answer; returns the logits that predict each answer token.
+
+    Returns:
+        ``(len(answer_ids), V)``: row t is the distribution over ``answer_ids[t]`` given
+        ``prompt + answer[:t]``. Only those rows are materialized (``logits_to_keep``).
+
+    Raises:
+        ValueError: an empty answer.
+    """
+    n = len(answer_ids)
+    if n == 0:
+        raise ValueError("answer_ids is empty")
+    ids = torch.tensor([list(prompt_ids) + list(answer_ids[:-1])], dtype=torch.long, device=handle.device)
+    logits = _forward_last(handle, n, input_ids=ids)
+    return logits[0, -n:]
+
+
+def teacher_forced_logits_batch(
+    handle: ModelHandle, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]
+) -> list[torch.Tensor]:
+    """Batched :func:`teacher_forced_logits`: one left-padded forward over ``prompt + answer[:-1]``.
+
+    Args:
+        prompts: B prompt id lists (each non-empty).
+        answers: B answer id lists (each non-empty).
+
+    Returns:
+        B tensors; tensor ``i`` has shape ``(len(answers[i]), V)`` and row t is the distribution over
+        ``answers[i][t]`` given ``prompts[i] + answers[i][:t]``. Left padding aligns every row's end, so the
+        last ``len(answers[i])`` positions of row ``i`` are its answer predictions; only the last
+        ``max len(answer)`` positions are materialized (``logits_to_keep``).
+
+    Raises:
+        ValueError: different numbers of prompts and answers, none, or an empty one.
+    """
+    if len(prompts) != len(answers) or not prompts:
+        raise ValueError(f"need as many prompts as answers (got {len(prompts)} and {len(answers)})")
+    if any(len(p) == 0 for p in prompts) or any(len(a) == 0 for a in answers):
+        raise ValueError("every prompt and every answer needs at least one token")
+    rows = [list(p) + list(a[:-1]) for p, a in zip(prompts, answers)]
+    ids, mask, positions = left_pad(rows, handle.pad_token_id)
+    device = handle.device
+    logits = _forward_last(
+        handle,
+        max(len(a) for a in answers),
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=positions.to(device),
+    )
+    return [logits[i, logits.shape[1] - len(a) :] for i, a in enumerate(answers)]

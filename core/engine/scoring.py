@@ -1,0 +1,194 @@
+"""From both paths' logits to a :class:`~core.engine.result.DualPathResult` (DESIGN.md §4).
+
+* :func:`score_paths` — per position t of the retrieval answer: KL_t = KL(P_retrieval,t ‖ P_parametric,t)
+  over the full vocabulary (nats, float32 log-space), each path's entropy, the log-probability of the answer
+  token and the top-k candidates.
+* :func:`build_result` — the result of one row from its parts, with Z = Σ_{t<T} KL_t (RePCS eq. 2), the
+  verdict against τ and the CRM level-2 statistics. :func:`core.engine.dual_path.run_dual_path` and the
+  batched :func:`core.engine.batch.score_batch` both build their results here, so they agree by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from core.engine.prepare import PreparedPrompts, Prompt
+from core.engine.result import DualPathResult, PathOutput
+from core.engine.settings import DualPathSettings
+from core.maths.divergence import entropy, kl_divergence, kl_statistics, log_probs
+from core.methods.repcs import Threshold, repcs_score, threshold_for, verdict
+from core.model.handle import ModelHandle
+
+
+class Answer(NamedTuple):
+    """One path's greedy answer: its token ids and why it stopped (``"eos"``, ``"length"``, ``"not generated"``)."""
+
+    token_ids: list[int]
+    finish: str
+
+
+NOT_GENERATED = Answer([], "not generated")
+"""The parametric answer of a run that did not generate it (scoring never needs it)."""
+
+
+@dataclass(frozen=True)
+class PathStats:
+    """One path's per-position statistics over the retrieval answer (``n`` positions, top ``k``), CPU numpy.
+
+    Attributes:
+        entropy: ``(n,)`` float32, nats.
+        logprob: ``(n,)`` float32 log-probability of the retrieval answer's token.
+        topk_ids: ``(n, k)`` int64; ``topk_probs``: ``(n, k)`` float32.
+    """
+
+    entropy: np.ndarray
+    logprob: np.ndarray
+    topk_ids: np.ndarray
+    topk_probs: np.ndarray
+
+
+@dataclass(frozen=True)
+class PathScores:
+    """:func:`score_paths` of one row: ``token_kl`` ``(n,)`` float32 (nats) and each path's :class:`PathStats`."""
+
+    token_kl: np.ndarray
+    retrieval: PathStats
+    parametric: PathStats
+
+
+def _path_stats(logp: torch.Tensor, index: torch.Tensor, k: int) -> PathStats:
+    k = min(k, logp.shape[-1])
+    values, ids = torch.topk(logp, k, dim=-1)
+    return PathStats(
+        entropy=entropy(logp).cpu().numpy(),
+        logprob=logp.gather(-1, index).squeeze(-1).cpu().numpy(),
+        topk_ids=ids.cpu().numpy().astype(np.int64),
+        topk_probs=values.exp().cpu().numpy().astype(np.float32),
+    )
+
+
+def score_paths(
+    retrieval_logits: torch.Tensor, parametric_logits: torch.Tensor, answer_ids: list[int], top_k: int
+) -> PathScores:
+    """Per-position KL, entropies, answer-token log-probs and top-k of both paths (float32, CPU numpy).
+
+    Args:
+        retrieval_logits, parametric_logits: ``(n, V)`` logits predicting ``answer_ids`` on each path.
+        answer_ids: the ``n`` retrieval answer tokens.
+        top_k: candidates kept per position.
+
+    Raises:
+        ValueError: the two logit tensors differ in shape, or their rows do not match the answer.
+    """
+    if retrieval_logits.shape != parametric_logits.shape:
+        raise ValueError(
+            f"path logits differ in shape: {tuple(retrieval_logits.shape)} vs {tuple(parametric_logits.shape)}"
+        )
+    if retrieval_logits.shape[0] != len(answer_ids):
+        raise ValueError(f"{retrieval_logits.shape[0]} logit rows for {len(answer_ids)} answer tokens")
+    lp_retrieval = log_probs(retrieval_logits)
+    lp_parametric = log_probs(parametric_logits.to(retrieval_logits.device))
+    index = torch.tensor(answer_ids, dtype=torch.long, device=lp_retrieval.device).unsqueeze(-1)
+    return PathScores(
+        token_kl=kl_divergence(lp_retrieval, lp_parametric).cpu().numpy(),
+        retrieval=_path_stats(lp_retrieval, index, top_k),
+        parametric=_path_stats(lp_parametric, index, top_k),
+    )
+
+
+def calibration_mismatch(threshold: Threshold, settings: DualPathSettings) -> list[str]:
+    """Warnings when a run's settings differ from those τ was calibrated with (τ is then not comparable)."""
+    out = []
+    if settings.score_window != threshold.T:
+        out.append(
+            f"τ was calibrated with T = {threshold.T} answer tokens but this run sums T = {settings.score_window}; "
+            "Z and τ are not on the same scale — recalibrate for this T or restore it."
+        )
+    calibrated_template = (threshold.extra or {}).get("template")
+    if calibrated_template and calibrated_template != settings.template:
+        out.append(
+            f"τ was calibrated with template {calibrated_template!r}, this run uses {settings.template!r}; "
+            "the verdict may not transfer."
+        )
+    return out
+
+
+def resolve_threshold(
+    handle: ModelHandle, threshold: Threshold | None, threshold_source: str | None
+) -> tuple[Threshold | None, str | None]:
+    """The τ to apply: the given one, else :func:`core.methods.repcs.threshold_for` the handle's model."""
+    if threshold is not None:
+        return threshold, threshold_source
+    default, default_source = threshold_for(handle.info.name)
+    return default, threshold_source or default_source
+
+
+def _path_output(handle: ModelHandle, prompt: Prompt, answer: Answer, stats: PathStats) -> PathOutput:
+    ids = answer.token_ids
+    return PathOutput(
+        prompt=prompt.prompt,
+        prompt_len=len(prompt.ids),
+        answer=handle.tokenizer.decode(ids, skip_special_tokens=True).strip() if ids else "",
+        token_ids=[int(i) for i in ids],
+        tokens=handle.decode_tokens(ids),
+        finish=answer.finish,
+        entropy=stats.entropy,
+        logprob=stats.logprob,
+        topk_ids=stats.topk_ids,
+        topk_probs=stats.topk_probs,
+        topk_tokens=[handle.decode_tokens(row) for row in stats.topk_ids.tolist()],
+    )
+
+
+def build_result(
+    handle: ModelHandle,
+    prepared: PreparedPrompts,
+    settings: DualPathSettings,
+    scores: PathScores,
+    *,
+    retrieval: Answer,
+    parametric: Answer,
+    threshold: Threshold | None,
+    threshold_source: str | None,
+    timings: dict[str, float],
+) -> DualPathResult:
+    """The :class:`DualPathResult` of one row from its parts.
+
+    Args:
+        scores: :func:`score_paths` of the row.
+        retrieval: the retrieval answer (the positions ``scores`` are over).
+        parametric: the parametric path's free answer (:data:`NOT_GENERATED` when skipped).
+        threshold: τ to apply (already resolved; ``None`` = uncalibrated); ``threshold_source`` says where from.
+        timings: seconds per step, stored as they are.
+    """
+    window = min(settings.score_window, len(retrieval.token_ids))
+    z = repcs_score(scores.token_kl, settings.score_window)
+    tau = None if threshold is None else float(threshold.tau)
+    warnings = list(prepared.warnings)
+    if threshold is not None:
+        warnings += calibration_mismatch(threshold, settings)
+    log_ratio = np.abs(scores.retrieval.logprob[:window].astype(np.float64) - scores.parametric.logprob[:window])
+    return DualPathResult(
+        model=handle.info.name,
+        model_info=handle.info.to_dict(),
+        query=prepared.query,
+        context=prepared.context,
+        template=prepared.template_key,
+        settings=settings.to_dict(),
+        retrieval=_path_output(handle, prepared.retrieval, retrieval, scores.retrieval),
+        parametric=_path_output(handle, prepared.parametric, parametric, scores.parametric),
+        token_kl=scores.token_kl,
+        score_window=settings.score_window,
+        repcs_score=z,
+        threshold=tau,
+        threshold_source=threshold_source or ("given" if threshold is not None else "no threshold available"),
+        verdict=verdict(z, tau) if tau is not None else "uncalibrated",
+        kl_stats=kl_statistics(scores.token_kl[:window], settings.kl_split),
+        max_abs_log_ratio=float(log_ratio.max()) if log_ratio.size else 0.0,
+        warnings=warnings,
+        timings=timings,
+    )

@@ -1,0 +1,261 @@
+"""Labelled and conflict-set CSVs: parsing and strict validation, behavioral labels, stratified samples.
+
+A labelled file has columns ``query,context,label`` (label ``memorized`` or ``grounded``); a conflict set
+``query,context,answer_context,answer_memory``. Extra columns are kept per row. Files are validated all or
+nothing before any model call: a bad row is reported by number and column (:class:`DataError`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.engine import DualPathSettings, prepare_prompts
+from core.io import asset_path
+from core.methods.repcs import GROUNDED, MEMORIZED
+from core.model.handle import ModelHandle
+
+PROBES_DIR = asset_path("probes")
+"""The bundled labelled probe sets (``probes.csv`` first) and the conflict set."""
+CONFLICT_FILE = PROBES_DIR / "conflict.csv"
+REQUIRED_COLUMNS = ("query", "context", "label")
+CONFLICT_COLUMNS = ("query", "context", "answer_context", "answer_memory")
+LABELS = (MEMORIZED, GROUNDED)
+MAX_ROWS = 5000
+MAX_BYTES = 20 * 1024 * 1024
+SEED = 42
+CONFIRMED_COLUMN = "parametric_correct"
+_TRUE = {"true", "1", "yes", "y", "t"}
+_FALSE = {"false", "0", "no", "n", "f"}
+
+
+class DataError(ValueError):
+    """A labelled file is malformed; the message names the row and the column."""
+
+
+@dataclass
+class LabelledRow:
+    """A row of a labelled file: ``row`` is its 1-based data row number (the header is row 0); ``extra``
+    holds the columns beyond ``query,context,label``."""
+
+    row: int
+    query: str
+    context: str
+    label: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ConflictRow:
+    """A row of a conflict set: the context contradicts a well-known fact.
+
+    ``answer_context`` is what the context says; ``answer_memory`` the well-known fact.
+    """
+
+    row: int
+    query: str
+    context: str
+    answer_context: str
+    answer_memory: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+Row = LabelledRow | ConflictRow
+"""A row of either kind of file."""
+
+
+def _reader(text: str, required: Sequence[str]) -> tuple[csv.DictReader, list[str]]:
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    if not header:
+        raise DataError(f"The file is empty: expected a header row with columns {', '.join(required)}.")
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise DataError(f"Missing column(s) {', '.join(missing)} in the header (found: {', '.join(header)}).")
+    reader.fieldnames = header
+    return reader, header
+
+
+def _values(number: int, raw: dict[str, Any], nonempty: Sequence[str]) -> dict[str, str]:
+    if None in raw:
+        raise DataError(f"Row {number}: more fields than columns in the header (a stray comma or quote?).")
+    values = {k: (v or "") for k, v in raw.items()}
+    for column in nonempty:
+        if not values[column].strip():
+            raise DataError(f"Row {number}, column '{column}': empty.")
+    return values
+
+
+def parse_labelled_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[LabelledRow]:
+    """Parse and validate labelled rows.
+
+    Raises:
+        DataError: missing columns, an empty query/context, an unknown label, too many rows, or no rows.
+    """
+    reader, _ = _reader(text, REQUIRED_COLUMNS)
+    rows: list[LabelledRow] = []
+    for number, raw in enumerate(reader, start=1):
+        if number > max_rows:
+            raise DataError(f"Too many rows: the limit is {max_rows:,}.")
+        values = _values(number, raw, ("query", "context"))
+        label = values["label"].strip().lower()
+        if label not in LABELS:
+            raise DataError(f"Row {number}, column 'label': {values['label']!r} is not one of {', '.join(LABELS)}.")
+        extra = {k: v for k, v in values.items() if k not in REQUIRED_COLUMNS}
+        rows.append(LabelledRow(number, values["query"], values["context"], label, extra))
+    if not rows:
+        raise DataError("The file has a header but no data rows.")
+    return rows
+
+
+def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[ConflictRow]:
+    """Parse and validate a conflict set (``query,context,answer_context,answer_memory``; all non-empty).
+
+    Raises:
+        DataError: as :func:`parse_labelled_csv`, naming the row and column.
+    """
+    reader, _ = _reader(text, CONFLICT_COLUMNS)
+    rows: list[ConflictRow] = []
+    for number, raw in enumerate(reader, start=1):
+        if number > max_rows:
+            raise DataError(f"Too many rows: the limit is {max_rows:,}.")
+        v = _values(number, raw, CONFLICT_COLUMNS)
+        extra = {k: x for k, x in v.items() if k not in CONFLICT_COLUMNS}
+        rows.append(ConflictRow(number, v["query"], v["context"], v["answer_context"], v["answer_memory"], extra))
+    if not rows:
+        raise DataError("The file has a header but no data rows.")
+    return rows
+
+
+def decode_csv_bytes(data: bytes, *, name: str = "the file", max_bytes: int = MAX_BYTES) -> str:
+    """Size-check and decode uploaded bytes as UTF-8 (a BOM is allowed).
+
+    Raises:
+        DataError: over ``max_bytes``, or not UTF-8 (the message gives the byte offset).
+    """
+    if len(data) > max_bytes:
+        raise DataError(f"{name} is {len(data) / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.1f} MB.")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{name} is not UTF-8 text (byte {exc.start}).") from exc
+
+
+def parse_labelled_bytes(
+    data: bytes, *, name: str = "the file", max_bytes: int = MAX_BYTES, max_rows: int = MAX_ROWS
+) -> list[LabelledRow]:
+    """Validate an uploaded labelled CSV (size, encoding, every row) — all or nothing."""
+    return parse_labelled_csv(decode_csv_bytes(data, name=name, max_bytes=max_bytes), max_rows=max_rows)
+
+
+def _read_text(path: str | Path) -> str:
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise DataError(f"Cannot read {path}: {exc.strerror}") from exc
+    if size > MAX_BYTES:
+        raise DataError(f"{path} is {size / 1e6:.1f} MB; the limit is {MAX_BYTES / 1e6:.0f} MB.")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text (byte {exc.start}).") from exc
+
+
+def read_labelled_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> list[LabelledRow]:
+    """Read a labelled CSV file (UTF-8, size-limited) and validate it."""
+    return parse_labelled_csv(_read_text(path), max_rows=max_rows)
+
+
+def read_conflict_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> list[ConflictRow]:
+    """Read a conflict-set CSV file (UTF-8, size-limited) and validate it."""
+    return parse_conflict_csv(_read_text(path), max_rows=max_rows)
+
+
+def bundled_sets(folder: Path = PROBES_DIR) -> dict[str, Path]:
+    """The labelled CSVs shipped in ``folder`` by file name, ``probes.csv`` first.
+
+    The conflict set is not one of them; a hand-written ``<name>_source.csv`` is listed only when its built
+    ``<name>.csv`` (with the behavioral column) is missing.
+    """
+    if not folder.is_dir():
+        return {}
+    files = sorted(folder.glob("*.csv"), key=lambda p: (p.name != "probes.csv", p.name))
+    return {
+        p.name: p
+        for p in files
+        if p.name != CONFLICT_FILE.name
+        and not (p.stem.endswith("_source") and (p.parent / f"{p.stem[: -len('_source')]}.csv").is_file())
+    }
+
+
+def prompt_lengths(handle: ModelHandle, rows: Sequence[Row], settings: DualPathSettings) -> list[int]:
+    """Validate every row's prompts against the model (token budget etc.) before any generation.
+
+    Returns:
+        The retrieval prompt's length in tokens per row (for :func:`core.engine.batch.plan_batches`).
+
+    Raises:
+        DataError: the first row that does not fit, by number.
+    """
+    lengths = []
+    for r in rows:
+        try:
+            lengths.append(len(prepare_prompts(handle, r.query, r.context, settings).retrieval.ids))
+        except ValueError as exc:
+            raise DataError(f"Row {r.row}, column 'context': {exc}") from exc
+    return lengths
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Behavioral labels and samples
+
+
+def parse_flag(value: Any) -> bool | None:
+    """``true``/``false`` (also 1/0, yes/no) → bool; anything else → ``None``."""
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    return None
+
+
+def label_confirmed(label: str, extra: dict[str, Any]) -> bool | None:
+    """Whether a row's label is confirmed by the model's behavior (``parametric_correct`` column).
+
+    A *memorized* row is confirmed when the parametric path (no context) already gives the expected answer; a
+    *grounded* row when it does not. ``None`` when the column is missing or unreadable.
+    """
+    flag = parse_flag(extra.get(CONFIRMED_COLUMN, extra.get(f"extra.{CONFIRMED_COLUMN}", "")))
+    if flag is None:
+        return None
+    return flag if label == MEMORIZED else not flag
+
+
+def stratified_sample(rows: Sequence[LabelledRow], n: int, *, seed: int = SEED) -> list[LabelledRow]:
+    """``n`` rows keeping the label proportions (largest remainders; at least one row of each present label),
+    drawn with a seeded generator and returned in file order."""
+    if n >= len(rows):
+        return list(rows)
+    if n < 1:
+        raise ValueError(f"sample size must be >= 1, got {n}")
+    by_label = {lab: [i for i, r in enumerate(rows) if r.label == lab] for lab in LABELS}
+    by_label = {lab: idx for lab, idx in by_label.items() if idx}
+    n = max(n, len(by_label))
+    share = {lab: n * len(idx) / len(rows) for lab, idx in by_label.items()}
+    k = {lab: max(1, int(share[lab])) for lab in by_label}
+    while sum(k.values()) < n:
+        lab = max((x for x in k if k[x] < len(by_label[x])), key=lambda x: share[x] - k[x])
+        k[lab] += 1
+    while sum(k.values()) > n:
+        k[max((x for x in k if k[x] > 1), key=lambda x: k[x] - share[x])] -= 1
+    rng = np.random.default_rng(seed)
+    chosen = [i for lab, idx in by_label.items() for i in rng.choice(idx, size=k[lab], replace=False).tolist()]
+    return [rows[i] for i in sorted(chosen)]

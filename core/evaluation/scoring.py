@@ -1,0 +1,158 @@
+"""Scoring labelled or conflict rows: one batched dual-path run per batch, then every chosen detector per row.
+
+:func:`score_records` turns one batch of rows into JSON-ready records (:func:`record_for`): the run's summary,
+every detector's raw score (``None`` plus an entry in ``errors`` when a detector fails on a row: one failure
+never loses the run) and, for detectors that need a fit, their per-row features (scored later out of fold by
+:func:`core.evaluation.report.summarize`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from core.detectors import Detector, DetectorInput, resolve
+from core.engine import DualPathResult, DualPathSettings, score_batch
+from core.evaluation.data import ConflictRow, LabelledRow, Row
+from core.methods.repcs import Threshold
+from core.model.handle import ModelHandle
+
+logger = logging.getLogger(__name__)
+
+
+def answer_follows(answer: str, answer_context: str, answer_memory: str) -> str:
+    """Which source an answer repeats: ``"context"``, ``"memory"``, ``"both"`` or ``"neither"``
+    (case-insensitive containment of each expected answer)."""
+    text = answer.casefold()
+    ctx = bool(answer_context.strip()) and answer_context.strip().casefold() in text
+    mem = bool(answer_memory.strip()) and answer_memory.strip().casefold() in text
+    return "both" if ctx and mem else "context" if ctx else "memory" if mem else "neither"
+
+
+def resolve_detectors(names: Sequence[str] | None) -> dict[str, Detector]:
+    """The registered detectors for ``names`` (default ``["repcs"]``), in the given order.
+
+    ``min_k_<k>`` / ``min_kpp_<k>`` exist for any 1 ≤ k ≤ 100.
+
+    Raises:
+        ValueError: an unknown name (the message lists the available ones).
+    """
+    return {d.name: d for d in resolve(list(names or ["repcs"]))}
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def record_for(
+    handle: ModelHandle,
+    result: DualPathResult,
+    settings: DualPathSettings,
+    detectors: dict[str, Detector],
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    """One JSON-ready row record: the run's summary, every detector's raw score (``None`` + an entry in
+    ``errors`` when a detector fails on this row) and, for fitted detectors, their per-row features."""
+    inp = DetectorInput(handle=handle, result=result, settings=settings)
+    scores: dict[str, float | None] = {}
+    features: dict[str, list[float]] = {}
+    errors: dict[str, str] = {}
+    for name, det in detectors.items():
+        try:
+            if det.needs_fit and det.features is not None:
+                x = np.asarray(det.features(inp), dtype=np.float64).ravel()
+                if not np.all(np.isfinite(x)):
+                    raise ValueError("non-finite features")
+                features[name] = x.tolist()
+                scores[name] = None  # filled by summarize() from the other folds
+            else:
+                value = _finite(det.score(inp))
+                if value is None:
+                    raise ValueError("non-finite score")
+                scores[name] = value
+        except Exception as exc:  # noqa: BLE001 - one detector failing on one row must not lose the run
+            logger.warning("detector %s failed on row %s: %s", name, meta.get("row"), exc)
+            scores[name] = None
+            errors[name] = f"{type(exc).__name__}: {exc}"
+    record: dict[str, Any] = {
+        **{k: v for k, v in meta.items() if k != "extra"},
+        "query": result.query,
+        "context": result.context,
+        "repcs_score": result.repcs_score,
+        "verdict": result.verdict,
+        "rag_answer": result.retrieval.answer,
+        "parametric_answer": result.parametric.answer,
+        "n_tokens": result.n_tokens,
+        "rag_finish": result.retrieval.finish,
+        "max_abs_log_ratio": result.max_abs_log_ratio,
+        "scores": scores,
+    }
+    if features:
+        record["features"] = features
+    if errors:
+        record["errors"] = errors
+    if "noisy_repcs" in result.extras:
+        noisy = result.extras["noisy_repcs"]
+        record["noisy_z"] = {"sigma": list(noisy["sigma"]), "z": list(noisy["z"])}
+    for k, v in (meta.get("extra") or {}).items():
+        record[f"extra.{k}"] = v
+    return record
+
+
+def _meta(row: Row) -> dict[str, Any]:
+    if isinstance(row, LabelledRow):
+        return {"row": row.row, "label": row.label, "extra": row.extra}
+    return {
+        "row": row.row,
+        "answer_context": row.answer_context,
+        "answer_memory": row.answer_memory,
+        "extra": row.extra,
+    }
+
+
+def score_records(
+    handle: ModelHandle,
+    rows: Sequence[Row],
+    settings: DualPathSettings,
+    detectors: dict[str, Detector],
+    *,
+    threshold: Threshold | None = None,
+    threshold_source: str | None = None,
+    noise_sigmas: Sequence[float] = (),
+    noise_seed: int = 0,
+    free_parametric: bool = False,
+) -> list[dict[str, Any]]:
+    """Score one batch of rows (one :func:`core.engine.batch.score_batch` call) and return their records.
+
+    Conflict rows also get ``follows`` (which source the retrieval answer repeats) and, with
+    ``free_parametric``, ``parametric_follows``.
+    """
+    if not rows:
+        return []
+    results = score_batch(
+        handle,
+        [(r.query, r.context) for r in rows],
+        settings,
+        threshold=threshold,
+        threshold_source=threshold_source,
+        free_parametric=free_parametric,
+        noise_sigmas=noise_sigmas,
+        noise_seed=noise_seed,
+    )
+    records = []
+    for r, res in zip(rows, results):
+        rec = record_for(handle, res, settings, detectors, _meta(r))
+        if isinstance(r, ConflictRow):
+            rec["follows"] = answer_follows(res.retrieval.answer, r.answer_context, r.answer_memory)
+            if free_parametric:
+                rec["parametric_follows"] = answer_follows(res.parametric.answer, r.answer_context, r.answer_memory)
+        records.append(rec)
+    return records

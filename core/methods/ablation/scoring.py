@@ -1,0 +1,95 @@
+"""One lean scoring run of the dual path, the unit every sweep repeats.
+
+A scoring run is one greedy generation of the retrieval answer with its logits plus one teacher-forced
+parametric pass — exactly the maths of :func:`core.engine.run_dual_path` with ``free_parametric=False`` —
+run under whatever interventions are active. Sweeps use short answers (:data:`SWEEP_MAX_NEW_TOKENS`,
+T = the same), so Z values inside one sweep are comparable with each other and with the sweep's own clean
+reference, not with a Z computed with another T.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from core.engine import DualPathSettings, PreparedPrompts, generate_greedy, teacher_forced_logits
+from core.maths.divergence import kl_divergence, log_probs
+from core.methods.repcs import repcs_score
+from core.model.handle import ModelHandle
+
+SWEEP_MAX_NEW_TOKENS = 16
+"""Answer tokens per scoring run in sweeps (and their T): affordable on a CPU."""
+
+
+def sweep_settings(settings: DualPathSettings, max_new_tokens: int = SWEEP_MAX_NEW_TOKENS) -> DualPathSettings:
+    """The settings of a sweep's scoring runs: ``max_new_tokens`` answer tokens, T = ``max_new_tokens``.
+
+    Raises:
+        ValueError: invalid resulting settings (e.g. ``max_new_tokens < 1``).
+    """
+    out = replace(settings, max_new_tokens=int(max_new_tokens), score_window=int(max_new_tokens), force_length=False)
+    out.validate()
+    return out
+
+
+@dataclass(frozen=True)
+class ScoredRun:
+    """The outcome of one scoring run (under whatever interventions were active).
+
+    Attributes:
+        z: Z = Σ_{t<T} KL(P_retrieval,t ‖ P_parametric,t) on this run's own retrieval answer, nats.
+        token_kl: KL_t, shape ``(n,)``, nats.
+        answer_ids: the retrieval answer generated in this run.
+        answer: its text.
+        first_token_logprob: log P_retrieval(clean first answer token | retrieval prompt), nats.
+        first_token_logprob_para: log P_parametric(clean first answer token | parametric prompt), nats.
+        finish: ``"eos"`` or ``"length"``.
+    """
+
+    z: float
+    token_kl: np.ndarray
+    answer_ids: list[int]
+    answer: str
+    first_token_logprob: float
+    first_token_logprob_para: float
+    finish: str
+
+
+def score_run(
+    handle: ModelHandle, prepared: PreparedPrompts, settings: DualPathSettings, clean_first_token: int | None = None
+) -> ScoredRun:
+    """Generate the retrieval answer greedily and score it against the teacher-forced parametric path.
+
+    The same maths as :func:`core.engine.run_dual_path` with ``free_parametric=False``, plus the
+    log-probability both paths give the clean answer's first token (``clean_first_token``; default: this
+    run's own first token). Both passes run in one session of ``handle``.
+    """
+    with handle.session():
+        ((ids, retrieval_logits, finish),) = generate_greedy(handle, [prepared.retrieval.ids], settings)
+        parametric_logits = teacher_forced_logits(handle, prepared.parametric.ids, ids)
+    lp_retrieval = log_probs(retrieval_logits)
+    lp_parametric = log_probs(parametric_logits.to(retrieval_logits.device))
+    token_kl = kl_divergence(lp_retrieval, lp_parametric).cpu().numpy()
+    first = int(ids[0] if clean_first_token is None else clean_first_token)
+    return ScoredRun(
+        z=repcs_score(token_kl, settings.score_window),
+        token_kl=token_kl,
+        answer_ids=[int(i) for i in ids],
+        answer=handle.tokenizer.decode(ids, skip_special_tokens=True).strip(),
+        first_token_logprob=float(lp_retrieval[0, first].item()),
+        first_token_logprob_para=float(lp_parametric[0, first].item()),
+        finish=finish,
+    )
+
+
+def first_token_logprob(handle: ModelHandle, prompt_ids: Sequence[int], token: int) -> float:
+    """log P(token | prompt) from one forward pass (under whatever interventions are active), nats."""
+    x = torch.tensor([list(prompt_ids)], dtype=torch.long, device=handle.device)
+    try:
+        logits = handle.forward(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1]
+    except TypeError:  # a model class without logits_to_keep
+        logits = handle.forward(input_ids=x, use_cache=False).logits[0, -1]
+    return float(log_probs(logits)[int(token)].item())

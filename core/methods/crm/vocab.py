@@ -1,0 +1,65 @@
+"""Vocabulary back-projection of hidden-state directions through the unembedding (CRM appendix U.2).
+
+``scores_ℓ = W_U v_ℓ`` over the vocabulary; since the sign of PC1 is arbitrary both ends are returned. Early
+layers are not in the unembedding's basis, so their lists are suggestive, not a decoding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.model.handle import ModelHandle
+from core.model.parts import model_parts
+
+
+def back_projection(unembed: np.ndarray | torch.Tensor, directions: np.ndarray, k: int = 10) -> dict[str, np.ndarray]:
+    """The ``k`` highest- and lowest-scoring tokens of ``W_U v_ℓ`` for every direction (pure).
+
+    Args:
+        unembed: ``W_U`` of shape ``(V, d)``.
+        directions: ``(L1, d)``.
+        k: tokens per end.
+
+    Returns:
+        ``top_ids``/``bottom_ids`` ``(L1, k)`` int64 (highest / lowest score first) and ``top_scores``/
+        ``bottom_scores`` ``(L1, k)`` float32.
+
+    Raises:
+        ValueError: shapes that do not share the hidden size, or ``k`` outside ``[1, V]``.
+    """
+    w = torch.as_tensor(unembed).detach().float()
+    v = torch.as_tensor(np.asarray(directions, dtype=np.float32))
+    if w.ndim != 2 or v.ndim != 2 or w.shape[1] != v.shape[1]:
+        raise ValueError(f"unembedding {tuple(w.shape)} and directions {tuple(v.shape)} do not share the hidden size")
+    if not 1 <= k <= w.shape[0]:
+        raise ValueError(f"k must be in [1, {w.shape[0]}], got {k}")
+    with torch.inference_mode():
+        scores = v.to(w.device) @ w.T  # (L1, V)
+        top = torch.topk(scores, k, dim=-1)
+        bottom = torch.topk(-scores, k, dim=-1)
+    return {
+        "top_ids": top.indices.cpu().numpy().astype(np.int64),
+        "top_scores": top.values.cpu().numpy().astype(np.float32),
+        "bottom_ids": bottom.indices.cpu().numpy().astype(np.int64),
+        "bottom_scores": (-bottom.values).cpu().numpy().astype(np.float32),
+    }
+
+
+def vocabulary_projection(handle: ModelHandle, directions: np.ndarray, k: int = 10) -> dict[str, Any]:
+    """:func:`back_projection` through this model's unembedding, with the tokens decoded.
+
+    Args:
+        directions: ``(L1, d)`` directions (e.g. a basis' PC1, or a run's normalized displacement).
+
+    Returns:
+        The arrays of :func:`back_projection` plus ``top_tokens``/``bottom_tokens`` (lists ``L1 × k``).
+    """
+    weight = model_parts(handle).unembed.weight
+    with handle.session():
+        out: dict[str, Any] = back_projection(weight, directions, k)
+    for end in ("top", "bottom"):
+        out[f"{end}_tokens"] = [handle.decode_tokens(row) for row in out[f"{end}_ids"].tolist()]
+    return out

@@ -1,0 +1,64 @@
+"""Replaying a result's two paths with the loaded model: its prompts, forward sequences and CRM displacement.
+
+Positions follow the engine's convention: answer position ``t`` is the step that predicts answer token ``t``,
+i.e. the query row ``prompt_len − 1 + t`` of the sequence ``prompt + answer[:-1]``. Position 0 is therefore
+the last prompt token — where CRM measures its displacement d_ℓ = h_ℓ(context) − h_ℓ(no context)
+(CRM §2, eq. 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.engine.prepare import PreparedPrompts, prepare_prompts
+from core.engine.result import PARAMETRIC, PATHS, RETRIEVAL, DualPathResult
+from core.methods.internals.forward import layer_states
+from core.model.handle import ModelHandle
+
+
+def prepared_for(handle: ModelHandle, result: DualPathResult) -> PreparedPrompts:
+    """Rebuild both prompts of a result with the engine (same template and settings) and check them.
+
+    Raises:
+        ValueError: the prompts do not tokenize to the result's lengths (another model or tokenizer).
+    """
+    settings = result.run_settings
+    prepared = prepare_prompts(handle, result.query, result.context, settings)
+    n_retrieval, n_parametric = len(prepared.retrieval.ids), len(prepared.parametric.ids)
+    if n_retrieval != result.retrieval.prompt_len or n_parametric != result.parametric.prompt_len:
+        raise ValueError(
+            "This result's prompts do not tokenize to the same lengths with the loaded model "
+            f"({n_retrieval}/{n_parametric} vs {result.retrieval.prompt_len}/"
+            f"{result.parametric.prompt_len} tokens): it was produced by another model or tokenizer."
+        )
+    return prepared
+
+
+def path_sequence(handle: ModelHandle, result: DualPathResult, path: str) -> tuple[list[int], list[str], int]:
+    """The token ids one path's instrumented forward runs on (prompt + answer[:-1]), their tokens, and the
+    prompt length."""
+    if path not in PATHS:
+        raise ValueError(f"path must be {RETRIEVAL!r} or {PARAMETRIC!r}, got {path!r}")
+    prepared = prepared_for(handle, result)
+    prompt = prepared.retrieval.ids if path == RETRIEVAL else prepared.parametric.ids
+    ids = list(prompt) + [int(i) for i in result.answer_token_ids[:-1]]
+    return ids, handle.decode_tokens(ids), len(prompt)
+
+
+def displacement(handle: ModelHandle, result: DualPathResult) -> np.ndarray:
+    """CRM's displacement at the last prompt token, every layer (CRM §2, eq. 1's ``h_ℓ^c − h_ℓ^0``).
+
+    ``d_ℓ = h_ℓ(retrieval prompt)[last] − h_ℓ(parametric prompt)[last]``, the prompts rebuilt with
+    :func:`core.engine.prepare.prepare_prompts` from the result's query, context and settings. Both forward
+    passes run in one model session, through whatever hooks are installed (inside an intervention it gives
+    the perturbed d_ℓ).
+
+    Returns:
+        float32 array ``(n_layers + 1, hidden)``; row 0 is the embedding layer (zero whenever both prompts end
+        in the same token, as the templates do).
+    """
+    prepared = prepared_for(handle, result)
+    with handle.session():
+        retrieval = layer_states(handle, prepared.retrieval.ids)[:, 0]
+        parametric = layer_states(handle, prepared.parametric.ids)[:, 0]
+    return (retrieval.astype(np.float64) - parametric.astype(np.float64)).astype(np.float32)

@@ -1,0 +1,155 @@
+"""RADAR on the bundled test set: per-category accuracy next to the paper's Table 1, and a length control.
+
+Trained on a model's own features of the 30 training prompts, tested on the 100 test prompts. The paper's
+numbers (:data:`PAPER_RESULTS`) are for DialoGPT-medium on its own sets: a reference, not a like-for-like
+comparison. :func:`length_baseline` is a control the paper does not report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from core.methods.radar.classifier import RadarClassifier, cross_validated_accuracy
+from core.methods.radar.prompts import (
+    CATEGORY_TITLES,
+    LABELS,
+    REASONING,
+    RECALL,
+    TEST,
+    TEST_CATEGORIES,
+    TRAIN,
+    RadarPrompt,
+)
+from core.methods.radar.store import FeatureTable
+from core.methods.radar.trace import encode_radar_prompt
+from core.model.handle import ModelHandle
+
+PAPER_RESULTS: dict[str, float] = {
+    "clear_recall": 1.0,
+    "clear_reasoning": 1.0,
+    "ambiguous": 23 / 30,
+    "complex_reasoning": 1.0,
+    "overall": 0.93,
+    "recall_tasks": 0.977,
+    "reasoning_tasks": 0.893,
+    "train_cv": 0.967,
+    "rds_recall": 0.933,
+    "rds_reasoning": 0.375,
+}
+"""RADAR Table 1, §3.1 (training cross-validation) and §3.2 (mean RDS) on DialoGPT-medium."""
+
+
+def prompt_token_counts(handle: ModelHandle, prompts: Sequence[RadarPrompt]) -> list[int]:
+    """The number of tokens of each prompt as RADAR reads it (tokenization only, no model call)."""
+    return [len(encode_radar_prompt(handle, p.prompt)) for p in prompts]
+
+
+def length_baseline(table: FeatureTable, token_counts: Sequence[int], random_state: int = 0) -> np.ndarray:
+    """A control the paper does not report: logistic regression on log(prompt length) alone, trained on the
+    same training rows; returns its 0/1 (1 = recall) predictions for the test rows.
+
+    Several RADAR features grow with the prompt length by construction (the attention entropy sums over all
+    query positions), so this shows how much of the accuracy the length alone explains.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    counts = np.asarray(token_counts, dtype=np.float64)
+    if counts.shape != (len(table.prompts),) or (counts < 1).any():
+        raise ValueError(f"need one positive token count per prompt ({len(table.prompts)}), got shape {counts.shape}")
+    is_train = np.array([p.split == TRAIN for p in table.prompts])
+    logt = np.log(counts)[:, None]
+    model = LogisticRegression(random_state=random_state).fit(logt[is_train], table.labels(TRAIN))
+    return model.predict(logt[~is_train]).astype(np.int64)
+
+
+def evaluate_table(
+    table: FeatureTable, random_state: int = 0, cv: bool = True, token_counts: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """Train on the table's training rows, evaluate on its test rows, per category, next to the paper.
+
+    Args:
+        token_counts: the prompts' lengths in tokens, row by row; when given, the report adds the accuracy of
+            :func:`length_baseline` (``length_accuracy``) everywhere.
+
+    Returns:
+        ``{"categories": [{category, title, n, correct, accuracy, soft_accuracy, length_accuracy, paper}],
+        "overall", "recall_tasks", "reasoning_tasks", "train_cv", "rds_mean", "rows": [...]}`` — accuracies
+        use the paper's hard-majority label; ``soft_accuracy`` uses p̄ > 1/2.
+    """
+    clf = RadarClassifier.from_table(table, random_state)
+    prompts, X = table.split(TEST)
+    if not prompts:
+        raise ValueError("The feature table has no test rows.")
+    preds = clf.predict(X)
+    baseline = length_baseline(table, token_counts, random_state) if token_counts is not None else None
+    test_counts = (
+        [int(n) for n, p in zip(token_counts, table.prompts, strict=True) if p.split == TEST]
+        if token_counts is not None
+        else [None] * len(prompts)
+    )
+    rows = [
+        {
+            "id": p.id,
+            "prompt": p.prompt,
+            "category": p.category,
+            "label": p.label,
+            "predicted": pr.label,
+            "correct": pr.label == p.label,
+            "soft_correct": pr.soft_label == p.label,
+            "p_recall": pr.p_recall,
+            "rds": pr.rds,
+            "rci": pr.rci,
+            "n_tokens": test_counts[i],
+            "length_correct": None if baseline is None else bool((baseline[i] == 1) == (p.label == RECALL)),
+        }
+        for i, (p, pr) in enumerate(zip(prompts, preds, strict=True))
+    ]
+
+    def summary(selected: list[dict[str, Any]]) -> dict[str, Any]:
+        n = len(selected)
+        correct = sum(r["correct"] for r in selected)
+        return {
+            "n": n,
+            "correct": int(correct),
+            "accuracy": correct / n if n else None,
+            "soft_accuracy": sum(r["soft_correct"] for r in selected) / n if n else None,
+            "length_accuracy": (sum(r["length_correct"] for r in selected) / n if n and baseline is not None else None),
+        }
+
+    categories = []
+    for cat in TEST_CATEGORIES:
+        selected = [r for r in rows if r["category"] == cat]
+        categories.append(
+            {"category": cat, "title": CATEGORY_TITLES[cat], **summary(selected), "paper": PAPER_RESULTS[cat]}
+        )
+    rds_mean: dict[str, float | None] = {}
+    for lab in LABELS:
+        values = [r["rds"] for r in rows if r["label"] == lab]
+        rds_mean[lab] = float(np.mean(values)) if values else None
+    _, X_train = table.split(TRAIN)
+    return {
+        "model": table.meta.get("model"),
+        "categories": categories,
+        "overall": {**summary(rows), "paper": PAPER_RESULTS["overall"]},
+        "recall_tasks": {**summary([r for r in rows if r["label"] == RECALL]), "paper": PAPER_RESULTS["recall_tasks"]},
+        "reasoning_tasks": {
+            **summary([r for r in rows if r["label"] == REASONING]),
+            "paper": PAPER_RESULTS["reasoning_tasks"],
+        },
+        "train_cv": {
+            "accuracy": cross_validated_accuracy(X_train, table.labels(TRAIN), random_state=random_state)
+            if cv
+            else None,
+            "paper": PAPER_RESULTS["train_cv"],
+        },
+        "rds_mean": {
+            "recall": rds_mean[RECALL],
+            "reasoning": rds_mean[REASONING],
+            "paper_recall": PAPER_RESULTS["rds_recall"],
+            "paper_reasoning": PAPER_RESULTS["rds_reasoning"],
+        },
+        "rows": rows,
+    }

@@ -1,0 +1,190 @@
+"""RADAR's one instrumented forward pass over a prompt, and the 37 features read off it (appendix A.1, D).
+
+One forward pass over the prompt tokens only — appendix A.1 "Analysis focused on input prompt tokens"; no
+answer is generated, no gradients (appendix F.2):
+
+* the residual stream after each decoder layer (``output_hidden_states``; the final norm's *input*, captured
+  by a pre-hook, replaces the last one, which transformers returns already normed);
+* each layer's attention weights, reduced to per-head entropies inside forward hooks
+  (:func:`core.model.hooks.attention_hooks`; no layers × heads × T × T stack is kept);
+* the logit lens ``W_U · norm(h_ℓ)`` at the last prompt position (:func:`core.model.lens.lens_logits`); for the
+  last layer it equals the model's own output distribution.
+
+The model's parts come from :func:`core.model.parts.model_parts`; the pass runs inside the handle's session,
+which owns the lock and removes every hook in ``finally``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.maths.divergence import entropy, log_probs
+from core.methods.radar.features import FEATURE_NAMES
+from core.methods.radar.maths import head_entropies, mechanistic_features, residual_statistics, surface_features
+from core.model.handle import ModelHandle
+from core.model.hooks import NO_WEIGHTS_MESSAGE, attention_hooks, input_hook
+from core.model.lens import lens_logits
+from core.model.parts import model_parts
+
+
+@dataclass(frozen=True)
+class RadarTrace:
+    """What one forward pass over a prompt yields (all CPU numpy, float64 unless noted).
+
+    Attributes:
+        text: the analysed prompt text.
+        token_ids, tokens: the prompt's tokens (T of them).
+        confidence: c_ℓ, shape ``(L,)``: max probability of the logit-lens distribution at the last prompt
+            position after decoder layer ℓ.
+        entropy: H_ℓ, shape ``(L,)``, nats, of the same distributions.
+        top_token_ids, top_tokens: the arg-max token of each layer's lens, ``(L,)``.
+        head_entropy: H_ℓ,h, shape ``(L, H)``, nats: attention entropy summed over query positions
+            (appendix D.2.1: H_ℓ,h = −Σ_{i,j} A log A).
+        layer_variance: v_ℓ, ``(L,)``: variance of the residual stream after layer ℓ over positions × units.
+        layer_norm: n_ℓ, ``(L,)``: mean over positions of the residual stream's L2 norm.
+        layer_rank: r_ℓ, ``(L,)``: effective rank of the ``T × d`` residual-stream matrix.
+    """
+
+    text: str
+    token_ids: list[int]
+    tokens: list[str]
+    confidence: np.ndarray
+    entropy: np.ndarray
+    top_token_ids: list[int]
+    top_tokens: list[str]
+    head_entropy: np.ndarray
+    layer_variance: np.ndarray
+    layer_norm: np.ndarray
+    layer_rank: np.ndarray
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.confidence.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, np.ndarray):
+                out[key] = value.tolist()
+        return out
+
+
+def encode_radar_prompt(handle: ModelHandle, text: str) -> list[int]:
+    """The prompt's token ids as RADAR reads it: the raw text with the tokenizer's own special tokens
+    (no chat template — the paper feeds plain completion prompts such as "The capital of France is").
+
+    Raises:
+        ValueError: empty text, no tokens, or more tokens than the model's budget.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("The prompt is empty: RADAR needs at least one token of text.")
+    ids = list(handle.tokenizer(text, add_special_tokens=True)["input_ids"])
+    if not ids:
+        raise ValueError("The prompt produced no tokens.")
+    if len(ids) > handle.info.max_tokens:
+        raise ValueError(
+            f"The prompt is {len(ids):,} tokens, over this model's limit of {handle.info.max_tokens:,}; shorten it "
+            "(nothing is cut automatically)."
+        )
+    return ids
+
+
+def trace_prompt(handle: ModelHandle, text: str) -> RadarTrace:
+    """Run the one instrumented forward pass over a prompt and reduce everything RADAR needs.
+
+    Args:
+        handle: the shared model (eager attention is required for the attention weights).
+        text: the prompt (see :func:`core.methods.radar.prompts.radar_prompt`).
+
+    Returns:
+        A :class:`RadarTrace`.
+
+    Raises:
+        ValueError: bad prompt (see :func:`encode_radar_prompt`), an unsupported architecture, fewer than two
+            decoder layers, or attention weights that the model does not return (SDPA/flash attention).
+    """
+    ids = encode_radar_prompt(handle, text)
+    parts = model_parts(handle)
+    n_layers = parts.n_layers
+    if n_layers < 2:
+        raise ValueError(f"RADAR's trajectory features need at least 2 decoder layers; this model has {n_layers}.")
+    head_entropy: list[np.ndarray | None] = [None] * n_layers
+    final_in: list[torch.Tensor] = []
+
+    def on_weights(layer: int, weights: torch.Tensor) -> None:
+        head_entropy[layer] = head_entropies(weights)
+
+    def on_final_input(h: torch.Tensor) -> None:
+        final_in[:] = [h]
+
+    registrations = [*attention_hooks(parts, on_weights), input_hook(parts.final_norm, on_final_input)]
+    input_ids = torch.tensor([ids], dtype=torch.long, device=handle.device)
+    with handle.session():
+        with handle.hooked(registrations) as model:
+            out = model(input_ids=input_ids, output_hidden_states=True, use_cache=False)
+        hidden = out.hidden_states
+        if hidden is None or len(hidden) != n_layers + 1:
+            raise ValueError(
+                f"Expected {n_layers + 1} hidden states (embeddings + one per decoder layer), got "
+                f"{0 if hidden is None else len(hidden)}."
+            )
+        if not final_in:
+            raise ValueError("The final norm was not called during the forward pass; cannot apply the logit lens.")
+        layers = [hidden[i][0] for i in range(1, n_layers)] + [final_in[0][0]]  # each (T, d)
+        last = torch.stack([h[-1] for h in layers])  # (L, d)
+        logp = log_probs(lens_logits(parts, last))  # (L, V), float32
+        confidence = logp.max(dim=-1).values.exp().double().cpu().numpy()
+        top_ids = logp.argmax(dim=-1).cpu().tolist()
+        lens_entropy = entropy(logp).double().cpu().numpy()
+        stats = np.array([residual_statistics(h) for h in layers], dtype=np.float64)  # (L, 3)
+        del out, hidden, layers
+        final_in.clear()
+    missing = [i for i, e in enumerate(head_entropy) if e is None]
+    if missing:
+        raise ValueError(
+            f"{NO_WEIGHTS_MESSAGE} (no weights from layers "
+            + ", ".join(map(str, missing[:5]))
+            + ("…" if len(missing) > 5 else "")
+            + ")."
+        )
+    return RadarTrace(
+        text=text,
+        token_ids=[int(i) for i in ids],
+        tokens=handle.decode_tokens(ids),
+        confidence=confidence,
+        entropy=lens_entropy,
+        top_token_ids=[int(i) for i in top_ids],
+        top_tokens=handle.decode_tokens(top_ids),
+        head_entropy=np.stack([np.asarray(e, dtype=np.float64) for e in head_entropy]),
+        layer_variance=stats[:, 0].copy(),
+        layer_norm=stats[:, 1].copy(),
+        layer_rank=stats[:, 2].copy(),
+    )
+
+
+def features_from_trace(trace: RadarTrace) -> dict[str, float]:
+    """All 37 features, in :data:`~core.methods.radar.features.FEATURE_NAMES` order (surface first).
+
+    Raises:
+        ValueError: when a feature is not finite.
+    """
+    values = {
+        **surface_features(trace.confidence, trace.entropy),
+        **mechanistic_features(trace.head_entropy, trace.layer_variance, trace.layer_norm, trace.layer_rank),
+    }
+    out = {name: float(values[name]) for name in FEATURE_NAMES}
+    bad = [k for k, v in out.items() if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"Non-finite RADAR feature(s) {', '.join(bad)} for {trace.text[:60]!r}")
+    return out
+
+
+def extract_features(handle: ModelHandle, text: str) -> tuple[dict[str, float], RadarTrace]:
+    """One forward pass → (the 37 features, the trace they come from)."""
+    trace = trace_prompt(handle, text)
+    return features_from_trace(trace), trace

@@ -1,0 +1,42 @@
+"""Fixtures of the internals tests: one torch thread and one tiny dual-path run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.engine import run_dual_path
+from core.engine.settings import DualPathSettings
+
+SETTINGS = DualPathSettings(max_new_tokens=6, score_window=6)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """One torch thread: the CI box is shared, and OpenMP spinning on two contended cores is far slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_result(tiny_handle):
+    return run_dual_path(tiny_handle, "Who wrote the note?", "The note was written by Ada on Tuesday.", SETTINGS)
+
+
+@pytest.fixture
+def tiny_ids(tiny_handle):
+    """``tiny_ids(text)``: the tiny tokenizer's ids of a text, without special tokens."""
+    return lambda text: list(tiny_handle.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+@pytest.fixture
+def hf_forward():
+    """``hf_forward(handle, ids, **kwargs)``: a plain transformers forward pass, for reference values."""
+
+    def run(handle, ids, **kwargs):
+        with torch.inference_mode():
+            return handle.model(input_ids=torch.tensor([ids]), use_cache=False, **kwargs)
+
+    return run
