@@ -25,7 +25,7 @@ def draw_intro() -> None:
     )
     st.caption(
         "The scores are evidence, not proof: they describe one model on one prompt and can be calibrated on "
-        "labelled examples."
+        "labeled examples."
     )
 
 
@@ -42,10 +42,10 @@ def draw_examples() -> None:
     left, right = st.columns([1, 3])
     with left:
         if st.button(
-            "Analyse on the Dual Path page",
+            "Analyze on the Dual Path page",
             type="primary",
             disabled=example is None and not query,
-            key=keys.LANDING_ANALYSE,
+            key=keys.LANDING_ANALYZE,
         ):
             state.request_run()
             st.switch_page(DUAL_PATH_PAGE)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
+from _common import median_line, time_alternating
 
 from core.engine import DualPathSettings, run_dual_path, score_rows
-from core.evaluation import read_labelled_csv
+from core.evaluation import read_labeled_csv
 from core.io import asset_path
 from core.model.loading import load_model
 
@@ -47,7 +47,7 @@ BUILTIN = [
 
 def load_rows(n: int) -> list[tuple[str, str]]:
     if PROBES.is_file():
-        rows = read_labelled_csv(PROBES)
+        rows = read_labeled_csv(PROBES)
         mem = [r for r in rows if r.label == "memorized"]
         gro = [r for r in rows if r.label == "grounded"]
         mixed = [r for pair in zip(mem, gro) for r in pair]
@@ -77,18 +77,9 @@ def main() -> int:
     jobs = {"one_by_one": one_by_one, "batched": batched}
     score_rows(handle, rows[:2], settings, batch_size=2)  # warm-up
     run_dual_path(handle, *rows[0], settings, free_parametric=False)
-    rpm: dict[str, list[float]] = {k: [] for k in jobs}
-    speedups: list[float] = []
-    last: dict[str, list] = {}
-    for rep in range(args.repeats):
-        order = list(jobs) if rep % 2 == 0 else list(reversed(jobs))
-        this = {}
-        for name in order:
-            t0 = time.perf_counter()
-            last[name] = jobs[name]()
-            this[name] = len(rows) / ((time.perf_counter() - t0) / 60.0)
-            rpm[name].append(this[name])
-        speedups.append(this["batched"] / this["one_by_one"])
+    rounds, last = time_alternating(jobs, args.repeats)
+    rpm = {name: [len(rows) / (r[name] / 60.0) for r in rounds] for name in jobs}
+    speedups = [r["one_by_one"] / r["batched"] for r in rounds]
     same = sum(a.answer_token_ids == b.answer_token_ids for a, b in zip(last["one_by_one"], last["batched"]))
     dz = [
         abs(a.repcs_score - b.repcs_score)
@@ -102,8 +93,7 @@ def main() -> int:
         f"mean_answer_tokens={tokens:.1f} source={'probes.csv' if PROBES.is_file() else 'built-in'}"
     )
     for name, values in rpm.items():
-        spread = f"(min {min(values):.1f}, max {max(values):.1f})"
-        print(f"{name:11s} median {statistics.median(values):7.1f} rows/min   {spread}")
+        print(median_line(name, values, "rows/min", width=11))
     print(
         f"agreement: {same}/{len(rows)} rows with identical answer tokens; "
         f"max |ΔZ| on those = {max(dz) if dz else float('nan'):.2e} nats"

@@ -3,7 +3,7 @@
 Steps, in one fresh process (so the peak belongs to this analysis alone):
   1. load the embedded SmolLM2-135M-Instruct (fp32, CPU);
   2. ``run_dual_path`` on a ~1,000-token context (both answers, ``--tokens`` new tokens each);
-  3. ``core.methods.internals.analyse`` (one instrumented forward per path: hidden states, attention entropy and
+  3. ``core.methods.internals.analyze`` (one instrumented forward per path: hidden states, attention entropy and
      segment mass reduced on the fly, logit lens of both paths), the CRM report with the bundled basis;
   4. one head's full attention pattern (what the Attention page keeps when a cell is clicked).
 
@@ -24,13 +24,14 @@ import time
 from pathlib import Path
 
 import torch
+from _common import set_threads
 
 from core.engine import DualPathSettings, run_dual_path
 from core.methods.crm import crm_report, load_basis, load_calibration_prompts
-from core.methods.internals import analyse, attention_pattern, path_sequence
+from core.methods.internals import analyze, attention_pattern, path_sequence
 from core.model.loading import load_model
 
-QUERY = "According to the passage, what colour are the trams in Lisk?"
+QUERY = "According to the passage, what color are the trams in Lisk?"
 
 
 def _status_mb(field: str) -> float:
@@ -70,8 +71,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=32, help="new tokens per answer (default 32)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     figures: dict[str, float] = {"start_rss_mb": _status_mb("VmRSS")}
 
     t0 = time.perf_counter()
@@ -87,7 +87,7 @@ def main() -> int:
     separate = _reset_peak()
     t1 = time.perf_counter()
 
-    internals = analyse(handle, result)
+    internals = analyze(handle, result)
     basis = load_basis(handle, result.template)
     report = crm_report(basis, internals.displacement)
     summary = internals.summary()

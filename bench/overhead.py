@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
+from _common import CONTEXT, QUERY, median_line, time_alternating
 
 from core.engine import DualPathSettings, prepare_prompts, run_dual_path
 from core.model.loading import load_model
-
-QUERY = "What is the capital of Veltria?"
-CONTEXT = (
-    "The Republic of Veltria is a small island nation in the northern sea. Its capital is Marrowgate, a port "
-    "city founded in 1412 by salt traders. Marrowgate hosts the national parliament and the royal archive."
-)
 
 
 def main() -> int:
@@ -63,28 +57,16 @@ def main() -> int:
     jobs = {"plain": plain, "scored": scored, "dual": dual}
     for fn in jobs.values():  # warm-up
         fn()
-    times: dict[str, list[float]] = {k: [] for k in jobs}
-    ratios: dict[str, list[float]] = {"scored": [], "dual": []}
-    for rep in range(args.repeats):
-        order = list(jobs) if rep % 2 == 0 else list(reversed(jobs))
-        this: dict[str, float] = {}
-        for name in order:
-            sync()
-            t0 = time.perf_counter()
-            jobs[name]()
-            sync()
-            this[name] = time.perf_counter() - t0
-            times[name].append(this[name])
-        ratios["scored"].append(this["scored"] / this["plain"])
-        ratios["dual"].append(this["dual"] / this["plain"])
+    rounds, _ = time_alternating(jobs, args.repeats, sync=sync)
+    times = {name: [r[name] * 1000 for r in rounds] for name in jobs}
+    ratios = {name: [r[name] / r["plain"] for r in rounds] for name in ("scored", "dual")}
     threads = torch.get_num_threads() if handle.device.type == "cpu" else "-"
     print(
         f"model={handle.info.name} device={handle.info.device} T={args.tokens} repeats={args.repeats} "
         f"threads={threads} prompt_tokens={len(prep.retrieval.ids)}"
     )
-    for name, ts in times.items():
-        spread = f"(min {min(ts) * 1000:.1f}, max {max(ts) * 1000:.1f})"
-        print(f"{name:7s} median {statistics.median(ts) * 1000:8.1f} ms   {spread}")
+    for name, ms in times.items():
+        print(median_line(name, ms, "ms", width=7))
     print(f"dual_view_ratio={statistics.median(ratios['dual']):.3f}")
     print(f"overhead_ratio={statistics.median(ratios['scored']):.3f}")
     return 0

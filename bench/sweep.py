@@ -24,17 +24,12 @@ import sys
 import time
 
 import torch
+from _common import CONTEXT, QUERY, set_threads
 
 from core.engine import DualPathSettings, prepare_prompts
 from core.io import atomic_write_text
 from core.methods.ablation import layer_sweep, noise_injection, score_run, sweep_settings
 from core.model.loading import load_model
-
-QUERY = "What is the capital of Veltria?"
-CONTEXT = (
-    "The Republic of Veltria is a small island nation in the northern sea. Its capital is Marrowgate, a port "
-    "city founded in 1412 by salt traders. Marrowgate hosts the national parliament and the royal archive."
-)
 
 
 def main() -> int:
@@ -48,8 +43,7 @@ def main() -> int:
     parser.add_argument("--png", default=None, help="draw ΔZ per layer to this PNG (needs matplotlib)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
 
     handle = load_model(args.model)
     settings = sweep_settings(DualPathSettings(), args.tokens)

@@ -11,14 +11,17 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from components.figures import (
     KL_COLOR,
     PARAMETRIC_COLOR,
     RETRIEVAL_COLOR,
     escape_label,
+    note,
+    set_layout,
     token_label,
+    top_legend,
+    two_rows,
 )
 from core.methods.ablation import NoiseGrid
 
@@ -60,9 +63,10 @@ def token_diff_figure(
     n = len(tokens)
     fig = go.Figure()
     if n == 0:
-        fig.add_annotation(text="No answer tokens", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        fig.update_layout(height=80, margin={"l": 10, "r": 10, "t": 30 if title else 10, "b": 10}, title=title or None)
-        return fig
+        top = 30 if title else 10
+        return set_layout(
+            note(fig, "No answer tokens"), height=80, top=top, bottom=10, left=10, right=10, title=title or None
+        )
     rows = -(-n // per_row)
     z = np.full((rows, per_row), np.nan)
     text = np.full((rows, per_row), "", dtype=object)
@@ -93,13 +97,16 @@ def token_diff_figure(
     )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False, autorange="reversed")
-    fig.update_layout(
+    return set_layout(
+        fig,
         height=12 + 38 * rows + (30 if title else 0),
+        top=30 if title else 4,
+        bottom=4,
+        left=4,
+        right=4,
         plot_bgcolor="rgba(0,0,0,0)",
-        margin={"l": 4, "r": 4, "t": 30 if title else 4, "b": 4},
         title={"text": escape_label(title), "font": {"size": 13}} if title else None,
     )
-    return fig
 
 
 def kl_compare_figure(
@@ -135,10 +142,12 @@ def kl_compare_figure(
         )
     if score_window is not None and max(len(ck), len(pk)) > score_window:
         fig.add_vline(x=score_window - 0.5, line_dash="dash", line_color="#555")
-    fig.update_layout(
+    set_layout(
+        fig,
         height=height,
-        margin={"l": 60, "r": 20, "t": 30, "b": 50},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        top=30,
+        bottom=50,
+        legend=top_legend(),
         xaxis_title="answer position t (of each run's own retrieval answer)",
         yaxis_title="KL(P_rag ‖ P_para) (nats)",
     )
@@ -169,31 +178,23 @@ def trajectory_figure(
     labels = layer_axis_labels(c.size)
     x = np.arange(c.size)
     ytitle = "LTS_ℓ = ⟨d_ℓ, v_ℓ⟩" if kind == "lts" else "‖d_ℓ‖₂ (no CRM basis)"
-    fig = go.Figure()
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=c,
-            name="clean",
-            mode="lines+markers",
-            line={"color": CLEAN_COLOR, "width": 2},
-            customdata=labels,
-            hovertemplate="layer %{customdata}: %{y:.4g}<extra>clean</extra>",
-        )
-    )
+    series = [("clean", c, CLEAN_COLOR, "solid")]
     if perturbed is not None:
         p = np.asarray(perturbed, dtype=np.float64)
         if p.shape != c.shape:
             raise ValueError(f"perturbed has shape {p.shape}, clean {c.shape}")
+        series.append(("perturbed", p, PERTURBED_COLOR, "dot"))
+    fig = go.Figure()
+    for name, values, color, dash in series:
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=p,
-                name="perturbed",
+                y=values,
+                name=name,
                 mode="lines+markers",
-                line={"color": PERTURBED_COLOR, "width": 2, "dash": "dot"},
+                line={"color": color, "width": 2, "dash": dash},
                 customdata=labels,
-                hovertemplate="layer %{customdata}: %{y:.4g}<extra>perturbed</extra>",
+                hovertemplate=f"layer %{{customdata}}: %{{y:.4g}}<extra>{name}</extra>",
             )
         )
     for layer in sorted({int(v) for v in intervened}):
@@ -217,13 +218,7 @@ def trajectory_figure(
         ticktext=labels[::stride],
         title_text="layer (emb = embeddings; shaded = intervened)",
     )
-    fig.update_layout(
-        height=height,
-        margin={"l": 60, "r": 20, "t": 30, "b": 50},
-        yaxis_title=ytitle,
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
-    )
-    return fig
+    return set_layout(fig, height=height, top=30, bottom=50, yaxis_title=ytitle, legend=top_legend())
 
 
 def dose_response_figure(grid: NoiseGrid, *, height: int = 520) -> go.Figure:
@@ -232,13 +227,7 @@ def dose_response_figure(grid: NoiseGrid, *, height: int = 520) -> go.Figure:
         raise ValueError(f"expected a dose–response grid, got {grid.kind!r}")
     eps = np.asarray(grid.conditions, dtype=np.float64)
     n_seeds = len(grid.seeds)
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.1,
-        subplot_titles=("Z = Σ KL over the answer (nats)", "log P_rag(first clean answer token) (nats)"),
-    )
+    fig = two_rows("Z = Σ KL over the answer (nats)", "log P_rag(first clean answer token) (nats)", spacing=0.1)
     for row, mean, std, clean, color in (
         (1, grid.z_mean, grid.z_std, grid.clean_z, KL_COLOR),
         (2, grid.logprob_mean, grid.logprob_std, grid.clean_first_token_logprob, RETRIEVAL_COLOR),
@@ -275,12 +264,7 @@ def dose_response_figure(grid: NoiseGrid, *, height: int = 520) -> go.Figure:
             )
         fig.add_hline(y=clean, line_dash="dash", line_color=CLEAN_COLOR, row=row, col=1)
     fig.update_xaxes(title_text="noise scale ε", row=2, col=1)
-    fig.update_layout(
-        height=height,
-        margin={"l": 60, "r": 20, "t": 60, "b": 50},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "x": 0},
-    )
-    return fig
+    return set_layout(fig, height=height, top=60, bottom=50, legend=top_legend(1.06))
 
 
 def layer_sweep_figure(grid: NoiseGrid, *, flagged: Sequence[int] = (), height: int = 380) -> go.Figure:
@@ -310,9 +294,11 @@ def layer_sweep_figure(grid: NoiseGrid, *, flagged: Sequence[int] = (), height: 
     title = f"noise ε = {grid.eps[0]:g} on one layer at a time · clean Z = {grid.clean_z:.4f} nats"
     if flagged_set:
         title += " · purple = flagged by the CRM rule"
-    fig.update_layout(
+    set_layout(
+        fig,
         height=height,
-        margin={"l": 60, "r": 20, "t": 40, "b": 50},
+        top=40,
+        bottom=50,
         title={"text": title, "font": {"size": 13}},
         xaxis_title="decoder layer",
         yaxis_title="ΔZ (nats)",

@@ -35,7 +35,7 @@ def head_heatmap(
 
     Args:
         values: ``(layers, heads)``.
-        marks: optional boolean ``(layers, heads)``; marked cells show a dot (e.g. specialised heads).
+        marks: optional boolean ``(layers, heads)``; marked cells show a dot (e.g. specialized heads).
         selected: ``(layer, head)`` outlined, e.g. the head whose pattern is open.
 
     Raises:
@@ -126,7 +126,7 @@ def pattern_heatmap(
     title: str,
     height: int = 640,
 ) -> go.Figure:
-    """One head's attention pattern: rows = query positions, columns = key tokens, both labelled by token.
+    """One head's attention pattern: rows = query positions, columns = key tokens, both labeled by token.
 
     Args:
         weights: ``(R, C)`` attention weights (rows of the full ``(T, T)`` pattern).

@@ -12,9 +12,18 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from components.figures import PARAMETRIC_COLOR, RETRIEVAL_COLOR, display_token, escape_label, token_label
+from components.figures import (
+    PARAMETRIC_COLOR,
+    RETRIEVAL_COLOR,
+    display_token,
+    escape_label,
+    note,
+    set_layout,
+    token_label,
+    top_legend,
+    two_rows,
+)
 from core.methods.selfcritique import K_CHOICES, SelfCritiqueResult, penalized_cosine
 from core.methods.sma import CONTEXT, LABELS, NON_MEMBER, PRETRAINED, RETRIEVED, ContextAblation, SMAResult, SMARun
 
@@ -58,23 +67,15 @@ def entropy_sequences_figure(
             f"tokens and entropies differ in length: {len(first_tokens)} vs {e1.size}, "
             f"{len(critique_tokens)} vs {e2.size}"
         )
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.12,
-        subplot_titles=(
-            f"E₁ — first answer r₁ ({e1.size} tokens, {k_label(k)} entropy)",
-            f"E₂ — critique answer r₂ ({e2.size} tokens, {k_label(k)} entropy)",
-        ),
+    fig = two_rows(
+        f"E₁ — first answer r₁ ({e1.size} tokens, {k_label(k)} entropy)",
+        f"E₂ — critique answer r₂ ({e2.size} tokens, {k_label(k)} entropy)",
+        spacing=0.12,
     )
-    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 60, "b": 60}, showlegend=False, bargap=0.1)
+    set_layout(fig, height=height, top=60, bottom=60, showlegend=False, bargap=0.1)
     width = max(e1.size, e2.size)
     if width == 0:
-        fig.add_annotation(
-            text="No generated tokens to show", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"
-        )
-        return fig
+        return note(fig, "No generated tokens to show")
     for row, (tokens, values, color) in enumerate(
         ((first_tokens, e1, FIRST_COLOR), (critique_tokens, e2, CRITIQUE_COLOR)), start=1
     ):
@@ -231,11 +232,15 @@ def ads_text_figure(
             "<br>ADS = %{customdata[3]}<br>%{customdata[4]}<extra></extra>",
         )
     )
-    fig.update_layout(
+    set_layout(
+        fig,
         height=max(120, 70 + height_per_row * len(rows)),
-        margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        top=30,
+        bottom=10,
+        left=10,
+        right=10,
         plot_bgcolor="white",
-        title={"text": f"Colour = {title} (read left to right, top to bottom)", "font": {"size": 13}},
+        title={"text": f"Color = {title} (read left to right, top to bottom)", "font": {"size": 13}},
     )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False, autorange="reversed")
@@ -249,16 +254,9 @@ def ads_bar_figure(
     n = len(result.units)
     if len(labels) != n:
         raise ValueError(f"{len(labels)} labels for {n} units")
-    fig = go.Figure()
-    fig.update_layout(
-        height=height,
-        margin={"l": 60, "r": 20, "t": 40, "b": 110},
-        barmode="overlay",
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
-    )
+    fig = set_layout(go.Figure(), height=height, top=40, bottom=110, barmode="overlay", legend=top_legend())
     if n == 0:
-        fig.add_annotation(text="No units", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        return fig
+        return note(fig, "No units")
     x = np.arange(n)
     names = [token_label(u.text.strip() or u.text) for u in result.units]
     for label in LABELS:
@@ -275,28 +273,18 @@ def ads_bar_figure(
                 hovertemplate="%{customdata}<br>ADS = %{y:.4f}<extra>" + escape_label(label) + "</extra>",
             )
         )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=result.beta_on,
-            mode="markers",
-            name="β RAG on",
-            marker={"symbol": "circle", "color": "#222", "size": 7},
-            customdata=names,
-            hovertemplate="%{customdata}<br>β on = %{y:.4f}<extra></extra>",
+    for beta, side, symbol in ((result.beta_on, "on", "circle"), (result.beta_off, "off", "x")):
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=beta,
+                mode="markers",
+                name=f"β RAG {side}",
+                marker={"symbol": symbol, "color": "#222", "size": 7},
+                customdata=names,
+                hovertemplate=f"%{{customdata}}<br>β {side} = %{{y:.4f}}<extra></extra>",
+            )
         )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=result.beta_off,
-            mode="markers",
-            name="β RAG off",
-            marker={"symbol": "x", "color": "#222", "size": 7},
-            customdata=names,
-            hovertemplate="%{customdata}<br>β off = %{y:.4f}<extra></extra>",
-        )
-    )
     low, high = min(tau1, tau2), max(tau1, tau2)
     fig.add_hrect(
         y0=low,
@@ -370,7 +358,7 @@ def context_ablation_figure(ablation: ContextAblation, *, max_chars: int = 60) -
             hovertemplate="Δr = %{x:.4f}<br>answer without it: %{customdata}<extra></extra>",
         )
     )
-    fig.update_layout(height=max(180, 60 + 34 * n), margin={"l": 20, "r": 20, "t": 30, "b": 40})
+    set_layout(fig, height=max(180, 60 + 34 * n), top=30, bottom=40, left=20)
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title_text="Δr = r(full context) − r(sentence removed)", zeroline=True)
     return fig

@@ -115,9 +115,9 @@ def metrics_table(detectors: dict[str, dict[str, Any]]) -> pd.DataFrame:
 def rows_table(records: Sequence[dict[str, Any]], names: Sequence[str]) -> pd.DataFrame:
     """Per-row scores: row number, label, answers, Z, verdict and one raw-score column per detector."""
     out = []
-    labelled = any("label" in r for r in records)
+    labeled = any("label" in r for r in records)
     for r in records:
-        row = {"row": r.get("row"), **({"label": r.get("label", "")} if labelled else {})}
+        row = {"row": r.get("row"), **({"label": r.get("label", "")} if labeled else {})}
         row |= {
             "query": r.get("query", ""),
             "retrieval answer": r.get("rag_answer", ""),
@@ -228,7 +228,7 @@ def calibration_figure(
         height=height,
         showlegend=False,
         margin={"l": 20, "r": 20, "t": 40, "b": 50},
-        xaxis={"title": "Z = Σ KL over the first T answer tokens (nats); memorised if Z < τ"},
+        xaxis={"title": "Z = Σ KL over the first T answer tokens (nats); memorized if Z < τ"},
     )
     return fig
 

@@ -15,7 +15,7 @@ from typing import Any
 import streamlit as st
 
 from components import evaluate_figures as ef
-from components import keys, state
+from components import keys, state, widgets
 from components.evaluate_jobs import draw_run_controls, job, run_job
 from components.text import escape_markdown
 from components.threshold_state import active_threshold, clear_active_threshold, session_threshold, set_active_threshold
@@ -57,9 +57,17 @@ def detector_label(name: str) -> str:
     return f"{name} — {det.label} · {COST_LABEL.get(det.cost, det.cost)}"
 
 
+def draw_reset_threshold(container: Any, model: str, *, key: str) -> None:
+    """The button that drops this session's τ for ``model`` (back to the bundled default; disabled without one)."""
+    own, _ = session_threshold(model)
+    container.button(
+        "Back to the default τ", key=key, disabled=own is None, on_click=clear_active_threshold, args=(model,)
+    )
+
+
 def draw_detectors_tab(main_job: EvaluationJob, summary: dict, rows: list) -> None:
     st.caption(
-        "Each detector's score is oriented so that higher = more likely memorised (e.g. −Z for RePCS). Fitted "
+        "Each detector's score is oriented so that higher = more likely memorized (e.g. −Z for RePCS). Fitted "
         "detectors are scored out of fold (stratified 5-fold, seed 42): no row is scored by a model that saw "
         "its label. The CI is a percentile bootstrap over rows (1,000 resamples, seed 42)."
     )
@@ -79,24 +87,9 @@ def draw_detectors_tab(main_job: EvaluationJob, summary: dict, rows: list) -> No
     report = build_report(spec.model, spec.settings, *active_threshold(spec.model), summary, rows)
     report["dataset"] = spec.dataset
     left, right, _ = st.columns([1, 1, 3])
-    left.download_button(
-        "Metrics (CSV)",
-        table.to_csv(index=False),
-        file_name="evaluation_metrics.csv",
-        mime="text/csv",
-        key=keys.EVAL_CSV,
-        on_click="ignore",
-        icon=":material/download:",
-    )
-    right.download_button(
-        "Full report (JSON)",
-        json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False),
-        file_name="evaluation.json",
-        mime="application/json",
-        key=keys.EVAL_JSON,
-        on_click="ignore",
-        icon=":material/download:",
-    )
+    widgets.download(left, "Metrics (CSV)", table.to_csv(index=False), "evaluation_metrics.csv", key=keys.EVAL_CSV)
+    data = json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False)
+    widgets.download(right, "Full report (JSON)", data, "evaluation.json", key=keys.EVAL_JSON)
 
 
 def _open_row(record: dict[str, Any]) -> None:
@@ -126,21 +119,13 @@ def draw_rows_tab(main_job: EvaluationJob, rows: list[dict[str, Any]]) -> None:
         f"Open row {number} on the Dual Path page", key=keys.EVAL_OPEN, icon=":material/open_in_new:"
     ):
         _open_row(by_row[number])
-    right.download_button(
-        "Rows (CSV)",
-        frame.to_csv(index=False),
-        file_name="evaluation_rows.csv",
-        mime="text/csv",
-        key=keys.EVAL_ROWS_CSV,
-        on_click="ignore",
-        icon=":material/download:",
-    )
+    widgets.download(right, "Rows (CSV)", frame.to_csv(index=False), "evaluation_rows.csv", key=keys.EVAL_ROWS_CSV)
 
 
 def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: list[dict[str, Any]]) -> None:
     st.caption(
         "RePCS (Alg. 1, Thm III.4): τ is the α-quantile of Z over clean (grounded) calibration rows; a row is "
-        "flagged memorised when Z < τ. The FPR/FNR below are measured on rows *not* used to set τ. The PAC n "
+        "flagged memorized when Z < τ. The FPR/FNR below are measured on rows *not* used to set τ. The PAC n "
         "holds only under the paper's assumptions, with γ and Δ estimated from these rows."
     )
     spec = main_job.spec
@@ -232,24 +217,15 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         disabled=model != spec.model,
         icon=":material/check:",
     )
-    mid.download_button(
+    widgets.download(
+        mid,
         "τ as JSON",
         report.threshold.to_json(),
-        file_name="threshold.json",
-        mime="application/json",
+        "threshold.json",
         key=keys.EVAL_TAU_JSON,
-        on_click="ignore",
-        icon=":material/download:",
         help="Use it from the command line: python -m core run … --threshold-file threshold.json",
     )
-    own, _ = session_threshold(model)
-    right.button(
-        "Back to the default τ",
-        key=keys.EVAL_RESET_TAU,
-        disabled=own is None,
-        on_click=clear_active_threshold,
-        args=(model,),
-    )
+    draw_reset_threshold(right, model, key=keys.EVAL_RESET_TAU)
     st.caption(
         "In force now: "
         + ("no τ" if current is None else f"τ = {current.tau:.3f} (T = {current.T})")
@@ -315,14 +291,8 @@ def draw_conflict_tab(handle: ModelHandle) -> None:
         st.plotly_chart(ef.conflict_score_figure(records, name, det.label if det else name), key=keys.EVAL_CONFLICT_FIG)
     frame = ef.rows_table(records, names)
     st.dataframe(frame, hide_index=True, key=keys.EVAL_CONFLICT_ROWS)
-    st.download_button(
-        "Conflict rows (CSV)",
-        frame.to_csv(index=False),
-        file_name="conflict_rows.csv",
-        mime="text/csv",
-        key=keys.EVAL_CONFLICT_CSV,
-        on_click="ignore",
-        icon=":material/download:",
+    widgets.download(
+        st, "Conflict rows (CSV)", frame.to_csv(index=False), "conflict_rows.csv", key=keys.EVAL_CONFLICT_CSV
     )
     if job(keys.EVAL_JOB_MAIN) is None:
-        st.caption("Run the main evaluation too to compare these scores with the labelled rows.")
+        st.caption("Run the main evaluation too to compare these scores with the labeled rows.")

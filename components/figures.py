@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,40 @@ MAX_TICK_LABELS = 80
 """Above this many answer tokens only every k-th position gets a tick label."""
 
 _WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
+def top_legend(y: float = 1.02) -> dict[str, Any]:
+    """A horizontal, left-aligned legend above the plot (its bottom at ``y``, in paper units)."""
+    return {"orientation": "h", "yanchor": "bottom", "y": y, "x": 0}
+
+
+def set_layout(
+    fig: go.Figure, *, height: int, top: int, bottom: int, left: int = 60, right: int = 20, **layout: Any
+) -> go.Figure:
+    """The figures' common layout: ``height`` and the margins in pixels; ``layout`` goes on to
+    ``update_layout`` (``legend=top_legend()``, ``title=…``, axis titles …). Returns ``fig``."""
+    fig.update_layout(height=height, margin={"l": left, "r": right, "t": top, "b": bottom}, **layout)
+    return fig
+
+
+def two_rows(
+    top_title: str, bottom_title: str, *, spacing: float, row_heights: Sequence[float] | None = None
+) -> go.Figure:
+    """Two stacked plots (rows 1 and 2) sharing the x axis, each under its title."""
+    return make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=spacing,
+        row_heights=None if row_heights is None else list(row_heights),
+        subplot_titles=(top_title, bottom_title),
+    )
+
+
+def note(fig: go.Figure, text: str) -> go.Figure:
+    """Write ``text`` in the middle of a figure with nothing to plot (e.g. "No answer tokens"). Returns ``fig``."""
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    return fig
 
 
 def display_token(token: str) -> str:
@@ -84,26 +119,15 @@ def kl_entropy_figure(
             f"{n} tokens but arrays of shapes {kl.shape}, {h_retrieval.shape}, {h_parametric.shape}; "
             f"expected ({n},) each"
         )
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.09,
-        row_heights=[0.6, 0.4],
-        subplot_titles=(
-            "KL(P_rag ‖ P_para) per answer token (nats)",
-            "Next-token entropy of each path (nats)",
-        ),
+    fig = two_rows(
+        "KL(P_rag ‖ P_para) per answer token (nats)",
+        "Next-token entropy of each path (nats)",
+        spacing=0.09,
+        row_heights=(0.6, 0.4),
     )
-    fig.update_layout(
-        height=height,
-        margin={"l": 60, "r": 20, "t": 60, "b": 90},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "xanchor": "left", "x": 0},
-        bargap=0.15,
-    )
+    set_layout(fig, height=height, top=60, bottom=90, legend=top_legend(1.06), bargap=0.15)
     if n == 0:
-        fig.add_annotation(text="No answer tokens to show", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        return fig
+        return note(fig, "No answer tokens to show")
 
     positions = np.arange(n)
     labels = [token_label(t) for t in tokens]

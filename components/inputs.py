@@ -82,3 +82,9 @@ def query_and_context() -> tuple[str, str]:
         help="Only the retrieval path sees it. Nothing is cut: a context over the model's token budget is refused.",
     )
     return query, context
+
+
+def draw_inputs() -> tuple[str, str]:
+    """The example picker, then the shared query and context; returns their current values."""
+    example_picker()
+    return query_and_context()

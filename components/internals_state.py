@@ -2,7 +2,7 @@
 
 The views open (:func:`open_view`) on the session's last dual-path run, as
 :meth:`components.page.PageContext.last_result` picks it, and need one instrumented forward per path
-(:func:`core.methods.internals.analyse`). That analysis is computed once per result — with a progress bar —
+(:func:`core.methods.internals.analyze`). That analysis is computed once per result — with a progress bar —
 and kept in this browser session, so switching between the three pages or re-rendering never runs the model
 again. The one attention head a user opens (one more forward pass) and the vocabulary back-projections are
 cached the same way. CRM bases come from :func:`core.methods.crm.load_basis` (bundled for the embedded model,
@@ -23,12 +23,12 @@ import numpy as np
 import streamlit as st
 
 from components import keys
-from components.lru import session_lru
+from components.lru import SessionLRU, session_lru
 from components.page import open_page
 from components.text import plain_message
 from core.engine.result import DualPathResult
 from core.methods.crm import CrmBasis, compute_basis, load_basis, vocabulary_projection
-from core.methods.internals import Internals, analyse, attention_pattern, path_sequence
+from core.methods.internals import Internals, analyze, attention_pattern, path_sequence
 from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def internals_for(handle: ModelHandle, result: DualPathResult) -> Internals | No
         bar.progress(min(1.0, done / total), text=f"{label} ({done}/{total})")
 
     try:
-        internals = analyse(handle, result, top_k=LENS_TOP_K, progress=progress)
+        internals = analyze(handle, result, top_k=LENS_TOP_K, progress=progress)
     except ValueError as exc:
         bar.empty()
         st.error(plain_message(str(exc)))
@@ -125,15 +125,14 @@ def head_pattern(
     handle: ModelHandle, result: DualPathResult, path: str, layer: int, head: int
 ) -> tuple[np.ndarray, list[str], int]:
     """One head's full ``(T, T)`` attention pattern on one path, its tokens and the prompt length (cached)."""
+
+    def compute() -> tuple[np.ndarray, list[str], int]:
+        with st.spinner(f"One forward pass for layer {layer}, head {head}…"):
+            ids, tokens, prompt_len = path_sequence(handle, result, path)
+            return attention_pattern(handle, ids, layer, head), tokens, prompt_len
+
     key = f"{result_key(result)}|{path}|{layer}|{head}"
-    patterns = session_lru(keys.INTERNALS_PATTERNS, MAX_PATTERNS)
-    found = patterns.get(key)
-    if found is not None:
-        return found
-    with st.spinner(f"One forward pass for layer {layer}, head {head}…"):
-        ids, tokens, prompt_len = path_sequence(handle, result, path)
-        value = (attention_pattern(handle, ids, layer, head), tokens, prompt_len)
-    return patterns.put(key, value)
+    return session_lru(keys.INTERNALS_PATTERNS, MAX_PATTERNS).get_or_put(key, compute)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -174,24 +173,23 @@ def draw_compute_basis(handle: ModelHandle, template: str, *, key: str) -> CrmBa
     return basis
 
 
+def _projections() -> SessionLRU[dict[str, Any]]:
+    """The session's vocabulary back-projections (of basis directions and of runs' displacements)."""
+    return session_lru(keys.INTERNALS_PROJECTIONS, MAX_PROJECTIONS)
+
+
 def projection_for(handle: ModelHandle, basis: CrmBasis, direction: str, k: int) -> dict[str, Any]:
     """Vocabulary back-projection of a basis direction (cached per model, template, direction and k)."""
     key = f"{basis.model}|{basis.template}|{basis.meta.get('prompt_set_sha256')}|{direction}|{k}"
-    projections = session_lru(keys.INTERNALS_PROJECTIONS, MAX_PROJECTIONS)
-    found = projections.get(key)
-    if found is not None:
-        return found
-    return projections.put(key, vocabulary_projection(handle, basis.direction(direction), k))
+    return _projections().get_or_put(key, lambda: vocabulary_projection(handle, basis.direction(direction), k))
 
 
 def run_projection_for(handle: ModelHandle, internals: Internals, result: DualPathResult, k: int) -> dict[str, Any]:
     """Back-projection of this run's own displacement d_ℓ (normalized per layer) at the last prompt token."""
-    key = f"run|{result_key(result)}|{k}"
-    projections = session_lru(keys.INTERNALS_PROJECTIONS, MAX_PROJECTIONS)
-    found = projections.get(key)
-    if found is not None:
-        return found
-    d0 = internals.displacement[:, 0].astype(np.float64)
-    norms = np.linalg.norm(d0, axis=1, keepdims=True)
-    directions = np.divide(d0, norms, out=np.zeros_like(d0), where=norms > 0)
-    return projections.put(key, vocabulary_projection(handle, directions, k))
+
+    def compute() -> dict[str, Any]:
+        d0 = internals.displacement[:, 0].astype(np.float64)
+        norms = np.linalg.norm(d0, axis=1, keepdims=True)
+        return vocabulary_projection(handle, np.divide(d0, norms, out=np.zeros_like(d0), where=norms > 0), k)
+
+    return _projections().get_or_put(f"run|{result_key(result)}|{k}", compute)

@@ -83,7 +83,7 @@ KL_SPLIT = "kl_split"
 # ----------------------------------------------------------------------------------------------------------
 # Landing page, Dual Path page and its result panels
 
-LANDING_ANALYSE = "ror.landing.analyse"
+LANDING_ANALYZE = "ror.landing.analyze"
 RUN = "ror.run"
 KL_CHART = "ror.kl_chart"
 """Prefix: the per-token KL chart, scoped by the result tag."""
@@ -184,7 +184,7 @@ SMA_RESULTS = "ror.sma.results"
 SMA_LAST = "ror.sma.last"
 SMA_ABLATIONS = "ror.sma.ablations"
 SMA_RUN = "ror.sma.run"
-SMA_COLOUR = "ror.sma.colour"
+SMA_COLOR = "ror.sma.color"
 SMA_TEXT = "ror.sma.text"
 SMA_BARS = "ror.sma.bars"
 SMA_ABLATE = "ror.sma.ablate"

@@ -1,4 +1,4 @@
-"""Axes and marks shared by the internals figures (pure plotly helpers: no Streamlit, no model).
+"""Axes, marks and a figure frame shared by the internals figures (pure plotly helpers: no Streamlit, no model).
 
 Layer axes: the attention maps use decoder layers ``0 … L−1``; hidden-state views use rows ``0 … L`` where
 row 0 is the embedding output (labeled ``emb``) and row ℓ + 1 is decoder layer ℓ (labeled ``ℓ``).
@@ -10,9 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import plotly.graph_objects as go
+
+from components.figures import KL_COLOR, two_rows
 
 FLAG_COLOR = "#c0392b"
 """Flagged layers and the selected head."""
+LENS_KL_TITLE = "logit-lens KL(P_rag,ℓ ‖ P_para,ℓ) (nats)"
 MAX_AXIS_LABELS = 120
 """Above this many tokens on an axis only every k-th gets a tick label (all stay in the hover)."""
 
@@ -33,3 +37,37 @@ def token_ticks(labels: Sequence[str]) -> dict[str, Any]:
     stride = max(1, int(np.ceil(n / MAX_AXIS_LABELS)))
     vals = list(range(0, n, stride))
     return {"tickmode": "array", "tickvals": vals, "ticktext": [labels[i] for i in vals]}
+
+
+def lens_kl_rows(top_title: str, lens_kl: np.ndarray, *, row_heights: Sequence[float] | None = None) -> go.Figure:
+    """Two stacked plots over the hidden-state rows ``emb, 0, 1, …``: the caller's on top (add its traces to
+    row 1), the logit-lens KL between the two paths below.
+
+    Args:
+        top_title: the top plot's title.
+        lens_kl: KL(P_rag,ℓ ‖ P_para,ℓ) per row, shape ``(L + 1,)``, nats.
+        row_heights: the two plots' shares of the height (equal when ``None``).
+    """
+    kl = np.asarray(lens_kl, dtype=np.float64)
+    if kl.ndim != 1:
+        raise ValueError(f"lens_kl must be 1-D (one value per hidden-state row), got shape {kl.shape}")
+    rows = np.arange(kl.size)
+    fig = two_rows(top_title, LENS_KL_TITLE, spacing=0.12, row_heights=row_heights)
+    fig.add_trace(
+        go.Scatter(
+            x=rows,
+            y=kl,
+            mode="lines+markers",
+            line={"color": KL_COLOR},
+            name="logit-lens KL",
+            showlegend=False,
+            customdata=[row_label(r) for r in rows],
+            hovertemplate="layer %{customdata}<br>KL = %{y:.4f} nats<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
+    fig.update_xaxes(**row_axis(kl.size))
+    fig.update_xaxes(title_text="layer (emb = embeddings)", row=2, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)
+    return fig

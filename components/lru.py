@@ -4,9 +4,8 @@ Every page that keeps its own results (dual-path runs, internals analyses, ablat
 uses :func:`session_lru` rather than a hand-written ``OrderedDict``::
 
     results = session_lru(keys.SC_RESULTS, 12, current=keys.SC_LAST)
-    if (found := results.get(key)) is None:
-        found = results.put(key, run(...))        # the least recently used entry beyond 12 is dropped
-    results.set_current(key)                      # optional: "the entry shown last"
+    found = results.get_or_put(key, lambda: run(...))  # the least recently used entry beyond 12 is dropped
+    results.set_current(key)                           # optional: "the entry shown last"
     shown = results.current()
 
 The entries live in a plain ``OrderedDict`` at ``st.session_state[name]`` (oldest first), so a test can read
@@ -17,7 +16,7 @@ them as ``at.session_state[name].values()``. Nothing is shared between sessions;
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator, MutableMapping
+from collections.abc import Callable, Hashable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar
 
 import streamlit as st
@@ -88,6 +87,11 @@ class SessionLRU(Generic[V]):
         while len(entries) > self.maxsize:
             entries.popitem(last=False)
         return value
+
+    def get_or_put(self, key: Hashable, compute: Callable[[], V]) -> V:
+        """The entry for ``key``, else ``compute()`` kept under it; either way now the most recently used."""
+        found = self.get(key)
+        return found if found is not None else self.put(key, compute())
 
     def pop(self, key: Hashable, default: V | None = None) -> V | None:
         """Remove the entry for ``key`` and return it, else ``default``."""

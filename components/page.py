@@ -13,20 +13,8 @@ How a page starts::
     main()
 
 The inside-the-model views (Attention, Layer trajectories, Vocabulary lens) open on the session's last run,
-which must come from the model the sidebar selects. :meth:`PageContext.last_result` does that check, so
-``components.internals_state.open_view`` reduces to::
-
-    def open_view(title: str, draw_header: Callable[[], None]) -> tuple[ModelHandle, DualPathResult, Internals] | None:
-        page = open_page(title)
-        result = page.last_result()           # None (after a warning) when another model made it
-        draw_header()
-        if result is None:
-            draw_no_result()
-            return None
-        internals = internals_for(page.handle, result)
-        return None if internals is None else (page.handle, result, internals)
-
-(the pages then drop their module-level ``st.set_page_config`` and call ``open_view("Attention", draw_header)``).
+which must come from the model the sidebar selects: :meth:`PageContext.last_result` does that check, and
+:func:`components.internals_state.open_view` builds their prologue on it.
 """
 
 from __future__ import annotations

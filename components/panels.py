@@ -146,8 +146,8 @@ def draw_crm_statistics(result: DualPathResult) -> None:
         "trend (nats / token)", _num(stats.get("trend"), 4), help="Slope of a straight-line fit of KL_t on t."
     )
     st.caption(
-        "Computed over the first T answer tokens, in nats. These summarise one generation; CRM uses them as "
-        "features of a classifier trained on labelled data, not as a verdict on their own."
+        "Computed over the first T answer tokens, in nats. These summarize one generation; CRM uses them as "
+        "features of a classifier trained on labeled data, not as a verdict on their own."
     )
 
 
@@ -164,14 +164,7 @@ def draw_export(result: DualPathResult) -> None:
         f"Model: {escape_markdown(result.model)} · template {escape_markdown(result.template)} · "
         f"generation {t.get('generate_s', 0.0):.2f} s, scoring {t.get('score_s', 0.0):.2f} s"
     )
-    st.download_button(
-        "Download the result (JSON)",
-        data=result.to_json(indent=2),
-        file_name=RESULT_FILE_NAME,
-        mime="application/json",
-        on_click="ignore",
-        icon=":material/download:",
-    )
+    widgets.download(st, "Download the result (JSON)", result.to_json(indent=2), RESULT_FILE_NAME)
     with st.expander("The exact prompts"):
         st.caption(f"Retrieval prompt ({result.retrieval.prompt_len} tokens)")
         st.code(result.retrieval.prompt, language=None, wrap_lines=True)

@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from components.figures import escape_label, token_label
+from components.figures import escape_label, set_layout, token_label, two_rows
 from core.methods.radar import (
     CATEGORY_TITLES,
     ESTIMATOR_TITLES,
@@ -51,39 +50,24 @@ def trajectory_figure(trace: RadarTrace, *, height: int = 520) -> go.Figure:
         raise ValueError("confidence, entropy and top tokens must have one entry per layer")
     layers = np.arange(c.size)
     tops = [token_label(t) for t in trace.top_tokens]
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.08,
-        subplot_titles=("Confidence c_ℓ = max_i p_ℓ,i", "Entropy H_ℓ (nats)"),
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=layers,
-            y=c,
-            mode="lines+markers",
-            name="confidence",
-            line={"color": CONFIDENCE_COLOR},
-            customdata=tops,
-            hovertemplate="layer %{x}<br>c = %{y:.3f}<br>top token %{customdata}<extra></extra>",
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=layers,
-            y=h,
-            mode="lines+markers",
-            name="entropy",
-            line={"color": ENTROPY_COLOR},
-            customdata=tops,
-            hovertemplate="layer %{x}<br>H = %{y:.3f} nats<br>top token %{customdata}<extra></extra>",
-        ),
-        row=2,
-        col=1,
-    )
+    fig = two_rows("Confidence c_ℓ = max_i p_ℓ,i", "Entropy H_ℓ (nats)", spacing=0.08)
+    for row, values, name, color, hover in (
+        (1, c, "confidence", CONFIDENCE_COLOR, "c = %{y:.3f}"),
+        (2, h, "entropy", ENTROPY_COLOR, "H = %{y:.3f} nats"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=layers,
+                y=values,
+                mode="lines+markers",
+                name=name,
+                line={"color": color},
+                customdata=tops,
+                hovertemplate=f"layer %{{x}}<br>{hover}<br>top token %{{customdata}}<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
     star = int(np.argmax(c))
     fig.add_vline(x=star, line_dash="dot", line_color=CURRENT_COLOR, row=1, col=1)
     fig.add_annotation(
@@ -93,8 +77,7 @@ def trajectory_figure(trace: RadarTrace, *, height: int = 520) -> go.Figure:
     fig.add_vrect(x0=-0.5, x1=half - 0.5, fillcolor="#e8eef5", opacity=0.5, line_width=0, row="all", col=1)
     fig.update_yaxes(range=[0, 1.02], row=1, col=1)
     fig.update_xaxes(title_text="decoder layer ℓ (shaded: the early half)", row=2, col=1)
-    fig.update_layout(height=height, showlegend=False, margin={"l": 40, "r": 20, "t": 40, "b": 40})
-    return fig
+    return set_layout(fig, height=height, top=40, bottom=40, left=40, showlegend=False)
 
 
 def head_entropy_figure(trace: RadarTrace, tau: float = SPECIALIZATION_TAU, *, height: int = 420) -> go.Figure:
@@ -115,14 +98,16 @@ def head_entropy_figure(trace: RadarTrace, tau: float = SPECIALIZATION_TAU, *, h
             hovertemplate="layer %{y}, head %{x}<br>H = %{z:.3f} nats<extra></extra>",
         )
     )
-    fig.update_layout(
+    return set_layout(
+        fig,
         height=height,
-        margin={"l": 40, "r": 20, "t": 30, "b": 40},
+        top=30,
+        bottom=40,
+        left=40,
         title=f"Attention entropy per head (● = below τ = {tau}: counted as specialized)",
         xaxis_title="head",
         yaxis_title="decoder layer ℓ",
     )
-    return fig
 
 
 def feature_frame(features: dict[str, float], table: FeatureTable | None = None) -> pd.DataFrame:
@@ -171,39 +156,34 @@ def probability_figure(prediction: RadarPrediction, *, height: int = 150) -> go.
     """One horizontal stacked bar: p̄(recall) against 1 − p̄ (reasoning)."""
     p = float(prediction.p_recall)
     fig = go.Figure()
-    fig.add_trace(
-        go.Bar(
-            y=["ensemble"],
-            x=[p],
-            orientation="h",
-            name="recall",
-            marker_color=RECALL_COLOR,
-            text=[f"recall {p:.2f}"],
-            textposition="inside",
-            hovertemplate="p̄(recall) = %{x:.3f}<extra></extra>",
+    for share, name, color, hover in (
+        (p, "recall", RECALL_COLOR, "p̄(recall) = %{x:.3f}"),
+        (1 - p, "reasoning", REASONING_COLOR, "1 − p̄ = %{x:.3f}"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                y=["ensemble"],
+                x=[share],
+                orientation="h",
+                name=name,
+                marker_color=color,
+                text=[f"{name} {share:.2f}"],
+                textposition="inside",
+                hovertemplate=hover + "<extra></extra>",
+            )
         )
-    )
-    fig.add_trace(
-        go.Bar(
-            y=["ensemble"],
-            x=[1 - p],
-            orientation="h",
-            name="reasoning",
-            marker_color=REASONING_COLOR,
-            text=[f"reasoning {1 - p:.2f}"],
-            textposition="inside",
-            hovertemplate="1 − p̄ = %{x:.3f}<extra></extra>",
-        )
-    )
     fig.add_vline(x=0.5, line_dash="dot", line_color="#444")
-    fig.update_layout(
-        barmode="stack",
+    return set_layout(
+        fig,
         height=height,
+        top=10,
+        bottom=30,
+        left=10,
+        right=10,
+        barmode="stack",
         showlegend=False,
         xaxis={"range": [0, 1]},
-        margin={"l": 10, "r": 10, "t": 10, "b": 30},
     )
-    return fig
 
 
 def accuracy_frame(report: dict[str, Any]) -> pd.DataFrame:
@@ -214,8 +194,8 @@ def accuracy_frame(report: dict[str, Any]) -> pd.DataFrame:
         (title, report[key])
         for key, title in (
             ("overall", "Overall"),
-            ("recall_tasks", "Recall-labelled prompts"),
-            ("reasoning_tasks", "Reasoning-labelled prompts"),
+            ("recall_tasks", "Recall-labeled prompts"),
+            ("reasoning_tasks", "Reasoning-labeled prompts"),
         )
     ]
     for title, r in entries:
@@ -253,45 +233,33 @@ def accuracy_figure(report: dict[str, Any], *, height: int = 340) -> go.Figure:
     cats = [c["title"] for c in report["categories"]] + ["Overall"]
     ours = [c["accuracy"] for c in report["categories"]] + [report["overall"]["accuracy"]]
     paper = [c["paper"] for c in report["categories"]] + [report["overall"]["paper"]]
-    fig = go.Figure()
-    fig.add_trace(
-        go.Bar(
-            x=cats,
-            y=ours,
-            name="RADAR here",
-            marker_color=OURS_COLOR,
-            hovertemplate="%{x}: %{y:.1%}<extra>here</extra>",
-        )
-    )
+    bars = [(ours, "RADAR here", OURS_COLOR, "here")]
     length = [c.get("length_accuracy") for c in report["categories"]] + [report["overall"].get("length_accuracy")]
     if all(v is not None for v in length):
+        bars.append((length, "prompt length only", LENGTH_COLOR, "length only"))
+    bars.append((paper, "paper (DialoGPT-medium)", PAPER_COLOR, "paper"))
+    fig = go.Figure()
+    for values, name, color, short in bars:
         fig.add_trace(
             go.Bar(
                 x=cats,
-                y=length,
-                name="prompt length only",
-                marker_color=LENGTH_COLOR,
-                hovertemplate="%{x}: %{y:.1%}<extra>length only</extra>",
+                y=values,
+                name=name,
+                marker_color=color,
+                hovertemplate=f"%{{x}}: %{{y:.1%}}<extra>{short}</extra>",
             )
         )
-    fig.add_trace(
-        go.Bar(
-            x=cats,
-            y=paper,
-            name="paper (DialoGPT-medium)",
-            marker_color=PAPER_COLOR,
-            hovertemplate="%{x}: %{y:.1%}<extra>paper</extra>",
-        )
-    )
     fig.add_hline(y=0.5, line_dash="dot", line_color="#888")
-    fig.update_layout(
-        barmode="group",
+    return set_layout(
+        fig,
         height=height,
+        top=20,
+        bottom=40,
+        left=40,
+        barmode="group",
         yaxis={"range": [0, 1.05], "tickformat": ".0%"},
-        margin={"l": 40, "r": 20, "t": 20, "b": 40},
         legend={"orientation": "h", "y": 1.1},
     )
-    return fig
 
 
 def rds_rci_figure(
@@ -340,13 +308,15 @@ def rds_rci_figure(
                 hovertemplate="this prompt<br>RDS %{x:.2f} · RCI %{y:.2f}<extra></extra>",
             )
         )
-    fig.update_layout(
+    return set_layout(
+        fig,
         height=height,
+        top=20,
+        bottom=50,
+        left=50,
         xaxis={"title": "RDS (Recall Detection Score)", "range": [0, 1]},
         yaxis={"title": "RCI (Reasoning Complexity Index)", "range": [0, 1]},
-        margin={"l": 50, "r": 20, "t": 20, "b": 50},
     )
-    return fig
 
 
 def predictions_frame(report: dict[str, Any]) -> pd.DataFrame:

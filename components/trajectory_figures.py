@@ -13,10 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from components.figures import RETRIEVAL_COLOR, escape_label, token_label
-from components.layer_axes import FLAG_COLOR, row_axis, row_label, token_ticks
+from components.figures import RETRIEVAL_COLOR, escape_label, set_layout, token_label
+from components.layer_axes import FLAG_COLOR, lens_kl_rows, row_axis, row_label, token_ticks
 
 KEPT_COLOR = "rgba(46, 139, 87, 0.13)"
 BAND_COLOR = "rgba(120, 120, 120, 0.22)"
@@ -48,7 +47,7 @@ def lts_figure(
 
     Args:
         lts, mu, sigma: ``(L1,)`` rows ``0 = emb … L``.
-        class_means: calibration mean LTS of the memorised and the grounded prompts (thin lines).
+        class_means: calibration mean LTS of the memorized and the grounded prompts (thin lines).
     """
     x = np.asarray(lts, dtype=np.float64)
     m, s = np.asarray(mu, dtype=np.float64), np.asarray(sigma, dtype=np.float64)
@@ -82,7 +81,7 @@ def lts_figure(
     )
     if class_means is not None:
         for values, name, color in (
-            (class_means[0], "mean of memorised calibration prompts", MEMORIZED_COLOR),
+            (class_means[0], "mean of memorized calibration prompts", MEMORIZED_COLOR),
             (class_means[1], "mean of grounded calibration prompts", GROUNDED_COLOR),
         ):
             fig.add_trace(
@@ -135,10 +134,12 @@ def lts_figure(
                     marker={"color": KEPT_COLOR.replace("0.13", "0.6"), "symbol": "square", "size": 12},
                 )
             )
-    fig.update_layout(
-        title={"text": escape_label(title)},
+    set_layout(
+        fig,
         height=height,
-        margin={"l": 60, "r": 20, "t": 50, "b": 120},
+        top=50,
+        bottom=120,
+        title={"text": escape_label(title)},
         legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
     )
     fig.update_xaxes(title_text="layer (emb = embeddings)", **row_axis(x.size))
@@ -152,13 +153,7 @@ def baselines_figure(l2: np.ndarray, lens_kl: np.ndarray, *, height: int = 440) 
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"l2 and lens_kl must be 1-D of one shape, got {a.shape} and {b.shape}")
     rows = np.arange(a.size)
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.12,
-        subplot_titles=("L2 norm ‖d_ℓ‖ of the displacement", "logit-lens KL(P_rag,ℓ ‖ P_para,ℓ) (nats)"),
-    )
+    fig = lens_kl_rows("L2 norm ‖d_ℓ‖ of the displacement", b)
     fig.add_trace(
         go.Bar(
             x=rows,
@@ -171,22 +166,7 @@ def baselines_figure(l2: np.ndarray, lens_kl: np.ndarray, *, height: int = 440) 
         row=1,
         col=1,
     )
-    fig.add_trace(
-        go.Scatter(
-            x=rows,
-            y=b,
-            mode="lines+markers",
-            line={"color": "#6a3d9a"},
-            name="logit-lens KL",
-            hovertemplate="layer %{customdata}<br>KL = %{y:.4f} nats<extra></extra>",
-            customdata=[row_label(r) for r in rows],
-        ),
-        row=2,
-        col=1,
-    )
-    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 50, "b": 50}, showlegend=False)
-    fig.update_xaxes(**row_axis(a.size))
-    fig.update_xaxes(title_text="layer (emb = embeddings)", row=2, col=1)
+    set_layout(fig, height=height, top=50, bottom=50, showlegend=False)
     fig.update_yaxes(rangemode="tozero")
     return fig
 
@@ -222,7 +202,7 @@ def position_heatmap(
             colorbar={"title": {"text": escape_label(colorbar)}},
         )
     )
-    fig.update_layout(title={"text": escape_label(title)}, height=height, margin={"l": 60, "r": 20, "t": 60, "b": 110})
+    set_layout(fig, height=height, top=60, bottom=110, title={"text": escape_label(title)})
     fig.update_xaxes(
         title_text="answer position (the step that predicts that token)", tickangle=-60, **token_ticks(labels)
     )

@@ -12,10 +12,17 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from components.figures import PARAMETRIC_COLOR, RETRIEVAL_COLOR, display_token, escape_label, token_label
-from components.layer_axes import row_axis, row_label
+from components.figures import (
+    PARAMETRIC_COLOR,
+    RETRIEVAL_COLOR,
+    display_token,
+    escape_label,
+    set_layout,
+    token_label,
+    top_legend,
+)
+from components.layer_axes import lens_kl_rows, row_label
 
 
 def lens_figure(
@@ -26,16 +33,8 @@ def lens_figure(
     if not (a.shape == b.shape == k.shape) or a.ndim != 1:
         raise ValueError(f"arrays must be 1-D of one shape, got {a.shape}, {b.shape}, {k.shape}")
     rows = np.arange(a.size)
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.12,
-        row_heights=[0.6, 0.4],
-        subplot_titles=(
-            f"logit-lens probability of the answer token {token_label(answer_token)}",
-            "logit-lens KL(P_rag,ℓ ‖ P_para,ℓ) (nats)",
-        ),
+    fig = lens_kl_rows(
+        f"logit-lens probability of the answer token {token_label(answer_token)}", k, row_heights=(0.6, 0.4)
     )
     labels = [row_label(r) for r in rows]
     for values, name, color in ((a, "retrieval path", RETRIEVAL_COLOR), (b, "parametric path", PARAMETRIC_COLOR)):
@@ -52,29 +51,8 @@ def lens_figure(
             row=1,
             col=1,
         )
-    fig.add_trace(
-        go.Scatter(
-            x=rows,
-            y=k,
-            mode="lines+markers",
-            line={"color": "#6a3d9a"},
-            name="KL",
-            showlegend=False,
-            customdata=labels,
-            hovertemplate="layer %{customdata}<br>KL = %{y:.4f}<extra></extra>",
-        ),
-        row=2,
-        col=1,
-    )
-    fig.update_layout(
-        height=height,
-        margin={"l": 60, "r": 20, "t": 60, "b": 50},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "x": 0},
-    )
-    fig.update_xaxes(**row_axis(a.size))
-    fig.update_xaxes(title_text="layer (emb = embeddings)", row=2, col=1)
+    set_layout(fig, height=height, top=60, bottom=50, legend=top_legend(1.06))
     fig.update_yaxes(range=[0, 1.02], row=1, col=1)
-    fig.update_yaxes(rangemode="tozero", row=2, col=1)
     return fig
 
 

@@ -7,11 +7,14 @@ State (persistent values, the result cache) lives in :mod:`components.state`; th
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from functools import partial
+from pathlib import PurePath
 from typing import Any
 
 import streamlit as st
 
-from components import keys, state
+from components import controls, keys, state
 from components.state import AppConfig
 from components.text import plain_message
 from components.threshold_state import active_threshold
@@ -54,15 +57,7 @@ def sidebar() -> AppConfig:
 
 def _draw_model_picker() -> tuple[str, str | None]:
     """The model radio and, for another model, its id and revision; returns ``(spec, revision)``."""
-    choice = state.persistent(
-        st.radio,
-        "Model",
-        keys.MODEL_CHOICE,
-        EMBEDDED_MODEL,
-        options=list(_MODEL_CHOICES),
-        format_func=_MODEL_CHOICES.__getitem__,
-        label_visibility="collapsed",
-    )
+    choice = controls.choice(st.radio, "Model", keys.MODEL_CHOICE, _MODEL_CHOICES, label_visibility="collapsed")
     if choice != CUSTOM_MODEL:
         return EMBEDDED_MODEL, None
     model_id = state.persistent(
@@ -87,64 +82,55 @@ def _draw_model_picker() -> tuple[str, str | None]:
     return EMBEDDED_MODEL, None
 
 
-def _draw_settings() -> DualPathSettings:
-    """The run settings shared by every page."""
-    score_window = state.persistent(
-        st.number_input,
-        "Score window T (answer tokens)",
-        keys.SCORE_WINDOW,
-        _DEFAULTS.score_window,
-        min_value=1,
-        max_value=4096,
-        step=8,
-        help="RePCS sums KL over the first T answer tokens: Z = Σ_{t<T} KL_t.",
-    )
-    max_new_tokens = state.persistent(
-        st.number_input,
-        "Max new tokens per answer",
-        keys.MAX_NEW_TOKENS,
-        _DEFAULTS.max_new_tokens,
-        min_value=1,
-        max_value=1024,
-        step=8,
-        help="Greedy decoding stops at end-of-sequence or after this many tokens.",
-    )
-    template = state.persistent(
-        st.selectbox,
-        "Prompt template",
-        keys.TEMPLATE,
-        _DEFAULTS.template,
-        options=list(TEMPLATE_CHOICES),
-        format_func=template_label,
-        help="Both paths use the same template; the parametric prompt only leaves the context out.",
-    )
-    top_k = state.persistent(
-        st.slider, "Top-k candidates shown", keys.TOP_K, _DEFAULTS.top_k, min_value=1, max_value=50
-    )
-    kl_split = state.persistent(
-        st.number_input,
-        "Early/late split (tokens)",
-        keys.KL_SPLIT,
-        _DEFAULTS.kl_split,
-        min_value=1,
-        max_value=4096,
-        step=4,
-        help="CRM level-2 statistics compare the mean KL of the first tokens with the rest.",
-    )
-    return DualPathSettings(
-        max_new_tokens=int(max_new_tokens),
-        score_window=int(score_window),
-        top_k=int(top_k),
-        template=str(template),
-        kl_split=int(kl_split),
-    )
-
-
 def template_label(key: str) -> str:
     """Readable label of a template choice (``auto`` included)."""
     if key == "auto":
         return "Auto: chat template if any, else A"
     return TEMPLATES[key].label
+
+
+_SETTINGS: dict[str, Callable[[], Any]] = {
+    "score_window": partial(
+        controls.number,
+        "Score window T (answer tokens)",
+        keys.SCORE_WINDOW,
+        _DEFAULTS.score_window,
+        (1, 4096, 8),
+        help="RePCS sums KL over the first T answer tokens: Z = Σ_{t<T} KL_t.",
+    ),
+    "max_new_tokens": partial(
+        controls.number,
+        "Max new tokens per answer",
+        keys.MAX_NEW_TOKENS,
+        _DEFAULTS.max_new_tokens,
+        (1, 1024, 8),
+        help="Greedy decoding stops at end-of-sequence or after this many tokens.",
+    ),
+    "template": partial(
+        controls.choice,
+        st.selectbox,
+        "Prompt template",
+        keys.TEMPLATE,
+        {key: template_label(key) for key in TEMPLATE_CHOICES},
+        _DEFAULTS.template,
+        help="Both paths use the same template; the parametric prompt only leaves the context out.",
+    ),
+    "top_k": partial(controls.number, "Top-k candidates shown", keys.TOP_K, _DEFAULTS.top_k, (1, 50), widget=st.slider),
+    "kl_split": partial(
+        controls.number,
+        "Early/late split (tokens)",
+        keys.KL_SPLIT,
+        _DEFAULTS.kl_split,
+        (1, 4096, 4),
+        help="CRM level-2 statistics compare the mean KL of the first tokens with the rest.",
+    ),
+}
+"""The run settings shared by every page: :class:`DualPathSettings` field → its sidebar control."""
+
+
+def _draw_settings() -> DualPathSettings:
+    """The run settings shared by every page."""
+    return controls.settings_from(_DEFAULTS, controls.draw_controls(_SETTINGS))
 
 
 def draw_model_facts(handle: ModelHandle) -> None:
@@ -174,6 +160,31 @@ def answer_columns() -> tuple[Any, Any]:
 def show_answer(slot: Any, text: str) -> None:
     """Render an answer literally (a code block: no markdown, no HTML) in a container or placeholder."""
     slot.code(text if text else "…", language=None, wrap_lines=True)
+
+
+MIME_TYPES = {".csv": "text/csv", ".json": "application/json"}
+"""The exports' MIME types, by file ending."""
+
+
+def download(container: Any, label: str, data: str, file_name: str, *, key: str | None = None, **kwargs: Any) -> None:
+    """A download button for ``data`` in ``container`` (``st`` or a column).
+
+    The MIME type follows the file name's ending (:data:`MIME_TYPES`); a click downloads without rerunning
+    the page. ``kwargs`` go to ``download_button`` (e.g. ``help``).
+    """
+    suffix = PurePath(file_name).suffix
+    if suffix not in MIME_TYPES:
+        raise ValueError(f"No MIME type for {file_name!r}: exports end in {', '.join(MIME_TYPES)}.")
+    container.download_button(
+        label,
+        data=data,
+        file_name=file_name,
+        mime=MIME_TYPES[suffix],
+        on_click="ignore",
+        icon=":material/download:",
+        key=key,
+        **kwargs,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ two writers never collide on a temporary name. The file gets the user's usual pe
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -29,6 +30,18 @@ EMBEDDED_SLUG = "embedded"
 def asset_path(*parts: str) -> Path:
     """A path inside ``assets/``, e.g. ``asset_path("crm", "embedded-chat.npz")``."""
     return ASSETS.joinpath(*parts)
+
+
+def package_folder(package: str) -> Path | None:
+    """The folder of an installed data package, located without importing it (``None`` when not installed).
+
+    The bundled model packages are found this way because importing them would pull in dependencies the app
+    does not install (see DESIGN.md §3).
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def cache_dir() -> Path:

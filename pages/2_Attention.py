@@ -1,7 +1,7 @@
 """Attention: how focused each head is on both paths, and how much the answer reads the context.
 
 The page opens on the last dual-path run: the position to inspect, the attention-entropy maps (layer × head)
-of both paths and their difference, the count of specialised heads (RADAR appendix D.2.1), the attention
+of both paths and their difference, the count of specialized heads (RADAR appendix D.2.1), the attention
 mass the answer puts on the context, one head's pattern over the prompt tokens (click a cell), and the
 export. The analysis (one instrumented forward per path) is computed once per run and cached.
 """
@@ -15,13 +15,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from components import controls, keys, state, widgets
 from components import internals_state as views
-from components import keys, state, widgets
 from components.attention_figures import head_heatmap, pattern_heatmap, selected_cell
 from components.figures import position_label
 from components.text import plain_message
 from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
-from core.methods.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialisation, specialised_heads
+from core.methods.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialization, specialized_heads
 from core.model.handle import ModelHandle
 
 PATH_TITLES = {RETRIEVAL: widgets.RETRIEVAL_TITLE, PARAMETRIC: widgets.PARAMETRIC_TITLE}
@@ -46,14 +46,7 @@ def draw_where(internals: Internals, result: DualPathResult) -> int | str:
     """Which query position the maps describe: an answer position t, or ``"mean"`` over the answer."""
     left, right = st.columns([2, 1])
     with left:
-        mode = state.persistent(
-            st.radio,
-            "Query position",
-            keys.ATTN_WHERE,
-            FIRST,
-            options=list(WHERE_LABELS),
-            format_func=WHERE_LABELS.__getitem__,
-        )
+        mode = controls.choice(st.radio, "Query position", keys.ATTN_WHERE, WHERE_LABELS)
     if mode == MEAN:
         return "mean"
     if mode == FIRST or internals.n_positions == 1:
@@ -71,15 +64,13 @@ def draw_where(internals: Internals, result: DualPathResult) -> int | str:
 
 def draw_tau() -> float:
     return float(
-        state.persistent(
-            st.slider,
-            "Specialisation threshold τ (nats)",
+        controls.number(
+            "Specialization threshold τ (nats)",
             keys.ATTN_TAU,
             RADAR_TAU,
-            min_value=0.0,
-            max_value=5.0,
-            step=0.1,
-            help="RADAR counts a head as specialised when its attention entropy is below τ (τ = 1.5 in the paper).",
+            (0.0, 5.0, 0.1),
+            widget=st.slider,
+            help="RADAR counts a head as specialized when its attention entropy is below τ (τ = 1.5 in the paper).",
         )
     )
 
@@ -106,9 +97,9 @@ def draw_entropy_maps(internals: Internals, result: DualPathResult, where: int |
     columns = st.columns(2, gap="medium")
     for column, path in zip(columns, (RETRIEVAL, PARAMETRIC), strict=True):
         with column:
-            n_spec = specialised_heads(maps[path], tau)
+            n_spec = specialized_heads(maps[path], tau)
             st.metric(
-                f"Specialised heads ({PATH_TITLES[path].split(' (')[0].lower()})",
+                f"Specialized heads ({PATH_TITLES[path].split(' (')[0].lower()})",
                 f"{n_spec} of {maps[path].size}",
                 help=f"Heads with attention entropy below τ = {tau:.1f} nats at this position (dots on the map).",
             )
@@ -118,7 +109,7 @@ def draw_entropy_maps(internals: Internals, result: DualPathResult, where: int |
                 colorbar="entropy (nats)",
                 colorscale="Viridis",
                 marks=maps[path] < tau,
-                mark_label=f"specialised (H < {tau:.1f})",
+                mark_label=f"specialized (H < {tau:.1f})",
                 selected=_selected(),
             )
             _chart(fig, keys.scoped(keys.ATTN_MAP, path, tag), path)
@@ -249,8 +240,8 @@ def export_payload(internals: Internals, where: int | str, tau: float) -> dict:
         ent = internals.entropy_at(path, where)
         out["paths"][path] = {
             "entropy": np.round(ent, 6).tolist(),
-            "specialised_heads": specialised_heads(ent, tau),
-            "radar_features": attention_specialisation(ent, tau),
+            "specialized_heads": specialized_heads(ent, tau),
+            "radar_features": attention_specialization(ent, tau),
             "segment_mass": {s: np.round(internals.mass_at(path, s, where), 6).tolist() for s in SEGMENTS},
         }
     return out
@@ -278,20 +269,10 @@ def export_frame(internals: Internals, where: int | str) -> pd.DataFrame:
 def draw_export(internals: Internals, where: int | str, tau: float) -> None:
     st.subheader("Export")
     c1, c2 = st.columns(2)
-    c1.download_button(
-        "Download the maps (JSON)",
-        json.dumps(export_payload(internals, where, tau), indent=1),
-        "attention_maps.json",
-        mime="application/json",
-        key=keys.ATTN_JSON,
-    )
-    c2.download_button(
-        "Download per-head values (CSV)",
-        export_frame(internals, where).to_csv(index=False),
-        "attention_heads.csv",
-        mime="text/csv",
-        key=keys.ATTN_CSV,
-    )
+    payload = json.dumps(export_payload(internals, where, tau), indent=1)
+    widgets.download(c1, "Download the maps (JSON)", payload, "attention_maps.json", key=keys.ATTN_JSON)
+    frame = export_frame(internals, where).to_csv(index=False)
+    widgets.download(c2, "Download per-head values (CSV)", frame, "attention_heads.csv", key=keys.ATTN_CSV)
 
 
 def main() -> None:

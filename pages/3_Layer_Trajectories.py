@@ -12,8 +12,8 @@ import json
 
 import streamlit as st
 
+from components import controls, keys, widgets
 from components import internals_state as views
-from components import keys, state
 from components.layer_axes import row_label
 from components.trajectory_figures import (
     baselines_figure,
@@ -40,7 +40,7 @@ def draw_header() -> None:
     st.caption(
         "The displacement d_ℓ = h_ℓ(with context) − h_ℓ(without context) of every layer at the last prompt "
         "token, projected on a calibrated direction v_ℓ: LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ (CRM eq. 1). CRM detects whether "
-        "internal computation differs systematically for memorised-like contexts; it does not certify which "
+        "internal computation differs systematically for memorized-like contexts; it does not certify which "
         "source a single generation used."
     )
 
@@ -51,7 +51,7 @@ def draw_basis(handle: ModelHandle, result: DualPathResult) -> CrmBasis | None:
         return views.draw_compute_basis(handle, result.template, key=keys.TRAJ_COMPUTE)
     meta = basis.meta
     st.caption(
-        f"Calibration: {meta.get('n_memorized', '?')} memorised-style + {meta.get('n_grounded', '?')} grounded prompts "
+        f"Calibration: {meta.get('n_memorized', '?')} memorized-style + {meta.get('n_grounded', '?')} grounded prompts "
         f"({meta.get('prompt_set', 'bundled set')}), template {basis.template!r}; kept layers (variance ratio > "
         f"{basis.evr_threshold}): {', '.join(row_label(r) for r in basis.kept_layers) or 'none'}. The variance ratio "
         "of a layer is the share of the calibration displacements' total variance (over all layers) that its PC1 "
@@ -62,16 +62,14 @@ def draw_basis(handle: ModelHandle, result: DualPathResult) -> CrmBasis | None:
 
 def draw_direction() -> str:
     return str(
-        state.persistent(
+        controls.choice(
             st.radio,
             "Direction v_ℓ",
             keys.CRM_DIRECTION,
-            PC1,
-            options=list(DIRECTION_LABELS),
-            format_func=DIRECTION_LABELS.__getitem__,
+            DIRECTION_LABELS,
             horizontal=True,
             help="PC1 of the calibration displacements (no labels needed; its sign is arbitrary) or the "
-            "normalised difference of the memorised and grounded class means (CRM eq. 2).",
+            "normalized difference of the memorized and grounded class means (CRM eq. 2).",
         )
         or PC1
     )
@@ -92,14 +90,14 @@ def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> No
         "Anomaly score", f"{basis.anomaly_score(lts, direction):.2f}", help="Mean |LTS_ℓ − μ_ℓ| / σ_ℓ over the layers."
     )
     c3.metric(
-        "CRM-LR P(memorised)",
+        "CRM-LR P(memorized)",
         f"{basis.lr_probability(basis.lts(d0, PC1)):.2f}",
         help="Logistic regression on the kept-layer PC1 LTS, fitted on all calibration prompts.",
     )
     c4.metric(
         "Supervised z-score (crm_lts)",
         f"{supervised_score(basis, basis.lts(d0, SUPERVISED)):+.2f}",
-        help="Mean over layers of the standardised supervised-direction LTS; higher = more memorised-like.",
+        help="Mean over layers of the standardized supervised-direction LTS; higher = more memorized-like.",
     )
     fig = lts_figure(
         lts,
@@ -193,7 +191,7 @@ def draw_classifier(basis: CrmBasis) -> None:
         c2.caption(f"95% bootstrap CI [{best['ci95'][0]:.3f}, {best['ci95'][1]:.3f}]")
     st.dataframe(classifier_frame(report), hide_index=True)
     st.caption(
-        f"{report.get('protocol', '')} n = {report.get('n')} ({report.get('n_memorized')} memorised-style, "
+        f"{report.get('protocol', '')} n = {report.get('n')} ({report.get('n_memorized')} memorized-style, "
         f"{report.get('n_grounded')} grounded). The classes are a membership proxy built for this tool — famous "
         "facts vs invented entities — so a high AUC can partly reflect topic and vocabulary differences (the "
         "confound CRM's MIMIR control warns about); it describes this model on these prompts, not a guarantee."
@@ -220,20 +218,10 @@ def draw_export(internals: Internals, basis: CrmBasis | None, result: DualPathRe
         "crm": crm_report(basis, internals.displacement),
     }
     c1, c2 = st.columns(2)
-    c1.download_button(
-        "Download per-layer table (CSV)",
-        table.to_csv(index=False),
-        "layer_trajectories.csv",
-        mime="text/csv",
-        key=keys.TRAJ_CSV,
-    )
-    c2.download_button(
-        "Download trajectories (JSON)",
-        json.dumps(payload, indent=1, allow_nan=False, default=float),
-        "layer_trajectories.json",
-        mime="application/json",
-        key=keys.TRAJ_JSON,
-    )
+    csv = table.to_csv(index=False)
+    widgets.download(c1, "Download per-layer table (CSV)", csv, "layer_trajectories.csv", key=keys.TRAJ_CSV)
+    data = json.dumps(payload, indent=1, allow_nan=False, default=float)
+    widgets.download(c2, "Download trajectories (JSON)", data, "layer_trajectories.json", key=keys.TRAJ_JSON)
     with st.expander("Per-layer values"):
         st.dataframe(table, hide_index=True)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from components import controls, keys, widgets
 from components import internals_state as views
-from components import keys, state
 from components.figures import default_position, position_label
 from components.layer_axes import row_label
 from components.vocabulary_figures import lens_figure, lens_frame, projection_frame
@@ -44,19 +44,9 @@ def draw_direction(basis: CrmBasis | None) -> str:
             "No CRM calibration for this model and template yet (compute it on the Layer trajectories page): "
             "only this run's own displacement can be projected."
         )
-    if state.stored(keys.VOCAB_DIRECTION, PC1) not in options:
-        state.set_stored(keys.VOCAB_DIRECTION, options[0])
+    labels = {option: DIRECTION_LABELS[option] for option in options}
     return str(
-        state.persistent(
-            st.radio,
-            "Direction to read",
-            keys.VOCAB_DIRECTION,
-            options[0],
-            options=options,
-            format_func=DIRECTION_LABELS.__getitem__,
-            horizontal=True,
-        )
-        or options[0]
+        controls.choice(st.radio, "Direction to read", keys.VOCAB_DIRECTION, labels, horizontal=True) or options[0]
     )
 
 
@@ -64,7 +54,7 @@ def draw_backprojection(
     handle: ModelHandle, internals: Internals, result: DualPathResult, basis: CrmBasis | None, direction: str
 ) -> None:
     st.subheader("Back-projection through the unembedding")
-    k = int(state.persistent(st.slider, "Tokens per end", keys.VOCAB_K, 10, min_value=3, max_value=25))
+    k = int(controls.number("Tokens per end", keys.VOCAB_K, 10, (3, 25), widget=st.slider))
     if direction == RUN or basis is None:
         d0 = internals.displacement[:, 0]
         projection = views.run_projection_for(handle, internals, result, k)
@@ -83,12 +73,9 @@ def draw_backprojection(
         "fragments: the unembedding is only calibrated for the last layer, so these lists are suggestive, not a "
         "decoding of what the layer computes (CRM appendix U.2 reads them the same way)."
     )
-    st.download_button(
-        "Download back-projection (CSV)",
-        frame.to_csv(index=False),
-        "vocabulary_backprojection.csv",
-        mime="text/csv",
-        key=keys.VOCAB_PROJ_CSV,
+    csv = frame.to_csv(index=False)
+    widgets.download(
+        st, "Download back-projection (CSV)", csv, "vocabulary_backprojection.csv", key=keys.VOCAB_PROJ_CSV
     )
 
 
@@ -144,13 +131,8 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
         "lens is a rough probe for early layers (their states are not in the unembedding's basis), so trust the "
         "depth at which the paths diverge more than the exact early-layer tokens."
     )
-    st.download_button(
-        "Download logit lens at this position (CSV)",
-        frame.to_csv(index=False),
-        "logit_lens.csv",
-        mime="text/csv",
-        key=keys.VOCAB_LENS_CSV,
-    )
+    csv = frame.to_csv(index=False)
+    widgets.download(st, "Download logit lens at this position (CSV)", csv, "logit_lens.csv", key=keys.VOCAB_LENS_CSV)
 
 
 def main() -> None:

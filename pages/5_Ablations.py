@@ -5,7 +5,8 @@ experiments — noise on the chosen layers (both answers re-generated next to th
 curve, the per-layer trajectory), the dose–response over ε, the single-layer sweep, and activation
 patching. Every experiment runs only on its button and is kept in this session (a
 :func:`~components.lru.session_lru`), so re-rendering or switching pages never re-runs the model. All maths
-lives in :mod:`core.methods.ablation`; all figures in :mod:`components.ablation_figures`.
+lives in :mod:`core.methods.ablation`; the controls in :mod:`components.ablation_controls`; all figures in
+:mod:`components.ablation_figures`.
 """
 
 from __future__ import annotations
@@ -16,30 +17,20 @@ from typing import Any
 
 import streamlit as st
 
+from components import ablation_controls, inputs, keys, panels, state, widgets
 from components import ablation_figures as figs
-from components import inputs, keys, panels, state, widgets
+from components.ablation_controls import Choice
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.text import escape_markdown, plain_message
 from core.engine import DualPathSettings
 from core.engine.result import DualPathResult
 from core.methods import ablation
-from core.methods.ablation import NoiseSpec, format_layers, layer_preset, parse_layers
+from core.methods.ablation import format_layers
 from core.model.handle import ModelHandle
 
 MAX_CACHED = 32
 """Experiments kept per browser session (clean trajectories, perturbed runs, noise grids)."""
-PRESET_LABELS = {
-    "early": "Early third",
-    "middle": "Middle third",
-    "late": "Late third",
-    "control": "CRM's early-control block (layers 0–7)",
-    "all": "All layers",
-    "flagged": "Flagged by Layer trajectories (CRM rule)",
-}
-MODES = ("Preset", "Contiguous block", "Single layer", "Custom list")
-EPS_CHOICES = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
-
 NOISE_CAVEAT = (
     "Noise follows CRM §4.4: h′ = h + ε·σ(h)·N(0, 1) at the output of each chosen layer, at every position, "
     "on both paths, with σ(h) the standard deviation of each token's hidden state and the noise fixed by "
@@ -80,33 +71,19 @@ def _progress_callback(bar: Any) -> ablation.ProgressCallback:
     return update
 
 
-def _seeds(n_seeds: int) -> list[int]:
-    """``n_seeds`` consecutive seeds from the seed chosen above."""
-    seed0 = int(state.stored(keys.ABLATE_SEED, 0) or 0)
-    return list(range(seed0, seed0 + int(n_seeds)))
-
-
-def _tokens_per_run(name: str) -> int:
-    """The answer length of every scoring run of a grid (a persistent number input)."""
-    limit = ablation.SWEEP_MAX_NEW_TOKENS
-    return int(state.persistent(st.number_input, "Answer tokens per run", name, limit, min_value=1, max_value=128))
-
-
 def _clean_inputs(page: PageContext, clean: DualPathResult) -> tuple[ModelHandle, str, str, DualPathSettings]:
     """``(handle, query, context, settings)`` of the clean run: what every experiment runs again."""
     return page.handle, clean.query, clean.context, page.config.settings
 
 
-def _perturbed_run(page: PageContext, clean: DualPathResult, **intervention: Any) -> DualPathResult:
-    """Both paths of the clean run re-generated under ``intervention`` (``noise=``, ``patch_layers=``)."""
+def _perturbed_run(page: PageContext, clean: DualPathResult, status: str, **intervention: Any) -> DualPathResult:
+    """Both paths of the clean run re-generated under ``intervention`` (``noise=``, ``patch_layers=``), while a
+    status box says ``status``."""
     first = clean.answer_token_ids[0] if clean.n_tokens else None
-    return ablation.perturbed_run(*_clean_inputs(page, clean), clean_first_token=first, **intervention)
-
-
-def _download(column: Any, label: str, data: str, file_name: str, mime: str, key: str) -> None:
-    column.download_button(
-        label, data=data, file_name=file_name, mime=mime, on_click="ignore", icon=":material/download:", key=key
-    )
+    with st.status(status) as box:
+        result = ablation.perturbed_run(*_clean_inputs(page, clean), clean_first_token=first, **intervention)
+        box.update(label="Done", state="complete")
+    return result
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -121,12 +98,6 @@ def draw_header() -> None:
         "token and the per-layer trajectory. Noise injection and activation patching follow CRM §4.4. "
         "Layer ℓ is decoder layer ℓ (0-based); 'emb' is the embedding output."
     )
-
-
-def draw_inputs() -> tuple[str, str]:
-    """The example picker and the shared query and context."""
-    inputs.example_picker()
-    return inputs.query_and_context()
 
 
 def draw_clean_run(page: PageContext, query: str, context: str) -> DualPathResult | None:
@@ -156,69 +127,13 @@ def clean_trajectory(page: PageContext, clean: DualPathResult) -> ablation.Traje
     return traj
 
 
-def draw_layer_choice(n_layers: int, flagged: list[int] | None) -> tuple[list[int], str]:
-    """Mode (preset / block / single / custom) and the layers it selects; returns (layers, description)."""
+def draw_choice(n_layers: int, flagged: list[int] | None) -> Choice:
+    """The layers to perturb, the noise scale ε and the seed."""
     st.subheader("Layers, noise scale and seed")
-    mode = state.persistent(
-        st.radio, "Choose layers by", keys.ABLATE_MODE, MODES[0], options=list(MODES), horizontal=True
-    )
-    if mode == "Preset":
-        presets = [p for p in PRESET_LABELS if p != "flagged" or flagged]
-        if state.stored(keys.ABLATE_PRESET) not in presets:
-            state.set_stored(keys.ABLATE_PRESET, "middle")
-        preset = state.persistent(
-            st.selectbox, "Preset", keys.ABLATE_PRESET, "middle", options=presets, format_func=PRESET_LABELS.__getitem__
-        )
-        if flagged is None:
-            st.caption("No CRM basis is calibrated for this model and template, so no layers are flagged to offer.")
-        elif not flagged:
-            st.caption("The CRM rule flags no layer for this run (every LTS_ℓ within 2σ of calibration).")
-        layers = list(flagged or []) if preset == "flagged" else layer_preset(preset, n_layers)
-        return layers, f"{PRESET_LABELS[preset]}: layers {format_layers(layers)}"
-    if mode == "Contiguous block":
-        block = state.stored(keys.ABLATE_BLOCK)
-        if not (isinstance(block, (list, tuple)) and len(block) == 2 and 0 <= block[0] <= block[1] < n_layers):
-            mid = layer_preset("middle", n_layers)
-            state.set_stored(keys.ABLATE_BLOCK, (mid[0], mid[-1]))
-        lo, hi = state.persistent(
-            st.slider, "Block of layers", keys.ABLATE_BLOCK, (0, 0), min_value=0, max_value=n_layers - 1
-        )
-        layers = list(range(int(lo), int(hi) + 1))
-        return layers, f"block {format_layers(layers)}"
-    if mode == "Single layer":
-        single = state.stored(keys.ABLATE_SINGLE)
-        if not isinstance(single, int) or not 0 <= single < n_layers:
-            state.set_stored(keys.ABLATE_SINGLE, n_layers // 2)
-        layer = state.persistent(st.slider, "Layer", keys.ABLATE_SINGLE, 0, min_value=0, max_value=n_layers - 1)
-        return [int(layer)], f"layer {int(layer)}"
-    text = state.persistent(
-        st.text_input, "Layers", keys.ABLATE_CUSTOM, "4-8", help="Numbers, ranges and presets: e.g. 2,5-7 or early,20"
-    )
-    try:
-        layers = parse_layers(text, n_layers)
-    except ValueError as exc:
-        st.error(plain_message(str(exc)))
-        return [], "no valid layers"
-    return layers, f"layers {format_layers(layers)}"
-
-
-def draw_noise_controls() -> tuple[float, int]:
-    """The noise scale ε and the seed; returns (ε, seed)."""
-    left, right = st.columns([3, 1])
-    with left:
-        eps = state.persistent(
-            st.slider,
-            "Noise scale ε",
-            keys.ABLATE_EPS,
-            0.1,
-            min_value=0.0,
-            max_value=1.0,
-            step=0.05,
-            help="h′ = h + ε·σ(h)·N(0, 1): ε is the noise size relative to each token's activation spread.",
-        )
-    with right:
-        seed = state.persistent(st.number_input, "Seed", keys.ABLATE_SEED, 0, min_value=0, max_value=2**31 - 1, step=1)
-    return float(eps), int(seed)
+    layers, described = ablation_controls.layer_choice(n_layers, flagged)
+    eps, seed = ablation_controls.noise_controls()
+    st.caption(f"Chosen: {described} · ε = {eps:g} · seed {seed}")
+    return Choice(layers, eps, seed)
 
 
 def draw_comparison(
@@ -281,20 +196,17 @@ def draw_comparison(
     payload = {"perturbed": perturbed.to_dict(), "comparison": diff, "clean_trajectory": clean_traj.to_dict()}
     data = json.dumps(payload, ensure_ascii=False, indent=2, allow_nan=False)
     label = "Download the perturbed result and the comparison (JSON)"
-    _download(
-        st, label, data, "read_or_recall_ablation.json", "application/json", keys.scoped(keys.ABLATE_DOWNLOAD, tag)
-    )
+    widgets.download(st, label, data, "read_or_recall_ablation.json", key=keys.scoped(keys.ABLATE_DOWNLOAD, tag))
 
 
 def draw_noise_run(
     page: PageContext,
     clean: DualPathResult,
     clean_traj: ablation.Trajectory,
-    layers: list[int],
-    eps: float,
-    seed: int,
+    choice: Choice,
 ) -> None:
     """Both paths re-generated under noise on the chosen layers (or the last such run on this clean result)."""
+    layers, eps, seed = choice
     st.caption(NOISE_CAVEAT)
     tag = panels.result_tag(clean)
     key = _key("noise", tag, layers, eps, seed)
@@ -302,10 +214,8 @@ def draw_noise_run(
     if st.button(
         "Run with noise", type="primary", key=keys.ABLATE_RUN_NOISE, disabled=not layers, icon=":material/blur_on:"
     ):
-        with st.status(f"Both paths under noise ε = {eps:g} on layers {format_layers(layers)}, seed {seed}…") as status:
-            result = _perturbed_run(page, clean, noise=NoiseSpec(tuple(layers), eps, seed))
-            status.update(label="Done", state="complete")
-        runs.put(key, result)
+        status = f"Both paths under noise ε = {eps:g} on layers {format_layers(layers)}, seed {seed}…"
+        runs.put(key, _perturbed_run(page, clean, status, noise=choice.noise()))
         runs.set_current(key)
     result = runs.get(key)
     if result is None:
@@ -332,14 +242,11 @@ def draw_dose_response(page: PageContext, clean: DualPathResult, layers: list[in
     )
     c1, c2, c3 = st.columns([3, 1, 1])
     with c1:
-        grid_eps = state.persistent(
-            st.multiselect, "ε grid", keys.ABLATE_GRID, [0.0, 0.1, 0.25, 0.5, 1.0], options=list(EPS_CHOICES)
-        )
+        grid_eps = ablation_controls.eps_grid()
     with c2:
-        n_seeds = state.persistent(st.number_input, "Seeds per ε", keys.ABLATE_GRID_SEEDS, 3, min_value=1, max_value=10)
+        seeds = ablation_controls.seeds("Seeds per ε", keys.ABLATE_GRID_SEEDS, 3, 10)
     with c3:
-        n_tokens = _tokens_per_run(keys.ABLATE_GRID_TOKENS)
-    seeds = _seeds(n_seeds)
+        n_tokens = ablation_controls.tokens_per_run(keys.ABLATE_GRID_TOKENS)
     runs = 1 + sum(len(seeds) for e in grid_eps if e > 0)
     key = _key("dose", panels.result_tag(clean), layers, sorted(grid_eps), seeds, int(n_tokens))
     if st.button(f"Run the dose–response ({runs} runs)", key=keys.ABLATE_RUN_DOSE, disabled=not (layers and grid_eps)):
@@ -375,12 +282,9 @@ def draw_layer_sweep(page: PageContext, clean: DualPathResult, eps: float, flagg
     )
     c1, c2 = st.columns(2)
     with c1:
-        n_seeds = state.persistent(
-            st.number_input, "Seeds per layer", keys.ABLATE_SWEEP_SEEDS, 1, min_value=1, max_value=5
-        )
+        seeds = ablation_controls.seeds("Seeds per layer", keys.ABLATE_SWEEP_SEEDS, 1, 5)
     with c2:
-        n_tokens = _tokens_per_run(keys.ABLATE_SWEEP_TOKENS)
-    seeds = _seeds(n_seeds)
+        n_tokens = ablation_controls.tokens_per_run(keys.ABLATE_SWEEP_TOKENS)
     runs = 1 + page.handle.info.n_layers * len(seeds)
     key = _key("sweep", panels.result_tag(clean), eps, seeds, int(n_tokens))
     if st.button(f"Sweep every layer at ε = {eps:g} ({runs} runs)", key=keys.ABLATE_RUN_SWEEP, disabled=eps <= 0):
@@ -405,16 +309,15 @@ def draw_patching(
     page: PageContext,
     clean: DualPathResult,
     clean_traj: ablation.Trajectory,
-    layers: list[int],
-    eps: float,
-    seed: int,
+    choice: Choice,
 ) -> None:
     """Activation patching on the chosen layers (optionally with the noise above), then the comparison."""
+    layers = choice.layers
     st.caption(PATCH_CAVEAT)
     combine = state.persistent(
         st.checkbox, "Also inject noise (the ε and seed above, on the same layers)", keys.ABLATE_PATCH_NOISE, False
     )
-    noise = NoiseSpec(tuple(layers), eps, seed) if combine and layers and eps > 0 else None
+    noise = choice.noise() if combine and layers and choice.eps > 0 else None
     key = _key("patch", panels.result_tag(clean), layers, noise.to_dict() if noise else None)
     if st.button(
         f"Patch layers {format_layers(layers) or '—'}",
@@ -422,10 +325,8 @@ def draw_patching(
         disabled=not layers,
         icon=":material/swap_horiz:",
     ):
-        with st.status("Generating with patched states…") as status:
-            result = _perturbed_run(page, clean, noise=noise, patch_layers=layers)
-            status.update(label="Done", state="complete")
-        experiments().put(key, result)
+        status = "Generating with patched states…"
+        experiments().put(key, _perturbed_run(page, clean, status, noise=noise, patch_layers=layers))
     result = experiments().get(key)
     if result is None:
         return
@@ -438,15 +339,15 @@ def draw_downloads(grid: ablation.NoiseGrid, name: str) -> None:
     """CSV and JSON downloads of a noise grid."""
     left, right = st.columns(2)
     csv = figs.grid_frame(grid).to_csv(index=False)
-    _download(left, "Download (CSV)", csv, f"{name}.csv", "text/csv", keys.scoped(keys.ABLATE_CSV, name))
+    widgets.download(left, "Download (CSV)", csv, f"{name}.csv", key=keys.scoped(keys.ABLATE_CSV, name))
     data = json.dumps(grid.to_dict(), ensure_ascii=False, indent=2, allow_nan=False)
-    _download(right, "Download (JSON)", data, f"{name}.json", "application/json", keys.scoped(keys.ABLATE_JSON, name))
+    widgets.download(right, "Download (JSON)", data, f"{name}.json", key=keys.scoped(keys.ABLATE_JSON, name))
 
 
 def main() -> None:
     page = open_page("Ablations")
     draw_header()
-    query, context = draw_inputs()
+    query, context = inputs.draw_inputs()
     clean = draw_clean_run(page, query, context)
     if clean is None:
         return
@@ -457,20 +358,18 @@ def main() -> None:
         return
     flagged = clean_traj.flagged if clean_traj.kind == "lts" else None
     st.divider()
-    layers, described = draw_layer_choice(page.handle.info.n_layers, flagged)
-    eps, seed = draw_noise_controls()
-    st.caption(f"Chosen: {described} · ε = {eps:g} · seed {seed}")
+    choice = draw_choice(page.handle.info.n_layers, flagged)
     noise_tab, dose_tab, sweep_tab, patch_tab = st.tabs(
         ["Noise on the chosen layers", "Dose–response", "Single-layer sweep", "Activation patching"]
     )
     with noise_tab:
-        draw_noise_run(page, clean, clean_traj, layers, eps, seed)
+        draw_noise_run(page, clean, clean_traj, choice)
     with dose_tab:
-        draw_dose_response(page, clean, layers)
+        draw_dose_response(page, clean, choice.layers)
     with sweep_tab:
-        draw_layer_sweep(page, clean, eps, flagged or [])
+        draw_layer_sweep(page, clean, choice.eps, flagged or [])
     with patch_tab:
-        draw_patching(page, clean, clean_traj, layers, eps, seed)
+        draw_patching(page, clean, clean_traj, choice)
 
 
 main()

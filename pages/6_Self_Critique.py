@@ -16,11 +16,12 @@ from typing import Any
 
 import streamlit as st
 
+from components import controls, inputs, keys, state, widgets
 from components import detector_figures as figs
-from components import inputs, keys, state, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.state import AppConfig
+from components.stored_runs import run_or_show
 from components.text import escape_markdown, plain_message
 from core.engine import StreamEvent
 from core.methods.selfcritique import (
@@ -41,6 +42,10 @@ logger = logging.getLogger(__name__)
 MAX_RESULTS = 12
 """Self-Critique runs kept per browser session (as plain dicts, :meth:`SelfCritiqueResult.to_dict`)."""
 K_OPTIONS = [str(k) if k is not None else "full" for k in K_CHOICES]
+PATH_LABELS = {
+    "without": "Without the context (parametric path, as in the paper)",
+    "with": "With the context (retrieval path)",
+}
 
 CAVEAT = (
     "A high score says the model could not leave its first answer's path when explicitly asked for a different "
@@ -61,12 +66,6 @@ def draw_header() -> None:
     )
 
 
-def draw_inputs() -> tuple[str, str]:
-    """The example picker and the shared query and context."""
-    inputs.example_picker()
-    return inputs.query_and_context()
-
-
 def reset_instruction() -> None:
     """Callback: put the paper's critique instruction back."""
     state.set_stored(keys.SC_INSTRUCTION, DEFAULT_INSTRUCTION)
@@ -76,25 +75,13 @@ def draw_controls(config: AppConfig) -> tuple[SelfCritiqueSettings, bool]:
     """Path, K, instruction and the Run button; returns (settings, run clicked)."""
     left, right = st.columns([1, 1], gap="medium")
     with left:
-        path = state.persistent(
-            st.radio,
-            "Answer",
-            keys.SC_PATH,
-            "without",
-            options=["without", "with"],
-            format_func=lambda v: (
-                "Without the context (parametric path, as in the paper)"
-                if v == "without"
-                else "With the context (retrieval path)"
-            ),
-            horizontal=False,
-        )
-        k_text = state.persistent(
+        path = controls.choice(st.radio, "Answer", keys.SC_PATH, PATH_LABELS)
+        k_text = controls.choice(
             st.select_slider,
             "Top-K of the entropy",
             keys.SC_TOP_K,
+            K_OPTIONS,
             str(DEFAULT_K),
-            options=K_OPTIONS,
             help="Entropy of the K most likely next tokens renormalized to one (the paper's approximation for "
             "APIs that return only the top-K log-probabilities); 'full' is the exact entropy over the whole "
             "vocabulary. Changing K re-scores instantly: no new generation.",
@@ -218,7 +205,7 @@ def draw_score(result: SelfCritiqueResult, k: int | None) -> None:
     st.caption(
         "S near 1: the critique answer repeats the first answer's uncertainty profile token for token (and its "
         "length) — the model did not find another path. S near 0: a different answer, or one of very different "
-        "length. No threshold is given by the paper; compare prompts, or calibrate on labelled data "
+        "length. No threshold is given by the paper; compare prompts, or calibrate on labeled data "
         "(`python -m core evaluate --detectors selfcritique`)."
     )
     st.caption(CAVEAT)
@@ -244,24 +231,10 @@ def draw_export(result: SelfCritiqueResult, k: int | None) -> None:
     """Downloads (JSON run, CSV entropies), the exact prompts and the run's model and time."""
     st.subheader("Export")
     c1, c2 = st.columns(2)
-    c1.download_button(
-        "Download the run (JSON)",
-        data=json.dumps(result.to_dict(), ensure_ascii=False, indent=2),
-        file_name="self_critique.json",
-        mime="application/json",
-        on_click="ignore",
-        icon=":material/download:",
-        key=keys.SC_JSON,
-    )
-    c2.download_button(
-        "Download the entropy sequences (CSV)",
-        data=figs.entropy_frame(result, k).to_csv(index=False),
-        file_name="self_critique_entropies.csv",
-        mime="text/csv",
-        on_click="ignore",
-        icon=":material/download:",
-        key=keys.SC_CSV,
-    )
+    data = json.dumps(result.to_dict(), ensure_ascii=False, indent=2)
+    widgets.download(c1, "Download the run (JSON)", data, "self_critique.json", key=keys.SC_JSON)
+    csv = figs.entropy_frame(result, k).to_csv(index=False)
+    widgets.download(c2, "Download the entropy sequences (CSV)", csv, "self_critique_entropies.csv", key=keys.SC_CSV)
     with st.expander("The exact prompts"):
         st.caption(f"First prompt ({result.first_prompt_len} tokens)")
         st.code(result.first_prompt, language=None, wrap_lines=True)
@@ -279,41 +252,30 @@ def draw_run(
         ``(shown key, result, streamed)``: ``streamed`` is ``True`` when the answers were drawn live just now;
         the stored run is this key's, else the last one shown. ``None`` when there is nothing to show.
     """
-    runs = stored_runs()
-    key = result_key(page.config, query, context, settings)
-    if run and key in runs:
-        st.toast("Same inputs and settings as an earlier run: showing its stored result.")
-    elif run:
+
+    def compute() -> SelfCritiqueResult | None:
         try:
             settings.validate()
         except ValueError as exc:
             st.error(plain_message(str(exc)))
             return None
-        result = run_live(page.handle, query, context, settings)
-        if result is None:
-            return None
-        runs.put(key, result.to_dict())
-        runs.set_current(key)
-        return key, result, True
-    data = runs.get(key)
-    if data is not None:
-        runs.set_current(key)
-        return key, SelfCritiqueResult.from_dict(data), False
-    data = runs.current()
-    if data is None:
-        st.info("Type or pick a query, then press **Run Self-Critique**.")
-        return None
-    st.info(
-        "Showing the previous run: the inputs or settings have changed since. "
-        "Press **Run Self-Critique** to analyze them."
+        return run_live(page.handle, query, context, settings)
+
+    return run_or_show(
+        stored_runs(),
+        result_key(page.config, query, context, settings),
+        SelfCritiqueResult,
+        run=run,
+        compute=compute,
+        button="Run Self-Critique",
+        nothing_yet="Type or pick a query, then press **Run Self-Critique**.",
     )
-    return str(runs.current_key()), SelfCritiqueResult.from_dict(data), False
 
 
 def main() -> None:
     page = open_page("Self-Critique")
     draw_header()
-    query, context = draw_inputs()
+    query, context = inputs.draw_inputs()
     settings, run = draw_controls(page.config)
     st.divider()
     found = draw_run(page, query, context, settings, run)

@@ -5,7 +5,8 @@ perturbed generation), the two unperturbed answers, the thresholds, the colored 
 chart with the three-way labels, the perturbed samples, the faster context-sentence ablation, and the
 exports. Runs and ablations are kept in this session (a :func:`~components.lru.session_lru` each): the same
 inputs and settings show the stored run, and moving a threshold only relabels it. All maths lives in
-:mod:`core.methods.sma`; all figures in :mod:`components.detector_figures`.
+:mod:`core.methods.sma`; the controls in :mod:`components.sma_controls`; all figures in
+:mod:`components.detector_figures`.
 """
 
 from __future__ import annotations
@@ -19,19 +20,15 @@ import numpy as np
 import streamlit as st
 
 from components import detector_figures as figs
-from components import inputs, keys, widgets
+from components import inputs, keys, sma_controls, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
-from components.state import AppConfig, persistent
+from components.sma_controls import LabelThresholds
+from components.state import AppConfig
+from components.stored_runs import run_or_show
 from components.text import escape_markdown, plain_message
 from core.methods.sma import (
-    DEFAULT_TAU,
-    DEFAULT_TAU1,
-    DEFAULT_TAU2,
-    GRANULARITIES,
     LABELS,
-    METHOD_LABELS,
-    METHODS,
     ContextAblation,
     SMAResult,
     SMASettings,
@@ -45,12 +42,8 @@ logger = logging.getLogger(__name__)
 
 MAX_RESULTS = 8
 """SMA runs (and, separately, context ablations) kept per browser session, as plain dicts."""
-_DEFAULTS = SMASettings()
 ARRAY_FIELDS = ("scores", "delta", "similarities", "length_ratios")
 """The fields of a :class:`ContextAblation` that are arrays (lists in its dict form)."""
-SCOPE_LABELS = {"query": "the query only (the paper)", "query+context": "the query and the context"}
-PERTURBATION_LABELS = {"unicode": "altered: letters → Unicode look-alikes (the paper)", "remove": "removed"}
-REFERENCE_LABELS = {"answer": "the unperturbed answer ŷ (§IV-E)", "input": "the perturbed input x̃ (eq. 14 as printed)"}
 
 CAVEAT = (
     "SMA is a zero-gradient, perturbation-based estimate: β assumes the answer responds roughly linearly to "
@@ -72,18 +65,6 @@ def draw_header() -> None:
     )
 
 
-def draw_inputs() -> tuple[str, str]:
-    """The example picker and the shared query and context."""
-    inputs.example_picker()
-    return inputs.query_and_context()
-
-
-def _number(label: str, name: str, default: float, bounds: tuple[float, float, float], **kwargs: Any) -> Any:
-    """A persistent number input; ``bounds`` is ``(min, max, step)``."""
-    low, high, step = bounds
-    return persistent(st.number_input, label, name, default, min_value=low, max_value=high, step=step, **kwargs)
-
-
 def _count_units(page: PageContext, text: str, settings: SMASettings) -> int:
     """How many units (tokens, words or sentences) ``text`` splits into."""
     return len(split_units(text.strip(), settings.granularity, page.handle.tokenizer)) if text.strip() else 0
@@ -91,98 +72,9 @@ def _count_units(page: PageContext, text: str, settings: SMASettings) -> int:
 
 def draw_controls(page: PageContext, query: str, context: str) -> tuple[SMASettings, bool]:
     """The SMA settings, the planned cost and the Run button."""
-    c1, c2, c3 = st.columns(3, gap="medium")
-    with c1:
-        n_samples = _number(
-            "N — random masks (Shapley: permutations)",
-            keys.SMA_N_SAMPLES,
-            _DEFAULTS.n_samples,
-            (1, 1024, 8),
-            help="The paper finds accuracy stable from about 60–80 perturbations.",
-        )
-        granularity = persistent(
-            st.radio,
-            "Units",
-            keys.SMA_GRANULARITY,
-            _DEFAULTS.granularity,
-            options=list(GRANULARITIES),
-            horizontal=True,
-            help="token: the model's own tokens; word: whitespace-separated (the paper); sentence: for long inputs.",
-        )
-        scope = persistent(
-            st.radio,
-            "Perturb",
-            keys.SMA_SCOPE,
-            _DEFAULTS.scope,
-            options=list(SCOPE_LABELS),
-            format_func=SCOPE_LABELS.__getitem__,
-            help="In the paper the auditor perturbs the user input; retrieval appends its passages intact. "
-            "Perturbing the context too gives its units a β with RAG on (their β_off is 0: the RAG-off prompt "
-            "does not contain them).",
-        )
-    with c2:
-        method = persistent(
-            st.selectbox,
-            "Attribution method (captum)",
-            keys.SMA_METHOD,
-            _DEFAULTS.method,
-            options=list(METHODS),
-            format_func=METHOD_LABELS.__getitem__,
-        )
-        perturbation = persistent(
-            st.selectbox,
-            "A masked unit is",
-            keys.SMA_PERTURBATION,
-            _DEFAULTS.perturbation,
-            options=list(PERTURBATION_LABELS),
-            format_func=PERTURBATION_LABELS.__getitem__,
-        )
-        reference = persistent(
-            st.selectbox,
-            "Response score compares the new answer with",
-            keys.SMA_REFERENCE,
-            _DEFAULTS.reference,
-            options=list(REFERENCE_LABELS),
-            format_func=REFERENCE_LABELS.__getitem__,
-        )
-        max_new_tokens = _number(
-            "Max new tokens per answer",
-            keys.SMA_MAX_NEW_TOKENS,
-            _DEFAULTS.max_new_tokens,
-            (1, 256, 4),
-            help="Every perturbed input is answered again: keep this short.",
-        )
-    with c3:
-        gamma_length = _number("γ₁ (length ratio)", keys.SMA_GAMMA_LENGTH, _DEFAULTS.gamma_length, (0.0, 10.0, 0.1))
-        gamma_similarity = _number(
-            "γ₂ (semantic similarity)", keys.SMA_GAMMA_SIMILARITY, _DEFAULTS.gamma_similarity, (0.0, 10.0, 0.1)
-        )
-        alpha = _number("Ridge α", keys.SMA_ALPHA, _DEFAULTS.alpha, (0.001, 1000.0, 0.5), format="%.3f")
-        fit_intercept = persistent(
-            st.checkbox,
-            "Fit an intercept",
-            keys.SMA_FIT_INTERCEPT,
-            _DEFAULTS.fit_intercept,
-            help="Eq. 16 as printed has none; without one every β also carries a share of the mean response.",
-        )
-        seed = _number("Seed", keys.SMA_SEED, _DEFAULTS.seed, (0, 2**31 - 1, 1))
-    settings = SMASettings(
-        n_samples=int(n_samples),
-        granularity=str(granularity),
-        method=str(method),
-        perturbation=str(perturbation),
-        scope=str(scope),
-        gamma_length=float(gamma_length),
-        gamma_similarity=float(gamma_similarity),
-        alpha=float(alpha),
-        fit_intercept=bool(fit_intercept),
-        reference=str(reference),
-        max_new_tokens=int(max_new_tokens),
-        template=page.config.settings.template,
-        seed=int(seed),
-    )
+    settings = sma_controls.draw_settings(page.config.settings.template)
     nq = _count_units(page, query, settings)
-    nc = _count_units(page, context, settings) if scope != "query" else 0
+    nc = _count_units(page, context, settings) if settings.scope != "query" else 0
     if nq:
         on, off = 1 + settings.generations(nq + nc), 1 + settings.generations(nq)
         st.caption(
@@ -246,40 +138,19 @@ def draw_reference_answers(result: SMAResult) -> None:
         widgets.show_answer(st, result.off.reference_answer)
 
 
-def _threshold(label: str, name: str, default: float, help_text: str) -> float:
-    """A persistent slider over [−1, 1] for one of the label thresholds."""
-    return float(persistent(st.slider, label, name, default, min_value=-1.0, max_value=1.0, step=0.01, help=help_text))
-
-
-def draw_thresholds() -> tuple[float, float, float, str]:
-    """τ, τ₁, τ₂ and which β the first tier tests; returns them."""
+def draw_thresholds() -> LabelThresholds:
+    """τ, τ₁, τ₂ and which β the first tier tests."""
     st.subheader("Labels")
-    c1, c2, c3, c4 = st.columns(4)
-    with c1:
-        tau = _threshold("τ (β ≥ τ → pretrained member)", keys.SMA_TAU, DEFAULT_TAU, "The paper gives no value.")
-    with c2:
-        tau1 = _threshold("τ₁ (upper edge of the non-member band)", keys.SMA_TAU1, DEFAULT_TAU1, "The paper: τ₁ = 0.1.")
-    with c3:
-        tau2 = _threshold("τ₂ (lower edge)", keys.SMA_TAU2, DEFAULT_TAU2, "The paper: τ₂ = −0.1.")
-    with c4:
-        first = persistent(
-            st.radio,
-            "β tested against τ",
-            keys.SMA_FIRST_TIER,
-            "off",
-            options=["off", "on"],
-            format_func=lambda v: "β with RAG off (the model alone)" if v == "off" else "β with RAG on",
-            help="The paper does not say which run's β the first tier uses.",
-        )
+    thresholds = sma_controls.draw_thresholds()
     st.caption(
         "Rule (eqs. 19, 21): β_j ≥ τ → pretrained member; else non-member when min(τ₁, τ₂) ≤ ADS_j < max(τ₁, τ₂); "
         "else retrieved member. (The paper prints the band as τ₁ ≤ ADS < τ₂ with τ₁ = 0.1 > τ₂ = −0.1, an empty "
         "interval; the band between the two is the evident reading.)"
     )
-    return tau, tau1, tau2, str(first)
+    return thresholds
 
 
-def draw_attribution(result: SMAResult, labels: list[str], tau1: float, tau2: float, tag: str) -> None:
+def draw_attribution(result: SMAResult, labels: list[str], thresholds: LabelThresholds, tag: str) -> None:
     """The label counts, the colored input text, the ADS bars and the per-unit table."""
     counts = {label: labels.count(label) for label in LABELS}
     cols = st.columns(4)
@@ -294,11 +165,14 @@ def draw_attribution(result: SMAResult, labels: list[str], tau1: float, tau2: fl
         "Color the text by",
         ["ads", "beta_on", "beta_off"],
         horizontal=True,
-        key=keys.scoped(keys.SMA_COLOUR, tag),
+        key=keys.scoped(keys.SMA_COLOR, tag),
         format_func={"ads": "ADS", "beta_on": "β with RAG on", "beta_off": "β with RAG off"}.__getitem__,
     )
     st.plotly_chart(figs.ads_text_figure(result, labels, value=color), key=keys.scoped(keys.SMA_TEXT, tag, color))
-    st.plotly_chart(figs.ads_bar_figure(result, labels, tau1=tau1, tau2=tau2), key=keys.scoped(keys.SMA_BARS, tag))
+    st.plotly_chart(
+        figs.ads_bar_figure(result, labels, tau1=thresholds.tau1, tau2=thresholds.tau2),
+        key=keys.scoped(keys.SMA_BARS, tag),
+    )
     st.dataframe(
         figs.attribution_frame(result, labels),
         hide_index=True,
@@ -362,14 +236,9 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     st.plotly_chart(figs.context_ablation_figure(ablation), key=keys.scoped(keys.SMA_ABLATION, tag))
     frame = figs.context_ablation_frame(ablation)
     st.dataframe(frame, hide_index=True)
-    st.download_button(
-        "Download the context ablation (CSV)",
-        data=frame.to_csv(index=False),
-        file_name="sma_context_ablation.csv",
-        mime="text/csv",
-        on_click="ignore",
-        icon=":material/download:",
-        key=keys.SMA_ABLATION_CSV,
+    csv = frame.to_csv(index=False)
+    widgets.download(
+        st, "Download the context ablation (CSV)", csv, "sma_context_ablation.csv", key=keys.SMA_ABLATION_CSV
     )
 
 
@@ -384,24 +253,15 @@ def draw_export(result: SMAResult, labels: list[str], thresholds: dict[str, Any]
     st.subheader("Export")
     payload = {**result.to_dict(), "labels": labels, "thresholds": thresholds}
     c1, c2 = st.columns(2)
-    c1.download_button(
+    widgets.download(
+        c1,
         "Download the SMA run (JSON)",
-        data=json.dumps(payload, ensure_ascii=False, indent=2),
-        file_name="sma.json",
-        mime="application/json",
-        on_click="ignore",
-        icon=":material/download:",
+        json.dumps(payload, ensure_ascii=False, indent=2),
+        "sma.json",
         key=keys.SMA_JSON,
     )
-    c2.download_button(
-        "Download the per-unit table (CSV)",
-        data=figs.attribution_frame(result, labels).to_csv(index=False),
-        file_name="sma_units.csv",
-        mime="text/csv",
-        on_click="ignore",
-        icon=":material/download:",
-        key=keys.SMA_CSV,
-    )
+    csv = figs.attribution_frame(result, labels).to_csv(index=False)
+    widgets.download(c2, "Download the per-unit table (CSV)", csv, "sma_units.csv", key=keys.SMA_CSV)
     with st.expander("The unperturbed prompts"):
         st.caption("RAG on")
         st.code(result.on.prompt, language=None, wrap_lines=True)
@@ -412,50 +272,41 @@ def draw_export(result: SMAResult, labels: list[str], thresholds: dict[str, Any]
 
 def draw_run(
     page: PageContext, query: str, context: str, settings: SMASettings, run: bool
-) -> tuple[str, SMAResult] | None:
+) -> tuple[str, SMAResult, bool] | None:
     """Run SMA when asked (unless these inputs and settings are stored), then pick the run to show.
 
     Returns:
-        ``(shown key, result)``: this key's stored run, else the last one shown; ``None`` when there is none.
+        ``(shown key, result, fresh)``: this key's stored run, else the last one shown; ``None`` when there is
+        none (or the run failed).
     """
-    runs = stored_runs()
-    key = result_key(page.config, query, context, settings)
-    if run and key in runs:
-        st.toast("Same inputs and settings as an earlier run: showing its stored result.")
-    elif run:
-        result = run_with_progress(page.handle, query, context, settings)
-        if result is not None:
-            runs.put(key, result.to_dict())
-    data = runs.get(key)
-    if data is not None:
-        runs.set_current(key)
-        return key, SMAResult.from_dict(data)
-    data = runs.current()
-    if data is None:
-        st.info(
-            "Type or pick a query and a context, then press **Run SMA** (or try the faster context ablation below)."
-        )
-        return None
-    st.info("Showing the previous run: the inputs or settings have changed since. Press **Run SMA** to analyze them.")
-    return str(runs.current_key()), SMAResult.from_dict(data)
+    return run_or_show(
+        stored_runs(),
+        result_key(page.config, query, context, settings),
+        SMAResult,
+        run=run,
+        compute=lambda: run_with_progress(page.handle, query, context, settings),
+        button="Run SMA",
+        nothing_yet="Type or pick a query and a context, then press **Run SMA** (or try the faster context "
+        "ablation below).",
+    )
 
 
 def main() -> None:
     page = open_page("Source Attribution")
     draw_header()
-    query, context = draw_inputs()
+    query, context = inputs.draw_inputs()
     settings, run = draw_controls(page, query, context)
     st.divider()
     found = draw_run(page, query, context, settings, run)
     if found is not None:
-        shown, result = found
+        shown, result, _ = found
         tag = hashlib.sha1(shown.encode("utf-8")).hexdigest()[:12]
         draw_reference_answers(result)
-        tau, tau1, tau2, first = draw_thresholds()
-        labels = result.labels(tau=tau, tau1=tau1, tau2=tau2, first_tier=first)
-        draw_attribution(result, labels, tau1, tau2, tag)
+        thresholds = draw_thresholds()
+        labels = result.labels(**thresholds.to_dict())
+        draw_attribution(result, labels, thresholds, tag)
         draw_samples(result)
-        draw_export(result, labels, {"tau": tau, "tau1": tau1, "tau2": tau2, "first_tier": first})
+        draw_export(result, labels, thresholds.to_dict())
     st.divider()
     if query.strip() and context.strip():
         draw_context_ablation(page, query, context, settings)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from components import inputs, keys, state
+from components import controls, inputs, keys, state, widgets
 from components import radar_figures as rf
 from components.page import PageContext, open_page
 from components.text import escape_markdown, plain_message
@@ -31,7 +31,7 @@ _SOURCES = {
 }
 CAVEAT = (
     "RADAR classifies the model's internal signature while it reads the prompt (one forward pass, no answer "
-    "generated) with an ensemble trained on only 30 labelled prompts. A recall-like signature on a "
+    "generated) with an ensemble trained on only 30 labeled prompts. A recall-like signature on a "
     "reasoning-type prompt is a hint of contamination, not proof: RADAR never sees the training data, and the "
     "paper's 93 % was measured on DialoGPT-medium with its own prompt sets."
 )
@@ -84,15 +84,12 @@ def draw_prompt() -> str:
     """The example picker and inputs (folded away when a query exists), the source choice and the exact text."""
     query, context = state.current_inputs()
     with st.expander("Change the prompt", expanded=not query.strip()):
-        inputs.example_picker()
-        query, context = inputs.query_and_context()
-    source = state.persistent(
+        query, context = inputs.draw_inputs()
+    source = controls.choice(
         st.radio,
         "Text analyzed",
         keys.RADAR_SOURCE,
-        SOURCE_QUERY,
-        options=list(_SOURCES),
-        format_func=_SOURCES.__getitem__,
+        _SOURCES,
         horizontal=True,
         help="RADAR is about the model's own knowledge, so by default the context is left out. The prompt is "
         "fed as raw text (no chat template), as the paper feeds its completion prompts.",
@@ -267,24 +264,13 @@ def draw_export(analysis: radar.RadarAnalysis | None, report: dict[str, Any] | N
     """Downloads: this prompt's features and prediction (JSON), the test-set predictions (CSV)."""
     left, right = st.columns(2)
     if analysis is not None:
-        left.download_button(
-            "Download this prompt's features and prediction (JSON)",
-            data=json.dumps(analysis.to_dict(), indent=2, ensure_ascii=False, allow_nan=False),
-            file_name="radar_prompt.json",
-            mime="application/json",
-            on_click="ignore",
-            icon=":material/download:",
-            key=keys.RADAR_JSON,
-        )
+        data = json.dumps(analysis.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)
+        label = "Download this prompt's features and prediction (JSON)"
+        widgets.download(left, label, data, "radar_prompt.json", key=keys.RADAR_JSON)
     if report is not None:
-        right.download_button(
-            "Download the test-set predictions (CSV)",
-            data=rf.predictions_frame(report).to_csv(index=False),
-            file_name="radar_test_predictions.csv",
-            mime="text/csv",
-            on_click="ignore",
-            icon=":material/download:",
-            key=keys.RADAR_CSV,
+        csv = rf.predictions_frame(report).to_csv(index=False)
+        widgets.download(
+            right, "Download the test-set predictions (CSV)", csv, "radar_test_predictions.csv", key=keys.RADAR_CSV
         )
 
 

@@ -1,4 +1,4 @@
-"""Evaluate: every detector side by side on labelled probes; calibrate τ; robustness to logit noise.
+"""Evaluate: every detector side by side on labeled probes; calibrate τ; robustness to logit noise.
 
 The page reads top to bottom: the τ in force (and loading a saved one), the data (a bundled probe set or an
 uploaded CSV), the detectors and run options, the run itself (progress with rows done / total and ETA, a Stop
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from components import controls, keys, state
 from components import evaluate_tabs as et
-from components import keys, state
 from components.evaluate_jobs import draw_run_controls, job, run_job
 from components.evaluate_tabs import detector_label, file_digest
 from components.page import open_page
 from components.text import escape_markdown
-from components.threshold_state import active_threshold, clear_active_threshold, session_threshold, set_active_threshold
+from components.threshold_state import active_threshold, set_active_threshold
 from core.detectors import available, get
 from core.engine import DEFAULT_BATCH_SIZE, calibration_mismatch
 from core.evaluation import (
@@ -34,10 +34,10 @@ from core.evaluation import (
     LABELED,
     DataError,
     JobSpec,
-    LabelledRow,
+    LabeledRow,
     label_confirmed,
-    parse_labelled_bytes,
-    read_labelled_csv,
+    parse_labeled_bytes,
+    read_labeled_csv,
     stratified_sample,
 )
 from core.evaluation.data import bundled_sets
@@ -64,7 +64,7 @@ def draw_header() -> None:
     """The page's title, what it compares, and what its labels can and cannot mean."""
     st.title("Evaluate")
     st.caption(
-        "Run every detector on the same labelled rows and compare them: ROC curves, AUC with a bootstrap 95% "
+        "Run every detector on the same labeled rows and compare them: ROC curves, AUC with a bootstrap 95% "
         "CI, FPR at 95% TPR and Precision@10 (positive class: memorized). Then calibrate RePCS' τ on clean rows "
         "and check it on held-out rows."
     )
@@ -89,14 +89,7 @@ def draw_threshold_in_force(model: str) -> None:
             help="Checked field by field (τ, T, model, …) before anything is applied.",
         )
         left, right = st.columns(2)
-        own, _ = session_threshold(model)
-        right.button(
-            "Back to the default τ",
-            key=keys.EVAL_RESET_TAU_TOP,
-            disabled=own is None,
-            on_click=clear_active_threshold,
-            args=(model,),
-        )
+        et.draw_reset_threshold(right, model, key=keys.EVAL_RESET_TAU_TOP)
         if upload is None:
             return
         try:
@@ -126,27 +119,23 @@ def draw_threshold_in_force(model: str) -> None:
         )
 
 
-def draw_data_source() -> tuple[str, list[LabelledRow], str] | None:
+def draw_data_source() -> tuple[str, list[LabeledRow], str] | None:
     """Bundled probe set or an uploaded CSV (validated all or nothing). Returns (name, rows, digest)."""
     st.subheader("1 · Data")
     sets = bundled_sets()
-    choices = [*sets, UPLOAD]
-    if state.stored(keys.EVAL_SOURCE) not in choices:
-        state.set_stored(keys.EVAL_SOURCE, choices[0])
-    source = state.persistent(
+    source = controls.choice(
         st.radio,
         "Rows to evaluate",
         keys.EVAL_SOURCE,
-        choices[0],
-        options=choices,
+        [*sets, UPLOAD],
         horizontal=True,
         format_func=lambda c: c if c == UPLOAD else f"Bundled: {c}",
     )
     if not sets:
-        st.info("No bundled probe set is installed (assets/probes/probes.csv). Upload a labelled CSV instead.")
+        st.info("No bundled probe set is installed (assets/probes/probes.csv). Upload a labeled CSV instead.")
     if source == UPLOAD:
         upload = st.file_uploader(
-            f"Labelled CSV (columns query, context, label = memorized | grounded; up to {MAX_UPLOAD_MB} MB)",
+            f"Labeled CSV (columns query, context, label = memorized | grounded; up to {MAX_UPLOAD_MB} MB)",
             type=["csv"],
             key=keys.EVAL_UPLOAD,
             max_upload_size=MAX_UPLOAD_MB,
@@ -157,28 +146,28 @@ def draw_data_source() -> tuple[str, list[LabelledRow], str] | None:
             return None
         data = upload.getvalue()
         try:
-            rows = parse_labelled_bytes(data, name=upload.name, max_bytes=MAX_UPLOAD_MB * 1024 * 1024)
+            rows = parse_labeled_bytes(data, name=upload.name, max_bytes=MAX_UPLOAD_MB * 1024 * 1024)
         except DataError as exc:
             st.error(f"The file was not loaded. {escape_markdown(str(exc))}")
             return None
         return upload.name, rows, file_digest(data)
     path = sets[source]
     try:
-        rows = read_labelled_csv(path)
+        rows = read_labeled_csv(path)
     except DataError as exc:
         st.error(f"The bundled set could not be read. {escape_markdown(str(exc))}")
         return None
     return path.name, rows, file_digest(path.read_bytes())
 
 
-def draw_data_summary(name: str, rows: list[LabelledRow]) -> list[LabelledRow]:
+def draw_data_summary(name: str, rows: list[LabeledRow]) -> list[LabeledRow]:
     """Counts per label, the confirmed-label column if present, and an optional stratified sample."""
     n_mem = sum(r.label == "memorized" for r in rows)
     confirmed = [label_confirmed(r.label, r.extra) for r in rows]
     line = f"{escape_markdown(name)}: {len(rows)} rows · {n_mem} memorized · {len(rows) - n_mem} grounded"
     if any(c is not None for c in confirmed):
         n_confirmed = sum(bool(c) for c in confirmed)
-        line += f" · labels confirmed by the model's behaviour (`{CONFIRMED_COLUMN}`): {n_confirmed}"
+        line += f" · labels confirmed by the model's behavior (`{CONFIRMED_COLUMN}`): {n_confirmed}"
     st.caption(line)
     store = f"{keys.EVAL_SAMPLE}.{file_digest(name.encode())}.{len(rows)}"
     stored = state.stored(store)
@@ -187,14 +176,8 @@ def draw_data_summary(name: str, rows: list[LabelledRow]) -> list[LabelledRow]:
     column, _ = st.columns([1, 2])
     with column:
         n = int(
-            state.persistent(
-                st.number_input,
-                "Rows to score (a stratified sample when fewer than all; seed 42)",
-                store,
-                len(rows),
-                min_value=1,
-                max_value=len(rows),
-                step=10,
+            controls.number(
+                "Rows to score (a stratified sample when fewer than all; seed 42)", store, len(rows), (1, len(rows), 10)
             )
             or len(rows)
         )
@@ -208,32 +191,23 @@ def draw_data_summary(name: str, rows: list[LabelledRow]) -> list[LabelledRow]:
 def draw_options() -> RunOptions:
     """Detectors (heavy ones off by default), Min-K% k values, noise σ values and the batch size."""
     st.subheader("2 · Detectors")
-    ks = state.persistent(
-        st.multiselect,
-        "Min-K% / Min-K%++ k values (% of the lowest-probability context tokens)",
-        keys.EVAL_KS,
-        list(DEFAULT_KS),
-        options=list(K_CHOICES),
+    ks = controls.several(
+        "Min-K% / Min-K%++ k values (% of the lowest-probability context tokens)", keys.EVAL_KS, K_CHOICES, DEFAULT_KS
     )
     for k in ks:  # family members are registered on first use: register the chosen k before listing
         get(f"min_k_{int(k)}")
         get(f"min_kpp_{int(k)}")
     registry = available()
-    options = list(registry)
     default = [
         n
         for n, d in registry.items()
         if d.cost in ("free", "forward") and not (n.startswith("min_k") and int(n.rsplit("_", 1)[1]) not in ks)
     ]
-    stored = state.stored(keys.EVAL_DETECTORS)
-    if stored is not None:
-        state.set_stored(keys.EVAL_DETECTORS, [n for n in stored if n in options])
-    names = state.persistent(
-        st.multiselect,
+    names = controls.several(
         "Detectors to compare (each adds a curve)",
         keys.EVAL_DETECTORS,
+        list(registry),
         default,
-        options=options,
         format_func=detector_label,
         help="Generation-based detectors (Self-Critique, CRM L1) and heavy ones (SMA: many masked generations "
         "per row) are off by default; they can take minutes per row on a CPU.",
@@ -243,21 +217,16 @@ def draw_options() -> RunOptions:
         st.warning(f"{', '.join(slow)} run extra generations for every row: expect a long run.")
     left, right = st.columns(2)
     with left:
-        sigmas = state.persistent(
-            st.multiselect,
-            "Logit-noise σ for the robustness tab (RePCS Table IV)",
-            keys.EVAL_SIGMAS,
-            list(DEFAULT_SIGMAS),
-            options=list(SIGMA_CHOICES),
+        sigmas = controls.several(
+            "Logit-noise σ for the robustness tab (RePCS Table IV)", keys.EVAL_SIGMAS, SIGMA_CHOICES, DEFAULT_SIGMAS
         )
     with right:
-        batch = state.persistent(
-            st.slider,
+        batch = controls.number(
             "Rows per batch",
             keys.EVAL_BATCH,
             DEFAULT_BATCH_SIZE,
-            min_value=1,
-            max_value=16,
+            (1, 16),
+            widget=st.slider,
             help="Rows generated together in one padded batch (the results are the same as one by one, up to "
             "float rounding).",
         )
@@ -279,7 +248,7 @@ def draw_results(handle: ModelHandle) -> None:
             confirmed_only = bool(
                 state.persistent(
                     st.toggle,
-                    "Only rows whose label the model's behaviour confirms",
+                    "Only rows whose label the model's behavior confirms",
                     keys.EVAL_CONFIRMED,
                     False,
                     help=f"Uses the `{CONFIRMED_COLUMN}` column: memorized rows whose parametric answer (no context) "
@@ -320,7 +289,7 @@ def main() -> None:
     draw_header()
     draw_threshold_in_force(handle.info.name)
     data = draw_data_source()
-    rows: list[LabelledRow] = []
+    rows: list[LabeledRow] = []
     name, digest = "", ""
     if data is not None:
         name, all_rows, digest = data

@@ -24,6 +24,8 @@ import json
 import logging
 from pathlib import Path
 
+from _common import add_threads_arg, contains, empty_cells, file_checks_pass, read_csv, set_threads, short
+
 from core.io import ASSETS, REPO_ROOT
 
 PROBES = ASSETS / "probes"
@@ -37,18 +39,6 @@ OUTPUT_COLUMNS = [*SOURCE_COLUMNS, "parametric_correct"]
 CONFLICT_COLUMNS = ["query", "context", "answer_context", "answer_memory"]
 LABELS = ("memorized", "grounded")
 MAX_NEW_TOKENS = 32
-
-
-def read_csv(path: Path, columns: list[str]) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        if reader.fieldnames != columns:
-            raise ValueError(f"{path}: expected columns {columns}, got {reader.fieldnames}")
-        return list(reader)
-
-
-def contains(answer: str, text: str) -> bool:
-    return answer.strip().casefold() in text.casefold()
 
 
 def _key(text: str) -> str:
@@ -77,7 +67,7 @@ def static_checks(rows: list[dict[str, str]], conflict: list[dict[str, str]] | N
     cal_queries, cal_contexts = reserved_texts()
     seen: set[str] = set()
     for i, row in enumerate(rows, start=1):
-        empty = [k for k in SOURCE_COLUMNS if not (row.get(k) or "").strip()]
+        empty = empty_cells(row, SOURCE_COLUMNS)
         if empty:
             problems.append(f"probe row {i}: empty {', '.join(empty)}")
             continue
@@ -92,7 +82,7 @@ def static_checks(rows: list[dict[str, str]], conflict: list[dict[str, str]] | N
         if q in cal_queries or _key(row["context"]) in cal_contexts:
             problems.append(f"probe row {i}: repeats a calibration or example query/context: {row['query']!r}")
     for i, row in enumerate(conflict or [], start=1):
-        empty = [k for k in CONFLICT_COLUMNS if not (row.get(k) or "").strip()]
+        empty = empty_cells(row, CONFLICT_COLUMNS)
         if empty:
             problems.append(f"conflict row {i}: empty {', '.join(empty)}")
             continue
@@ -105,22 +95,12 @@ def static_checks(rows: list[dict[str, str]], conflict: list[dict[str, str]] | N
     return problems
 
 
-def _short(text: str, n: int = 60) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conflict", action="store_true", help="also run assets/probes/conflict.csv (report only)")
     parser.add_argument("--static-only", action="store_true", help="only the file checks, no model runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the per-row model answers here")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads (default 1: bit-reproducible, and fastest on a shared machine)",
-    )
+    add_threads_arg(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -132,22 +112,15 @@ def main() -> int:
         f"probes_source.csv: {len(rows)} rows ({counts['memorized']} memorized, {counts['grounded']} grounded); "
         f"conflict.csv: {len(conflict)} rows"
     )
-    if problems:
-        print("file problems:")
-        for p in problems:
-            print(f"  - {p}")
+    if not file_checks_pass(problems):
         return 1
-    print("file checks passed")
     if args.static_only:
         return 0
-
-    import torch
 
     from core.engine import DualPathSettings, run_dual_path
     from core.model.loading import load_model
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     handle = load_model()
     settings = DualPathSettings(max_new_tokens=MAX_NEW_TOKENS)
     report: dict[str, list[dict[str, object]]] = {"probes": [], "conflict": []}
@@ -172,8 +145,8 @@ def main() -> int:
         )
         print(
             f"{i:>3} {row['label']:<9} para={'yes' if para else ' no'} rag={'yes' if rag else ' no'} "
-            f"Z={res.repcs_score:7.2f}  {_short(row['query'])} -> {row['answer']!r} | "
-            f"{_short(res.parametric.answer, 50)}",
+            f"Z={res.repcs_score:7.2f}  {short(row['query'], 60)} -> {row['answer']!r} | "
+            f"{short(res.parametric.answer, 50)}",
             flush=True,
         )
     with OUTPUT.open("w", encoding="utf-8", newline="") as fh:
@@ -212,7 +185,7 @@ def main() -> int:
                 f"{i:>3} ctx={'yes' if entry['rag_follows_context'] else ' no'} "
                 f"mem={'yes' if entry['rag_gives_memory'] else ' no'} "
                 f"para_mem={'yes' if entry['parametric_gives_memory'] else ' no'} Z={res.repcs_score:7.2f}  "
-                f"{_short(row['query'])} | {_short(res.retrieval.answer, 50)}",
+                f"{short(row['query'], 60)} | {short(res.retrieval.answer, 50)}",
                 flush=True,
             )
         n = len(report["conflict"])

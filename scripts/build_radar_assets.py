@@ -44,8 +44,8 @@ def report_markdown(report: dict) -> str:
         )
     for key, title in (
         ("overall", "**Overall**"),
-        ("recall_tasks", "Recall-labelled"),
-        ("reasoning_tasks", "Reasoning-labelled"),
+        ("recall_tasks", "Recall-labeled"),
+        ("reasoning_tasks", "Reasoning-labeled"),
     ):
         r = report[key]
         lines.append(

@@ -16,9 +16,9 @@ import argparse
 import csv
 import logging
 import sys
-from pathlib import Path
 
 import numpy as np
+from _common import read_csv
 from tqdm import tqdm
 
 from core.engine import DualPathSettings, run_dual_path
@@ -27,11 +27,6 @@ from core.methods.repcs import EMBEDDED_THRESHOLD, fit_threshold
 from core.model.loading import load_model
 
 CAL = asset_path("calibration")
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def main() -> int:
@@ -47,7 +42,7 @@ def main() -> int:
     scored: dict[str, list[dict[str, object]]] = {}
     gamma = 0.0
     for name in ("clean", "memorized"):
-        rows = _rows(CAL / f"{name}.csv")
+        rows = read_csv(CAL / f"{name}.csv")
         out = []
         for i, row in enumerate(tqdm(rows, desc=f"{name} prompts", file=sys.stderr)):
             res = run_dual_path(handle, row["query"], row["context"], settings, free_parametric=False)

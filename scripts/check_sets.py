@@ -24,10 +24,11 @@ file check fails.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 from pathlib import Path
+
+from _common import add_threads_arg, contains, empty_cells, file_checks_pass, read_csv, set_threads, short
 
 from core.io import ASSETS
 
@@ -37,19 +38,6 @@ COLUMNS = ["query", "context", "answer"]
 SETS = ("clean", "memorized")
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        if reader.fieldnames != COLUMNS:
-            raise ValueError(f"{path}: expected columns {COLUMNS}, got {reader.fieldnames}")
-        return list(reader)
-
-
-def contains(answer: str, text: str) -> bool:
-    """The check used throughout: the expected answer occurs in the text, ignoring case."""
-    return answer.strip().casefold() in text.casefold()
-
-
 def static_checks(sets: dict[str, list[dict[str, str]]]) -> list[str]:
     """Problems with the files themselves (no model needed)."""
     problems: list[str] = []
@@ -57,7 +45,7 @@ def static_checks(sets: dict[str, list[dict[str, str]]]) -> list[str]:
     for name, rows in sets.items():
         seen: set[str] = set()
         for i, row in enumerate(rows, start=1):
-            empty = [k for k in COLUMNS if not (row.get(k) or "").strip()]
+            empty = empty_cells(row, COLUMNS)
             if empty:
                 problems.append(f"{name} row {i}: empty {', '.join(empty)}")
                 continue
@@ -79,11 +67,6 @@ def static_checks(sets: dict[str, list[dict[str, str]]]) -> list[str]:
             if row["query"].strip().casefold() in ex_queries or row["context"].strip().casefold() in ex_contexts:
                 problems.append(f"clean row {i}: overlaps assets/examples/examples.json")
     return problems
-
-
-def _short(text: str, n: int = 70) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -127,15 +110,15 @@ def run_checks(
             )
             print(
                 f"{i:>3}  {'yes' if para_hit else ' no'}  {'yes' if rag_hit else ' no'} {res.repcs_score:7.2f}  "
-                f"{_short(row['query'], 60)} -> {row['answer']!r} | {_short(res.parametric.answer, 50)} | "
-                f"{_short(res.retrieval.answer, 50)}",
+                f"{short(row['query'], 60)} -> {row['answer']!r} | {short(res.parametric.answer, 50)} | "
+                f"{short(res.retrieval.answer, 50)}",
                 flush=True,
             )
         results[name] = out
     return results
 
 
-def summarise(results: dict[str, list[dict[str, object]]]) -> list[str]:
+def summarize(results: dict[str, list[dict[str, object]]]) -> list[str]:
     lines = ["", "== summary =="]
     means: dict[str, float] = {}
     for name, out in results.items():
@@ -181,31 +164,19 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the per-row results here")
     parser.add_argument("--static-only", action="store_true", help="only the file checks, no model runs")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads (default 1: bit-reproducible, and fastest on a shared machine)",
-    )
+    add_threads_arg(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    sets = {name: read_rows(CAL / f"{name}.csv") for name in args.sets}
+    sets = {name: read_csv(CAL / f"{name}.csv", COLUMNS) for name in args.sets}
     problems = static_checks(sets)
     for name, rows in sets.items():
         print(f"{name}.csv: {len(rows)} rows")
-    if problems:
-        print("file problems:")
-        for p in problems:
-            print(f"  - {p}")
+    if not file_checks_pass(problems):
         return 1
-    print("file checks passed")
     if args.static_only:
         return 0
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     numbers: dict[str, list[int]] = {name: list(range(1, len(rows) + 1)) for name, rows in sets.items()}
     if args.rows is not None:
         numbers = {name: [i for i in args.rows if 1 <= i <= len(rows)] for name, rows in sets.items()}
@@ -214,7 +185,7 @@ def main() -> int:
     results = run_checks(
         {name: [sets[name][i - 1] for i in nums] for name, nums in numbers.items()}, args.max_new_tokens, numbers
     )
-    for line in summarise(results):
+    for line in summarize(results):
         print(line)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")

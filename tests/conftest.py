@@ -55,6 +55,17 @@ def make_tiny_llama(vocab_size: int, seed: int = 0, n_layers: int = 3):
     return model
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for the module's tests: the CI box is shared, and OpenMP spinning on two contended cores
+    is far slower. Ask for it with ``pytestmark = pytest.mark.usefixtures("one_thread")`` (or from a conftest's
+    autouse fixture)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_handle():
     """A :class:`ModelHandle` around a 3-layer random Llama with a byte tokenizer (CPU, fp32)."""

@@ -62,7 +62,7 @@ def score_lts(inp: DetectorInput) -> float:
 
 
 def score_lr(inp: DetectorInput) -> float:
-    """P(memorised) of the bundled CRM-LR over the kept-layer PC1 LTS features."""
+    """P(memorized) of the bundled CRM-LR over the kept-layer PC1 LTS features."""
     basis = basis_for(inp)
     return basis.lr_probability(basis.lts(displacement_for(inp), PC1))
 
@@ -84,13 +84,13 @@ register(
         higher_means=MEMORIZED_HIGH,
         score=score_lts,
         cost="forward",
-        source="CRM §4.5 eq. 2 (supervised direction), standardised by the calibration μ/σ (appendix V.1)",
+        source="CRM §4.5 eq. 2 (supervised direction), standardized by the calibration μ/σ (appendix V.1)",
     )
 )
 register(
     Detector(
         name="crm_lr",
-        label="CRM-LR: P(memorised) from the kept-layer PC1 LTS features",
+        label="CRM-LR: P(memorized) from the kept-layer PC1 LTS features",
         higher_means=MEMORIZED_HIGH,
         score=score_lr,
         cost="forward",

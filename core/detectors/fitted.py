@@ -1,8 +1,8 @@
-"""Detectors that need a model fitted on labelled rows, scored by cross-validation (CRM §2–§3).
+"""Detectors that need a model fitted on labeled rows, scored by cross-validation (CRM §2–§3).
 
 CRM evaluates its feature vectors "with logistic regression … under 5-fold stratified CV (seed 42)". Here a
 fitted detector gives per-row *features* (``Detector.features``); evaluation collects them for every scored
-row and :func:`cross_validated_scores` returns, for each row, P(memorised) from a
+row and :func:`cross_validated_scores` returns, for each row, P(memorized) from a
 ``StandardScaler → LogisticRegression`` pipeline trained on the **other** folds only
 (``sklearn.model_selection.cross_val_predict``), so no row is ever scored by a model that saw its label.
 
@@ -19,13 +19,14 @@ Registered here:
   the bundled calibration prompts; ``crm_lr_cv`` needs no bundled fit but only says something about the
   evaluated set.
 
-What they can and cannot conclude: a cross-validated AUC says how separable the two labelled classes are *on
+What they can and cannot conclude: a cross-validated AUC says how separable the two labeled classes are *on
 this data set* with these features; it does not certify any single generation (CRM §5).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,7 +44,7 @@ LTS_DIRECTION = "pc1"
 def cross_validated_scores(
     features: np.ndarray, labels: np.ndarray, *, n_splits: int = N_SPLITS, seed: int = SEED
 ) -> np.ndarray:
-    """Out-of-fold P(memorised) for every row (stratified k-fold, shuffled with ``seed``).
+    """Out-of-fold P(memorized) for every row (stratified k-fold, shuffled with ``seed``).
 
     Args:
         features: ``(n, d)`` finite feature matrix.
@@ -75,11 +76,24 @@ def cross_validated_scores(
     return cross_val_predict(model, x, y, cv=folds, method="predict_proba")[:, 1]
 
 
-def _no_single_score(name: str):
+def _fitted(name: str, *, label: str, cost: str, source: str, features: Callable[[DetectorInput], np.ndarray]) -> None:
+    """Register a cross-validated detector (higher = memorized); it has no single-row score."""
+
     def score(inp: DetectorInput) -> float:
         raise ValueError(f"{name} is fitted by cross-validation during an evaluation; it has no single-row score")
 
-    return score
+    register(
+        Detector(
+            name=name,
+            label=label,
+            higher_means=MEMORIZED_HIGH,
+            score=score,
+            cost=cost,
+            source=source,
+            needs_fit=True,
+            features=features,
+        )
+    )
 
 
 def l2_features(inp: DetectorInput) -> np.ndarray:
@@ -95,17 +109,12 @@ def l2_features(inp: DetectorInput) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
-register(
-    Detector(
-        name="crm_l2_lr",
-        label="CRM L2 statistics, logistic regression (5-fold CV)",
-        higher_means=MEMORIZED_HIGH,
-        score=_no_single_score("crm_l2_lr"),
-        cost="free",
-        source="CRM appendix P.2 + §3 (stratified 5-fold CV, seed 42)",
-        needs_fit=True,
-        features=l2_features,
-    )
+_fitted(
+    "crm_l2_lr",
+    label="CRM L2 statistics, logistic regression (5-fold CV)",
+    cost="free",
+    source="CRM appendix P.2 + §3 (stratified 5-fold CV, seed 42)",
+    features=l2_features,
 )
 
 
@@ -120,15 +129,10 @@ def lts_features(inp: DetectorInput) -> np.ndarray:
     return lts[list(basis.kept_layers)] if len(basis.kept_layers) else lts
 
 
-register(
-    Detector(
-        name="crm_lr_cv",
-        label="CRM L3 LTS (PC1), logistic regression, 5-fold CV on these rows",
-        higher_means=MEMORIZED_HIGH,
-        score=_no_single_score("crm_lr_cv"),
-        cost="forward",
-        source="CRM eq. 1, appendix P.3 + §3 (stratified 5-fold CV, seed 42)",
-        needs_fit=True,
-        features=lts_features,
-    )
+_fitted(
+    "crm_lr_cv",
+    label="CRM L3 LTS (PC1), logistic regression, 5-fold CV on these rows",
+    cost="forward",
+    source="CRM eq. 1, appendix P.3 + §3 (stratified 5-fold CV, seed 42)",
+    features=lts_features,
 )

@@ -10,7 +10,7 @@ from core.methods.radar import FEATURE_VERSION, analyse_prompt, classifier_for, 
 def score(inp: DetectorInput) -> float:
     """RADAR's recall probability p̄ for the row's query alone (no context): higher = more recall-like.
 
-    Leaves JSON-ready details under ``inp.cache[keys.RADAR_DETAILS]`` (the analysed text, its token count, the
+    Leaves JSON-ready details under ``inp.cache[keys.RADAR_DETAILS]`` (the analyzed text, its token count, the
     37 features and the prediction with each classifier's vote, RDS and RCI); a second call reuses them.
     """
     details = inp.cache.get(keys.RADAR_DETAILS)

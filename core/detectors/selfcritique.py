@@ -10,7 +10,7 @@ from core.methods.selfcritique import DETECTOR_NAME, SelfCritiqueSettings, run_s
 
 
 def score(inp: DetectorInput) -> float:
-    """The length-penalised cosine of the two answers' entropy sequences (higher ⇒ contaminated)."""
+    """The length-penalized cosine of the two answers' entropy sequences (higher ⇒ contaminated)."""
     settings = inp.cache.get(keys.SELFCRITIQUE_SETTINGS) or SelfCritiqueSettings(
         max_new_tokens=int(inp.settings.max_new_tokens), template=inp.settings.template
     )
@@ -27,6 +27,6 @@ register(
         higher_means=MEMORIZED_HIGH,
         score=score,
         cost="generate",
-        source="Self-Critique §4.1 (greedy r₁, critique r₂, length-penalised cosine of top-50 entropies)",
+        source="Self-Critique §4.1 (greedy r₁, critique r₂, length-penalized cosine of top-50 entropies)",
     )
 )

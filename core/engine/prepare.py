@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from core.engine.settings import DualPathSettings
 from core.model.handle import ModelHandle
-from core.model.prompts import build_prompt, clean_text, encode_prompt, resolve_template
+from core.model.prompts import build_prompt, clean_inputs, encode_prompt, resolve_template
 
 
 @dataclass(frozen=True)
@@ -50,18 +50,10 @@ def prepare_prompts(handle: ModelHandle, query: str, context: str, settings: Dua
             budget (the message gives the limit and the overshoot).
     """
     settings.validate()
-    if not isinstance(query, str) or not isinstance(context, str):
-        raise ValueError("query and context must be text")
+    query, context, removed = clean_inputs(query, context)
     warnings: list[str] = []
-    query, removed_q = clean_text(query)
-    context, removed_c = clean_text(context)
-    if removed_q or removed_c:
-        warnings.append(
-            f"Removed {removed_q + removed_c} control character(s) from the input (newlines and tabs are kept)."
-        )
-    query, context = query.strip(), context.strip()
-    if not query:
-        raise ValueError("The query is empty. Type a question (whitespace alone does not count).")
+    if removed:
+        warnings.append(f"Removed {removed} control character(s) from the input (newlines and tabs are kept).")
     if not context:
         raise ValueError(
             "The context is empty: with no context both paths are the same prompt and Z is 0 by construction. "

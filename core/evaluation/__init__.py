@@ -1,8 +1,8 @@
-"""Evaluating detectors on labelled data, calibrating RePCS' τ, and robustness to logit noise.
+"""Evaluating detectors on labeled data, calibrating RePCS' τ, and robustness to logit noise.
 
 Modules, one job each:
 
-* :mod:`~core.evaluation.data` — labelled and conflict-set CSVs: parsing, strict validation (:class:`DataError`
+* :mod:`~core.evaluation.data` — labeled and conflict-set CSVs: parsing, strict validation (:class:`DataError`
   names the row and column), behavioral labels, stratified samples;
 * :mod:`~core.evaluation.scoring` — rows → JSON-ready records: one batched dual-path run per batch, then every
   chosen detector per row;
@@ -28,15 +28,15 @@ from core.evaluation.data import (
     LABELS,
     ConflictRow,
     DataError,
-    LabelledRow,
+    LabeledRow,
     Row,
     label_confirmed,
     parse_conflict_csv,
-    parse_labelled_bytes,
-    parse_labelled_csv,
+    parse_labeled_bytes,
+    parse_labeled_csv,
     prompt_lengths,
     read_conflict_csv,
-    read_labelled_csv,
+    read_labeled_csv,
     stratified_sample,
 )
 from core.evaluation.evaluate import evaluate_rows
@@ -60,7 +60,7 @@ __all__ = [
     "EvaluationJob",
     "JobSpec",
     "JobStatus",
-    "LabelledRow",
+    "LabeledRow",
     "Row",
     "answer_follows",
     "any_busy",
@@ -72,11 +72,11 @@ __all__ = [
     "evaluate_rows",
     "label_confirmed",
     "parse_conflict_csv",
-    "parse_labelled_bytes",
-    "parse_labelled_csv",
+    "parse_labeled_bytes",
+    "parse_labeled_csv",
     "prompt_lengths",
     "read_conflict_csv",
-    "read_labelled_csv",
+    "read_labeled_csv",
     "record_for",
     "resolve_detectors",
     "robustness_table",

@@ -8,7 +8,7 @@
   reported only for comparison.
 * The PAC sample size of Theorem III.4, n ≥ 8 γ² T Δ⁻² log(2/ε) (:func:`core.methods.repcs.pac_sample_size`), with
   γ̂ = the largest per-token |log P_rag − log P_para| observed over the window in any row (Lemma III.3's bound,
-  estimated) and Δ̂ = mean Z over grounded rows − mean Z over memorized rows, all labelled rows (Assumption 1's
+  estimated) and Δ̂ = mean Z over grounded rows − mean Z over memorized rows, all labeled rows (Assumption 1's
   gap, estimated). When Δ̂ ≤ 0 there is no influence gap and the guarantee does not apply.
 
 What this can and cannot conclude: the guarantee holds under the paper's assumptions (bounded log-ratios, a
@@ -168,10 +168,10 @@ def calibrate(
     n_cal = int(mask.sum())
     warnings: list[str] = []
     if delta is None:
-        warnings.append("No memorised rows: Δ (the influence gap) and the FNR cannot be estimated.")
+        warnings.append("No memorized rows: Δ (the influence gap) and the FNR cannot be estimated.")
     elif delta <= 0:
         warnings.append(
-            f"No influence gap: mean Z of grounded rows is not above that of memorised rows (Δ̂ = {delta:.3g} nats), "
+            f"No influence gap: mean Z of grounded rows is not above that of memorized rows (Δ̂ = {delta:.3g} nats), "
             "so Theorem III.4's guarantee does not apply to this data."
         )
     if n_required is not None and n_cal < n_required:
@@ -195,7 +195,7 @@ def calibrate(
             "n_heldout_clean": int((held & (y == 0)).sum()),
             "n_heldout_memorized": int((held & (y == 1)).sum()),
             "rates": "held-out",
-            "delta_from": "all labelled rows",
+            "delta_from": "all labeled rows",
             "gamma_from": "max over all rows",
         },
     )

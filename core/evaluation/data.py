@@ -1,6 +1,6 @@
-"""Labelled and conflict-set CSVs: parsing and strict validation, behavioral labels, stratified samples.
+"""Labeled and conflict-set CSVs: parsing and strict validation, behavioral labels, stratified samples.
 
-A labelled file has columns ``query,context,label`` (label ``memorized`` or ``grounded``); a conflict set
+A labeled file has columns ``query,context,label`` (label ``memorized`` or ``grounded``); a conflict set
 ``query,context,answer_context,answer_memory``. Extra columns are kept per row. Files are validated all or
 nothing before any model call: a bad row is reported by number and column (:class:`DataError`).
 """
@@ -22,7 +22,7 @@ from core.methods.repcs import GROUNDED, MEMORIZED
 from core.model.handle import ModelHandle
 
 PROBES_DIR = asset_path("probes")
-"""The bundled labelled probe sets (``probes.csv`` first) and the conflict set."""
+"""The bundled labeled probe sets (``probes.csv`` first) and the conflict set."""
 CONFLICT_FILE = PROBES_DIR / "conflict.csv"
 REQUIRED_COLUMNS = ("query", "context", "label")
 CONFLICT_COLUMNS = ("query", "context", "answer_context", "answer_memory")
@@ -36,12 +36,12 @@ _FALSE = {"false", "0", "no", "n", "f"}
 
 
 class DataError(ValueError):
-    """A labelled file is malformed; the message names the row and the column."""
+    """A labeled file is malformed; the message names the row and the column."""
 
 
 @dataclass
-class LabelledRow:
-    """A row of a labelled file: ``row`` is its 1-based data row number (the header is row 0); ``extra``
+class LabeledRow:
+    """A row of a labeled file: ``row`` is its 1-based data row number (the header is row 0); ``extra``
     holds the columns beyond ``query,context,label``."""
 
     row: int
@@ -66,7 +66,7 @@ class ConflictRow:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-Row = LabelledRow | ConflictRow
+Row = LabeledRow | ConflictRow
 """A row of either kind of file."""
 
 
@@ -92,14 +92,14 @@ def _values(number: int, raw: dict[str, Any], nonempty: Sequence[str]) -> dict[s
     return values
 
 
-def parse_labelled_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[LabelledRow]:
-    """Parse and validate labelled rows.
+def parse_labeled_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[LabeledRow]:
+    """Parse and validate labeled rows.
 
     Raises:
         DataError: missing columns, an empty query/context, an unknown label, too many rows, or no rows.
     """
     reader, _ = _reader(text, REQUIRED_COLUMNS)
-    rows: list[LabelledRow] = []
+    rows: list[LabeledRow] = []
     for number, raw in enumerate(reader, start=1):
         if number > max_rows:
             raise DataError(f"Too many rows: the limit is {max_rows:,}.")
@@ -108,7 +108,7 @@ def parse_labelled_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[LabelledR
         if label not in LABELS:
             raise DataError(f"Row {number}, column 'label': {values['label']!r} is not one of {', '.join(LABELS)}.")
         extra = {k: v for k, v in values.items() if k not in REQUIRED_COLUMNS}
-        rows.append(LabelledRow(number, values["query"], values["context"], label, extra))
+        rows.append(LabeledRow(number, values["query"], values["context"], label, extra))
     if not rows:
         raise DataError("The file has a header but no data rows.")
     return rows
@@ -118,7 +118,7 @@ def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[ConflictR
     """Parse and validate a conflict set (``query,context,answer_context,answer_memory``; all non-empty).
 
     Raises:
-        DataError: as :func:`parse_labelled_csv`, naming the row and column.
+        DataError: as :func:`parse_labeled_csv`, naming the row and column.
     """
     reader, _ = _reader(text, CONFLICT_COLUMNS)
     rows: list[ConflictRow] = []
@@ -147,11 +147,11 @@ def decode_csv_bytes(data: bytes, *, name: str = "the file", max_bytes: int = MA
         raise DataError(f"{name} is not UTF-8 text (byte {exc.start}).") from exc
 
 
-def parse_labelled_bytes(
+def parse_labeled_bytes(
     data: bytes, *, name: str = "the file", max_bytes: int = MAX_BYTES, max_rows: int = MAX_ROWS
-) -> list[LabelledRow]:
-    """Validate an uploaded labelled CSV (size, encoding, every row) — all or nothing."""
-    return parse_labelled_csv(decode_csv_bytes(data, name=name, max_bytes=max_bytes), max_rows=max_rows)
+) -> list[LabeledRow]:
+    """Validate an uploaded labeled CSV (size, encoding, every row) — all or nothing."""
+    return parse_labeled_csv(decode_csv_bytes(data, name=name, max_bytes=max_bytes), max_rows=max_rows)
 
 
 def _read_text(path: str | Path) -> str:
@@ -168,9 +168,9 @@ def _read_text(path: str | Path) -> str:
         raise DataError(f"{path} is not UTF-8 text (byte {exc.start}).") from exc
 
 
-def read_labelled_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> list[LabelledRow]:
-    """Read a labelled CSV file (UTF-8, size-limited) and validate it."""
-    return parse_labelled_csv(_read_text(path), max_rows=max_rows)
+def read_labeled_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> list[LabeledRow]:
+    """Read a labeled CSV file (UTF-8, size-limited) and validate it."""
+    return parse_labeled_csv(_read_text(path), max_rows=max_rows)
 
 
 def read_conflict_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> list[ConflictRow]:
@@ -179,7 +179,7 @@ def read_conflict_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> list[Con
 
 
 def bundled_sets(folder: Path = PROBES_DIR) -> dict[str, Path]:
-    """The labelled CSVs shipped in ``folder`` by file name, ``probes.csv`` first.
+    """The labeled CSVs shipped in ``folder`` by file name, ``probes.csv`` first.
 
     The conflict set is not one of them; a hand-written ``<name>_source.csv`` is listed only when its built
     ``<name>.csv`` (with the behavioral column) is missing.
@@ -239,7 +239,7 @@ def label_confirmed(label: str, extra: dict[str, Any]) -> bool | None:
     return flag if label == MEMORIZED else not flag
 
 
-def stratified_sample(rows: Sequence[LabelledRow], n: int, *, seed: int = SEED) -> list[LabelledRow]:
+def stratified_sample(rows: Sequence[LabeledRow], n: int, *, seed: int = SEED) -> list[LabeledRow]:
     """``n`` rows keeping the label proportions (largest remainders; at least one row of each present label),
     drawn with a seeded generator and returned in file order."""
     if n >= len(rows):

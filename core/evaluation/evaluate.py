@@ -1,4 +1,4 @@
-"""Evaluate detectors on labelled rows: the whole run behind ``python -m core evaluate``.
+"""Evaluate detectors on labeled rows: the whole run behind ``python -m core evaluate``.
 
 Pipeline (RePCS §V protocol: every detector scored on the same rows):
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from core.engine import DEFAULT_BATCH_SIZE, DualPathSettings
-from core.evaluation.data import LABELS, SEED, DataError, LabelledRow, prompt_lengths
+from core.evaluation.data import LABELS, SEED, DataError, LabeledRow, prompt_lengths
 from core.evaluation.report import N_BOOT, build_report, summarize
 from core.evaluation.robustness import DEFAULT_SIGMAS
 from core.evaluation.scheduler import EvaluationJob, JobSpec
@@ -30,7 +30,7 @@ from core.model.handle import ModelHandle
 
 def evaluate_rows(
     handle: ModelHandle,
-    rows: list[LabelledRow],
+    rows: list[LabeledRow],
     settings: DualPathSettings,
     *,
     threshold: Threshold | None = None,

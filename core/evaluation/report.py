@@ -67,7 +67,7 @@ def summarize(
     n_boot: int = N_BOOT,
     seed: int = SEED,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Metrics of every detector over labelled records, and the records with the fitted detectors' scores.
+    """Metrics of every detector over labeled records, and the records with the fitted detectors' scores.
 
     Fitted detectors (``features``) are scored by :func:`core.detectors.fitted.cross_validated_scores` over
     the records that have features: each row's score comes from a model trained on the other folds.

@@ -1,4 +1,4 @@
-"""RePCS robustness to logit noise (RePCS §V, Table IV): ROC-AUC of −Z_σ per σ over labelled rows.
+"""RePCS robustness to logit noise (RePCS §V, Table IV): ROC-AUC of −Z_σ per σ over labeled rows.
 
 The noisy scores Z_σ themselves are computed while a batch is scored (the logits exist only then) by
 :func:`core.maths.noise.noisy_repcs_scores`, which also states the noise model; this module turns them into

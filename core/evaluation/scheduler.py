@@ -32,7 +32,7 @@ from core.model.handle import ModelHandle
 logger = logging.getLogger(__name__)
 
 LABELED, CONFLICT = "labeled", "conflict"
-"""The kinds of job: labelled rows (metrics) or the conflict set (which source each answer follows)."""
+"""The kinds of job: labeled rows (metrics) or the conflict set (which source each answer follows)."""
 
 
 class JobStatus(StrEnum):

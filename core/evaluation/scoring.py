@@ -1,4 +1,4 @@
-"""Scoring labelled or conflict rows: one batched dual-path run per batch, then every chosen detector per row.
+"""Scoring labeled or conflict rows: one batched dual-path run per batch, then every chosen detector per row.
 
 :func:`score_records` turns one batch of rows into JSON-ready records (:func:`record_for`): the run's summary,
 every detector's raw score (``None`` plus an entry in ``errors`` when a detector fails on a row: one failure
@@ -17,7 +17,7 @@ import numpy as np
 
 from core.detectors import Detector, DetectorInput, resolve
 from core.engine import DualPathResult, DualPathSettings, score_batch
-from core.evaluation.data import ConflictRow, LabelledRow, Row
+from core.evaluation.data import ConflictRow, LabeledRow, Row
 from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle
 
@@ -108,7 +108,7 @@ def record_for(
 
 
 def _meta(row: Row) -> dict[str, Any]:
-    if isinstance(row, LabelledRow):
+    if isinstance(row, LabeledRow):
         return {"row": row.row, "label": row.label, "extra": row.extra}
     return {
         "row": row.row,

@@ -11,10 +11,10 @@ The method, step by step (paper §4.1; the instruction text is the one in the au
 
        H_t = −Σ_v p(v | x, y_<t) log p(v | x, y_<t)              (nats)
 
-   approximated, as the paper does for API access, by the entropy of the top-K probabilities renormalised
+   approximated, as the paper does for API access, by the entropy of the top-K probabilities renormalized
    to sum to one (K = 3 … 100, or the exact full-vocabulary entropy). E₁ = (H_1 … H_n₁), E₂ = (H_1 … H_n₂);
    every generated step counts, the final end-of-sequence step included.
-4. Score (length-penalised cosine)::
+4. Score (length-penalized cosine)::
 
        S = cos(Ẽ₁, Ẽ₂) · min(n₁, n₂) / max(n₁, n₂)
 
@@ -45,7 +45,7 @@ import torch
 from core.engine import DualPathSettings, EventCallback, generate_greedy
 from core.maths.divergence import entropy, log_probs
 from core.model.handle import ModelHandle
-from core.model.prompts import TEMPLATE_CHOICES, build_prompt, clean_text, encode_prompt, resolve_template
+from core.model.prompts import TEMPLATE_CHOICES, build_prompt, clean_inputs, encode_prompt, resolve_template
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +184,8 @@ def entropy_sequence(top_logp: np.ndarray, full_entropy: np.ndarray, k: int | No
         return full  # the full entropy was asked for, or the stored top already is the whole vocabulary
     if top.shape[0] == 0:
         return np.zeros(0, dtype=np.float32)
-    renormalised = torch.log_softmax(torch.from_numpy(top[:, : int(k)]), dim=-1)
-    return entropy(renormalised).numpy().astype(np.float32)
+    renormalized = torch.log_softmax(torch.from_numpy(top[:, : int(k)]), dim=-1)
+    return entropy(renormalized).numpy().astype(np.float32)
 
 
 @dataclass
@@ -311,12 +311,7 @@ def run_self_critique(
     """
     settings = settings or SelfCritiqueSettings()
     settings.validate()
-    if not isinstance(query, str) or not isinstance(context, str):
-        raise ValueError("query and context must be text")
-    query = clean_text(query)[0].strip()
-    context = clean_text(context)[0].strip()
-    if not query:
-        raise ValueError("The query is empty. Type a question (whitespace alone does not count).")
+    query, context, _ = clean_inputs(query, context)
     if settings.use_context and not context:
         raise ValueError(
             "'With the context' is selected but the context is empty. Paste the passage or answer without it."

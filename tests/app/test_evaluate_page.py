@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.evaluation import JobStatus, read_conflict_csv
+from tests.app.conftest import APP, ROOT, ok
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app.py")
 PAGE = "pages/9_Evaluate.py"
 MAIN = "ror.eval.job.main"
 TIMEOUT = 300
@@ -37,7 +35,7 @@ def _page() -> AppTest:
     at.session_state["ror.s.score_window"] = 4
     at.run()
     at.switch_page(PAGE).run()
-    assert not at.exception, at.exception
+    ok(at)
     return at
 
 
@@ -49,7 +47,7 @@ def _frame(at: AppTest, column: str):
 def _upload(at: AppTest, name: str, data: bytes) -> AppTest:
     at.radio(key="ror.w.eval.source").set_value(UPLOAD).run()
     at.file_uploader(key="ror.eval.upload").set_value((name, data, "text/csv")).run()
-    assert not at.exception, at.exception
+    ok(at)
     return at
 
 
@@ -77,7 +75,7 @@ def test_upload_run_results_calibration_and_open_row():
     at.multiselect(key="ror.w.eval.detectors").set_value(DETECTORS).run()
     at.slider(key="ror.w.eval.batch").set_value(4).run()
     at.button(key=f"{MAIN}.run").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     job = at.session_state[MAIN]
     assert job.status == "done" and job.n_done == 6
     assert len(job.batches) == 2  # 6 rows in batches of at most 4
@@ -95,14 +93,14 @@ def test_upload_run_results_calibration_and_open_row():
 
     # confirmed-labels filter: 5 of the 6 rows are confirmed (the gold row is not)
     at.toggle(key="ror.w.eval.confirmed").set_value(True).run()
-    assert not at.exception, at.exception
+    ok(at)
     assert len(at.dataframe(key="ror.eval.rows").value) == 5
     at.toggle(key="ror.w.eval.confirmed").set_value(False).run()
 
     # calibration tab: τ from the chosen clean rows, then "use this τ" for the whole app
     assert any(m.label == "τ (nats)" for m in at.metric)
     at.button(key="ror.eval.use_tau").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     active = at.session_state["ror.threshold.active"]
     (entry,) = active.values()
     assert entry["threshold"]["T"] == 4 and entry["threshold"]["n_clean"] >= 1
@@ -116,13 +114,13 @@ def test_upload_run_results_calibration_and_open_row():
     assert any("Stopped: 4 of 6 rows scored" in i.value for i in at.info)
     assert len(at.dataframe(key="ror.eval.rows").value) == 4
     at.button(key=f"{MAIN}.resume").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     assert at.session_state[MAIN].status == "done" and at.session_state[MAIN].n_done == 6
 
     # click-through: the chosen row opens on the Dual Path page with its query and context
     at.selectbox(key="ror.eval.open_row").set_value(4).run()
     at.button(key="ror.eval.open").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     assert at.session_state["ror.s.query"] == "What is the capital of Veltria?"
     assert at.session_state["ror.s.context"] == "The capital of Veltria is Marrowgate."
     assert at.title[0].value == "Dual Path"
@@ -136,7 +134,7 @@ def test_conflict_set_says_which_source_each_answer_follows():
     at = _page()
     at.multiselect(key="ror.w.eval.detectors").set_value(["repcs", "ppl"]).run()
     at.button(key="ror.eval.job.conflict.run").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     job = at.session_state["ror.eval.job.conflict"]
     n = len(read_conflict_csv(ROOT / "assets" / "probes" / "conflict.csv"))
     assert job.status == "done" and job.n_done == n
@@ -144,7 +142,7 @@ def test_conflict_set_says_which_source_each_answer_follows():
     assert list(counts["answer"]) == ["retrieval answer (with context)", "parametric answer (no context)"]
     assert (counts[["context", "memory", "both", "neither"]].sum(axis=1) == n).all()
     assert all(r["scores"]["repcs"] == r["repcs_score"] for r in job.records.values())
-    assert MAIN not in at.session_state  # the labelled evaluation was not started
+    assert MAIN not in at.session_state  # the labeled evaluation was not started
 
 
 def test_a_saved_tau_is_checked_then_used_for_the_whole_app():
@@ -170,7 +168,7 @@ def test_a_saved_tau_is_checked_then_used_for_the_whole_app():
     upload.set_value(("mine.json", mine.to_json().encode(), "application/json")).run()
     assert not at.error
     at.button(key="ror.eval.use_loaded_tau").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     (entry,) = at.session_state["ror.threshold.active"].values()
     assert entry["threshold"]["tau"] == 11.25 and "loaded from mine.json" in entry["source"]
     assert any("τ = 11.250 nats" in e.label for e in at.expander)

@@ -7,16 +7,14 @@ embedded model (its bundled CRM calibration, 30 layers × 9 heads).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from components import keys, page
+from components import keys
 from core.model.loading import handle_from_model
+from tests.app.conftest import APP, open_script
 
-ROOT = Path(__file__).resolve().parents[2]
 ATTENTION = "pages/2_Attention.py"
 TRAJECTORIES = "pages/3_Layer_Trajectories.py"
 VOCABULARY = "pages/4_Vocabulary_Lens.py"
@@ -44,12 +42,7 @@ class ForwardCounter:
         self._handle.remove()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _problems(at: AppTest) -> list[str]:
@@ -68,7 +61,7 @@ def _run_dual_path(at: AppTest, max_new_tokens: int = 6) -> None:
 
 @pytest.mark.slow
 def test_pages_before_any_run_point_to_the_dual_path_page():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at = open_script(APP, 120)
     with ForwardCounter() as forwards:
         for page in (ATTENTION, TRAJECTORIES, VOCABULARY):
             at.switch_page(page).run()
@@ -79,7 +72,7 @@ def test_pages_before_any_run_point_to_the_dual_path_page():
 
 @pytest.mark.slow
 def test_internals_pages_open_on_the_last_run_and_switch_without_model_calls():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at = open_script(APP, 180)
     with ForwardCounter() as forwards:
         _run_dual_path(at)
         assert forwards.n > 0  # the dual-path run itself
@@ -89,7 +82,7 @@ def test_internals_pages_open_on_the_last_run_and_switch_without_model_calls():
         assert not _problems(at)
         assert forwards.n - start == 2  # one instrumented forward per path, computed once
         labels = {m.label: m.value for m in at.metric}
-        assert labels["Specialised heads (retrieval path)"].endswith("of 270")  # 30 layers × 9 heads
+        assert labels["Specialized heads (retrieval path)"].endswith("of 270")  # 30 layers × 9 heads
         assert len(at.get("plotly_chart")) == 4  # two entropy maps, their difference, context mass
 
         start = forwards.n
@@ -144,7 +137,7 @@ def tiny_model_folder(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_another_model_is_calibrated_from_the_layer_trajectories_page(tiny_model_folder):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at = open_script(APP, 180)
     at.radio(key="ror.w.model_choice").set_value("custom").run()
     at.text_input(key="ror.w.model_id").input(str(tiny_model_folder)).run()
     assert not _problems(at)
@@ -165,20 +158,8 @@ def test_another_model_is_calibrated_from_the_layer_trajectories_page(tiny_model
 # Fast: the same pages on the tiny random Llama (3 layers × 4 heads)
 
 
-def _use_handle(monkeypatch, handle) -> None:
-    monkeypatch.setattr(page, "load_model", lambda spec=None, revision=None, **kw: handle)
-    page._load_handle.clear()
-
-
-@pytest.fixture
-def tiny_app(tiny_handle, monkeypatch):
-    _use_handle(monkeypatch, tiny_handle)
-    yield tiny_handle
-    page._load_handle.clear()
-
-
 def test_views_open_with_their_title_and_point_to_the_dual_path_page_before_any_run(tiny_app):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at = open_script(APP, 120)
     with ForwardCounter() as forwards:
         for view, title in VIEWS.items():
             at.switch_page(view).run()
@@ -190,25 +171,25 @@ def test_views_open_with_their_title_and_point_to_the_dual_path_page_before_any_
 
 
 def test_attention_opens_on_a_tiny_run_and_opens_one_head(tiny_app):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at = open_script(APP, 120)
     _run_dual_path(at, max_new_tokens=3)
     with ForwardCounter() as forwards:
         at.switch_page(ATTENTION).run()
         assert not _problems(at)
         assert forwards.n == 2  # one instrumented forward per path
         labels = {m.label: m.value for m in at.metric}
-        assert labels["Specialised heads (retrieval path)"].endswith("of 12")  # 3 layers × 4 heads
+        assert labels["Specialized heads (retrieval path)"].endswith("of 12")  # 3 layers × 4 heads
         at.number_input(key=keys.ATTN_LAYER).set_value(2).run()
         assert not _problems(at)
         assert forwards.n == 3 and at.session_state[keys.ATTN_CELL] == ("retrieval", 2, 0)
         assert len(at.get("plotly_chart")) == 5  # two maps, their difference, context mass, the head's pattern
 
 
-def test_a_run_of_another_model_is_not_analyzed(tiny_app, monkeypatch):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+def test_a_run_of_another_model_is_not_analyzed(tiny_app, use_loader):
+    at = open_script(APP, 120)
     _run_dual_path(at, max_new_tokens=3)
     other = handle_from_model(tiny_app.model, tiny_app.tokenizer, name="another-tiny-llama")
-    _use_handle(monkeypatch, other)
+    use_loader(lambda *args, **kwargs: other)
     with ForwardCounter() as forwards:
         for view in VIEWS:
             at.switch_page(view).run()

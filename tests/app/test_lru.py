@@ -76,3 +76,19 @@ def test_name_and_current_key_are_checked() -> None:
         SessionLRU("", 2, state={})
     with pytest.raises(ValueError, match="differ"):
         SessionLRU("ror.test", 2, current="ror.test", state={})
+
+
+def test_get_or_put_computes_only_a_missing_entry() -> None:
+    cache = session_lru("ror.test", 2, state={})
+    calls: list[str] = []
+
+    def compute(value: int) -> int:
+        calls.append(str(value))
+        return value
+
+    assert cache.get_or_put("a", lambda: compute(1)) == 1
+    assert cache.get_or_put("a", lambda: compute(2)) == 1, "a stored entry is returned, not recomputed"
+    cache.put("b", 2)
+    cache.get_or_put("a", lambda: compute(3))
+    cache.put("c", 3)
+    assert calls == ["1"] and cache.keys() == ["a", "c"], "get_or_put refreshed a's recency"

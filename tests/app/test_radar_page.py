@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.methods import radar
+from tests.app.conftest import ROOT
 
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "8_RADAR.py")
+PAGE = str(ROOT / "pages" / "8_RADAR.py")
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +29,7 @@ def _feature_rows(at: AppTest) -> list[str]:
     return names
 
 
-def test_radar_page_analyses_the_current_query():
+def test_radar_page_analyzes_the_current_query():
     at = _page(query="The capital of France is").run()
     assert not at.exception
     labels = [m.label for m in at.metric]

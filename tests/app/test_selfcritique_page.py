@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from components.text import escape_markdown
 from core.methods.selfcritique import DEFAULT_INSTRUCTION, RESPONSE_SLOT, SelfCritiqueResult
+from tests.app.conftest import ROOT, ok, open_script
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "6_Self_Critique.py")
 TIMEOUT = 300  # seconds per script run: the embedded model on a busy 2-core CPU
 SCRIPT = "<script>alert(1)</script>"
@@ -19,11 +17,9 @@ pytestmark = pytest.mark.slow
 
 
 def _page(max_new_tokens: int = 6) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
-    at.run()
-    assert not at.exception, at.exception
+    at = open_script(PAGE, TIMEOUT)
     at.number_input(key="ror.w.max_new_tokens").set_value(max_new_tokens).run()
-    assert not at.exception, at.exception
+    ok(at)
     return at
 
 
@@ -37,7 +33,7 @@ def test_self_critique_runs_rescores_without_generating_and_exports() -> None:
     assert at.text_area(key="ror.w.sc.instruction").value == DEFAULT_INSTRUCTION
     at.text_area(key="ror.w.query").input("What is the capital of France?")
     at.button(key="ror.sc.run").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     assert not at.error, [e.value for e in at.error]
 
     (result,) = _stored(at)
@@ -53,7 +49,7 @@ def test_self_critique_runs_rescores_without_generating_and_exports() -> None:
     # A different K re-scores the stored generations: no new run, the score follows K.
     generated = result.timings
     at.select_slider(key="ror.w.sc.top_k").set_value("full").run()
-    assert not at.exception, at.exception
+    ok(at)
     (again,) = _stored(at)
     assert again.timings == generated, "changing K does not generate again"
     metrics = {m.label: m.value for m in at.metric}
@@ -65,7 +61,7 @@ def test_instruction_without_slot_is_refused_and_script_text_stays_literal() -> 
     at.text_area(key="ror.w.query").input(SCRIPT)
     at.text_area(key="ror.w.sc.instruction").input("Answer again differently.")
     at.button(key="ror.sc.run").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     # the message names the slot, shown as plain text (markdown-escaped)
     assert RESPONSE_SLOT == "{response}"
     assert any(escape_markdown("{response}") in e.value for e in at.error), [e.value for e in at.error]
@@ -74,6 +70,6 @@ def test_instruction_without_slot_is_refused_and_script_text_stays_literal() -> 
     at.button(key="ror.sc.reset").click().run()
     assert at.text_area(key="ror.w.sc.instruction").value == DEFAULT_INSTRUCTION
     at.button(key="ror.sc.run").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     assert not at.error, [e.value for e in at.error]
     assert any(SCRIPT in c.value for c in at.code), "the prompts show the input literally"

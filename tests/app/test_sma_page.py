@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.methods.sma import LABELS, SMAResult
+from tests.app.conftest import ROOT, ok, open_script
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages" / "7_Source_Attribution.py")
 TIMEOUT = 300  # seconds per script run: the embedded model on a busy 2-core CPU
 QUERY = "Who founded <b>Veltria</b>?"
@@ -20,14 +19,12 @@ pytestmark = pytest.mark.slow
 
 
 def _page() -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
-    at.run()
-    assert not at.exception, at.exception
+    at = open_script(PAGE, TIMEOUT)
     at.number_input(key="ror.w.sma.n_samples").set_value(4).run()
     at.number_input(key="ror.w.sma.max_new_tokens").set_value(4).run()
     at.text_area(key="ror.w.query").input(QUERY)
     at.text_area(key="ror.w.context").input(CONTEXT).run()
-    assert not at.exception, at.exception
+    ok(at)
     return at
 
 
@@ -40,7 +37,7 @@ def test_sma_runs_labels_follow_the_sliders_and_text_is_escaped() -> None:
     assert at.title[0].value == "Source Attribution (SMA)"
     assert any("generates 10 answers" in c.value for c in at.caption), [c.value for c in at.caption]
     at.button(key="ror.sma.run").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     assert not at.error, [e.value for e in at.error]
 
     (data,) = at.session_state["ror.sma.results"].values()
@@ -52,7 +49,7 @@ def test_sma_runs_labels_follow_the_sliders_and_text_is_escaped() -> None:
     assert result.on.reference_answer in codes and result.off.reference_answer in codes
 
     specs = _specs(at)
-    assert len(specs) == 2, "coloured text and ADS bars"
+    assert len(specs) == 2, "colored text and ADS bars"
     assert "&lt;b&gt;Veltria" in specs[0] and "<b>Veltria" not in specs[0], "unit text is escaped in plotly"
     counts = {m.label: int(m.value) for m in at.metric if m.label in LABELS}
     assert sum(counts.values()) == 3
@@ -61,7 +58,7 @@ def test_sma_runs_labels_follow_the_sliders_and_text_is_escaped() -> None:
     # Moving τ relabels without running the model again: a τ above every β leaves no pretrained member.
     timings = result.timings
     at.slider(key="ror.w.sma.tau").set_value(1.0).run()
-    assert not at.exception, at.exception
+    ok(at)
     assert SMAResult.from_dict(next(iter(at.session_state["ror.sma.results"].values()))).timings == timings
     counts = {m.label: int(m.value) for m in at.metric if m.label in LABELS}
     expected = result.labels(tau=1.0)
@@ -72,7 +69,7 @@ def test_sma_runs_labels_follow_the_sliders_and_text_is_escaped() -> None:
 def test_context_ablation_scores_each_sentence() -> None:
     at = _page()
     at.button(key="ror.sma.ablate").click().run()
-    assert not at.exception, at.exception
+    ok(at)
     assert not at.error, [e.value for e in at.error]
     (data,) = at.session_state["ror.sma.ablations"].values()
     assert data["sentences"] == ["Veltria was founded by Ada Marrow.", " Its capital is Marrowgate."]

@@ -91,7 +91,7 @@ def test_evaluate_upload_run_and_screenshot(app: AppPage, artifacts: Path) -> No
     app.set_number(MAX_TOKENS, 6)
     page.get_by_text("Upload a CSV", exact=True).click()
     app.settle()
-    uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="Labelled CSV")
+    uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="Labeled CSV")
     uploader.locator('input[type="file"]').set_input_files(
         files=[{"name": "six_rows.csv", "mimeType": "text/csv", "buffer": EVAL_CSV}]
     )

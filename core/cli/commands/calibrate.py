@@ -2,7 +2,7 @@
 
 Examples::
 
-    # score a labelled CSV (batched), calibrate on half of its grounded rows, write τ
+    # score a labeled CSV (batched), calibrate on half of its grounded rows, write τ
     python -m core calibrate assets/probes/probes.csv --write-threshold tau.json --alpha 0.05 --epsilon 0.05
 
     # reuse the rows of an earlier `python -m core evaluate … --out result.json` (no model call)
@@ -33,7 +33,7 @@ from core.evaluation import (
     DEFAULT_FRACTION,
     calibrate_records,
     check_threshold,
-    read_labelled_csv,
+    read_labeled_csv,
 )
 from core.io import atomic_write_json
 
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
         "calibrate",
         help="set RePCS τ as the α-quantile of Z on clean rows; held-out FPR/FNR and the PAC n; write τ as JSON",
     )
-    p.add_argument("data", help="labelled CSV (query,context,label) or the JSON written by `evaluate --out`")
+    p.add_argument("data", help="labeled CSV (query,context,label) or the JSON written by `evaluate --out`")
     p.add_argument("--write-threshold", default=None, metavar="PATH", help="write the calibrated τ here (JSON)")
     p.add_argument("--out", default=None, metavar="PATH", help="write the full calibration report here (JSON)")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="target false-positive rate α (default 0.05)")
@@ -94,7 +94,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if path.suffix.lower() == ".json":
         records, T, model, template = _records_from_report(path)
     else:
-        rows = read_labelled_csv(path)
+        rows = read_labeled_csv(path)
         settings = settings_from_args(args)
         handle = load_handle(args)
         with row_progress(len(rows)) as progress:

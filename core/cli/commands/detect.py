@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 from typing import Any
 
-from core.cli.common import add_model_args, load_handle, settings_from_args, threshold_from_args
+from core.cli.common import add_model_args, run_from_args, settings_from_args, write_result
 from core.detectors import DetectorInput, available, get, keys, resolve
-from core.engine import run_dual_path
 from core.methods.selfcritique import K_CHOICES, SelfCritiqueSettings
 from core.methods.sma import GRANULARITIES, METHODS, SCOPES, SMASettings
 
@@ -89,9 +87,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         template=settings.template,
     )
     sma_settings.validate()
-    threshold, source = threshold_from_args(args)
-    handle = load_handle(args)
-    result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
+    handle, result = run_from_args(args, settings)
     inp = DetectorInput(
         handle=handle,
         result=result,
@@ -115,18 +111,9 @@ def _cmd_detect(args: argparse.Namespace) -> int:
             "details": inp.cache.get(name),
         }
     result.extras["detectors"] = outputs
-    if args.json:
-        sys.stdout.write(result.to_json() + "\n")
-        return 0
-    lines = [
-        f"model:       {result.model}",
-        f"retrieval:   {result.retrieval.answer}",
-        f"parametric:  {result.parametric.answer}",
-        f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   verdict: {result.verdict}",
+    details = [f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   verdict: {result.verdict}"]
+    details += [
+        f"{name:14s} {out['score']:.4f}   ({out['label']}; higher = {out['higher_means']}; {out['seconds']:.1f} s)"
+        for name, out in outputs.items()
     ]
-    for name, out in outputs.items():
-        lines.append(
-            f"{name:14s} {out['score']:.4f}   ({out['label']}; higher = {out['higher_means']}; {out['seconds']:.1f} s)"
-        )
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    return write_result(result, args.json, details)

@@ -1,4 +1,4 @@
-"""``python -m core evaluate`` — score a labelled CSV with the detectors and write the metrics as JSON.
+"""``python -m core evaluate`` — score a labeled CSV with the detectors and write the metrics as JSON.
 
 Example::
 
@@ -18,12 +18,12 @@ from typing import Any
 from core.cli.common import add_model_args, load_handle, row_progress, settings_from_args, threshold_from_args
 from core.detectors import available
 from core.engine import DEFAULT_BATCH_SIZE
-from core.evaluation import evaluate_rows, read_labelled_csv, stratified_sample
+from core.evaluation import evaluate_rows, read_labeled_csv, stratified_sample
 from core.io import atomic_write_json
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("evaluate", help="score a labelled CSV (query,context,label) and write metrics JSON")
+    p = subparsers.add_parser("evaluate", help="score a labeled CSV (query,context,label) and write metrics JSON")
     p.add_argument("data", help="CSV with columns query, context, label (memorized|grounded)")
     p.add_argument("--out", required=True, help="where to write the result JSON")
     p.add_argument(
@@ -77,7 +77,7 @@ def _num(value: float | None, spec: str) -> str:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    rows = read_labelled_csv(args.data)
+    rows = read_labeled_csv(args.data)
     if args.sample is not None:
         if args.sample < 1:
             raise ValueError("--sample must be at least 1")

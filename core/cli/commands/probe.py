@@ -25,7 +25,7 @@ from typing import Any
 from core.cli.common import add_model_args, load_handle, settings_from_args, threshold_from_args
 from core.engine import run_dual_path
 from core.methods.crm import PC1, SUPERVISED, CrmBasis, cache_basis_path, compute_basis, crm_report, load_basis
-from core.methods.internals import RADAR_TAU, analyse
+from core.methods.internals import RADAR_TAU, analyze
 from core.model.handle import ModelHandle
 
 
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--tau",
         type=float,
         default=RADAR_TAU,
-        help="attention-entropy threshold of a specialised head (nats, default 1.5)",
+        help="attention-entropy threshold of a specialized head (nats, default 1.5)",
     )
     probe.add_argument("--lens-top-k", type=int, default=5, help="logit-lens candidates kept per layer (default 5)")
     probe.add_argument(
@@ -84,7 +84,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     threshold, source = threshold_from_args(args)
     handle = load_handle(args)
     result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
-    internals = analyse(handle, result, top_k=max(1, args.lens_top_k))
+    internals = analyze(handle, result, top_k=max(1, args.lens_top_k))
     basis, reason = _basis_for(handle, result.template, args.compute_basis)
     result.extras["internals"] = internals.summary(tau=args.tau)
     result.extras["crm"] = crm_report(basis, internals.displacement, reason)
@@ -110,7 +110,7 @@ def _table(extras: dict[str, Any], result: Any) -> str:
     if block.get("available"):
         cls = block["classifier"]["feature_sets"]
         lines.append(
-            f"CRM-LR P(memorised) = {block['lr_probability_memorized']:.3f}   crm_lts = {block['crm_lts_score']:.3f}   "
+            f"CRM-LR P(memorized) = {block['lr_probability_memorized']:.3f}   crm_lts = {block['crm_lts_score']:.3f}   "
             f"calibration AUC (PC1, kept layers) = {cls['pc1']['auc']:.3f} "
             f"[{cls['pc1']['ci95'][0]:.3f}, {cls['pc1']['ci95'][1]:.3f}]"
         )
@@ -133,9 +133,9 @@ def _table(extras: dict[str, Any], result: Any) -> str:
         for row, (norm, kl) in enumerate(zip(internals["l2_norm"], internals["logit_lens_kl"], strict=True)):
             lines.append(f"{'emb' if row == 0 else row - 1:>5}  {norm:8.3f}  {kl:8.4f}")
     attn = internals["attention"]
-    rag, para = attn["retrieval"]["specialised_heads_first"], attn["parametric"]["specialised_heads_first"]
+    rag, para = attn["retrieval"]["specialized_heads_first"], attn["parametric"]["specialized_heads_first"]
     lines.append(
-        f"specialised heads (entropy < τ = {attn['tau']}) at the first answer step: retrieval {rag}, parametric {para}"
+        f"specialized heads (entropy < τ = {attn['tau']}) at the first answer step: retrieval {rag}, parametric {para}"
     )
     return "\n".join(lines)
 

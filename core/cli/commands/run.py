@@ -12,11 +12,9 @@ Example::
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from core.cli.common import add_model_args, load_handle, settings_from_args, threshold_from_args
-from core.engine import run_dual_path
+from core.cli.common import add_model_args, run_from_args, settings_from_args, write_result
 
 
 def register(subparsers: Any) -> None:
@@ -29,20 +27,10 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    threshold, source = threshold_from_args(args)
-    handle = load_handle(args)
-    result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
-    if args.json:
-        sys.stdout.write(result.to_json() + "\n")
-        return 0
-    lines = [
-        f"model:       {result.model}",
-        f"retrieval:   {result.retrieval.answer}",
-        f"parametric:  {result.parametric.answer}",
+    _, result = run_from_args(args, settings_from_args(args))
+    details = [
         f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   τ = {result.threshold}",
         f"verdict:     {result.verdict}  ({result.threshold_source})",
+        *(f"warning:     {w}" for w in result.warnings),
     ]
-    lines += [f"warning:     {w}" for w in result.warnings]
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    return write_result(result, args.json, details)

@@ -7,7 +7,7 @@
   sequences and CRM's displacement d_ℓ = h_ℓ(context) − h_ℓ(no context) at the last prompt token;
 * :mod:`~core.methods.internals.lens` — the logit lens of both paths, KL per layer (CRM appendix F);
 * :mod:`~core.methods.internals.attention` — RADAR's attention-specialization features (appendix D.2.1);
-* :mod:`~core.methods.internals.analysis` — :func:`analyse`, everything the internals views show for one
+* :mod:`~core.methods.internals.analysis` — :func:`analyze`, everything the internals views show for one
   result, as an :class:`Internals`.
 
 Every forward runs through the model handle (:meth:`~core.model.handle.ModelHandle.hooked` /
@@ -15,8 +15,8 @@ Every forward runs through the model handle (:meth:`~core.model.handle.ModelHand
 in ``finally``.
 """
 
-from core.methods.internals.analysis import Internals, PathInternals, Progress, analyse
-from core.methods.internals.attention import RADAR_TAU, attention_specialisation, specialised_heads
+from core.methods.internals.analysis import Internals, PathInternals, Progress, analyze
+from core.methods.internals.attention import RADAR_TAU, attention_specialization, specialized_heads
 from core.methods.internals.forward import ForwardCapture, attention_pattern, instrumented_forward, layer_states
 from core.methods.internals.lens import LensComparison, LensPath, logit_lens_compare
 from core.methods.internals.replay import displacement, path_sequence, prepared_for
@@ -35,9 +35,9 @@ __all__ = [
     "LensPath",
     "PathInternals",
     "Progress",
-    "analyse",
+    "analyze",
     "attention_pattern",
-    "attention_specialisation",
+    "attention_specialization",
     "displacement",
     "instrumented_forward",
     "layer_states",
@@ -45,5 +45,5 @@ __all__ = [
     "path_sequence",
     "prepared_for",
     "prompt_segments",
-    "specialised_heads",
+    "specialized_heads",
 ]

@@ -1,6 +1,6 @@
 """The internals of one dual-path result: both paths' instrumented forwards and their logit lens.
 
-:func:`analyse` runs one instrumented forward per path over ``prompt + answer[:-1]``
+:func:`analyze` runs one instrumented forward per path over ``prompt + answer[:-1]``
 (:mod:`core.methods.internals.forward`) and the logit lens of both (:mod:`core.methods.internals.lens`), and
 returns an :class:`Internals`: per path a :class:`PathInternals`, plus the displacement and the lens
 comparison. Positions follow the engine's convention (see :mod:`core.methods.internals.replay`): position 0 is
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from core.engine.result import PARAMETRIC, PATHS, RETRIEVAL, DualPathResult
-from core.methods.internals.attention import RADAR_TAU, attention_specialisation, specialised_heads
+from core.methods.internals.attention import RADAR_TAU, attention_specialization, specialized_heads
 from core.methods.internals.forward import ForwardCapture, instrumented_forward
 from core.methods.internals.lens import LensComparison, logit_lens_compare
 from core.methods.internals.replay import prepared_for
@@ -169,9 +169,9 @@ class Internals:
                 "entropy_first": first.round(6).tolist(),
                 "entropy_answer_mean": mean.round(6).tolist(),
                 "mean_entropy_per_layer_first": first.mean(axis=1).round(6).tolist(),
-                "specialised_heads_first": specialised_heads(first, tau),
-                "specialised_heads_answer_mean": specialised_heads(mean, tau),
-                "radar_features_answer_mean": attention_specialisation(mean, tau),
+                "specialized_heads_first": specialized_heads(first, tau),
+                "specialized_heads_answer_mean": specialized_heads(mean, tau),
+                "radar_features_answer_mean": attention_specialization(mean, tau),
                 "segment_mass_per_layer_answer_mean": {
                     seg: self.mass_at(path, seg, "mean").mean(axis=1).round(6).tolist() for seg in SEGMENTS
                 },
@@ -194,7 +194,7 @@ class Internals:
         }
 
 
-def analyse(
+def analyze(
     handle: ModelHandle, result: DualPathResult, *, top_k: int = 10, progress: Progress | None = None
 ) -> Internals:
     """Run one instrumented forward per path over prompt + answer[:-1] and the logit lens of both.

@@ -11,7 +11,7 @@ RADAR_TAU = 1.5
 """RADAR's specialization threshold τ (nats): a head is *specialized* when its attention entropy is below τ."""
 
 
-def specialised_heads(entropy_lh: np.ndarray, tau: float = RADAR_TAU) -> int:
+def specialized_heads(entropy_lh: np.ndarray, tau: float = RADAR_TAU) -> int:
     """RADAR's ``N_spec = Σ_ℓ Σ_h 1[H_{ℓ,h} < τ]`` over a ``(layers, heads)`` entropy map (nats).
 
     Raises:
@@ -23,7 +23,7 @@ def specialised_heads(entropy_lh: np.ndarray, tau: float = RADAR_TAU) -> int:
     return int((h < float(tau)).sum())
 
 
-def attention_specialisation(entropy_lh: np.ndarray, tau: float = RADAR_TAU) -> dict[str, float]:
+def attention_specialization(entropy_lh: np.ndarray, tau: float = RADAR_TAU) -> dict[str, float]:
     """RADAR's five attention-specialization features (appendix D.2.1) from a ``(layers, heads)`` map.
 
     With ``H̄ = mean_{ℓ,h} H_{ℓ,h}`` (nats):
@@ -34,7 +34,7 @@ def attention_specialisation(entropy_lh: np.ndarray, tau: float = RADAR_TAU) -> 
     h = np.asarray(entropy_lh, dtype=np.float64)
     mean = float(h.mean()) if h.size else 0.0
     return {
-        "num_specialized_heads": float(specialised_heads(h, tau)),
+        "num_specialized_heads": float(specialized_heads(h, tau)),
         "head_specialization_score": 1.0 - mean / 3.0,
         "factual_head_activation": 1.0 / (mean + 1e-8),
         "reasoning_head_activation": mean / 3.0,

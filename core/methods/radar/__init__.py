@@ -15,7 +15,7 @@ Modules, one layer each:
 * :mod:`~core.methods.radar.features` — the 37 feature specs and names, ``FEATURE_VERSION``, τ, RDS/RCI sets;
 * :mod:`~core.methods.radar.maths` — pure feature maths (effective rank, entropies, trajectories → features);
 * :mod:`~core.methods.radar.trace` — the one instrumented forward pass (:func:`trace_prompt`);
-* :mod:`~core.methods.radar.prompts` — the analysed text and the bundled labelled prompt sets;
+* :mod:`~core.methods.radar.prompts` — the analyzed text and the bundled labeled prompt sets;
 * :mod:`~core.methods.radar.store` — feature tables and their CSV + JSON cache;
 * :mod:`~core.methods.radar.classifier` — the soft-vote ensemble, RDS, RCI, the per-model classifier cache;
 * :mod:`~core.methods.radar.evaluation` — test-set accuracy next to the paper's Table 1;

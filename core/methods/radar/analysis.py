@@ -17,7 +17,7 @@ class RadarAnalysis:
 
     Attributes:
         model: the model's display name.
-        text: the analysed prompt.
+        text: the analyzed prompt.
         features: the 37 features in appendix D order.
         trace: the forward pass they come from.
         prediction: the ensemble's reading, or ``None`` when no classifier was given.

@@ -140,7 +140,7 @@ FEATURES: tuple[FeatureSpec, ...] = (
         _M,
         _CIRC,
         "float",
-        "D = L (number of attention layers analysed)",
+        "D = L (number of attention layers analyzed)",
         proxy='"Equal to the number of attention layers analyzed": a constant per model.',
     ),
     FeatureSpec(

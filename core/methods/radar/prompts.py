@@ -1,4 +1,4 @@
-"""RADAR's prompts: the text analysed for a query, and the bundled labelled prompt sets (``assets/radar``).
+"""RADAR's prompts: the text analyzed for a query, and the bundled labeled prompt sets (``assets/radar``).
 
 The training set (30 prompts: 15 recall, 15 reasoning) and the test set (100 prompts in four categories)
 follow the paper's design (§3, Table 1) but are this project's own; ``assets/radar/README.md`` describes them.
@@ -38,7 +38,7 @@ CATEGORY_TITLES = {
 
 
 def radar_prompt(query: str, context: str | None = None) -> str:
-    """The text RADAR analyses for a query: the query alone (default: the model's own recall vs reasoning),
+    """The text RADAR analyzes for a query: the query alone (default: the model's own recall vs reasoning),
     or the context, a blank line and the query."""
     query = (query or "").strip()
     if context is not None and context.strip():
@@ -48,7 +48,7 @@ def radar_prompt(query: str, context: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class RadarPrompt:
-    """One labelled prompt of the bundled sets.
+    """One labeled prompt of the bundled sets.
 
     Attributes:
         id: unique within its split (e.g. ``tr-rec-01``).

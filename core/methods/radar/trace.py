@@ -37,7 +37,7 @@ class RadarTrace:
     """What one forward pass over a prompt yields (all CPU numpy, float64 unless noted).
 
     Attributes:
-        text: the analysed prompt text.
+        text: the analyzed prompt text.
         token_ids, tokens: the prompt's tokens (T of them).
         confidence: c_ℓ, shape ``(L,)``: max probability of the logit-lens distribution at the last prompt
             position after decoder layer ℓ.

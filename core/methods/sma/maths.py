@@ -34,6 +34,15 @@ def response_score(length_ratio: float, similarity: float, gamma_length: float, 
     return float(gamma_length) * float(length_ratio) + float(gamma_similarity) * float(similarity)
 
 
+def _same_length_1d(a: np.ndarray, b: np.ndarray, names: str) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` and ``b`` as float64, checked to be 1-D of one length ``(L,)``; ``names`` words the error."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"{names} must be 1-D of the same length, got {a.shape} and {b.shape}")
+    return a, b
+
+
 def ads(beta_on: np.ndarray, beta_off: np.ndarray) -> np.ndarray:
     """SMA eq. 20: Diff(β_j) = β_on(j) − β_off(j), float64.
 
@@ -46,10 +55,7 @@ def ads(beta_on: np.ndarray, beta_off: np.ndarray) -> np.ndarray:
     Raises:
         ValueError: the shapes differ or are not 1-D.
     """
-    on = np.asarray(beta_on, dtype=np.float64)
-    off = np.asarray(beta_off, dtype=np.float64)
-    if on.shape != off.shape or on.ndim != 1:
-        raise ValueError(f"beta_on and beta_off must be 1-D of the same length, got {on.shape} and {off.shape}")
+    on, off = _same_length_1d(beta_on, beta_off, "beta_on and beta_off")
     return on - off
 
 
@@ -75,10 +81,7 @@ def classify_units(
     Raises:
         ValueError: the shapes differ or are not 1-D.
     """
-    beta_first = np.asarray(beta_first, dtype=np.float64)
-    diff = np.asarray(ads, dtype=np.float64)
-    if beta_first.shape != diff.shape or beta_first.ndim != 1:
-        raise ValueError(f"beta and ADS must be 1-D of the same length, got {beta_first.shape} and {diff.shape}")
+    beta_first, diff = _same_length_1d(beta_first, ads, "beta and ADS")
     low, high = min(tau1, tau2), max(tau1, tau2)
     labels = []
     for b, d in zip(beta_first, diff):

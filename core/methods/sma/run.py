@@ -24,24 +24,43 @@ from core.methods.sma.scorer import ResponseScorer, greedy_answers
 from core.methods.sma.settings import SMASettings
 from core.methods.sma.units import CONTEXT, QUERY, Unit, baseline_of, draw_masks, split_units
 from core.model.handle import ModelHandle
-from core.model.prompts import build_prompt, clean_text, encode_prompt, resolve_template
+from core.model.prompts import build_prompt, clean_inputs, encode_prompt, resolve_template
 
 ProgressCallback = Callable[[int, int, str], None]
 """``on_progress(done, total, stage)``: generations done, generations planned, the stage's name."""
 
 
-def _clean_inputs(query: str, context: str) -> tuple[str, str]:
-    if not isinstance(query, str) or not isinstance(context, str):
-        raise ValueError("query and context must be text")
-    query = clean_text(query)[0].strip()
-    context = clean_text(context)[0].strip()
-    if not query:
-        raise ValueError("The query is empty. Type a question (whitespace alone does not count).")
+def _prepare(
+    handle: ModelHandle, query: str, context: str, settings: SMASettings | None
+) -> tuple[SMASettings, str, str, Any]:
+    """Validated settings (defaults if ``None``), the cleaned query and context, and the resolved template."""
+    settings = settings or SMASettings()
+    settings.validate()
+    query, context, _ = clean_inputs(query, context)
     if not context:
         raise ValueError(
             "The context is empty: SMA compares attributions with and without it. Paste the retrieved passage."
         )
-    return query, context
+    return settings, query, context, resolve_template(settings.template, handle.tokenizer)
+
+
+class _Progress:
+    """Counts generations and reports ``on_progress(done, total, stage)``, ``done`` capped at ``total``."""
+
+    def __init__(self, total: int, on_progress: ProgressCallback | None) -> None:
+        self.total = total
+        self.done = 0
+        self.on_progress = on_progress
+
+    def stage(self, name: str) -> Callable[[int], None]:
+        """The per-batch callback of one stage: ``step(k)`` after ``k`` more generations."""
+
+        def step(k: int) -> None:
+            self.done += k
+            if self.on_progress is not None:
+                self.on_progress(min(self.done, self.total), self.total, name)
+
+        return step
 
 
 def _check_budget(handle: ModelHandle, ids: list[int], max_new_tokens: int, what: str) -> None:
@@ -149,10 +168,7 @@ def run_sma(
     Raises:
         ValueError: empty inputs, bad settings, or a prompt over the model's token budget.
     """
-    settings = settings or SMASettings()
-    settings.validate()
-    query, context = _clean_inputs(query, context)
-    template = resolve_template(settings.template, handle.tokenizer)
+    settings, query, context, template = _prepare(handle, query, context, settings)
     query_units = split_units(query, settings.granularity, handle.tokenizer)
     context_units = (
         split_units(context, settings.granularity, handle.tokenizer) if settings.scope == "query+context" else None
@@ -170,19 +186,7 @@ def run_sma(
         else:
             masks_on = mq
     total_on = 1 + settings.generations(nq + nc)
-    total_off = 1 + settings.generations(nq)
-    total = total_on + total_off
-    done = 0
-
-    def progress(stage: str) -> Callable[[int], None]:
-        def step(k: int) -> None:
-            nonlocal done
-            done += k
-            if on_progress is not None:
-                on_progress(min(done, total), total, stage)
-
-        return step
-
+    progress = _Progress(total_on + 1 + settings.generations(nq), on_progress)
     t0 = time.perf_counter()
     on = _attribute_run(
         handle,
@@ -193,9 +197,9 @@ def run_sma(
         context_units=context_units,
         context=context,
         masks=masks_on,
-        on_generation=progress("RAG on"),
+        on_generation=progress.stage("RAG on"),
     )
-    done = total_on
+    progress.done = total_on
     off = _attribute_run(
         handle,
         template,
@@ -205,11 +209,10 @@ def run_sma(
         context_units=None,
         context=context,
         masks=masks_off,
-        on_generation=progress("RAG off"),
+        on_generation=progress.stage("RAG off"),
     )
-    done = total
     if on_progress is not None:
-        on_progress(done, total, "RAG off")
+        on_progress(progress.total, progress.total, "RAG off")
     units = [Unit(u, QUERY) for u in query_units] + [Unit(u, CONTEXT) for u in (context_units or [])]
     beta_on = np.asarray(on.beta, dtype=np.float64)
     beta_off = np.zeros(len(units), dtype=np.float64)
@@ -247,21 +250,10 @@ def run_context_ablation(
     Raises:
         ValueError: empty inputs, bad settings, or a prompt over the model's token budget.
     """
-    settings = settings or SMASettings()
-    settings.validate()
-    query, context = _clean_inputs(query, context)
-    template = resolve_template(settings.template, handle.tokenizer)
+    settings, query, context, template = _prepare(handle, query, context, settings)
     sentences = split_units(context, "sentence")
     ablation = SMASettings(**{**settings.to_dict(), "method": "ablation", "perturbation": "remove"})
-    total = len(sentences) + 2
-    done = 0
-
-    def step(k: int) -> None:
-        nonlocal done
-        done += k
-        if on_progress is not None:
-            on_progress(min(done, total), total, "context ablation")
-
+    step = _Progress(len(sentences) + 2, on_progress).stage("context ablation")
     t0 = time.perf_counter()
     prompt_full = build_prompt(template, handle.tokenizer, query, context)
     _check_budget(

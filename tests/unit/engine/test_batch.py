@@ -24,7 +24,7 @@ ROWS = [
     ("Where is the tower?", "The tower stands in Quillmere."),
     ("Who founded Marrowgate?", "Marrowgate was founded in 1412 by salt traders from the northern isles of Veltria."),
     ("How many moons?", "Three."),
-    ("What colour is the sky on Orrin?", "On the planet Orrin the sky is a pale green all year round, even at night."),
+    ("What color is the sky on Orrin?", "On the planet Orrin the sky is a pale green all year round, even at night."),
 ]
 ARRAYS = (
     "token_kl",

@@ -1,6 +1,6 @@
 """The bundled data sets keep passing their own file checks (no model run): headers, no empty cells, the
 expected answer verbatim in each context, no query shared with the calibration sets or the examples, and
-probes.csv is probes_source.csv plus the behavioural column."""
+probes.csv is probes_source.csv plus the behavioral column."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_static_checks_pass(script):
     assert "file checks passed" in proc.stdout
 
 
-def test_probes_are_the_source_plus_a_behavioural_column():
+def test_probes_are_the_source_plus_a_behavioral_column():
     def rows(name):
         with (ROOT / "assets" / "probes" / name).open(encoding="utf-8", newline="") as fh:
             return list(csv.DictReader(fh))

@@ -42,7 +42,7 @@ def test_held_out_rates_use_only_rows_not_used_for_tau():
     mask = np.array([True, True, True, False, False, False, False, False])
     rep = calibrate(z, y, g, mask, T=8, model="m", alpha=0.5)
     assert rep.tau == pytest.approx(2.0)
-    # held-out grounded: 4.0, 10.0 → none below τ; memorised: 0.5, 5.0, 0.2 → 5.0 missed
+    # held-out grounded: 4.0, 10.0 → none below τ; memorized: 0.5, 5.0, 0.2 → 5.0 missed
     assert rep.fpr_heldout == 0.0 and rep.fnr_heldout == pytest.approx(1 / 3)
     assert rep.n_heldout_clean == 2 and rep.n_heldout_memorized == 3 and rep.n_calibration == 3
     assert rep.fpr_calibration == pytest.approx(1 / 3)  # in-sample: 1.0 < 2.0
@@ -109,16 +109,8 @@ def test_threshold_json_round_trip_and_records(tmp_path):
     json.dumps(rep.to_dict(), allow_nan=False)
 
 
-def test_cli_calibrate_from_csv_writes_threshold(tmp_path, monkeypatch, tiny_handle, capsys):
-    import core.cli.common
-
-    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
-    data = tmp_path / "d.csv"
-    data.write_text(
-        "query,context,label\n"
-        + "\n".join(f"Q{i}?,Fact {i} is {i * 3}.,{'memorized' if i % 3 == 0 else 'grounded'}" for i in range(9))
-        + "\n"
-    )
+def test_cli_calibrate_from_csv_writes_threshold(tmp_path, cli_model, facts_csv, capsys):
+    data = facts_csv(9, step=3, memorized=lambda i: i % 3 == 0)
     tau_path = tmp_path / "tau.json"
     out = tmp_path / "cal.json"
     assert (

@@ -1,4 +1,4 @@
-"""Strict validation of labelled CSV files and the evaluate command's output contract."""
+"""Strict validation of labeled CSV files and the evaluate command's output contract."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 
 from core.cli import main
 from core.engine import DualPathSettings
-from core.evaluation import DataError, evaluate_rows, parse_labelled_csv, read_labelled_csv
+from core.evaluation import DataError, evaluate_rows, parse_labeled_csv, read_labeled_csv
 
 
 def test_valid_file_keeps_extra_columns():
-    rows = parse_labelled_csv("query,context,label,source\nq1,c1,memorized,wiki\nq2,c2, Grounded ,made-up\n")
+    rows = parse_labeled_csv("query,context,label,source\nq1,c1,memorized,wiki\nq2,c2, Grounded ,made-up\n")
     assert [r.label for r in rows] == ["memorized", "grounded"]
     assert rows[0].extra == {"source": "wiki"} and rows[1].row == 2
 
@@ -31,23 +31,23 @@ def test_valid_file_keeps_extra_columns():
 )
 def test_malformed_files_name_row_and_column(text, message):
     with pytest.raises(DataError, match=message):
-        parse_labelled_csv(text)
+        parse_labeled_csv(text)
 
 
 def test_row_limit_and_encoding(tmp_path):
     with pytest.raises(DataError, match="Too many rows"):
-        parse_labelled_csv("query,context,label\n" + "q,c,grounded\n" * 4, max_rows=3)
+        parse_labeled_csv("query,context,label\n" + "q,c,grounded\n" * 4, max_rows=3)
     bad = tmp_path / "latin1.csv"
     bad.write_bytes("query,context,label\nq,caf\xe9,grounded\n".encode("latin-1"))
     with pytest.raises(DataError, match="not UTF-8"):
-        read_labelled_csv(bad)
+        read_labeled_csv(bad)
 
 
 def test_evaluate_metrics_and_rows(tiny_handle):
     text = "query,context,label,note\n" + "\n".join(
         f"Question {i}?,Fact number {i} is {i * 7}.,{'memorized' if i % 2 else 'grounded'},n{i}" for i in range(6)
     )
-    report = evaluate_rows(tiny_handle, parse_labelled_csv(text), DualPathSettings(max_new_tokens=4, score_window=4))
+    report = evaluate_rows(tiny_handle, parse_labeled_csv(text), DualPathSettings(max_new_tokens=4, score_window=4))
     assert report["n"] == 6 and len(report["rows"]) == 6
     rep = report["detectors"]["repcs"]
     assert 0.0 <= rep["auc"] <= 1.0 and 0.0 <= rep["fpr_at_95tpr"] <= 1.0 and 0.0 <= rep["precision_at_10"] <= 1.0
@@ -63,10 +63,7 @@ def test_cli_evaluate_writes_nothing_on_bad_file(tmp_path, capsys):
     assert "Row 2, column 'label'" in capsys.readouterr().err
 
 
-def test_cli_evaluate_over_budget_row_names_row(tmp_path, capsys, monkeypatch, tiny_handle):
-    import core.cli.common
-
-    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
+def test_cli_evaluate_over_budget_row_names_row(tmp_path, capsys, cli_model):
     data = tmp_path / "long.csv"
     data.write_text("query,context,label\nq,short,memorized\nq," + "word " * 600 + ",grounded\n")
     out = tmp_path / "out.json"
@@ -75,10 +72,7 @@ def test_cli_evaluate_over_budget_row_names_row(tmp_path, capsys, monkeypatch, t
     assert "Row 2" in capsys.readouterr().err
 
 
-def test_cli_evaluate_contract(tmp_path, monkeypatch, tiny_handle):
-    import core.cli.common
-
-    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
+def test_cli_evaluate_contract(tmp_path, cli_model):
     data = tmp_path / "d.csv"
     data.write_text("query,context,label\nA?,a is 1.,memorized\nB?,b is 2.,grounded\nC?,c is 3.,grounded\n")
     out = tmp_path / "r.json"
@@ -98,7 +92,7 @@ def test_all_registered_free_detectors_are_scored(tiny_handle):
         f"Q{i}?,C{i} is {i}.,{'memorized' if i % 2 else 'grounded'}" for i in range(4)
     )
     report = evaluate_rows(
-        tiny_handle, parse_labelled_csv(text), DualPathSettings(max_new_tokens=4, score_window=4), detectors=free
+        tiny_handle, parse_labeled_csv(text), DualPathSettings(max_new_tokens=4, score_window=4), detectors=free
     )
     assert set(report["detectors"]) == set(free)
     row = report["rows"][0]
@@ -117,7 +111,7 @@ def test_unknown_detector_is_refused(tiny_handle):
     with pytest.raises(ValueError, match="Unknown detector"):
         evaluate_rows(
             tiny_handle,
-            parse_labelled_csv("query,context,label\nq,c,grounded\n"),
+            parse_labeled_csv("query,context,label\nq,c,grounded\n"),
             DualPathSettings(),
             detectors=["nope"],
         )

@@ -22,7 +22,7 @@ from core.evaluation import (
     detector_metrics,
     label_confirmed,
     parse_conflict_csv,
-    parse_labelled_bytes,
+    parse_labeled_bytes,
     summarize,
 )
 from core.maths.metrics import auc_bootstrap_ci, roc_points
@@ -132,13 +132,13 @@ def test_summarize_fills_fitted_scores_out_of_fold():
 
 def test_upload_validation_is_all_or_nothing():
     good = b"\xef\xbb\xbfquery,context,label\nq,c,memorized\nq2,c2,grounded\n"
-    assert [r.label for r in parse_labelled_bytes(good, name="up.csv")] == ["memorized", "grounded"]
+    assert [r.label for r in parse_labeled_bytes(good, name="up.csv")] == ["memorized", "grounded"]
     with pytest.raises(DataError, match=r"up.csv is 0.0 MB; the limit"):
-        parse_labelled_bytes(good, name="up.csv", max_bytes=10)
+        parse_labeled_bytes(good, name="up.csv", max_bytes=10)
     with pytest.raises(DataError, match="not UTF-8"):
-        parse_labelled_bytes(b"query,context,label\nq,caf\xe9,grounded\n")
+        parse_labeled_bytes(b"query,context,label\nq,caf\xe9,grounded\n")
     with pytest.raises(DataError, match=r"Row 2, column 'label'"):
-        parse_labelled_bytes(b"query,context,label\nq,c,memorized\nq,c,perhaps\n")
+        parse_labeled_bytes(b"query,context,label\nq,c,memorized\nq,c,perhaps\n")
 
 
 def test_conflict_rows_and_follows():
@@ -162,16 +162,8 @@ def test_label_confirmed():
     assert label_confirmed("grounded", {}) is None
 
 
-def test_cli_evaluate_adds_ci_and_every_detector(tmp_path, monkeypatch, tiny_handle):
-    import core.cli.common
-
-    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
-    data = tmp_path / "d.csv"
-    data.write_text(
-        "query,context,label\n"
-        + "\n".join(f"Q{i}?,Fact {i} is {i * 7}.,{'memorized' if i % 2 else 'grounded'}" for i in range(12))
-        + "\n"
-    )
+def test_cli_evaluate_adds_ci_and_every_detector(tmp_path, cli_model, facts_csv):
+    data = facts_csv(12, step=7, memorized=lambda i: i % 2 == 1)
     out = tmp_path / "r.json"
     names = "repcs,repcs_mean,max_token_kl,ppl,zlib,min_k_20,min_kpp_10,crm_l2_lr"
     assert main(["evaluate", str(data), "--out", str(out), "--max-new-tokens", "3", "--detectors", names]) == 0
@@ -187,17 +179,10 @@ def test_cli_evaluate_adds_ci_and_every_detector(tmp_path, monkeypatch, tiny_han
     assert report["robustness"][0]["auc"] == pytest.approx(report["detectors"]["repcs"]["auc"])
 
 
-def test_cli_evaluate_sample_cheap_and_bad_sigmas(tmp_path, monkeypatch, tiny_handle, capsys):
-    import core.cli.common
+def test_cli_evaluate_sample_cheap_and_bad_sigmas(tmp_path, cli_model, facts_csv, capsys):
     from core.detectors.registry import available
 
-    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
-    data = tmp_path / "d.csv"
-    data.write_text(
-        "query,context,label\n"
-        + "\n".join(f"Q{i}?,Fact {i} is {i * 7}.,{'memorized' if i % 3 else 'grounded'}" for i in range(12))
-        + "\n"
-    )
+    data = facts_csv(12, step=7, memorized=lambda i: i % 3 != 0)
     out = tmp_path / "r.json"
     assert (
         main(
@@ -231,9 +216,9 @@ def test_cli_evaluate_sample_cheap_and_bad_sigmas(tmp_path, monkeypatch, tiny_ha
 
 
 def test_stratified_sample_keeps_proportions():
-    from core.evaluation import LabelledRow, stratified_sample
+    from core.evaluation import LabeledRow, stratified_sample
 
-    rows = [LabelledRow(i + 1, f"q{i}", "c", "memorized" if i < 30 else "grounded") for i in range(100)]
+    rows = [LabeledRow(i + 1, f"q{i}", "c", "memorized" if i < 30 else "grounded") for i in range(100)]
     sample = stratified_sample(rows, 10, seed=1)
     assert len(sample) == 10 and [r.row for r in sample] == sorted(r.row for r in sample)
     assert sum(r.label == "memorized" for r in sample) == 3
@@ -272,10 +257,10 @@ def test_crm_lr_cv_on_the_embedded_model_uses_the_kept_layers(embedded_handle):
     from pathlib import Path
 
     from core.engine import DualPathSettings
-    from core.evaluation import evaluate_rows, read_labelled_csv
+    from core.evaluation import evaluate_rows, read_labeled_csv
     from core.methods.crm import load_basis
 
-    rows = read_labelled_csv(Path(__file__).resolve().parents[3] / "assets" / "probes" / "probes.csv")[:8]
+    rows = read_labeled_csv(Path(__file__).resolve().parents[3] / "assets" / "probes" / "probes.csv")[:8]
     report = evaluate_rows(
         embedded_handle,
         rows,

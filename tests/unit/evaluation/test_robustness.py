@@ -1,4 +1,4 @@
-"""RePCS Table IV: the AUC-per-σ table over labelled rows."""
+"""RePCS Table IV: the AUC-per-σ table over labeled rows."""
 
 from __future__ import annotations
 

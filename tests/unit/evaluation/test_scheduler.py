@@ -14,7 +14,7 @@ from core.evaluation import (
     EvaluationJob,
     JobSpec,
     JobStatus,
-    LabelledRow,
+    LabeledRow,
     any_busy,
     evaluate_rows,
     resolve_detectors,
@@ -23,7 +23,7 @@ from core.evaluation import (
 
 SETTINGS = DualPathSettings(max_new_tokens=3, score_window=3, top_k=3)
 ROWS = [
-    LabelledRow(
+    LabeledRow(
         i + 1,
         f"Where is tower {i}?",
         f"Tower {i} stands in Quill{'mere' * (i % 3 + 1)}.",
@@ -135,7 +135,7 @@ def test_prepare_refuses_another_model_an_unknown_detector_and_a_row_over_budget
     assert job.status == JobStatus.FAILED
     with pytest.raises(ValueError, match="Unknown detector"):
         EvaluationJob(_spec(detectors=("nope",)), list(ROWS)).prepare(tiny_handle)
-    long = [*ROWS, LabelledRow(7, "Q?", "word " * 600, "grounded")]
+    long = [*ROWS, LabeledRow(7, "Q?", "word " * 600, "grounded")]
     with pytest.raises(ValueError, match="Row 7, column 'context'"):
         EvaluationJob(_spec(), long).prepare(tiny_handle)
     with pytest.raises(RuntimeError, match="prepare"):

@@ -77,7 +77,7 @@ def _zipf_logits(vocab: int, seed: int = 0) -> torch.Tensor:
 
 
 def _topk_entropy_numpy(logits: np.ndarray, k: int) -> float:
-    """Independent float64 computation: renormalise the k largest probabilities, then −Σ p log p."""
+    """Independent float64 computation: renormalize the k largest probabilities, then −Σ p log p."""
     z = logits.astype(np.float64)
     p = np.exp(z - z.max())
     p /= p.sum()
@@ -210,11 +210,9 @@ def test_run_with_context_and_input_errors(tiny_handle) -> None:
         run_self_critique(tiny_handle, "x" * 600, "", SelfCritiqueSettings(max_new_tokens=2))
 
 
-def test_detect_command_puts_detector_outputs_under_extras(tiny_handle, monkeypatch, capsys) -> None:
-    import core.cli.common
+def test_detect_command_puts_detector_outputs_under_extras(cli_model, capsys) -> None:
     from core.cli import main
 
-    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
     code = main(
         [
             "detect",

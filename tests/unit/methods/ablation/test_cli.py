@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 
-import core.cli.common
 from core.cli import main
 
 Q, C = "Where is the tower?", "The tower stands in Quillmere."
 
 
-def test_cli_ablate_noise_sweep_and_patch(tiny_handle, monkeypatch, capsys):
-    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
+def test_cli_ablate_noise_sweep_and_patch(cli_model, capsys):
     common = ["ablate", "--query", Q, "--context", C, "--max-new-tokens", "4"]
     assert main([*common, "--layers", "1-2", "--eps", "0.5", "--seeds", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

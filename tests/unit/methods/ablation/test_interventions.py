@@ -29,7 +29,7 @@ from core.methods.ablation import (
 
 Q, C = "Where is the tower?", "The tower stands in Quillmere."
 OTHER = [
-    ("What colour is the door?", "The door of the mill is painted green."),
+    ("What color is the door?", "The door of the mill is painted green."),
     ("Who keeps the bees?", "Old Mara keeps the bees behind the chapel."),
 ]
 

@@ -44,7 +44,7 @@ def test_perturbed_run_records_the_intervention_and_the_comparison(tiny_handle):
     assert diff["delta_z"] == pytest.approx(pert.repcs_score - clean.repcs_score)
     assert len(diff["rag_changed"]) == pert.n_tokens
     assert diff["rag_changed_tokens"] == sum(diff["rag_changed"])
-    # the perturbed result still serialises losslessly
+    # the perturbed result still serializes losslessly
     json.loads(pert.to_json())
     # patching + noise compose in one run
     both = ablation.perturbed_run(tiny_handle, Q, C, s, noise=NoiseSpec((1,), 0.5, 1), patch_layers=[2])

@@ -6,18 +6,13 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-import torch
 
 from core.methods import crm
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One torch thread: the CI box is shared, and OpenMP spinning on two contended cores is far slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread):
+    """Every module here runs on one torch thread (``tests/conftest.py``)."""
 
 
 def _synthetic(n: int = 60, layers: int = 5, dim: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -12,12 +12,8 @@ SETTINGS = DualPathSettings(max_new_tokens=6, score_window=6)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One torch thread: the CI box is shared, and OpenMP spinning on two contended cores is far slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread):
+    """Every module here runs on one torch thread (``tests/conftest.py``)."""
 
 
 @pytest.fixture(scope="module")

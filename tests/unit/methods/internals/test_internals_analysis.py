@@ -14,11 +14,11 @@ from core.methods.internals import (
     ANSWER,
     CONTEXT,
     QUERY,
-    analyse,
+    analyze,
     displacement,
     path_sequence,
     prompt_segments,
-    specialised_heads,
+    specialized_heads,
 )
 
 SETTINGS = DualPathSettings(max_new_tokens=6, score_window=6)
@@ -61,7 +61,7 @@ def test_path_sequence_is_the_prompt_then_the_answer_but_its_last_token(tiny_han
 
 def test_analyse_last_layer_lens_is_the_models_own_output(tiny_handle, tiny_result):
     steps = []
-    result = analyse(tiny_handle, tiny_result, top_k=5, progress=lambda done, total, label: steps.append(done))
+    result = analyze(tiny_handle, tiny_result, top_k=5, progress=lambda done, total, label: steps.append(done))
     n, L, H = tiny_result.n_tokens, tiny_handle.info.n_layers, tiny_handle.info.n_heads
     assert steps == [1, 2, 3]
     assert result.displacement.shape == (L + 1, n, tiny_handle.info.hidden_size)
@@ -100,7 +100,7 @@ def test_analyse_last_layer_lens_is_the_models_own_output(tiny_handle, tiny_resu
     assert table[-1][0][0] == tiny_handle.decode_tokens([int(result.lens.parametric.topk_ids[-1, n - 1, 0])])[0]
     summary = result.summary(tau=1.5)
     text = json.dumps(summary, allow_nan=False)
-    assert json.loads(text)["attention"]["retrieval"]["specialised_heads_first"] == specialised_heads(
+    assert json.loads(text)["attention"]["retrieval"]["specialized_heads_first"] == specialized_heads(
         result.entropy_at("retrieval", 0), 1.5
     )
 
@@ -108,8 +108,8 @@ def test_analyse_last_layer_lens_is_the_models_own_output(tiny_handle, tiny_resu
 def test_analysis_input_errors_are_value_errors(tiny_handle, tiny_result):
     other = type(tiny_result)(**{**tiny_result.__dict__, "model": "another-model"})
     with pytest.raises(ValueError, match="another-model"):
-        analyse(tiny_handle, other)
-    result = analyse(tiny_handle, tiny_result)
+        analyze(tiny_handle, other)
+    result = analyze(tiny_handle, tiny_result)
     with pytest.raises(ValueError, match="answer position"):
         result.entropy_at("retrieval", 99)
     with pytest.raises(ValueError, match="path"):
@@ -126,7 +126,7 @@ def test_embedded_model_internals(embedded_handle):
         "The capital of the Republic of Veltria is Marrowgate.",
         DualPathSettings(max_new_tokens=4, score_window=4),
     )
-    out = analyse(embedded_handle, result, top_k=3)
+    out = analyze(embedded_handle, result, top_k=3)
     assert out.retrieval.entropy.shape[:2] == (30, 9)
     assert out.displacement.shape == (31, result.n_tokens, 576)
     np.testing.assert_allclose(out.lens.kl[-1], result.token_kl, rtol=2e-2, atol=2e-3)

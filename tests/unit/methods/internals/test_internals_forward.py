@@ -56,7 +56,7 @@ def test_attention_reductions_equal_full_attention(tiny_handle, tiny_ids, hf_for
     assert capture.mass.shape == (tiny_handle.info.n_layers, tiny_handle.info.n_heads, 3, len(SEGMENTS))
 
 
-def test_attention_pattern_is_causal_and_normalised(tiny_handle, tiny_ids):
+def test_attention_pattern_is_causal_and_normalized(tiny_handle, tiny_ids):
     ids = tiny_ids("Causal rows sum to one.")
     pattern = attention_pattern(tiny_handle, ids, 0, 3)
     assert pattern.shape == (len(ids), len(ids))

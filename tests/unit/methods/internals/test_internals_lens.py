@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.methods.internals.attention import attention_specialisation, specialised_heads
+from core.methods.internals.attention import attention_specialization, specialized_heads
 from core.methods.internals.lens import logit_lens_compare
 from core.model.parts import model_parts
 
@@ -52,8 +52,8 @@ def test_lens_input_errors_are_value_errors(tiny_handle):
 
 def test_radar_attention_features():
     entropy = np.array([[0.5, 2.0, 1.49], [3.0, 1.5, 0.1]])
-    assert specialised_heads(entropy, 1.5) == 3  # strictly below τ
-    features = attention_specialisation(entropy, 1.5)
+    assert specialized_heads(entropy, 1.5) == 3  # strictly below τ
+    features = attention_specialization(entropy, 1.5)
     mean = entropy.mean()
     assert features["num_specialized_heads"] == 3
     assert features["attention_entropy"] == pytest.approx(mean)
@@ -61,4 +61,4 @@ def test_radar_attention_features():
     assert features["reasoning_head_activation"] == pytest.approx(mean / 3)
     assert features["factual_head_activation"] == pytest.approx(1 / (mean + 1e-8))
     with pytest.raises(ValueError, match="layers, heads"):
-        specialised_heads(np.zeros(3))
+        specialized_heads(np.zeros(3))

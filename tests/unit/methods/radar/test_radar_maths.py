@@ -52,7 +52,7 @@ def test_surface_features_against_independent_computation(L, paper_surface):
 
 
 def test_oscillations_ignore_zero_differences():
-    # Δc = (+0.1, 0, −0.1, +0.2): only the last pair changes sign across non-zero neighbours
+    # Δc = (+0.1, 0, −0.1, +0.2): only the last pair changes sign across non-zero neighbors
     c = np.array([0.1, 0.2, 0.2, 0.1, 0.3])
     assert radar.surface_features(c, np.ones(5))["oscillation_count"] == 1.0
     assert radar.surface_features(np.array([0.1, 0.5, 0.2, 0.6, 0.3]), np.ones(5))["oscillation_count"] == 3.0

@@ -65,26 +65,32 @@ def test_trace_matches_an_independent_forward_pass(tiny_handle):
     assert features["num_specialized_heads"] == float((he < 1.5).sum())
 
 
+def _hook_count(model: torch.nn.Module) -> int:
+    """Forward and forward-pre hooks registered anywhere in ``model``."""
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def _trace_fails_under(handle, module: torch.nn.Module, hook, error: type[Exception], match: str) -> None:
+    """With ``hook`` on ``module``, ``trace_prompt`` raises ``error`` (``match``) and leaves no hook of its own."""
+    before = _hook_count(handle.model)
+    extra = module.register_forward_hook(hook)
+    try:
+        with pytest.raises(error, match=match):
+            radar.trace_prompt(handle, "hello")
+    finally:
+        extra.remove()
+    assert _hook_count(handle.model) == before
+
+
 def test_trace_leaves_no_hooks_even_on_error(tiny_handle):
-    model = tiny_handle.model
-
-    def count_hooks() -> int:
-        return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
-
-    before = count_hooks()
+    before = _hook_count(tiny_handle.model)
     radar.trace_prompt(tiny_handle, "hello")
-    assert count_hooks() == before
+    assert _hook_count(tiny_handle.model) == before
 
     def boom(module, args, output):
         raise RuntimeError("boom")
 
-    bad = model.model.layers[1].register_forward_hook(boom)
-    try:
-        with pytest.raises(RuntimeError, match="boom"):
-            radar.trace_prompt(tiny_handle, "hello")
-    finally:
-        bad.remove()
-    assert count_hooks() == before
+    _trace_fails_under(tiny_handle, tiny_handle.model.model.layers[1], boom, RuntimeError, "boom")
 
 
 def test_one_token_prompt_gives_37_finite_features(tiny_handle):
@@ -121,22 +127,9 @@ def test_radar_prompt():
 
 
 def test_missing_attention_weights_raise_and_leave_no_hooks(tiny_handle):
-    model = tiny_handle.model
-
-    def count_hooks() -> int:
-        return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
-
-    before = count_hooks()
-
     def drop_weights(module, args, output):  # what SDPA attention returns: no weights
         return (output[0], None)
 
-    attn = model.model.layers[1].self_attn
-    dropper = attn.register_forward_hook(drop_weights)
-    try:
-        with pytest.raises(ValueError, match="eager"):
-            radar.trace_prompt(tiny_handle, "hello")
-    finally:
-        dropper.remove()
-    assert count_hooks() == before
+    attention = tiny_handle.model.model.layers[1].self_attn
+    _trace_fails_under(tiny_handle, attention, drop_weights, ValueError, "eager")
     assert not tiny_handle.is_busy()

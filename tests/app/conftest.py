@@ -1,0 +1,54 @@
+"""Shared AppTest helpers: the app's paths, opening a script with no exception, and pointing the app's cached
+model loader (``components.page``) at another model, such as the tiny random Llama of ``tests/conftest.py``.
+
+The plain helpers are imported by the test modules (``from tests.app.conftest import ok, open_script``); the
+fixtures are found by pytest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from components import page
+from core.model.handle import ModelHandle
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "app.py")
+
+
+def ok(at: AppTest) -> AppTest:
+    """``at`` itself, after checking that its last run raised no exception."""
+    assert not at.exception, at.exception
+    return at
+
+
+def open_script(path: str, timeout: float) -> AppTest:
+    """The script at ``path`` (the app or one page) run once in AppTest, with no exception."""
+    return ok(AppTest.from_file(path, default_timeout=timeout).run())
+
+
+@pytest.fixture
+def use_loader(monkeypatch) -> Iterator[Callable[[Callable[..., ModelHandle]], None]]:
+    """``use_loader(load)``: the app loads its model with ``load(spec, revision=...)`` instead of ``load_model``.
+
+    The loader's cache is cleared on every call and after the test, so other page tests still get the
+    embedded model.
+    """
+
+    def use(load: Callable[..., ModelHandle]) -> None:
+        monkeypatch.setattr(page, "load_model", load)
+        page._load_handle.clear()
+
+    yield use
+    page._load_handle.clear()
+
+
+@pytest.fixture
+def tiny_app(tiny_handle, use_loader) -> ModelHandle:
+    """The app's model is the tiny random Llama (a run takes a second, not minutes); returns its handle."""
+    use_loader(lambda *args, **kwargs: tiny_handle)
+    return tiny_handle
