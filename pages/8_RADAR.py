@@ -61,7 +61,7 @@ def _analysis(
 ) -> radar.RadarAnalysis:
     """One instrumented forward pass over ``text``: its trace, its 37 features and (with a table) the prediction."""
     classifier = radar.classifier_from_table(_table) if _table is not None else None
-    return radar.analyse_prompt(_handle, text, classifier)
+    return radar.analyze_prompt(_handle, text, classifier)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.detectors import keys
 from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
-from core.methods.radar import FEATURE_VERSION, analyse_prompt, classifier_for, radar_prompt
+from core.methods.radar import FEATURE_VERSION, analyze_prompt, classifier_for, radar_prompt
 
 
 def score(inp: DetectorInput) -> float:
@@ -16,7 +16,7 @@ def score(inp: DetectorInput) -> float:
     details = inp.cache.get(keys.RADAR_DETAILS)
     if details is None:
         classifier = classifier_for(inp.handle)
-        analysis = analyse_prompt(inp.handle, radar_prompt(inp.result.query), classifier)
+        analysis = analyze_prompt(inp.handle, radar_prompt(inp.result.query), classifier)
         details = {
             "text": analysis.text,
             "n_tokens": len(analysis.trace.token_ids),

@@ -106,7 +106,7 @@ def test_a_rerun_does_not_push_unchanged_inputs_over_what_the_user_is_typing() -
     assert at.number_input(key="ror.w.max_new_tokens").value == 16
 
 
-def test_landing_analyse_button_runs_on_the_dual_path_page() -> None:
+def test_landing_analyze_button_runs_on_the_dual_path_page() -> None:
     example = _example("known-fact")
     at = _app()
     at.selectbox(key="ror.w.example").select(example.id).run()

@@ -26,7 +26,7 @@ The names below are re-exported so that ``from core.methods import radar; radar.
 
 from __future__ import annotations
 
-from core.methods.radar.analysis import RadarAnalysis, analyse_prompt
+from core.methods.radar.analysis import RadarAnalysis, analyze_prompt
 from core.methods.radar.classifier import (
     ESTIMATOR_TITLES,
     RadarClassifier,
@@ -133,7 +133,7 @@ __all__ = [
     "RadarPrediction",
     "RadarPrompt",
     "RadarTrace",
-    "analyse_prompt",
+    "analyze_prompt",
     "attention_specialization",
     "build_ensemble",
     "cached_feature_table",

@@ -44,7 +44,7 @@ class RadarAnalysis:
         }
 
 
-def analyse_prompt(handle: ModelHandle, text: str, classifier: RadarClassifier | None = None) -> RadarAnalysis:
+def analyze_prompt(handle: ModelHandle, text: str, classifier: RadarClassifier | None = None) -> RadarAnalysis:
     """Features, trajectories and (when a classifier is given) the prediction for one prompt.
 
     Raises:

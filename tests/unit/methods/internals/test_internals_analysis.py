@@ -59,7 +59,7 @@ def test_path_sequence_is_the_prompt_then_the_answer_but_its_last_token(tiny_han
         path_sequence(tiny_handle, tiny_result, "sideways")
 
 
-def test_analyse_last_layer_lens_is_the_models_own_output(tiny_handle, tiny_result):
+def test_analyze_last_layer_lens_is_the_models_own_output(tiny_handle, tiny_result):
     steps = []
     result = analyze(tiny_handle, tiny_result, top_k=5, progress=lambda done, total, label: steps.append(done))
     n, L, H = tiny_result.n_tokens, tiny_handle.info.n_layers, tiny_handle.info.n_heads
