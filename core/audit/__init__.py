@@ -1,0 +1,1 @@
+"""The CRM audit service: FastAPI app, SQLite hash-chained store, per-deployment calibration."""

@@ -1,0 +1,1 @@
+"""Scale-out on Ray: evaluate, the single-layer sweep and SMA perturbations over Ray actors."""
