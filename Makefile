@@ -80,10 +80,12 @@ screenshots: $(DEVSTAMP) browser
 	rm -rf $(SHOTS)
 	READ_OR_RECALL_ARTIFACTS=$(SHOTS) HF_HUB_OFFLINE=1 $(PY) -m pytest -p no:cacheprovider -m browser \
 	  tests/e2e/test_browser.py::test_dual_path_flow_and_screenshot \
-	  tests/e2e/test_browser.py::test_evaluate_upload_run_and_screenshot
+	  tests/e2e/test_browser.py::test_evaluate_upload_run_and_screenshot \
+	  tests/e2e/test_agreement_browser.py::test_agreement_view_and_screenshot
 	cp $(SHOTS)/screenshot.png docs/screenshot.png
 	cp $(SHOTS)/evaluate.png docs/evaluate.png
-	@echo "docs/screenshot.png and docs/evaluate.png refreshed (review and commit them)"
+	cp $(SHOTS)/agreement.png docs/agreement.png
+	@echo "docs/screenshot.png, docs/evaluate.png and docs/agreement.png refreshed (review and commit them)"
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) bench/overhead.py

@@ -17,6 +17,7 @@ from components.controls import choice, number, several
 from components.text import plain_message
 from core.methods import ablation
 from core.methods.ablation import NoiseSpec, format_layers, layer_preset, parse_layers
+from core.public import current_policy
 
 PRESET_LABELS = {
     "early": "Early third",
@@ -132,8 +133,23 @@ def eps_grid() -> list[float]:
     return several("ε grid", keys.ABLATE_GRID, EPS_CHOICES, [0.0, 0.1, 0.25, 0.5, 1.0])
 
 
-def seeds(label: str, name: str, default: int, most: int) -> list[int]:
-    """How many seeds a grid runs per condition: consecutive seeds from the seed chosen above."""
+def seeds(label: str, name: str, default: int, most: int, *, per_layer_of: int | None = None) -> list[int]:
+    """How many seeds a grid runs per condition: consecutive seeds from the seed chosen above.
+
+    Args:
+        per_layer_of: for a single-layer sweep, the model's layer count: in public mode layers × seeds stays
+            within the sweep cap (:mod:`core.public`); ``[]`` (after a note) when even one seed does not fit.
+    """
+    if per_layer_of is not None:
+        policy = current_policy()
+        most = policy.sweep_seeds(per_layer_of, most)
+        if most < 1:
+            st.warning(
+                f"This public app sweeps at most {policy.caps.sweep_layers} layer runs; this model has "
+                f"{per_layer_of} layers. Use the noise or dose–response experiments on a block instead."
+            )
+            return []
+        default = min(default, most)
     n_seeds = int(number(label, name, default, (1, most)))
     seed0 = int(state.stored(keys.ABLATE_SEED, 0) or 0)
     return list(range(seed0, seed0 + n_seeds))
@@ -141,4 +157,5 @@ def seeds(label: str, name: str, default: int, most: int) -> list[int]:
 
 def tokens_per_run(name: str) -> int:
     """The answer length of every scoring run of a grid."""
-    return int(number("Answer tokens per run", name, ablation.SWEEP_MAX_NEW_TOKENS, (1, 128)))
+    most = current_policy().limit("max_new_tokens", 128)
+    return int(number("Answer tokens per run", name, min(ablation.SWEEP_MAX_NEW_TOKENS, most), (1, most)))

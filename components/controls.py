@@ -95,7 +95,24 @@ def number(
     low, high, *step = bounds
     if step:
         kwargs["step"] = step[0]
+    _keep_in_range(label, name, low, high)
     return state.persistent(widget, label, name, default, min_value=low, max_value=high, **kwargs)
+
+
+def _keep_in_range(label: str, name: str, low: Any, high: Any) -> None:
+    """Move a stored value that the bounds no longer admit (a lower cap, another model) to the nearest bound,
+    and say so on the page: a value is never replaced silently."""
+    value = state.stored(name)
+    if value is None or isinstance(value, (list, tuple)):  # range sliders keep their own checks
+        return
+    try:
+        inside = low <= value <= high
+    except TypeError:
+        return
+    if not inside:
+        bound = low if value < low else high
+        state.set_stored(name, type(value)(bound) if isinstance(value, (int, float)) else bound)
+        st.caption(f"{label}: {value} is outside {low}–{high} here, so {bound} is used.")
 
 
 def draw_controls(controls: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:

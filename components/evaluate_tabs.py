@@ -33,7 +33,11 @@ from core.evaluation import (
     read_conflict_csv,
 )
 from core.evaluation.data import CONFLICT_FILE
+from core.evaluation.sample_size import small_sample_message
 from core.model.handle import ModelHandle
+
+PRECISION_K = 10
+"""The k of the Precision@k column (shown only when k < the number of scored rows)."""
 
 DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
 COST_LABEL = {
@@ -72,8 +76,17 @@ def draw_detectors_tab(main_job: EvaluationJob, summary: dict, rows: list) -> No
         "its label. The CI is a percentile bootstrap over rows (1,000 resamples, seed 42)."
     )
     detectors = summary["detectors"]
+    n_mem = sum(r.get("label") == "memorized" for r in rows)
+    n_gr = sum(r.get("label") == "grounded" for r in rows)
+    best = max((e.get("auc") for e in detectors.values() if e.get("auc") is not None), default=None)
+    small = small_sample_message(n_mem, n_gr, best)
+    if small:
+        st.warning(small, icon=":material/warning:")
     st.plotly_chart(ef.roc_figure(detectors), key=keys.EVAL_ROC)
     table = ef.metrics_table(detectors)
+    if len(rows) <= PRECISION_K and "Precision@10" in table.columns:
+        table = table.drop(columns=["Precision@10"])
+        st.caption(f"Precision@{PRECISION_K} is left out: it needs more than {PRECISION_K} rows ({len(rows)} here).")
     st.dataframe(
         table,
         hide_index=True,
@@ -193,6 +206,8 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         f"Δ̂ = {'–' if report.delta is None else f'{report.delta:.3f}'} nats (mean Z grounded − mean Z memorized) · "
         f"T = {settings.score_window} · ε = {epsilon:g} · calibration rows: {report.n_calibration}"
     )
+    if report.pac:
+        draw_pac_table(report.pac)
     for warning in report.warnings:
         st.warning(escape_markdown(warning))
     cal_rows = set(report.threshold.extra.get("calibration_rows", []))
@@ -207,14 +222,27 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
     )
     model = handle.info.name
     current, source = active_threshold(model)
+    problems = adoption_problems(report, float(alpha))
+    confirmed = True
+    if problems:
+        st.warning(
+            "This τ does not hold up on the held-out rows: "
+            + "; ".join(problems)
+            + ". Using it for the whole app would change every page's verdict. Keep it for a look, or adopt it "
+            "only deliberately.",
+            icon=":material/warning:",
+        )
+        confirmed = st.checkbox(
+            "I understand these held-out figures and still want this τ for the whole app", key=keys.EVAL_TAU_CONFIRM
+        )
     left, mid, right = st.columns([1.3, 1, 1.2])
     left.button(
         "Use this τ for the whole app",
-        type="primary",
+        type="secondary" if problems else "primary",
         key=keys.EVAL_USE_TAU,
         on_click=set_active_threshold,
         args=(model, report.threshold, report.threshold.source),
-        disabled=model != spec.model,
+        disabled=model != spec.model or not confirmed,
         icon=":material/check:",
     )
     widgets.download(
@@ -231,6 +259,46 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         + ("no τ" if current is None else f"τ = {current.tau:.3f} (T = {current.T})")
         + f" — {escape_markdown(source)}"
     )
+
+
+def adoption_problems(report: Any, alpha: float) -> list[str]:
+    """Why a calibrated τ should not be adopted without a second thought (empty when its held-out figures are
+    fine): no held-out grounded row, a held-out FPR above max(2α, α + 0.1), or a held-out FNR above 50 %."""
+    problems = []
+    if report.fpr_heldout is None:
+        problems.append("no grounded row was held out, so its false-positive rate is unknown")
+    elif report.fpr_heldout > max(2 * alpha, alpha + 0.1):
+        problems.append(
+            f"it flags {report.fpr_heldout:.0%} of held-out grounded rows as recalled (target α = {alpha:.0%})"
+        )
+    if report.fnr_heldout is not None and report.fnr_heldout > 0.5:
+        problems.append(f"it misses {report.fnr_heldout:.0%} of the memorized rows")
+    return problems
+
+
+def pac_rows(pac: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per reading of γ (vocabulary, as Lemma III.3 uses it; realised token) with the PAC n for each
+    reading of T (nominal; max / mean / median scored tokens), from :func:`core.evaluation.calibration.pac_table`."""
+    names = {"vocabulary": "vocabulary (Lemma III.3)", "realised_token": "realised token only"}
+    rows = []
+    for g_name, gamma in pac["gamma"].items():
+        row: dict[str, Any] = {"γ": names.get(g_name, g_name), "γ (nats)": "–" if gamma is None else f"{gamma:.2f}"}
+        for t_name, t in pac["T"].items():
+            n = pac["n"][g_name][t_name]
+            label = f"n at T {t_name} ({'–' if t is None else f'{t:.3g}'})"
+            row[label] = "–" if n is None else f"{n:,}"
+        rows.append(row)
+    return rows
+
+
+def draw_pac_table(pac: dict[str, Any]) -> None:
+    """The PAC n for each reading of γ and T, with one line saying what they are."""
+    st.caption(
+        "PAC n ≥ 8 γ² T Δ⁻² log(2/ε) for each reading of γ and T: Lemma III.3 bounds the log-ratio over every "
+        "vocabulary entry in the KL (the realised answer token alone understates γ), and Z sums only the "
+        "scored tokens L = min(T, answer length) — the effective T — not the nominal T."
+    )
+    st.dataframe(pac_rows(pac), hide_index=True)
 
 
 def draw_robustness_tab(main_job: EvaluationJob | None, summary: dict | None) -> None:

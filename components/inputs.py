@@ -10,6 +10,7 @@ import streamlit as st
 from components import keys, state
 from components.text import escape_markdown, plain_message
 from core.examples import KINDS, Example, load_examples
+from core.io import asset_path
 
 
 def examples() -> list[Example]:
@@ -51,12 +52,37 @@ def example_picker() -> Example | None:
     )
     example = by_id.get(choice) if choice else None
     if example is not None:
-        st.info(f"**What to expect.** {escape_markdown(example.expect)}")
-        query, context = state.current_inputs()
-        kind = KINDS.get(example.kind, example.kind)
-        edited = (query.strip(), context.strip()) != (example.query.strip(), example.context.strip())
-        st.caption(escape_markdown(kind) + (" · the inputs have been edited since" if edited else ""))
+        kind = escape_markdown(KINDS.get(example.kind, example.kind))
+        if is_example_input(example, *state.current_inputs()):
+            st.info(f"**What to expect.** {escape_markdown(example.expect)}")
+            st.caption(kind)
+        else:
+            st.caption(
+                f"{kind} · the query or context has been edited, so the example's “what to expect” no longer applies."
+            )
+            st.button(
+                "Restore the example's query and context",
+                key=keys.EXAMPLE_RESTORE,
+                on_click=_apply_example,
+                args=(by_id,),
+                icon=":material/undo:",
+            )
     return example
+
+
+def is_example_input(example: Example, query: str, context: str) -> bool:
+    """Whether the inputs are still the example's own (surrounding whitespace aside)."""
+    return (query.strip(), context.strip()) == (example.query.strip(), example.context.strip())
+
+
+STYLE = asset_path("static", "app.css")
+"""The app's static style rules (lighter placeholders); no user text ever goes into it."""
+
+
+def use_app_style() -> None:
+    """Inject :data:`STYLE` (a static CSS file of the repository) once per page run."""
+    if STYLE.is_file():
+        st.html(STYLE)
 
 
 def input_area(name: str, label: str, **kwargs: Any) -> str:
@@ -67,18 +93,19 @@ def input_area(name: str, label: str, **kwargs: Any) -> str:
 
 def query_and_context() -> tuple[str, str]:
     """The shared query and context text areas; returns their current values."""
+    use_app_style()
     query = input_area(
         keys.QUERY,
         "Query",
         height=90,
-        placeholder="What is the capital of Veltria?",
+        placeholder="e.g. What is the capital of Veltria?",
         help="The question both paths answer.",
     )
     context = input_area(
         keys.CONTEXT,
         "Context (the retrieved passage)",
         height=160,
-        placeholder="The capital of the Republic of Veltria is Marrowgate.",
+        placeholder="e.g. The capital of the Republic of Veltria is Marrowgate.",
         help="Only the retrieval path sees it. Nothing is cut: a context over the model's token budget is refused.",
     )
     return query, context

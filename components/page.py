@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from components import state, widgets
+from components import queue, state, widgets
 from components.state import AppConfig
 from components.text import escape_markdown, plain_message
 from core.engine.result import DualPathResult
 from core.model.loading import ModelHandle, ModelLoadError, load_model
+from core.public import current_policy
 
 APP_TITLE = "Read or Recall"
 
@@ -84,6 +85,8 @@ def open_page(title: str | None = None) -> PageContext:
         is shown as plain text (no server paths) and the page stops here.
     """
     st.set_page_config(page_title=page_title(title), layout="wide")
+    state.begin_run()
+    queue.watch()  # this run's model calls: "queued: N runs ahead", cancelled when the tab closes
     config = widgets.sidebar()
     handle = get_handle(config.model_spec, config.revision)
     widgets.draw_model_facts(handle)
@@ -101,7 +104,15 @@ def _load_handle(spec: str, revision: str | None) -> ModelHandle:
 
 
 def get_handle(spec: str, revision: str | None = None) -> ModelHandle:
-    """The shared handle for a model; on failure shows the loader's message (plain text) and stops the page."""
+    """The shared handle for a model; on failure shows the loader's message (plain text) and stops the page.
+
+    In public mode a model outside the allow-list is refused before anything is loaded (:mod:`core.public`).
+    """
+    try:
+        spec, revision = current_policy().check_model(spec, revision)
+    except ValueError as exc:
+        st.error("Could not load the model. " + plain_message(str(exc)))
+        st.stop()
     try:
         return _load_handle(spec, revision)
     except ModelLoadError as exc:

@@ -14,7 +14,7 @@ import streamlit as st
 from components import figures, keys, widgets
 from components.text import escape_markdown, plain_message
 from core.engine.result import DualPathResult
-from core.methods.repcs import GROUNDED, MEMORIZED
+from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, display, normalize_verdict
 
 RESULT_FILE_NAME = "read_or_recall_result.json"
 
@@ -65,16 +65,20 @@ def draw_verdict(result: DualPathResult) -> None:
     c2.metric(
         "Threshold τ",
         "none" if result.threshold is None else f"{result.threshold:.3f} nats",
-        help="Flag 'likely recalled from memory' when Z < τ.",
+        help=f"Flag “{display(RECALLED)}” when Z < τ.",
     )
     c3.metric("Tokens scored", f"{window} of {result.n_tokens}", help=f"T = {result.score_window}")
-    if result.verdict == MEMORIZED:
-        st.warning(f"**Likely recalled from memory** — Z = {result.repcs_score:.3f} < τ = {result.threshold:.3f}.")
-    elif result.verdict == GROUNDED:
-        st.success(f"**Context used** — Z = {result.repcs_score:.3f} ≥ τ = {result.threshold:.3f}.")
+    verdict = normalize_verdict(result.verdict)
+    words = display(verdict)
+    if verdict == RECALLED:
+        st.warning(f"**{words}** — Z = {result.repcs_score:.3f} < τ = {result.threshold:.3f}.")
+    elif verdict == READ:
+        st.success(f"**{words}** — Z = {result.repcs_score:.3f} ≥ τ = {result.threshold:.3f}.")
+    elif verdict == INCONCLUSIVE:
+        st.info(f"**{words}** — Z = {result.repcs_score:.3f} is too close to τ = {_num(result.threshold)} to decide.")
     else:
         st.info(
-            "**Uncalibrated** — no threshold τ is available for this model, so Z is shown without a verdict. "
+            f"**{words}** — no threshold τ is available for this model, so Z is shown without a verdict. "
             "Calibrate τ on clean (context-dependent) prompts to get one."
         )
     st.caption("τ source: " + escape_markdown(result.threshold_source))

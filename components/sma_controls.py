@@ -18,6 +18,7 @@ import streamlit as st
 from components import keys, state
 from components.controls import Form, choice, draw_form, number, settings_from
 from core.methods.sma import DEFAULT_TAU, DEFAULT_TAU1, DEFAULT_TAU2, GRANULARITIES, METHOD_LABELS, SMASettings
+from core.public import current_policy
 
 _DEFAULTS = SMASettings()
 SCOPE_LABELS = {"query": "the query only (the paper)", "query+context": "the query and the context"}
@@ -27,12 +28,11 @@ FIRST_TIER_LABELS = {"off": "β with RAG off (the model alone)", "on": "β with 
 
 SETTINGS_FORM: Form = (
     {
-        "n_samples": partial(
-            number,
+        "n_samples": lambda: number(
             "N — random masks (Shapley: permutations)",
             keys.SMA_N_SAMPLES,
-            _DEFAULTS.n_samples,
-            (1, 1024, 8),
+            min(_DEFAULTS.n_samples, current_policy().limit("sma_masks", 1024)),
+            (1, current_policy().limit("sma_masks", 1024), 8),
             help="The paper finds accuracy stable from about 60–80 perturbations.",
         ),
         "granularity": partial(
@@ -72,12 +72,11 @@ SETTINGS_FORM: Form = (
             REFERENCE_LABELS,
             _DEFAULTS.reference,
         ),
-        "max_new_tokens": partial(
-            number,
+        "max_new_tokens": lambda: number(
             "Max new tokens per answer",
             keys.SMA_MAX_NEW_TOKENS,
-            _DEFAULTS.max_new_tokens,
-            (1, 256, 4),
+            min(_DEFAULTS.max_new_tokens, current_policy().limit("max_new_tokens", 256)),
+            (1, current_policy().limit("max_new_tokens", 256), 4),
             help="Every perturbed input is answered again: keep this short.",
         ),
     },

@@ -109,14 +109,28 @@ def seed_widget(key: str, value: Any, *, identity: object = None) -> None:
     """
     drawn = st.session_state.get(keys.DRAWN, {})
     token = repr((_page_token(), identity))
-    if drawn.get(key) == token and key in st.session_state and _same(st.session_state[key], value):
-        return
+    run = run_number()
+    # A widget the previous script run did not draw (it stopped early, e.g. on a model that failed to load) is
+    # gone from the browser, which re-creates it empty unless the value is pushed again (issue 14).
+    if drawn.get(key) in ((token, run - 1), (token, run)) and key in st.session_state:
+        if _same(st.session_state[key], value):
+            return
     st.session_state[key] = value
 
 
 def mark_drawn(key: str, *, identity: object = None) -> None:
-    """Record that the widget ``key`` was drawn with this ``identity`` on this page (after drawing it)."""
-    st.session_state.setdefault(keys.DRAWN, {})[key] = repr((_page_token(), identity))
+    """Record that the widget ``key`` was drawn with this ``identity`` on this page in this script run."""
+    st.session_state.setdefault(keys.DRAWN, {})[key] = (repr((_page_token(), identity)), run_number())
+
+
+def begin_run() -> None:
+    """Count a script run of this session (:func:`components.page.open_page` calls it once per run)."""
+    st.session_state[keys.RUN_NUMBER] = run_number() + 1
+
+
+def run_number() -> int:
+    """This session's script runs so far (0 before :func:`begin_run` is first called)."""
+    return int(st.session_state.get(keys.RUN_NUMBER, 0))
 
 
 def stored(name: str, default: Any = None) -> Any:

@@ -28,8 +28,10 @@ from core.engine import (
     run_dual_path,
 )
 from core.engine.result import DualPathResult
+from core.io import csv_safe_text
 from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle
 from core.model.prompts import TEMPLATE_CHOICES, TEMPLATES
+from core.public import PublicPolicy, current_policy
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +54,20 @@ def sidebar() -> AppConfig:
         spec, revision = _draw_model_picker()
         st.header("Settings")
         settings = _draw_settings()
+        for line in current_policy().describe():
+            st.caption(line)
     return AppConfig(model_spec=spec, revision=revision, settings=settings)
 
 
 def _draw_model_picker() -> tuple[str, str | None]:
-    """The model radio and, for another model, its id and revision; returns ``(spec, revision)``."""
+    """The model radio and, for another model, its id and revision; returns ``(spec, revision)``.
+
+    In public mode (:mod:`core.public`) the radio offers only the embedded model and the operator's
+    allow-list, and nothing can be typed.
+    """
+    policy = current_policy()
+    if policy.public:
+        return _draw_public_model_picker(policy)
     choice = controls.choice(st.radio, "Model", keys.MODEL_CHOICE, _MODEL_CHOICES, label_visibility="collapsed")
     if choice != CUSTOM_MODEL:
         return EMBEDDED_MODEL, None
@@ -82,6 +93,18 @@ def _draw_model_picker() -> tuple[str, str | None]:
     return EMBEDDED_MODEL, None
 
 
+def _draw_public_model_picker(policy: PublicPolicy) -> tuple[str, str | None]:
+    """Public mode: the embedded model and the allow-listed hub ids (with their pinned revisions), no text box."""
+    allowed = {entry.model_id: entry for entry in policy.model_choices()}
+    labels = {EMBEDDED_MODEL: _MODEL_CHOICES[EMBEDDED_MODEL], **{k: e.label for k, e in allowed.items()}}
+    choice = controls.choice(st.radio, "Model", keys.MODEL_CHOICE, labels, label_visibility="collapsed")
+    if not allowed:
+        st.caption("This public app runs the embedded model only.")
+    if choice not in allowed:
+        return EMBEDDED_MODEL, None
+    return policy.check_model(choice)
+
+
 def template_label(key: str) -> str:
     """Readable label of a template choice (``auto`` included)."""
     if key == "auto":
@@ -98,12 +121,11 @@ _SETTINGS: dict[str, Callable[[], Any]] = {
         (1, 4096, 8),
         help="RePCS sums KL over the first T answer tokens: Z = Σ_{t<T} KL_t.",
     ),
-    "max_new_tokens": partial(
-        controls.number,
+    "max_new_tokens": lambda: controls.number(
         "Max new tokens per answer",
         keys.MAX_NEW_TOKENS,
         _DEFAULTS.max_new_tokens,
-        (1, 1024, 8),
+        (1, current_policy().limit("max_new_tokens", 1024), 8),
         help="Greedy decoding stops at end-of-sequence or after this many tokens.",
     ),
     "template": partial(
@@ -170,11 +192,15 @@ def download(container: Any, label: str, data: str, file_name: str, *, key: str 
     """A download button for ``data`` in ``container`` (``st`` or a column).
 
     The MIME type follows the file name's ending (:data:`MIME_TYPES`); a click downloads without rerunning
-    the page. ``kwargs`` go to ``download_button`` (e.g. ``help``).
+    the page. A CSV passes through :func:`core.io.csv_safe_text` first: a text cell starting with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return gets a leading apostrophe, so a spreadsheet never runs it as a
+    formula (numbers stay numbers). ``kwargs`` go to ``download_button`` (e.g. ``help``).
     """
     suffix = PurePath(file_name).suffix
     if suffix not in MIME_TYPES:
         raise ValueError(f"No MIME type for {file_name!r}: exports end in {', '.join(MIME_TYPES)}.")
+    if suffix == ".csv":
+        data = csv_safe_text(data)
     container.download_button(
         label,
         data=data,

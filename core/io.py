@@ -4,15 +4,22 @@ Every file the project writes goes through :func:`atomic_write`: the bytes land 
 file in the target's folder, which is then renamed over the target, so a reader never sees half a file and
 two writers never collide on a temporary name. The file gets the user's usual permissions (umask), not the
 0600 of ``mkstemp``.
+
+Files a user names are read through :func:`read_user_file` (regular files only, a byte cap, no blocking on a
+pipe); output locations are checked up front with :func:`check_output_path`; CSV exports go through
+:func:`csv_safe_text` so a spreadsheet never runs a cell as a formula.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -114,3 +121,161 @@ def atomic_write_json(path: str | Path, data: Any, *, indent: int | None = 2) ->
     """Write ``data`` as strict JSON (no NaN), UTF-8, with a final newline, atomically."""
     text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
     return atomic_write_text(path, text)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading files a user names, checking where output goes, and exporting CSV safely
+
+KiB = 1024
+MiB = 1024 * 1024
+
+
+class UserFileError(ValueError):
+    """A file a user named cannot be used: missing, not a regular file, too large, or unreadable."""
+
+
+def format_size(n_bytes: int) -> str:
+    """A byte count in the binary unit it is computed in: ``"20 MiB"``, ``"64 KiB"``, ``"1.5 MiB"``, ``"12 bytes"``."""
+    for unit, size in (("MiB", MiB), ("KiB", KiB)):
+        if n_bytes >= size:
+            value = n_bytes / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n_bytes} byte" + ("" if n_bytes == 1 else "s")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_user_file(path: str | Path, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of a file a user named (a CSV, a threshold or a report JSON), read safely.
+
+    Only regular files are accepted: a folder, a device (``/dev/zero``), a named pipe or a socket is refused
+    with a message, never read. The file is opened without blocking (a pipe cannot hang the open), checked
+    with ``fstat`` on the open descriptor (no race between the check and the read), and read with a cap: at
+    most ``max_bytes + 1`` bytes, so a file that grows while it is read, or whose ``st_size`` is wrong, still
+    cannot exhaust memory.
+
+    Args:
+        path: the file.
+        max_bytes: the largest accepted size in bytes.
+        what: how messages name the file (e.g. ``"threshold file"``).
+
+    Raises:
+        UserFileError: (a ``ValueError``) the file is missing, not a regular file, over ``max_bytes`` or
+            cannot be read; the message names it and says why.
+    """
+    shown = str(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise UserFileError(f"The {what} {shown} does not exist.") from None
+    except PermissionError:
+        raise UserFileError(f"The {what} {shown} cannot be read (permission denied).") from None
+    except OSError as exc:
+        raise UserFileError(f"The {what} {shown} cannot be opened: {exc.strerror or exc}.") from None
+    except ValueError:  # e.g. an embedded NUL character in the name
+        raise UserFileError(f"The {what} name {shown!r} is not a valid path.") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UserFileError(f"The {what} {shown} is {_kind(info.st_mode)}, not a regular file.")
+        limit = f"the limit is {format_size(max_bytes)}"
+        if info.st_size > max_bytes:
+            raise UserFileError(f"The {what} {shown} is {format_size(info.st_size)}; {limit}.")
+        chunks: list[bytes] = []
+        remaining = max_bytes + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, MiB))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+    except OSError as exc:
+        raise UserFileError(f"The {what} {shown} cannot be read: {exc.strerror or exc}.") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise UserFileError(f"The {what} {shown} is over {format_size(max_bytes)}; {limit}.")
+    return data
+
+
+def check_output_path(path: str | Path, what: str = "output file") -> Path:
+    """Check, before any work, that a file can be written at ``path`` (it is written later, atomically).
+
+    The target must not be a folder or a special file; the nearest existing folder above it must be a folder
+    (not a regular file: ``result.json/out.json``) and writable, because :func:`atomic_write` creates the
+    missing folders and a temporary file there.
+
+    Returns:
+        ``path`` as a :class:`Path`.
+
+    Raises:
+        UserFileError: the file could not be written there; the message says why.
+    """
+    text = str(path)
+    if not text.strip():
+        raise UserFileError(f"The {what} is empty: give a file name.")
+    if "\0" in text:
+        raise UserFileError(f"The {what} name {text!r} is not a valid path.")
+    target = Path(path)
+    try:
+        info = target.stat()
+    except OSError:
+        info = None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise UserFileError(f"The {what} {text} is {_kind(info.st_mode)}; give a file name.")
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserFileError(f"The {what} {text} cannot be created: {folder} is a file, not a folder.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserFileError(f"The {what} {text} cannot be written: the folder {folder} is not writable.")
+    return target
+
+
+CSV_FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+"""A spreadsheet reads a cell that starts with one of these as a formula (CSV injection)."""
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def csv_safe_cell(value: Any) -> Any:
+    """A CSV cell that a spreadsheet will not run as a formula.
+
+    Text starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading apostrophe (the
+    usual neutralization); anything that is not text, and text that reads as a number (``-1.5``, ``-inf``), is
+    returned unchanged, so numbers stay numbers.
+    """
+    if isinstance(value, str) and value.startswith(CSV_FORMULA_PREFIXES) and not _is_number(value):
+        return "'" + value
+    return value
+
+
+def csv_safe_text(text: str) -> str:
+    """CSV text with every cell passed through :func:`csv_safe_cell` (the text is returned unchanged when no
+    cell needs it; otherwise it is rewritten with the same line ending and minimal quoting)."""
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    safe = [[csv_safe_cell(cell) for cell in row] for row in rows]
+    if safe == rows:
+        return text
+    buf = io.StringIO(newline="")
+    csv.writer(buf, lineterminator="\r\n" if "\r\n" in text else "\n").writerows(safe)
+    return buf.getvalue()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import inputs, keys, panels, state, widgets
+from components import agreement, inputs, keys, panels, state, widgets
 from components.page import PageContext, open_page
 from core.engine.result import DualPathResult
 
@@ -64,6 +64,7 @@ def main() -> None:
     st.divider()
     panels.draw_verdict(result)
     panels.draw_warnings(result)
+    agreement.draw(page.handle, result, panels.result_tag(result))
     panels.draw_divergence_chart(result)
     panels.draw_topk(result)
     panels.draw_crm_statistics(result)

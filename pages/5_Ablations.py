@@ -282,12 +282,16 @@ def draw_layer_sweep(page: PageContext, clean: DualPathResult, eps: float, flagg
     )
     c1, c2 = st.columns(2)
     with c1:
-        seeds = ablation_controls.seeds("Seeds per layer", keys.ABLATE_SWEEP_SEEDS, 1, 5)
+        seeds = ablation_controls.seeds(
+            "Seeds per layer", keys.ABLATE_SWEEP_SEEDS, 1, 5, per_layer_of=page.handle.info.n_layers
+        )
     with c2:
         n_tokens = ablation_controls.tokens_per_run(keys.ABLATE_SWEEP_TOKENS)
     runs = 1 + page.handle.info.n_layers * len(seeds)
     key = _key("sweep", panels.result_tag(clean), eps, seeds, int(n_tokens))
-    if st.button(f"Sweep every layer at ε = {eps:g} ({runs} runs)", key=keys.ABLATE_RUN_SWEEP, disabled=eps <= 0):
+    if st.button(
+        f"Sweep every layer at ε = {eps:g} ({runs} runs)", key=keys.ABLATE_RUN_SWEEP, disabled=eps <= 0 or not seeds
+    ):
         bar = st.progress(0.0, text="Starting…")
         grid = ablation.layer_sweep(
             *_clean_inputs(page, clean), eps, seeds, max_new_tokens=int(n_tokens), progress=_progress_callback(bar)

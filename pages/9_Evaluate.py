@@ -44,6 +44,7 @@ from core.evaluation.data import bundled_sets
 from core.methods.baselines import DEFAULT_KS
 from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle
+from core.public import current_policy
 
 MAX_UPLOAD_MB = 5
 SIGMA_CHOICES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -134,11 +135,12 @@ def draw_data_source() -> tuple[str, list[LabeledRow], str] | None:
     if not sets:
         st.info("No bundled probe set is installed (assets/probes/probes.csv). Upload a labeled CSV instead.")
     if source == UPLOAD:
+        limit_mb = current_policy().limit("upload_mb", MAX_UPLOAD_MB)  # lower in public mode
         upload = st.file_uploader(
-            f"Labeled CSV (columns query, context, label = memorized | grounded; up to {MAX_UPLOAD_MB} MB)",
+            f"Labeled CSV (columns query, context, label = memorized | grounded; up to {limit_mb} MiB)",
             type=["csv"],
             key=keys.EVAL_UPLOAD,
-            max_upload_size=MAX_UPLOAD_MB,
+            max_upload_size=limit_mb,
             help="Every row is checked before anything runs; a bad row is reported by number and column and "
             "nothing from the file is kept.",
         )
@@ -146,10 +148,12 @@ def draw_data_source() -> tuple[str, list[LabeledRow], str] | None:
             return None
         data = upload.getvalue()
         try:
-            rows = parse_labeled_bytes(data, name=upload.name, max_bytes=MAX_UPLOAD_MB * 1024 * 1024)
+            rows = parse_labeled_bytes(data, name=upload.name, max_bytes=limit_mb * 1024 * 1024)
         except DataError as exc:
             st.error(f"The file was not loaded. {escape_markdown(str(exc))}")
             return None
+        for note in getattr(rows, "notes", ()):
+            st.warning(escape_markdown(note))
         return upload.name, rows, file_digest(data)
     path = sets[source]
     try:
@@ -173,15 +177,18 @@ def draw_data_summary(name: str, rows: list[LabeledRow]) -> list[LabeledRow]:
     stored = state.stored(store)
     if stored is not None and not 1 <= int(stored) <= len(rows):
         state.set_stored(store, len(rows))
+    most = current_policy().limit("evaluate_rows", len(rows))  # lower in public mode
+    if most < len(rows):
+        st.caption(f"This public app scores at most {most} rows per run: a stratified sample of the file.")
     column, _ = st.columns([1, 2])
     with column:
         n = int(
             controls.number(
-                "Rows to score (a stratified sample when fewer than all; seed 42)", store, len(rows), (1, len(rows), 10)
+                "Rows to score (a stratified sample when fewer than all; seed 42)", store, most, (1, most, 10)
             )
-            or len(rows)
+            or most
         )
-    return stratified_sample(rows, min(n, len(rows)))
+    return stratified_sample(rows, min(n, most))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -259,6 +266,10 @@ def draw_results(handle: ModelHandle) -> None:
             records = [r for r in records if label_confirmed(r["label"], r)]
         labels = {r["label"] for r in records}
         summary, rows = main_job.summary(records, confirmed_only) if records else ({"detectors": {}}, [])
+        st.caption(
+            f"Results for the set **{escape_markdown(main_job.spec.dataset or 'unnamed')}** · {len(records)} rows"
+            + (" (only those whose label the model's behavior confirms)" if confirmed_only else "")
+        )
     tabs = st.tabs(["Detectors", "Rows", "Calibration", "Robustness", "Conflict set"])
     with tabs[0]:
         if not records:
@@ -315,7 +326,7 @@ def main() -> None:
         "and one teacher-forced pass per batch, as on the Dual Path page row by row."
     )
     threshold, _ = active_threshold(handle.info.name)
-    for warning in calibration_mismatch(threshold, s) if threshold is not None else []:
+    for warning in calibration_mismatch(threshold, s, handle.tokenizer) if threshold is not None else []:
         st.caption(f"Verdicts: {escape_markdown(warning)}")
     if not options.detectors:
         st.info("Choose at least one detector.")

@@ -27,7 +27,14 @@ import torch
 from tqdm import tqdm
 
 from core.io import atomic_write_text
-from core.methods.crm import CALIBRATION_PROMPTS, bundled_basis_path, compute_basis, load_calibration_prompts
+from core.methods.crm import (
+    CALIBRATION_PROMPTS,
+    DEFAULT_LAYER_RULE,
+    LAYER_RULES,
+    bundled_basis_path,
+    compute_basis,
+    load_calibration_prompts,
+)
 from core.model.loading import load_model
 from core.model.prompts import TEMPLATE_CHOICES
 
@@ -36,6 +43,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--template", default="auto", choices=TEMPLATE_CHOICES)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 = bit-reproducible)")
+    parser.add_argument(
+        "--layer-rule",
+        default=DEFAULT_LAYER_RULE,
+        choices=LAYER_RULES,
+        help="layer selection: the paper's within-layer PCA ratio (default) or the share of the total variance",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(max(1, args.threads))
@@ -44,7 +57,13 @@ def main() -> int:
     n = len(load_calibration_prompts(CALIBRATION_PROMPTS))
     start = time.perf_counter()
     with tqdm(total=n, desc="calibration prompts", unit="prompt", file=sys.stderr) as bar:
-        basis = compute_basis(handle, progress=lambda done, total: bar.update(1), template=args.template, save=False)
+        basis = compute_basis(
+            handle,
+            progress=lambda done, total: bar.update(1),
+            template=args.template,
+            save=False,
+            layer_rule=args.layer_rule,
+        )
     elapsed = time.perf_counter() - start
     out = basis.save(bundled_basis_path(basis.template))
     summary = basis.describe()
@@ -54,7 +73,7 @@ def main() -> int:
     sets = basis.classifier["feature_sets"]
     sys.stderr.write(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB) and {summary_path.name} in {elapsed:.0f} s\n")
     layers = ", ".join("emb" if r == 0 else str(r - 1) for r in basis.kept_layers) or "none"
-    sys.stderr.write(f"kept decoder layers (variance ratio > {basis.evr_threshold}): {layers}\n")
+    sys.stderr.write(f"kept decoder layers ({basis.layer_rule} variance ratio > {basis.evr_threshold}): {layers}\n")
     for name, m in sets.items():
         sys.stderr.write(f"{name:14s} AUC={m['auc']:.3f}  95% CI [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]\n")
     return 0

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 import core.cli.commands
+from core.cli.common import check_args
 from core.model.handle import ModelLoadError
 
 
@@ -41,7 +42,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
+        check_args(args)
         return int(args.func(args))
     except (ValueError, ModelLoadError) as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {_one_line(exc)}\n")
         return 2
+    except OSError as exc:  # a file that vanished or a disk that filled up while the command ran
+        sys.stderr.write(f"error: {_one_line(exc)}\n")
+        return 2
+    except Exception as exc:  # anything else: one line, the traceback only with --verbose
+        if args.verbose:
+            logging.getLogger(__name__).exception("unexpected failure")
+        hint = "" if args.verbose else " (run with -v for the traceback)"
+        sys.stderr.write(f"error: unexpected {type(exc).__name__}: {_one_line(exc)}{hint}\n")
+        return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (newlines folded), at most 2,000 characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 2000 else text[:1999] + "…"

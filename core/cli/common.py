@@ -5,6 +5,11 @@ A command adds the flags with :func:`add_model_args` and turns them into objects
 which does all three and runs the dual path once; :func:`write_result` prints it). Tests replace the model
 by patching :func:`load_model` in this module (the one seam), e.g.
 ``monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)``.
+
+Every argument is checked before the model is loaded or anything is scored: :func:`check_args` (run by
+``core.cli.main`` for every command) refuses text that is not valid UTF-8, an empty ``--model`` and a
+``--window`` below 1; a command checks its own values and its output locations
+(:func:`core.io.check_output_path`) before it calls :func:`load_handle`.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ import torch
 from tqdm import tqdm
 
 from core.engine import DualPathResult, DualPathSettings, run_dual_path
-from core.methods.repcs import Threshold
+from core.maths.metrics import MAX_BOOTSTRAP, MIN_BOOTSTRAP
+from core.methods.repcs import DEFAULT_TAU_MODE, TAU_MODES, Threshold, threshold_for
 from core.model.handle import ModelHandle
-from core.model.loading import load_model
+from core.model.loading import EMBEDDED_NAME, load_model
 from core.model.prompts import TEMPLATE_CHOICES
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -38,6 +44,60 @@ def parse_device(text: str) -> str:
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise argparse.ArgumentTypeError(f"device must be cpu, cuda or cuda:N (e.g. cuda:0), got {text!r}")
     return device
+
+
+def parse_bootstrap(text: str) -> int:
+    """The ``--bootstrap`` value: an integer in the bounds the metrics use
+    (:data:`core.maths.metrics.MIN_BOOTSTRAP` … :data:`~core.maths.metrics.MAX_BOOTSTRAP`).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else, at parse time (argparse turns it into a usage error).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not MIN_BOOTSTRAP <= value <= MAX_BOOTSTRAP:
+        raise argparse.ArgumentTypeError(f"must be between {MIN_BOOTSTRAP} and {MAX_BOOTSTRAP:,}, got {value}")
+    return value
+
+
+def _not_utf8(value: str) -> int | None:
+    """The index of the first character that cannot be UTF-8 (a lone surrogate, e.g. from argv bytes), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Checks every command shares, run before the command itself (no model is loaded yet).
+
+    * text that is not valid UTF-8 (bytes that Python turned into lone surrogates) in any argument;
+    * ``--model ""``: an empty name is refused, not read as "the embedded model" (leave ``--model`` out for it);
+    * ``--window`` below 1 is refused, not replaced by the default.
+
+    Raises:
+        ValueError: the message names the argument.
+    """
+    for name, value in vars(args).items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for item in values:
+            if isinstance(item, str) and (at := _not_utf8(item)) is not None:
+                flag = "--" + name.replace("_", "-") if name not in ("data", "command") else name
+                raise ValueError(
+                    f"{flag} is not valid UTF-8 text (an undecodable byte at character {at}); "
+                    "check the terminal's encoding or the file it came from."
+                )
+    model = getattr(args, "model", None)
+    if model is not None and not model.strip():
+        raise ValueError(
+            "--model is empty: give a Hugging Face id or a local folder, or leave it out for the embedded model."
+        )
+    window = getattr(args, "window", None)
+    if window is not None and window < 1:
+        raise ValueError(f"--window must be at least 1 answer token, got {window}")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -60,6 +120,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threshold-file", default=None, help="JSON file with a calibrated τ (see `calibrate --write-threshold`)"
     )
+    p.add_argument(
+        "--tau-mode",
+        choices=list(TAU_MODES),
+        default=DEFAULT_TAU_MODE,
+        help="length: τ(L) by answer length with an inconclusive band (default); paper: RePCS' one constant τ",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> DualPathSettings:
@@ -70,7 +136,7 @@ def settings_from_args(args: argparse.Namespace) -> DualPathSettings:
     """
     settings = DualPathSettings(
         max_new_tokens=args.max_new_tokens,
-        score_window=args.window or args.max_new_tokens,
+        score_window=args.max_new_tokens if args.window is None else args.window,
         top_k=args.top_k,
         template=args.template,
     )
@@ -79,14 +145,18 @@ def settings_from_args(args: argparse.Namespace) -> DualPathSettings:
 
 
 def threshold_from_args(args: argparse.Namespace) -> tuple[Threshold | None, str | None]:
-    """The τ of ``--threshold-file`` and a sentence saying where it came from, or ``(None, None)``.
+    """The τ of ``--threshold-file`` as ``--tau-mode`` applies it and a sentence saying where it came from, or
+    ``(None, None)`` (the engine's default τ); with ``--tau-mode paper`` and no file, the default τ made constant.
 
     Raises:
         ValueError: the file cannot be read or is not a valid threshold.
     """
+    mode = getattr(args, "tau_mode", DEFAULT_TAU_MODE)
     if not args.threshold_file:
-        return None, None
-    return Threshold.load(args.threshold_file), f"from {args.threshold_file}"
+        if mode == DEFAULT_TAU_MODE:
+            return None, None  # the engine applies threshold_for(the model) in the default setting
+        return threshold_for(getattr(args, "model", None) or EMBEDDED_NAME, mode=mode)
+    return Threshold.load(args.threshold_file).for_mode(mode), f"from {args.threshold_file}"
 
 
 def load_handle(args: argparse.Namespace) -> ModelHandle:

@@ -61,6 +61,12 @@ def score_lts(inp: DetectorInput) -> float:
     return supervised_score(basis, basis.lts(displacement_for(inp), SUPERVISED))
 
 
+def score_l2(inp: DetectorInput) -> float:
+    """Mean over the decoder layers of ‖h_ℓ^c − h_ℓ^0‖ at the last prompt token (CRM appendix E's L2-norm
+    baseline as one number; on the bundled calibration a larger shift goes with memorized prompts)."""
+    return float(np.linalg.norm(np.asarray(displacement_for(inp), dtype=np.float64)[1:], axis=-1).mean())
+
+
 def score_lr(inp: DetectorInput) -> float:
     """P(memorized) of the bundled CRM-LR over the kept-layer PC1 LTS features."""
     basis = basis_for(inp)
@@ -85,6 +91,16 @@ register(
         score=score_lts,
         cost="forward",
         source="CRM §4.5 eq. 2 (supervised direction), standardized by the calibration μ/σ (appendix V.1)",
+    )
+)
+register(
+    Detector(
+        name="crm_l2",
+        label="CRM L2-norm: mean ‖h^c − h^0‖ over layers",
+        higher_means=MEMORIZED_HIGH,
+        score=score_l2,
+        cost="forward",
+        source="CRM appendix E (L2-norm baseline of the displacement), averaged over the decoder layers",
     )
 )
 register(

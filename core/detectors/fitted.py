@@ -9,7 +9,8 @@ row and :func:`cross_validated_scores` returns, for each row, P(memorized) from 
 Registered here:
 
 * ``crm_l2_lr`` — logistic regression over the CRM level-2 statistics of KL_t (appendix P.2: KL-mean, KL-max,
-  KL-var, early and late means, trend), computed from the result alone.
+  KL-var, early and late means, trend), computed from the result alone; an answer not longer than the split
+  has no late mean (``has_late = 0``, ``late = 0``: :func:`core.methods.crm.maths.l2_feature_vector`).
 * ``crm_lr_cv`` — logistic regression over the per-layer LTS features (CRM eq. 1, level 3:
   LTS_ℓ = ⟨h_ℓ^c − h_ℓ^0, v_ℓ⟩ at the last prompt token along PC1, for the layers kept by the variance-ratio
   > 0.01 rule), fitted by cross-validation on the evaluated rows themselves. It uses
@@ -32,12 +33,13 @@ import numpy as np
 
 from core.detectors.crm import basis_for, displacement_for
 from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
+from core.methods.crm.maths import L2_FEATURE_NAMES, l2_feature_vector
 
 logger = logging.getLogger(__name__)
 
 N_SPLITS = 5
 SEED = 42
-L2_FEATURES = ("mean", "max", "var", "early", "late", "trend")
+L2_FEATURES = L2_FEATURE_NAMES
 LTS_DIRECTION = "pc1"
 
 
@@ -97,16 +99,10 @@ def _fitted(name: str, *, label: str, cost: str, source: str, features: Callable
 
 
 def l2_features(inp: DetectorInput) -> np.ndarray:
-    """CRM level-2 statistics of KL_t over the window (``late`` = ``early`` when the answer is shorter than
-    the split), shape ``(6,)``."""
-    stats = inp.result.kl_stats
-    values = []
-    for key in L2_FEATURES:
-        value = stats.get(key)
-        if value is None and key == "late":
-            value = stats.get("early")
-        values.append(0.0 if value is None else float(value))
-    return np.asarray(values, dtype=np.float64)
+    """CRM level-2 statistics of KL_t over the window, shape ``(7,)``
+    (:func:`core.methods.crm.maths.l2_feature_vector`: when the answer is not longer than the split there is no
+    late mean, encoded as ``late = 0`` with the indicator ``has_late = 0``, never as a copy of the early mean)."""
+    return l2_feature_vector(inp.result.kl_stats)
 
 
 _fitted(

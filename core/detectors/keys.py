@@ -23,3 +23,6 @@ SMA_SETTINGS = "sma.settings"
 """An :class:`~core.methods.sma.SMASettings` for the ``sma`` detector."""
 SMA_DETAILS = "sma"
 """The SMA run's summary (scores, labels, β on/off, ADS)."""
+SMA_RUNNER = "sma.runner"
+"""A callable with :func:`~core.methods.sma.run_sma`'s signature that the ``sma`` detector runs instead (``detect
+--ray`` puts :class:`core.scale.ray_sma.RaySMARunner` here: the perturbed generations on Ray actors)."""

@@ -12,7 +12,8 @@ def score(inp: DetectorInput) -> float:
     settings = inp.cache.get(keys.SMA_SETTINGS) or SMASettings(
         max_new_tokens=min(32, int(inp.settings.max_new_tokens)), template=inp.settings.template
     )
-    result = run_sma(inp.handle, inp.result.query, inp.result.context, settings)
+    run = inp.cache.get(keys.SMA_RUNNER) or run_sma
+    result = run(inp.handle, inp.result.query, inp.result.context, settings)
     inp.cache[keys.SMA_DETAILS] = {
         "membership_score": result.membership_score(),
         "label_counts": result.label_counts(),

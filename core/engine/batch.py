@@ -19,6 +19,19 @@ not an error of either computation; per-step distributions given the same tokens
 Robustness (RePCS §V, Table IV) needs both paths' full logits, which exist only while a batch is being
 scored, so the noisy scores Z_σ for the requested σ are computed here (see :mod:`core.maths.noise`)
 and stored in ``result.extras["noisy_repcs"]``.
+
+Memory. Scoring needs, per answer position, both paths' full-vocabulary distributions (the KL is a sum over
+the vocabulary), so a batch holds its retrieval logits (kept by the generation) and its parametric logits
+(one forward) at once: ``rows × max_new_tokens × V`` values each. Three rules keep that bounded:
+
+* a batch is split into sub-batches of at most :func:`rows_per_batch` rows so that one path's logits take at
+  most :data:`MAX_LOGITS_BYTES` (1 GiB): with the embedded model (V = 49,152, fp32) that is 5 rows at 1,024 new
+  tokens, the full 8 up to 640 (each sub-batch is one generate and one forward, as any batch);
+* :func:`core.engine.generation.generate_greedy` gives each row its own logits tensor without a stacked copy,
+  and a row's retrieval logits are released as soon as the row is scored;
+* each row is scored in slices of answer positions (:data:`SCORE_CHUNK_BYTES` of float32 logits per slice),
+  so the float32 log-probabilities and KL temporaries of scoring never span the whole answer (the per-position
+  results are the same: every statistic is computed position by position).
 """
 
 from __future__ import annotations
@@ -26,22 +39,77 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from typing import Any
+
+import numpy as np
+import torch
 
 from core.engine.generation import generate_greedy, teacher_forced_logits_batch
 from core.engine.prepare import prepare_prompts
 from core.engine.result import DualPathResult
-from core.engine.scoring import NOT_GENERATED, Answer, build_result, resolve_threshold, score_paths
+from core.engine.scoring import (
+    NOT_GENERATED,
+    Answer,
+    PathScores,
+    build_result,
+    resolve_threshold,
+    score_paths,
+)
 from core.engine.settings import DualPathSettings
 from core.maths.noise import noisy_repcs_scores, row_seed
 from core.methods.repcs import Threshold
-from core.model.handle import ModelHandle
+from core.model.handle import ModelHandle, check_cancelled
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 8
 MAX_BATCH_TOKENS = 16384
 """Most padded prompt+answer tokens per batch (batch rows × widest row); longer rows get smaller batches."""
+MAX_LOGITS_BYTES = 1 << 30
+"""Most bytes of one path's full-vocabulary logits a batch may hold (rows × max_new_tokens × V × dtype size);
+a larger batch is scored in sub-batches (:func:`rows_per_batch`). The peak of a batch is about twice this (both
+paths) plus the model and one row's scoring temporaries."""
+SCORE_CHUNK_BYTES = 64 << 20
+"""Answer positions are scored in slices of at most this many bytes of float32 logits per path."""
+_DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
+
+
+def rows_per_batch(handle: ModelHandle, max_new_tokens: int, max_bytes: int | None = None) -> int:
+    """The most rows one batch may hold so that one path's logits fit in ``max_bytes`` (default
+    :data:`MAX_LOGITS_BYTES`; at least 1 row).
+
+    One row keeps ``max_new_tokens × V`` logits per path in the model's dtype.
+    """
+    max_bytes = MAX_LOGITS_BYTES if max_bytes is None else max_bytes
+    per_row = max(1, max_new_tokens) * handle.info.vocab_size * _DTYPE_BYTES.get(handle.info.dtype, 4)
+    return max(1, max_bytes // per_row)
+
+
+def _concat(parts: list[Any], kind: type) -> Any:
+    """Concatenate per-slice :class:`PathScores` / :class:`PathStats` along the position axis."""
+    values = {}
+    for f in fields(kind):
+        items = [getattr(p, f.name) for p in parts]
+        values[f.name] = (
+            _concat(items, type(items[0])) if f.name in ("retrieval", "parametric") else np.concatenate(items)
+        )
+    return kind(**values)
+
+
+def _score_row(
+    retrieval_logits: torch.Tensor, parametric_logits: torch.Tensor, answer_ids: list[int], top_k: int
+) -> PathScores:
+    """:func:`core.engine.scoring.score_paths` over slices of positions (see :data:`SCORE_CHUNK_BYTES`)."""
+    n, vocab = retrieval_logits.shape
+    step = max(1, SCORE_CHUNK_BYTES // (4 * max(1, vocab)))
+    if n <= step:
+        return score_paths(retrieval_logits, parametric_logits, answer_ids, top_k)
+    parts = [
+        score_paths(retrieval_logits[a : a + step], parametric_logits[a : a + step], answer_ids[a : a + step], top_k)
+        for a in range(0, n, step)
+    ]
+    return _concat(parts, PathScores)
 
 
 def score_batch(
@@ -67,13 +135,30 @@ def score_batch(
 
     Returns:
         One :class:`DualPathResult` per item, in order. ``timings`` hold the batch's times divided by its size
-        (``batch_size`` says how many rows shared them).
+        (``batch_size`` says how many rows shared them). More rows than :func:`rows_per_batch` allows are
+        scored in consecutive sub-batches (each one generate and one forward).
     """
     settings = settings or DualPathSettings()
     if not items:
         return []
     prepared = [prepare_prompts(handle, q, c, settings) for q, c in items]
     threshold, threshold_source = resolve_threshold(handle, threshold, threshold_source)
+    cap = rows_per_batch(handle, settings.max_new_tokens)
+    if len(items) > cap:
+        logger.info("batch of %d rows scored in sub-batches of %d (logit memory cap)", len(items), cap)
+        merged: list[DualPathResult] = []
+        for start in range(0, len(items), cap):
+            merged += score_batch(
+                handle,
+                items[start : start + cap],
+                settings,
+                threshold=threshold,
+                threshold_source=threshold_source,
+                free_parametric=free_parametric,
+                noise_sigmas=noise_sigmas,
+                noise_seed=noise_seed,
+            )
+        return merged
     b = len(prepared)
     t0 = time.perf_counter()
     with handle.session():  # the batch's generate and forward in one hold of the model
@@ -82,7 +167,11 @@ def score_batch(
             prompts += [p.parametric.ids for p in prepared]
         generated = generate_greedy(handle, prompts, settings)
         retrieval = generated[:b]
-        parametric = generated[b:] if free_parametric else [([], None, NOT_GENERATED.finish)] * b
+        if free_parametric:  # the free parametric answers' own logits are never scored: keep their ids only
+            parametric = [(ids, None, finish) for ids, _, finish in generated[b:]]
+        else:
+            parametric = [([], None, NOT_GENERATED.finish)] * b
+        del generated
         t1 = time.perf_counter()
         parametric_logits = teacher_forced_logits_batch(
             handle, [p.parametric.ids for p in prepared], [r[0] for r in retrieval]
@@ -90,7 +179,8 @@ def score_batch(
     scored = []
     for i, p in enumerate(prepared):
         retrieval_ids, retrieval_logits, retrieval_finish = retrieval[i]
-        scores = score_paths(retrieval_logits, parametric_logits[i], retrieval_ids, settings.top_k)
+        retrieval[i] = (retrieval_ids, None, retrieval_finish)  # this row's logits are freed once it is scored
+        scores = _score_row(retrieval_logits, parametric_logits[i], retrieval_ids, settings.top_k)
         extras: dict[str, Any] = {}
         if noise_sigmas:
             seed = row_seed(noise_seed, p.query, p.context)
@@ -103,6 +193,7 @@ def score_batch(
                 "space": "logits",
             }
         scored.append((retrieval_ids, retrieval_finish, scores, extras))
+        del retrieval_logits
     t3 = time.perf_counter()
     del retrieval, parametric_logits
     timings = {
@@ -180,6 +271,7 @@ def score_rows(
     for batch in plan_batches([len(p.retrieval.ids) for p in prepared], batch_size, settings.max_new_tokens):
         if should_stop is not None and should_stop():
             break
+        check_cancelled()  # a cancelled run (closed tab, newer run of the session) ends between batches
         results = score_batch(
             handle,
             [items[i] for i in batch],

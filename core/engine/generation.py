@@ -10,6 +10,10 @@ the model's lock and ``torch.inference_mode()``. Padding is built by hand (the t
 ``generate`` derives ``position_ids = cumsum(mask) − 1`` from the attention mask itself (transformers 5
 ``_prepare_position_ids_for_generation``), but a plain ``model(...)`` call does **not** (``LlamaModel.forward``
 falls back to ``arange``), so the batched teacher-forced pass passes them explicitly.
+
+Every generation carries :class:`CancelCriteria`, which checks the run's cancel token
+(:func:`core.model.handle.run_control`) at every generated token: a cancelled run stops within one token and
+the handle releases the model.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from core.engine.settings import DualPathSettings
-from core.model.handle import ModelHandle
+from core.model.handle import ModelHandle, check_cancelled
 
 SCORING = "scoring"
 """The :attr:`StreamEvent.path` of the scoring step that follows generation."""
@@ -83,6 +87,24 @@ class _RowStreamer(BaseStreamer):
                 self._emit(row, True)
 
 
+class CancelCriteria(StoppingCriteria):
+    """A stopping criterion that never stops a row but raises when the run is cancelled.
+
+    Called by ``generate`` after every step; it calls :func:`core.model.handle.check_cancelled`, which raises
+    :class:`~core.model.handle.RunCancelled` (or the app's own stop exception) once the run's token is
+    cancelled. Outside a :func:`~core.model.handle.run_control` block it costs one context-variable lookup.
+    """
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        check_cancelled()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def cancellable() -> StoppingCriteriaList:
+    """The stopping criteria every generation of the app passes: :class:`CancelCriteria` alone."""
+    return StoppingCriteriaList([CancelCriteria()])
+
+
 def _generation_config(handle: ModelHandle, settings: DualPathSettings) -> GenerationConfig:
     return GenerationConfig(
         max_new_tokens=settings.max_new_tokens,
@@ -134,8 +156,9 @@ def generate_greedy(
 
     Returns:
         One ``(token_ids, logits, finish)`` per prompt: the answer's ids up to and including the first EOS,
-        its logits of shape ``(n, V)`` (model dtype, on the model's device) where row t is the distribution
-        that produced ``token_ids[t]``, and ``"eos"`` or ``"length"``.
+        its logits of shape ``(n, V)`` (model dtype, on the model's device; one tensor per prompt, sharing no
+        memory with the others) where row t is the distribution that produced ``token_ids[t]``, and ``"eos"``
+        or ``"length"``.
 
     Raises:
         ValueError: no prompt, or an empty one.
@@ -154,19 +177,33 @@ def generate_greedy(
         attention_mask=mask.to(handle.device),
         generation_config=_generation_config(handle, settings),
         streamer=streamer,
+        stopping_criteria=cancellable(),
     )
     new = out.sequences[:, width:].tolist()
-    logits = torch.stack(out.logits, dim=1)  # (batch, steps, V)
-    results = []
-    for row, ids in enumerate(new):
+    steps: list[torch.Tensor | None] = list(out.logits)  # one (batch, V) tensor per step
+    first = out.logits[0]
+    del out  # the steps are now held by this list alone, which releases them one by one below
+    answers = []
+    for ids in new:
         n = len(ids)
         finish = "length"
         for i, tok in enumerate(ids):
             if tok in eos and not settings.force_length:
                 n, finish = i + 1, "eos"
                 break
-        results.append((ids[:n], logits[row, :n], finish))
-    return results
+        answers.append((ids[:n], finish))
+    # Each row's logits go into a tensor of its own, filled step by step while the steps are released: the
+    # (batch, steps, V) logits are never held twice (as steps and as a stacked copy), a row that stopped early
+    # keeps only its own n steps, and a caller can free a row's logits as soon as the row is scored.
+    row_logits = [first.new_empty((len(ids), first.shape[-1])) for ids, _ in answers]
+    del first
+    for t in range(len(steps)):
+        step, steps[t] = steps[t], None
+        for row, (ids, _) in enumerate(answers):
+            if t < len(ids):
+                row_logits[row][t] = step[row]  # type: ignore[index]
+        del step
+    return [(ids, logits, finish) for (ids, finish), logits in zip(answers, row_logits, strict=True)]
 
 
 def _forward_last(handle: ModelHandle, keep: int, **inputs: torch.Tensor) -> torch.Tensor:

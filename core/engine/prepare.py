@@ -12,7 +12,14 @@ from dataclasses import dataclass
 
 from core.engine.settings import DualPathSettings
 from core.model.handle import ModelHandle
-from core.model.prompts import build_prompt, clean_inputs, encode_prompt, resolve_template
+from core.model.prompts import (
+    build_prompt,
+    clean_inputs,
+    encode_prompt,
+    neutralize_special_tokens,
+    resolve_template,
+    special_token_warning,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,10 @@ def prepare_prompts(handle: ModelHandle, query: str, context: str, settings: Dua
     warnings: list[str] = []
     if removed:
         warnings.append(f"Removed {removed} control character(s) from the input (newlines and tabs are kept).")
+    query, found_q = neutralize_special_tokens(query, handle.tokenizer)
+    context, found_c = neutralize_special_tokens(context, handle.tokenizer)
+    if found_q or found_c:
+        warnings.append(special_token_warning(found_q + found_c))
     if not context:
         raise ValueError(
             "The context is empty: with no context both paths are the same prompt and Z is 0 by construction. "

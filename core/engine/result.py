@@ -16,9 +16,14 @@ from typing import Any
 import numpy as np
 
 from core.engine.settings import DualPathSettings
+from core.engine.verdict import normalize_verdict
+from core.methods.repcs import TAU_PAPER
 
-SCHEMA_VERSION = 2
-"""2: the in-memory result groups each path's fields in a :class:`PathOutput`; the JSON keys are schema 1's."""
+SCHEMA_VERSION = 3
+"""2: the in-memory result groups each path's fields in a :class:`PathOutput`; the JSON keys are schema 1's.
+3: the verdict speaks :mod:`core.engine.verdict`'s vocabulary (``"recalled"`` / ``"read"`` / ``"inconclusive"`` /
+``"uncalibrated"``; older ``"memorized"`` / ``"grounded"`` are read and normalized) and comes with
+``verdict_reason``, ``tau_band``, ``tau_mode`` and ``n_scored``."""
 
 RETRIEVAL = "retrieval"
 PARAMETRIC = "parametric"
@@ -38,7 +43,8 @@ _PATH_KEYS: dict[str, tuple[str, str, Any]] = {
     "topk_probs": ("topk_probs_rag", "topk_probs_para", np.float32),
     "topk_tokens": ("topk_tokens_rag", "topk_tokens_para", None),
 }
-# The JSON key order of schema 1 (kept so diffs of exported files stay readable).
+# The JSON key order of schema 1, with schema 3's verdict keys after "verdict" (diffs of exported files stay
+# readable).
 _JSON_ORDER = (
     "model",
     "model_info",
@@ -74,8 +80,13 @@ _JSON_ORDER = (
     "threshold",
     "threshold_source",
     "verdict",
+    "verdict_reason",
+    "tau_band",
+    "tau_mode",
+    "n_scored",
     "kl_stats",
     "max_abs_log_ratio",
+    "max_abs_log_ratio_vocab",
     "warnings",
     "timings",
     "extras",
@@ -123,10 +134,21 @@ class DualPathResult:
         retrieval, parametric: each path's :class:`PathOutput`.
         token_kl: ``(n,)`` float32 KL_t = KL(P_retrieval,t ‖ P_parametric,t) over the full vocabulary.
         repcs_score: Z = Σ_{t < T} KL_t over the first ``score_window`` (T) positions (RePCS eq. 2).
-        threshold: τ in force (Z < τ ⇒ ``verdict == "memorized"``), ``None`` when no threshold is known.
+        threshold: the τ Z was compared with — τ(L) at this answer's L for a length-aware threshold, else the
+            constant τ — ``None`` when no threshold is known.
+        verdict: ``"recalled"`` (Z below τ, outside the band), ``"read"``, ``"inconclusive"`` (Z within the
+            band of τ(L), L outside the calibration's lengths, or an empty answer) or ``"uncalibrated"``
+            (:mod:`core.engine.verdict`; :func:`core.methods.repcs.decide`).
+        verdict_reason: one sentence saying why.
+        tau_band: ``[low, high]`` of the inconclusive band at this L (length-aware τ), else ``None``.
+        tau_mode: ``"length"`` (τ(L) with the band) or ``"paper"`` (one constant τ); ``None`` uncalibrated.
+        n_scored: L = min(T, n), the answer tokens summed into Z.
         kl_stats: the CRM level-2 statistics of ``token_kl[:T]``.
         max_abs_log_ratio: max_t |logprob_retrieval − logprob_parametric| over the window (RePCS γ, realised
             tokens only).
+        max_abs_log_ratio_vocab: max_t max_v |log P_retrieval,t(v) − log P_parametric,t(v)| over the window and
+            every vocabulary entry that enters KL_t (P_retrieval,t(v) > 0): the log-ratio RePCS Lemma III.3
+            bounds by γ; ``None`` in results written before it existed.
     """
 
     model: str
@@ -148,6 +170,11 @@ class DualPathResult:
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)
+    verdict_reason: str = ""
+    tau_band: list[float] | None = None
+    tau_mode: str | None = None
+    n_scored: int = 0
+    max_abs_log_ratio_vocab: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -194,12 +221,26 @@ class DualPathResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DualPathResult:
-        """Read the JSON form (schema 1 or 2: both use the same keys).
+        """Read the JSON form (schemas 1–3: 3 adds the verdict keys; older verdicts are normalized).
+
+        A result of schema 1 or 2 was judged with one constant τ: it reads back with ``tau_mode = "paper"`` (when
+        it had a threshold), no band, ``n_scored = min(T, n)`` and ``"memorized"`` / ``"grounded"`` read as
+        ``"recalled"`` / ``"read"``.
 
         Raises:
-            ValueError: keys missing, or a schema newer than this version knows.
+            ValueError: keys missing, a schema newer than this version knows, or an unknown verdict.
         """
-        optional = {"warnings", "timings", "extras", "schema_version"}
+        optional = {
+            "warnings",
+            "timings",
+            "extras",
+            "schema_version",
+            "verdict_reason",
+            "tau_band",
+            "tau_mode",
+            "n_scored",
+            "max_abs_log_ratio_vocab",
+        }
         missing = [k for k in _JSON_ORDER if k not in data and k not in optional]
         if missing:
             raise ValueError(f"Not a Read or Recall result: missing keys {sorted(missing)}")
@@ -216,6 +257,13 @@ class DualPathResult:
             paths[name] = PathOutput(**kwargs)
         top = {f.name: data[f.name] for f in fields(cls) if f.name not in PATHS and f.name in data}
         top["token_kl"] = np.asarray(top["token_kl"], dtype=np.float32)
+        top["verdict"] = normalize_verdict(top["verdict"])
+        if "n_scored" not in top:
+            top["n_scored"] = min(int(top["score_window"]), len(paths[RETRIEVAL].token_ids))
+        if "tau_mode" not in top and top.get("threshold") is not None:
+            top["tau_mode"] = TAU_PAPER
+        if top.get("tau_band") is not None:
+            top["tau_band"] = [float(v) for v in top["tau_band"]]
         top["schema_version"] = SCHEMA_VERSION
         return cls(retrieval=paths[RETRIEVAL], parametric=paths[PARAMETRIC], **top)
 

@@ -4,14 +4,15 @@
   over the full vocabulary (nats, float32 log-space), each path's entropy, the log-probability of the answer
   token and the top-k candidates.
 * :func:`build_result` — the result of one row from its parts, with Z = Σ_{t<T} KL_t (RePCS eq. 2), the
-  verdict against τ and the CRM level-2 statistics. :func:`core.engine.dual_path.run_dual_path` and the
+  verdict (:func:`core.methods.repcs.decide`: τ(L) with its inconclusive band, or the paper's constant τ)
+  and the CRM level-2 statistics. :func:`core.engine.dual_path.run_dual_path` and the
   batched :func:`core.engine.batch.score_batch` both build their results here, so they agree by construction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -19,9 +20,11 @@ import torch
 from core.engine.prepare import PreparedPrompts, Prompt
 from core.engine.result import DualPathResult, PathOutput
 from core.engine.settings import DualPathSettings
+from core.engine.verdict import UNCALIBRATED
 from core.maths.divergence import entropy, kl_divergence, kl_statistics, log_probs
-from core.methods.repcs import Threshold, repcs_score, threshold_for, verdict
+from core.methods.repcs import TAU_PAPER, Threshold, decide, repcs_score, threshold_for
 from core.model.handle import ModelHandle
+from core.model.prompts import resolve_template
 
 
 class Answer(NamedTuple):
@@ -58,6 +61,9 @@ class PathScores:
     token_kl: np.ndarray
     retrieval: PathStats
     parametric: PathStats
+    vocab_log_ratio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    """``(n,)`` float32: max over the vocabulary entries that enter KL_t (P_retrieval > 0) of
+    |log P_retrieval − log P_parametric| — RePCS Lemma III.3's per-token log-ratio, whose bound is γ."""
 
 
 def _path_stats(logp: torch.Tensor, index: torch.Tensor, k: int) -> PathStats:
@@ -93,23 +99,49 @@ def score_paths(
     lp_retrieval = log_probs(retrieval_logits)
     lp_parametric = log_probs(parametric_logits.to(retrieval_logits.device))
     index = torch.tensor(answer_ids, dtype=torch.long, device=lp_retrieval.device).unsqueeze(-1)
+    ratio = (lp_retrieval - lp_parametric).abs()
+    ratio = torch.where(torch.isfinite(lp_retrieval), ratio, torch.zeros_like(ratio))  # P_rag = 0: not in the KL
     return PathScores(
         token_kl=kl_divergence(lp_retrieval, lp_parametric).cpu().numpy(),
         retrieval=_path_stats(lp_retrieval, index, top_k),
         parametric=_path_stats(lp_parametric, index, top_k),
+        vocab_log_ratio=ratio.amax(dim=-1).float().cpu().numpy() if ratio.numel() else np.zeros(0, np.float32),
     )
 
 
-def calibration_mismatch(threshold: Threshold, settings: DualPathSettings) -> list[str]:
-    """Warnings when a run's settings differ from those τ was calibrated with (τ is then not comparable)."""
+def _resolved_template(key: str, tokenizer: Any) -> str:
+    """The template key ``key`` resolves to for ``tokenizer`` (``"auto"`` → ``"chat"`` or ``"A"``); ``key`` itself
+    when there is no tokenizer or it cannot be resolved."""
+    if tokenizer is None:
+        return key
+    try:
+        return resolve_template(key, tokenizer).key
+    except ValueError:
+        return key
+
+
+def calibration_mismatch(threshold: Threshold, settings: DualPathSettings, tokenizer: Any = None) -> list[str]:
+    """Warnings when a run's settings differ from those τ was calibrated with (τ is then not comparable).
+
+    Templates are compared as resolved for ``tokenizer`` (the run's model): a τ calibrated with ``"auto"`` and a
+    run with ``"chat"`` explicitly, which ``"auto"`` resolves to, do not warn. Without a tokenizer the setting
+    strings are compared.
+    """
     out = []
     if settings.score_window != threshold.T:
         out.append(
             f"τ was calibrated with T = {threshold.T} answer tokens but this run sums T = {settings.score_window}; "
             "Z and τ are not on the same scale — recalibrate for this T or restore it."
         )
+    if threshold.length_tau is None and (threshold.extra or {}).get("tau_mode") != TAU_PAPER:
+        out.append(
+            "This τ has no length-aware calibration (a file written before it existed): the verdict uses one "
+            "constant τ and no inconclusive band — recalibrate to get τ(L)."
+        )
     calibrated_template = (threshold.extra or {}).get("template")
-    if calibrated_template and calibrated_template != settings.template:
+    if calibrated_template and _resolved_template(calibrated_template, tokenizer) != _resolved_template(
+        settings.template, tokenizer
+    ):
         out.append(
             f"τ was calibrated with template {calibrated_template!r}, this run uses {settings.template!r}; "
             "the verdict may not transfer."
@@ -167,10 +199,10 @@ def build_result(
     """
     window = min(settings.score_window, len(retrieval.token_ids))
     z = repcs_score(scores.token_kl, settings.score_window)
-    tau = None if threshold is None else float(threshold.tau)
+    decision = decide(z, window, threshold)
     warnings = list(prepared.warnings)
     if threshold is not None:
-        warnings += calibration_mismatch(threshold, settings)
+        warnings += calibration_mismatch(threshold, settings, handle.tokenizer)
     log_ratio = np.abs(scores.retrieval.logprob[:window].astype(np.float64) - scores.parametric.logprob[:window])
     return DualPathResult(
         model=handle.info.name,
@@ -184,11 +216,18 @@ def build_result(
         token_kl=scores.token_kl,
         score_window=settings.score_window,
         repcs_score=z,
-        threshold=tau,
+        threshold=decision.tau if threshold is not None else None,
         threshold_source=threshold_source or ("given" if threshold is not None else "no threshold available"),
-        verdict=verdict(z, tau) if tau is not None else "uncalibrated",
+        verdict=decision.verdict if threshold is not None else UNCALIBRATED,
+        verdict_reason=decision.reason,
+        tau_band=None if decision.band is None else [float(decision.band[0]), float(decision.band[1])],
+        tau_mode=decision.mode,
+        n_scored=window,
         kl_stats=kl_statistics(scores.token_kl[:window], settings.kl_split),
         max_abs_log_ratio=float(log_ratio.max()) if log_ratio.size else 0.0,
+        max_abs_log_ratio_vocab=(
+            float(scores.vocab_log_ratio[:window].max()) if scores.vocab_log_ratio[:window].size else 0.0
+        ),
         warnings=warnings,
         timings=timings,
     )

@@ -60,9 +60,19 @@ class DualPathSettings:
         """Settings from their dict form; keys this version does not know are ignored, missing ones default.
 
         Raises:
-            ValueError: ``data`` is not a dict.
+            ValueError: ``data`` is not a dict, or a known key holds a value of the wrong type or out of range
+                (``null``, ``0`` or ``""`` are refused like any other bad value, never replaced by a default).
         """
         if not isinstance(data, dict):
             raise ValueError(f"settings must be a dict, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {}
+        for f in fields(cls):
+            if f.name not in data:
+                continue
+            value, kind = data[f.name], type(f.default)
+            if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+                raise ValueError(f"settings {f.name!r} must be a {kind.__name__}, got {value!r}")
+            values[f.name] = value
+        settings = cls(**values)
+        settings.validate()
+        return settings

@@ -11,6 +11,17 @@
   estimated) and Δ̂ = mean Z over grounded rows − mean Z over memorized rows, all labeled rows (Assumption 1's
   gap, estimated). When Δ̂ ≤ 0 there is no influence gap and the guarantee does not apply.
 
+**Length-aware τ** (the default setting, :class:`core.methods.repcs.LengthTau`): τ(L) = exp(a + b ln L), the
+α-quantile regression of ln Z on the number L = min(T, answer length) of scored tokens over the same clean
+rows, 0 ≤ b ≤ 1, with a percentile-bootstrap band; rows whose Z falls inside the band, or whose L lies outside
+the calibration's lengths, are *inconclusive*. It needs ⌈1/α⌉ clean calibration rows in each length bucket
+(the shorter and the longer half of the rows) and refuses fewer, saying how many are needed
+(:func:`core.methods.repcs.check_length_calibration`). The paper's constant τ is always computed too.
+
+Per answer length (:func:`rates_by_length`): FPR and FNR with Wilson 95% intervals in the buckets
+:data:`LENGTH_BUCKETS` of L, for the constant τ and for τ(L), plus the share of each class the band leaves
+inconclusive and the *confident* error rates (grounded rows called "recalled", memorized rows called "read").
+
 What this can and cannot conclude: the guarantee holds under the paper's assumptions (bounded log-ratios, a
 positive gap, calibration rows drawn from the same distribution as future clean queries); with γ̂ and Δ̂
 estimated from a small set the printed n is itself an estimate, and a calibration set smaller than n
@@ -20,16 +31,32 @@ gives no guarantee at all — the held-out FPR/FNR are the honest figures.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from core.methods.repcs import Threshold, calibrate_tau, fit_threshold, pac_sample_size
+from core.engine.verdict import INCONCLUSIVE, READ, RECALLED
+from core.methods.repcs import (
+    DEFAULT_TAU_MODE,
+    TAU_LENGTH,
+    TAU_MODES,
+    TAU_PAPER,
+    Threshold,
+    calibrate_tau,
+    decide,
+    fit_threshold,
+    pac_sample_size,
+)
 
 DEFAULT_ALPHA = 0.05
 DEFAULT_EPSILON = 0.05
 DEFAULT_FRACTION = 0.5
+LENGTH_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 8), (9, 16), (17, 32), (33, 64), (65, None))
+"""Buckets of L (scored answer tokens), inclusive; ``None`` = no upper end. Powers of two: τ(L) is a power law."""
+CI_LEVEL = 0.95
 
 
 @dataclass
@@ -44,6 +71,13 @@ class CalibrationReport:
         fpr_calibration: in-sample FPR on the calibration rows (≈ α by construction).
         gamma, delta: γ̂ and Δ̂ (nats); ``n_required``: the PAC n (``None`` when Δ̂ ≤ 0).
         warnings: plain sentences for the UI / CLI.
+        mode: the τ setting calibrated (``"length"`` or ``"paper"``); ``fpr_heldout``/``fnr_heldout`` are its
+            rule's (Z < τ(L), resp. Z < τ); ``fpr_heldout_constant``/``fnr_heldout_constant`` the constant τ's.
+        inconclusive_heldout: share of held-out grounded / memorized rows the band leaves inconclusive
+            (length-aware τ; ``None`` otherwise).
+        rates_by_length: :func:`rates_by_length` on the held-out rows (both calibrations).
+        pac: :func:`pac_table` — the PAC n with γ as Lemma III.3 uses it (vocabulary) next to the realised-token
+            γ̂, and with the effective T (scored tokens) next to the nominal T.
     """
 
     threshold: Threshold
@@ -57,9 +91,16 @@ class CalibrationReport:
     delta: float | None
     n_required: int | None
     warnings: list[str] = field(default_factory=list)
+    mode: str = TAU_PAPER
+    fpr_heldout_constant: float | None = None
+    fnr_heldout_constant: float | None = None
+    inconclusive_heldout: dict[str, float | None] | None = None
+    rates_by_length: list[dict[str, Any]] = field(default_factory=list)
+    pac: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tau(self) -> float:
+        """The paper's constant τ (nats); the length-aware τ(L) is ``threshold.length_tau``."""
         return float(self.threshold.tau)
 
     @property
@@ -69,7 +110,7 @@ class CalibrationReport:
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        out["threshold"] = dataclasses.asdict(self.threshold)
+        out["threshold"] = json_threshold(self.threshold)
         out["tau"] = self.tau
         out["enough"] = self.enough
         return out
@@ -101,17 +142,232 @@ def calibration_split(labels: np.ndarray, fraction: float = DEFAULT_FRACTION, *,
     return mask
 
 
-def achieved_rates(z: np.ndarray, labels: np.ndarray, tau: float) -> tuple[float | None, float | None]:
+def json_threshold(threshold: Threshold) -> dict[str, Any]:
+    """A threshold as a JSON-ready dict (the same object as its file)."""
+    return dataclasses.asdict(threshold)
+
+
+def achieved_rates(z: np.ndarray, labels: np.ndarray, tau: float | np.ndarray) -> tuple[float | None, float | None]:
     """(FPR, FNR) of the rule "memorized iff Z < τ": FPR over grounded rows, FNR over memorized rows
-    (``None`` for a class with no rows)."""
+    (``None`` for a class with no rows). ``tau`` is one number or one τ per row (τ(L) of each row's L)."""
     zz = np.asarray(z, dtype=np.float64)
     y = _labels(labels)
     if zz.shape != y.shape:
         raise ValueError(f"z and labels differ in shape: {zz.shape} vs {y.shape}")
-    clean, mem = zz[y == 0], zz[y == 1]
-    fpr = float((clean < tau).mean()) if clean.size else None
-    fnr = float((mem >= tau).mean()) if mem.size else None
+    t = np.broadcast_to(np.asarray(tau, dtype=np.float64), zz.shape)
+    flagged = zz < t
+    fpr = float(flagged[y == 0].mean()) if (y == 0).any() else None
+    fnr = float((~flagged[y == 1]).mean()) if (y == 1).any() else None
     return fpr, fnr
+
+
+def wilson_interval(k: int, n: int, level: float = CI_LEVEL) -> tuple[float, float] | None:
+    """The Wilson score interval of a proportion k/n (``None`` for n = 0).
+
+    (p̂ + z²/2n ± z·sqrt(p̂(1 − p̂)/n + z²/4n²)) / (1 + z²/n), z the standard normal (1 + level)/2 quantile; it
+    stays inside [0, 1] and is not degenerate at k = 0 or k = n, unlike the Wald interval.
+    """
+    if n <= 0:
+        return None
+    if not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    from statistics import NormalDist
+
+    zq = NormalDist().inv_cdf(0.5 + level / 2.0)
+    p = k / n
+    denom = 1.0 + zq * zq / n
+    centre = (p + zq * zq / (2 * n)) / denom
+    half = zq * math.sqrt(p * (1 - p) / n + zq * zq / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bucket_name(lo: int, hi: int | None) -> str:
+    """``"9–16"`` or ``"65+"``."""
+    return f"{lo}+" if hi is None else f"{lo}–{hi}"
+
+
+def _share(mask: np.ndarray, within: np.ndarray) -> tuple[int, int, float | None, list[float] | None]:
+    n = int(within.sum())
+    k = int((mask & within).sum())
+    ci = wilson_interval(k, n)
+    return k, n, (k / n if n else None), (None if ci is None else [ci[0], ci[1]])
+
+
+def rates_by_length(
+    z: Sequence[float] | np.ndarray,
+    labels: Sequence[Any] | np.ndarray,
+    n_scored: Sequence[int] | np.ndarray,
+    threshold: Threshold,
+    *,
+    buckets: Sequence[tuple[int, int | None]] = LENGTH_BUCKETS,
+) -> list[dict[str, Any]]:
+    """FPR / FNR per bucket of scored answer length, for the constant τ and (when ``threshold`` has one) τ(L).
+
+    For each calibration and each bucket of L (then ``"all"``): ``fpr`` = share of grounded rows with
+    Z < τ (resp. τ(L)), ``fnr`` = share of memorized rows with Z ≥ τ, each with its Wilson 95% interval
+    (:func:`wilson_interval`) and counts; and from the verdicts (:func:`core.methods.repcs.decide`):
+    ``inconclusive_grounded`` / ``inconclusive_memorized`` (shares left inconclusive) and ``confident_fpr``
+    (grounded rows called "recalled") / ``confident_fnr`` (memorized rows called "read"). The constant τ has
+    no band, so its verdicts are its rule (an empty answer aside).
+
+    Args:
+        z: Z per row (nats); labels: 1 / ``"memorized"`` or 0 / ``"grounded"``; n_scored: L per row.
+        threshold: the calibration (its ``length_tau`` gives the length-aware rows).
+
+    Returns:
+        one dict per (calibration, bucket) with rows: ``calibration`` (``"paper"`` / ``"length"``), ``bucket``,
+        ``lo``, ``hi``, ``n_grounded``, ``n_memorized``, the rates and CIs above, ``tau_low`` / ``tau_high``
+        (the range of τ applied in the bucket's rows).
+    """
+    zz = np.asarray(z, dtype=np.float64)
+    y = _labels(np.asarray(labels))
+    L = np.asarray(n_scored).astype(np.int64)
+    if not (zz.shape == y.shape == L.shape) or zz.ndim != 1:
+        raise ValueError(f"z, labels and n_scored must be 1-D of one length: {zz.shape}, {y.shape}, {L.shape}")
+    calibrations = [(TAU_PAPER, threshold.for_mode(TAU_PAPER))]
+    if threshold.length_tau is not None:
+        calibrations.append((TAU_LENGTH, threshold))
+    out: list[dict[str, Any]] = []
+    for name, th in calibrations:
+        decisions = [decide(float(zi), int(li), th) for zi, li in zip(zz, L)]
+        taus = np.array([th.tau_at(max(int(li), 1)) for li in L], dtype=np.float64)
+        verdicts = np.array([d.verdict for d in decisions])
+        flagged = zz < taus
+        for lo, hi in [*buckets, (None, None)]:
+            inside = np.ones_like(L, dtype=bool) if lo is None else (lo <= L) & (True if hi is None else hi >= L)
+            grounded, memorized = inside & (y == 0), inside & (y == 1)
+            k_fp, n_g, fpr, fpr_ci = _share(flagged, grounded)
+            k_fn, n_m, fnr, fnr_ci = _share(~flagged, memorized)
+            out.append(
+                {
+                    "calibration": name,
+                    "bucket": "all" if lo is None else bucket_name(lo, hi),
+                    "lo": lo,
+                    "hi": hi,
+                    "n_grounded": n_g,
+                    "n_memorized": n_m,
+                    "fpr": fpr,
+                    "fpr_ci": fpr_ci,
+                    "false_positives": k_fp,
+                    "fnr": fnr,
+                    "fnr_ci": fnr_ci,
+                    "false_negatives": k_fn,
+                    "inconclusive_grounded": _share(verdicts == INCONCLUSIVE, grounded)[2],
+                    "inconclusive_memorized": _share(verdicts == INCONCLUSIVE, memorized)[2],
+                    "confident_fpr": _share(verdicts == RECALLED, grounded)[2],
+                    "confident_fnr": _share(verdicts == READ, memorized)[2],
+                    "tau_low": float(taus[inside].min()) if inside.any() else None,
+                    "tau_high": float(taus[inside].max()) if inside.any() else None,
+                }
+            )
+    return out
+
+
+def length_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """:func:`rates_by_length` as aligned text lines (the CLI's table), empty buckets left out."""
+
+    def rate(value: float | None, ci: list[float] | None, n: int) -> str:
+        if value is None:
+            return f"{'–':>21s}"
+        return f"{value:6.1%} [{ci[0]:4.0%}, {ci[1]:4.0%}] n={n:<3d}" if ci else f"{value:6.1%}"
+
+    out = [f"{'τ':10s} {'L':>6s}  {'FPR (grounded)':>25s}  {'FNR (memorized)':>25s}  {'inconclusive g / m':>18s}"]
+    for r in rows:
+        if not r["n_grounded"] and not r["n_memorized"]:
+            continue
+        inc = (
+            ""
+            if r["calibration"] == TAU_PAPER
+            else (f"{_pct(r['inconclusive_grounded'])} / {_pct(r['inconclusive_memorized'])}")
+        )
+        out.append(
+            f"{'constant' if r['calibration'] == TAU_PAPER else 'τ(L)':10s} {r['bucket']:>6s}  "
+            f"{rate(r['fpr'], r['fpr_ci'], r['n_grounded']):>25s}  {rate(r['fnr'], r['fnr_ci'], r['n_memorized']):>25s}"
+            f"  {inc:>18s}"
+        )
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def length_report(records: Sequence[dict[str, Any]], threshold: Threshold | None, T: int) -> dict[str, Any] | None:
+    """:func:`rates_by_length` over evaluation records (``repcs_score``, ``label``, ``n_tokens``; L =
+    min(T, ``n_tokens``)) as the report's ``"length_buckets"`` entry; ``None`` without a threshold, labels of
+    both classes or answer lengths."""
+    usable = [r for r in records if r.get("label") in ("memorized", "grounded") and r.get("n_tokens") is not None]
+    if threshold is None or not usable:
+        return None
+    return {
+        "tau_mode": threshold.mode,
+        "buckets": [bucket_name(lo, hi) for lo, hi in LENGTH_BUCKETS],
+        "ci": f"Wilson {CI_LEVEL:.0%}",
+        "length_tau": None
+        if threshold.length_tau is None
+        else {k: v for k, v in threshold.length_tau.to_dict().items() if not k.startswith("boot_")},
+        "tau_constant": float(threshold.tau),
+        "rows": rates_by_length(
+            [float(r["repcs_score"]) for r in usable],
+            [r["label"] for r in usable],
+            [min(int(T), int(r["n_tokens"])) for r in usable],
+            threshold,
+        ),
+    }
+
+
+def pac_table(
+    gamma_token: float,
+    gamma_vocab: float | None,
+    delta: float | None,
+    T: int,
+    n_scored: np.ndarray | None,
+    epsilon: float = DEFAULT_EPSILON,
+) -> dict[str, Any]:
+    """The PAC sample size n ≥ 8 γ² T Δ⁻² log(2/ε) (RePCS Thm III.4) for each reading of γ and of T.
+
+    * γ: ``"vocabulary"`` — max over rows, scored tokens and every vocabulary entry that enters the KL of
+      |log P_rag − log P_para|, the quantity Lemma III.3 assumes bounded (its proof bounds the log-ratio
+      X_i of every outcome the KL averages over); ``"realised_token"`` — the same at the realised answer
+      token only (γ̂, what earlier versions reported). The realised-token γ̂ is never larger, so the n it gives
+      is optimistic.
+    * T: ``"nominal"`` — the window T; ``"max"``, ``"mean"``, ``"median"`` of the scored tokens
+      L = min(T, answer length): Z of a row sums L terms, so its variance proxy is 2γ²L (``"max"`` is the
+      conservative effective T over these rows).
+
+    Args:
+        gamma_token, gamma_vocab: the two γ (nats); ``gamma_vocab`` ``None`` when the rows lack it.
+        delta: Δ̂ (nats); no n without a positive gap.
+        n_scored: L per row, or ``None``.
+
+    Returns:
+        JSON-ready: ``gamma`` and ``T`` (each reading's value), ``n`` (``{gamma reading: {T reading: n}}``,
+        ``None`` where undefined), ``delta``, ``epsilon`` and a ``note``.
+    """
+    gammas: dict[str, float | None] = {"vocabulary": gamma_vocab, "realised_token": float(gamma_token)}
+    Ts: dict[str, float | None] = {"nominal": float(T), "max": None, "mean": None, "median": None}
+    if n_scored is not None and np.asarray(n_scored).size:
+        L = np.asarray(n_scored, dtype=np.float64)
+        Ts.update(max=float(L.max()), mean=float(L.mean()), median=float(np.median(L)))
+    n: dict[str, dict[str, int | None]] = {}
+    for g_name, g in gammas.items():
+        n[g_name] = {}
+        for t_name, t in Ts.items():
+            ok = g is not None and t is not None and t >= 1 and delta is not None and delta > 0
+            n[g_name][t_name] = pac_sample_size(float(g), t, float(delta), epsilon) if ok else None  # type: ignore[arg-type]
+    return {
+        "gamma": gammas,
+        "T": Ts,
+        "delta": delta,
+        "epsilon": epsilon,
+        "n": n,
+        "note": (
+            "n ≥ 8 γ² T Δ⁻² log(2/ε). Lemma III.3 bounds |log P_rag − log P_para| over the vocabulary entries that "
+            "enter the KL: the 'vocabulary' γ is that bound as observed; 'realised_token' looks at the answer token "
+            "only and understates it. Z sums L = min(T, answer length) tokens: the effective T (max/mean/median L) "
+            "is what the rows actually sum."
+        ),
+    }
 
 
 def calibrate(
@@ -127,8 +383,12 @@ def calibrate(
     template: str | None = None,
     source: str = "calibrated",
     extra: dict[str, Any] | None = None,
+    n_scored: np.ndarray | None = None,
+    mode: str | None = None,
+    max_abs_log_ratio_vocab: np.ndarray | None = None,
 ) -> CalibrationReport:
-    """Set τ on the chosen clean rows and report held-out FPR/FNR and the PAC n.
+    """Set τ on the chosen clean rows (the constant τ, and τ(L) in the length-aware setting) and report
+    held-out FPR/FNR, per answer length too, and the PAC n.
 
     Args:
         z: RePCS Z per row (nats), shape ``(n,)``.
@@ -137,9 +397,16 @@ def calibrate(
         calibration_mask: rows used to set τ; they must all be grounded.
         T: the score window the Z were computed with.
         template: the prompt template setting (stored so a mismatch can be flagged later).
+        n_scored: L per row (scored answer tokens, min(T, answer length)); needed for ``mode="length"`` and
+            for the per-length rates.
+        mode: ``"length"`` (fit τ(L) too; refuses too few clean rows per length bucket) or ``"paper"`` (the
+            constant τ only); ``None``: ``"length"`` when ``n_scored`` is given, else ``"paper"``.
+        max_abs_log_ratio_vocab: per row, the log-ratio over the vocabulary (``DualPathResult``'s field), for
+            the PAC n with γ as Lemma III.3 uses it (:func:`pac_table`).
 
     Raises:
-        ValueError: shape mismatch, no calibration row, a memorized row in the calibration set, bad α/ε.
+        ValueError: shape mismatch, no calibration row, a memorized row in the calibration set, bad α/ε, an
+            unknown mode, ``mode="length"`` without lengths, or too few clean rows per length bucket.
     """
     zz = np.asarray(z, dtype=np.float64)
     y = _labels(labels)
@@ -157,14 +424,47 @@ def calibrate(
         raise ValueError("calibration rows must be clean (grounded): a memorized row was chosen")
     if not 0.0 < epsilon < 1.0:
         raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
+    L = None if n_scored is None else np.asarray(n_scored).astype(np.int64)
+    if mode is None:
+        mode = DEFAULT_TAU_MODE if L is not None else TAU_PAPER
+    if mode not in TAU_MODES:
+        raise ValueError(f"unknown τ setting {mode!r}; choose one of {', '.join(TAU_MODES)}")
+    if L is not None and L.shape != zz.shape:
+        raise ValueError(f"n_scored must have one entry per row: {L.shape} vs {zz.shape}")
+    if mode == TAU_LENGTH and L is None:
+        raise ValueError(
+            "The length-aware τ needs each row's number of scored answer tokens (rows of an older evaluation "
+            "JSON lack n_tokens): score the rows again, or use the paper's constant τ (--tau-mode paper)."
+        )
     tau = calibrate_tau(zz[mask], alpha)
     held = ~mask
-    fpr_held, fnr_held = achieved_rates(zz[held], y[held], tau)
     gamma = float(g.max()) if g.size else 0.0
     clean_all, mem_all = zz[y == 0], zz[y == 1]
     delta = float(clean_all.mean() - mem_all.mean()) if mem_all.size else None
     n_required = pac_sample_size(gamma, T, delta, epsilon) if delta is not None and delta > 0 else None
-    base = fit_threshold(zz[mask], mem_all, gamma, T=T, model=model, alpha=alpha, epsilon=epsilon, source=source)
+    base = fit_threshold(
+        zz[mask],
+        mem_all,
+        gamma,
+        T=T,
+        model=model,
+        alpha=alpha,
+        epsilon=epsilon,
+        source=source,
+        n_scored_clean=L[mask] if mode == TAU_LENGTH and L is not None else None,
+    )
+    fpr_const, fnr_const = achieved_rates(zz[held], y[held], tau)
+    if base.length_tau is not None and L is not None:
+        tau_rows = np.array([base.length_tau.tau(max(int(n), 1)) for n in L[held]])
+        fpr_held, fnr_held = achieved_rates(zz[held], y[held], tau_rows)
+        verdicts = np.array([decide(float(zi), int(li), base).verdict for zi, li in zip(zz[held], L[held])])
+        yh = y[held]
+        inconclusive = {
+            "grounded": float((verdicts[yh == 0] == INCONCLUSIVE).mean()) if (yh == 0).any() else None,
+            "memorized": float((verdicts[yh == 1] == INCONCLUSIVE).mean()) if (yh == 1).any() else None,
+        }
+    else:
+        fpr_held, fnr_held, inconclusive = fpr_const, fnr_const, None
     n_cal = int(mask.sum())
     warnings: list[str] = []
     if delta is None:
@@ -191,6 +491,9 @@ def calibrate(
         extra={
             **(extra or {}),
             **({"template": template} if template else {}),
+            "tau_mode": base.mode,
+            "fpr_heldout_constant": fpr_const,
+            "fnr_heldout_constant": fnr_const,
             "fpr_calibration": float(base.fpr) if base.fpr is not None else None,
             "n_heldout_clean": int((held & (y == 0)).sum()),
             "n_heldout_memorized": int((held & (y == 1)).sum()),
@@ -211,7 +514,36 @@ def calibrate(
         delta=delta,
         n_required=n_required,
         warnings=warnings,
+        mode=base.mode,
+        fpr_heldout_constant=fpr_const,
+        fnr_heldout_constant=fnr_const,
+        inconclusive_heldout=inconclusive,
+        rates_by_length=[] if L is None or not held.any() else rates_by_length(zz[held], y[held], L[held], threshold),
+        pac=pac_table(gamma, _max_or_none(max_abs_log_ratio_vocab), delta, T, L, epsilon),
     )
+
+
+def _max_or_none(values: np.ndarray | Sequence[float | None] | None) -> float | None:
+    """The largest value, or ``None`` when there are none or any is missing."""
+    if values is None:
+        return None
+    items = list(values)
+    if not items or any(v is None for v in items):
+        return None
+    return float(np.max(np.asarray(items, dtype=np.float64)))
+
+
+def pac_summary(records: Sequence[dict[str, Any]], T: int, epsilon: float = DEFAULT_EPSILON) -> dict[str, Any] | None:
+    """:func:`pac_table` over evaluation records (γ over all rows, Δ̂ = mean Z grounded − mean Z memorized,
+    L = min(T, ``n_tokens``)); ``None`` without records of both labels."""
+    labeled = [r for r in records if r.get("label") in ("memorized", "grounded") and r.get("repcs_score") is not None]
+    z_mem = [float(r["repcs_score"]) for r in labeled if r["label"] == "memorized"]
+    z_clean = [float(r["repcs_score"]) for r in labeled if r["label"] == "grounded"]
+    if not z_mem or not z_clean:
+        return None
+    gamma = max(float(r.get("max_abs_log_ratio") or 0.0) for r in labeled)
+    vocab = _max_or_none([r.get("max_abs_log_ratio_vocab") for r in labeled])
+    return pac_table(gamma, vocab, float(np.mean(z_clean) - np.mean(z_mem)), T, _n_scored(labeled, T), epsilon)
 
 
 def calibrate_records(
@@ -226,13 +558,16 @@ def calibrate_records(
     seed: int = 42,
     template: str | None = None,
     source: str = "calibrated",
+    mode: str | None = None,
 ) -> CalibrationReport:
     """:func:`calibrate` over evaluation records (:mod:`core.evaluation.scoring`'s records: ``row``, ``label``,
-    ``repcs_score``, ``max_abs_log_ratio``).
+    ``repcs_score``, ``max_abs_log_ratio``, ``n_tokens``; L = min(T, ``n_tokens``)).
 
     Args:
         calibration_rows: the ``row`` numbers of the grounded rows to calibrate on; default: a seeded random
             ``fraction`` of the grounded rows (:func:`calibration_split`).
+        mode: ``"length"`` (τ(L) too) or ``"paper"`` (the constant τ only); ``None``: ``"length"`` when every
+            record has ``n_tokens``, else ``"paper"``.
     """
     if not records:
         raise ValueError("no scored rows to calibrate on")
@@ -253,24 +588,52 @@ def calibrate_records(
         template=template,
         source=source,
         extra={"calibration_rows": sorted(int(r["row"]) for r, m in zip(records, mask) if m)},
+        n_scored=_n_scored(records, T),
+        mode=mode,
+        max_abs_log_ratio_vocab=[r.get("max_abs_log_ratio_vocab") for r in records],  # type: ignore[arg-type]
     )
+
+
+def _n_scored(records: Sequence[dict[str, Any]], T: int) -> np.ndarray | None:
+    """L = min(T, n_tokens) per record, or ``None`` when a record has no ``n_tokens``."""
+    if any(r.get("n_tokens") is None for r in records):
+        return None
+    return np.array([min(int(T), int(r["n_tokens"])) for r in records], dtype=np.int64)
 
 
 def check_threshold(threshold: Threshold, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Achieved FPR/FNR of a given τ (e.g. from ``--threshold-file``) on every record."""
+    """Achieved FPR/FNR of a given τ (e.g. from ``--threshold-file``) on every record: with its τ(L) when it
+    has one and the records carry their lengths, else its constant τ."""
     labels = np.array([1 if r["label"] == "memorized" else 0 for r in records])
-    fpr, fnr = achieved_rates(
-        np.array([r["repcs_score"] for r in records], dtype=np.float64), labels, float(threshold.tau)
-    )
-    return {"tau": float(threshold.tau), "T": threshold.T, "fpr": fpr, "fnr": fnr, "n": len(records)}
+    z = np.array([r["repcs_score"] for r in records], dtype=np.float64)
+    L = _n_scored(records, threshold.T)
+    length_aware = threshold.length_tau is not None and L is not None
+    tau = np.array([threshold.tau_at(max(int(n), 1)) for n in L]) if length_aware else float(threshold.tau)
+    fpr, fnr = achieved_rates(z, labels, tau)
+    return {
+        "tau": float(threshold.tau),
+        "T": threshold.T,
+        "tau_mode": TAU_LENGTH if length_aware else TAU_PAPER,
+        "fpr": fpr,
+        "fnr": fnr,
+        "n": len(records),
+    }
 
 
 __all__ = [
+    "LENGTH_BUCKETS",
     "CalibrationReport",
     "achieved_rates",
+    "bucket_name",
     "calibrate",
     "calibrate_records",
     "calibrate_tau",
     "calibration_split",
     "check_threshold",
+    "length_report",
+    "length_table",
+    "pac_summary",
+    "pac_table",
+    "rates_by_length",
+    "wilson_interval",
 ]

@@ -2,7 +2,10 @@
 
 A labeled file has columns ``query,context,label`` (label ``memorized`` or ``grounded``); a conflict set
 ``query,context,answer_context,answer_memory``. Extra columns are kept per row. Files are validated all or
-nothing before any model call: a bad row is reported by number and column (:class:`DataError`).
+nothing before any model call: a bad row is reported by number and column (:class:`DataError`); a quote that
+is never closed is reported with its line. Files are read through :func:`core.io.read_user_file` (regular
+files only, at most :data:`MAX_BYTES`). What parsing changes or notices without refusing (NUL characters
+removed, duplicate rows) is returned as ``notes`` on the rows (:class:`ParsedRows`).
 """
 
 from __future__ import annotations
@@ -17,18 +20,21 @@ from typing import Any
 import numpy as np
 
 from core.engine import DualPathSettings, prepare_prompts
-from core.io import asset_path
+from core.io import MiB, UserFileError, asset_path, format_size, read_user_file
 from core.methods.repcs import GROUNDED, MEMORIZED
 from core.model.handle import ModelHandle
 
 PROBES_DIR = asset_path("probes")
 """The bundled labeled probe sets (``probes.csv`` first) and the conflict set."""
 CONFLICT_FILE = PROBES_DIR / "conflict.csv"
+SETS_DIR = asset_path("sets")
+"""The validity sets (unscreened, shift sets): one folder per set with ``<name>.csv`` and a README."""
 REQUIRED_COLUMNS = ("query", "context", "label")
 CONFLICT_COLUMNS = ("query", "context", "answer_context", "answer_memory")
 LABELS = (MEMORIZED, GROUNDED)
 MAX_ROWS = 5000
-MAX_BYTES = 20 * 1024 * 1024
+MAX_BYTES = 20 * MiB
+"""The largest labeled or conflict CSV accepted (bytes; messages print it in MiB)."""
 SEED = 42
 CONFIRMED_COLUMN = "parametric_correct"
 _TRUE = {"true", "1", "yes", "y", "t"}
@@ -70,7 +76,51 @@ Row = LabeledRow | ConflictRow
 """A row of either kind of file."""
 
 
+class ParsedRows(list):
+    """The rows of a file (a plain ``list`` of rows) with the ``notes`` parsing produced.
+
+    ``notes`` are plain sentences about what was changed or noticed without refusing the file (NUL characters
+    removed, duplicate rows); the command line prints them as ``note:`` lines, the Evaluate page as warnings.
+    A slice or copy is a plain list without notes.
+    """
+
+    def __init__(self, rows: Sequence[Any] = (), notes: Sequence[str] = ()) -> None:
+        super().__init__(rows)
+        self.notes: list[str] = list(notes)
+
+
+def _rows_list(numbers: Sequence[int], limit: int = 8) -> str:
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
+
+
+def _unclosed_quote_line(text: str) -> int | None:
+    """The line on which a quoted field opens and is never closed, or ``None``.
+
+    Python's lenient CSV reader would read the rest of the file into that one cell (and then report another
+    column as empty); a strict pass finds the unterminated quote. Other strict-mode complaints (a character
+    after a closing quote) are left to the lenient parse, which accepts them as before.
+    """
+    reader = csv.reader(io.StringIO(text), strict=True)
+    start = 1
+    while True:
+        try:
+            next(reader)
+        except StopIteration:
+            return None
+        except csv.Error as exc:
+            if "unexpected end of data" in str(exc):
+                return start
+        start = reader.line_num + 1
+
+
 def _reader(text: str, required: Sequence[str]) -> tuple[csv.DictReader, list[str]]:
+    line = _unclosed_quote_line(text)
+    if line is not None:
+        raise DataError(
+            f'Line {line}: a quoted field opens here and is never closed (an unterminated quote "); close it, '
+            'or double the quote inside a quoted field ("").'
+        )
     reader = csv.DictReader(io.StringIO(text))
     header = [h.strip() for h in (reader.fieldnames or [])]
     if not header:
@@ -82,28 +132,61 @@ def _reader(text: str, required: Sequence[str]) -> tuple[csv.DictReader, list[st
     return reader, header
 
 
-def _values(number: int, raw: dict[str, Any], nonempty: Sequence[str]) -> dict[str, str]:
+def _values(number: int, raw: dict[str, Any], nonempty: Sequence[str], nul_rows: list[int]) -> dict[str, str]:
     if None in raw:
         raise DataError(f"Row {number}: more fields than columns in the header (a stray comma or quote?).")
     values = {k: (v or "") for k, v in raw.items()}
+    if any("\0" in v for v in values.values()):
+        nul_rows.append(number)
+        values = {k: v.replace("\0", "") for k, v in values.items()}
     for column in nonempty:
         if not values[column].strip():
             raise DataError(f"Row {number}, column '{column}': empty.")
     return values
 
 
-def parse_labeled_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[LabeledRow]:
+def _notes(rows: Sequence[Row], nul_rows: list[int]) -> list[str]:
+    notes = []
+    if nul_rows:
+        notes.append(f"Removed NUL characters (byte 0) from row(s) {_rows_list(nul_rows)}.")
+    first: dict[tuple[str, str], Row] = {}
+    duplicates: list[int] = []
+    conflicting: list[int] = []
+    for r in rows:
+        key = (r.query.strip(), r.context.strip())
+        if key in first:
+            duplicates.append(r.row)
+            if getattr(r, "label", None) != getattr(first[key], "label", None):
+                conflicting.append(r.row)
+        else:
+            first[key] = r
+    if duplicates:
+        notes.append(
+            f"{len(duplicates)} duplicate row(s) repeat the query and context of an earlier row "
+            f"(row(s) {_rows_list(duplicates)}); each is scored and counted in the metrics again."
+        )
+    if conflicting:
+        notes.append(f"Row(s) {_rows_list(conflicting)} repeat an earlier row's query and context with another label.")
+    return notes
+
+
+def parse_labeled_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
     """Parse and validate labeled rows.
 
+    Returns:
+        The rows, with ``notes`` (:class:`ParsedRows`): NUL characters removed, duplicate rows.
+
     Raises:
-        DataError: missing columns, an empty query/context, an unknown label, too many rows, or no rows.
+        DataError: missing columns, an unterminated quote (with its line), an empty query/context, an unknown
+            label, too many rows, or no rows.
     """
     reader, _ = _reader(text, REQUIRED_COLUMNS)
     rows: list[LabeledRow] = []
+    nul_rows: list[int] = []
     for number, raw in enumerate(reader, start=1):
         if number > max_rows:
             raise DataError(f"Too many rows: the limit is {max_rows:,}.")
-        values = _values(number, raw, ("query", "context"))
+        values = _values(number, raw, ("query", "context"), nul_rows)
         label = values["label"].strip().lower()
         if label not in LABELS:
             raise DataError(f"Row {number}, column 'label': {values['label']!r} is not one of {', '.join(LABELS)}.")
@@ -111,10 +194,10 @@ def parse_labeled_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[LabeledRow
         rows.append(LabeledRow(number, values["query"], values["context"], label, extra))
     if not rows:
         raise DataError("The file has a header but no data rows.")
-    return rows
+    return ParsedRows(rows, _notes(rows, nul_rows))
 
 
-def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[ConflictRow]:
+def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
     """Parse and validate a conflict set (``query,context,answer_context,answer_memory``; all non-empty).
 
     Raises:
@@ -122,15 +205,16 @@ def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> list[ConflictR
     """
     reader, _ = _reader(text, CONFLICT_COLUMNS)
     rows: list[ConflictRow] = []
+    nul_rows: list[int] = []
     for number, raw in enumerate(reader, start=1):
         if number > max_rows:
             raise DataError(f"Too many rows: the limit is {max_rows:,}.")
-        v = _values(number, raw, CONFLICT_COLUMNS)
+        v = _values(number, raw, CONFLICT_COLUMNS, nul_rows)
         extra = {k: x for k, x in v.items() if k not in CONFLICT_COLUMNS}
         rows.append(ConflictRow(number, v["query"], v["context"], v["answer_context"], v["answer_memory"], extra))
     if not rows:
         raise DataError("The file has a header but no data rows.")
-    return rows
+    return ParsedRows(rows, _notes(rows, nul_rows))
 
 
 def decode_csv_bytes(data: bytes, *, name: str = "the file", max_bytes: int = MAX_BYTES) -> str:
@@ -140,7 +224,7 @@ def decode_csv_bytes(data: bytes, *, name: str = "the file", max_bytes: int = MA
         DataError: over ``max_bytes``, or not UTF-8 (the message gives the byte offset).
     """
     if len(data) > max_bytes:
-        raise DataError(f"{name} is {len(data) / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.1f} MB.")
+        raise DataError(f"{name} is {format_size(len(data))}; the limit is {format_size(max_bytes)}.")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -149,50 +233,50 @@ def decode_csv_bytes(data: bytes, *, name: str = "the file", max_bytes: int = MA
 
 def parse_labeled_bytes(
     data: bytes, *, name: str = "the file", max_bytes: int = MAX_BYTES, max_rows: int = MAX_ROWS
-) -> list[LabeledRow]:
-    """Validate an uploaded labeled CSV (size, encoding, every row) — all or nothing."""
+) -> ParsedRows:
+    """Validate an uploaded labeled CSV (size, encoding, every row) — all or nothing; notes as
+    :func:`parse_labeled_csv`. The Evaluate page's uploads and the command line's files both end here."""
     return parse_labeled_csv(decode_csv_bytes(data, name=name, max_bytes=max_bytes), max_rows=max_rows)
 
 
 def _read_text(path: str | Path) -> str:
-    path = Path(path)
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise DataError(f"Cannot read {path}: {exc.strerror}") from exc
-    if size > MAX_BYTES:
-        raise DataError(f"{path} is {size / 1e6:.1f} MB; the limit is {MAX_BYTES / 1e6:.0f} MB.")
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text (byte {exc.start}).") from exc
+        data = read_user_file(path, MAX_BYTES, "CSV file")
+    except UserFileError as exc:
+        raise DataError(str(exc)) from None
+    return decode_csv_bytes(data, name=str(path))
 
 
-def read_labeled_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> list[LabeledRow]:
-    """Read a labeled CSV file (UTF-8, size-limited) and validate it."""
+def read_labeled_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> ParsedRows:
+    """Read a labeled CSV file (a regular file, UTF-8, at most :data:`MAX_BYTES`) and validate it."""
     return parse_labeled_csv(_read_text(path), max_rows=max_rows)
 
 
-def read_conflict_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> list[ConflictRow]:
+def read_conflict_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> ParsedRows:
     """Read a conflict-set CSV file (UTF-8, size-limited) and validate it."""
     return parse_conflict_csv(_read_text(path), max_rows=max_rows)
 
 
-def bundled_sets(folder: Path = PROBES_DIR) -> dict[str, Path]:
-    """The labeled CSVs shipped in ``folder`` by file name, ``probes.csv`` first.
+def bundled_sets(folder: Path = PROBES_DIR, *, sets_dir: Path | None = SETS_DIR) -> dict[str, Path]:
+    """The labeled CSVs shipped in ``folder`` by file name, ``probes.csv`` first, then those of every
+    subfolder of ``sets_dir`` (the validity sets, ``assets/sets/<name>/``; ``None`` to leave them out).
 
     The conflict set is not one of them; a hand-written ``<name>_source.csv`` is listed only when its built
     ``<name>.csv`` (with the behavioral column) is missing.
     """
-    if not folder.is_dir():
-        return {}
-    files = sorted(folder.glob("*.csv"), key=lambda p: (p.name != "probes.csv", p.name))
-    return {
-        p.name: p
-        for p in files
-        if p.name != CONFLICT_FILE.name
-        and not (p.stem.endswith("_source") and (p.parent / f"{p.stem[: -len('_source')]}.csv").is_file())
-    }
+    found: dict[str, Path] = {}
+    if folder.is_dir():
+        files = sorted(folder.glob("*.csv"), key=lambda p: (p.name != "probes.csv", p.name))
+        found = {
+            p.name: p
+            for p in files
+            if p.name != CONFLICT_FILE.name
+            and not (p.stem.endswith("_source") and (p.parent / f"{p.stem[: -len('_source')]}.csv").is_file())
+        }
+    if sets_dir is not None and sets_dir.is_dir():
+        for sub in sorted(p for p in sets_dir.iterdir() if p.is_dir()):
+            found.update({k: v for k, v in bundled_sets(sub, sets_dir=None).items() if k not in found})
+    return found
 
 
 def prompt_lengths(handle: ModelHandle, rows: Sequence[Row], settings: DualPathSettings) -> list[int]:

@@ -17,6 +17,7 @@ import numpy as np
 from core.detectors import Detector
 from core.detectors.fitted import cross_validated_scores
 from core.engine import DualPathSettings
+from core.evaluation.calibration import pac_summary
 from core.evaluation.data import SEED
 from core.evaluation.robustness import robustness_table
 from core.maths.metrics import auc_bootstrap_ci, detection_metrics, roc_points
@@ -138,5 +139,7 @@ def build_report(
         "positive_class": MEMORIZED,
         "detectors": summary["detectors"],
         "robustness": summary["robustness"],
+        # RePCS Thm III.4's n with γ as Lemma III.3 uses it and with the effective T (core.evaluation.calibration)
+        "pac": pac_summary(rows, settings.score_window),
         "rows": rows,
     }

@@ -27,7 +27,7 @@ from core.evaluation.data import Row, prompt_lengths
 from core.evaluation.report import summarize
 from core.evaluation.scoring import resolve_detectors, score_records
 from core.methods.repcs import Threshold
-from core.model.handle import ModelHandle
+from core.model.handle import ModelHandle, RunCancelled, check_cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +230,11 @@ class EvaluationJob:
         if self.batches is None or self._detectors is None:
             raise RuntimeError("prepare(handle) the job before running it")
         while self.is_running:
+            try:
+                check_cancelled()  # a cancelled run (closed tab, newer run of the session) stops between batches
+            except RunCancelled:
+                self.stop()
+                break
             b = self._claim()
             if b is None:
                 break
@@ -262,6 +267,8 @@ class EvaluationJob:
                 self.seconds += time.perf_counter() - t0
                 self.version += 1
             ok = True
+        except RunCancelled:  # cancelled at a token: the batch goes back unscored, the job can be resumed
+            self.status = JobStatus.STOPPED
         except Exception as exc:
             logger.exception("evaluation batch failed")
             self.status, self.error = JobStatus.FAILED, f"{type(exc).__name__}: {exc}"

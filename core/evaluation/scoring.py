@@ -93,6 +93,7 @@ def record_for(
         "n_tokens": result.n_tokens,
         "rag_finish": result.retrieval.finish,
         "max_abs_log_ratio": result.max_abs_log_ratio,
+        "max_abs_log_ratio_vocab": result.max_abs_log_ratio_vocab,
         "scores": scores,
     }
     if features:

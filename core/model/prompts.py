@@ -4,10 +4,16 @@ The retrieval prompt is a template filled with the query and the context; the pa
 *same* template with the context segment removed, so the only difference between the two paths is the
 context. Templates A–D are the plain templates of the CRM paper (appendix D.1); ``chat`` wraps template A's
 body in the tokenizer's chat template. ``auto`` picks ``chat`` when the tokenizer has a chat template.
+
+User text never becomes a control token: :func:`neutralize_special_tokens` breaks every special or added token
+string of the tokenizer (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>`` …) that appears in a query or a
+context with an invisible word joiner (U+2060), so it is encoded as plain text; :func:`build_prompt` applies
+it to every prompt it builds, and :func:`core.engine.prepare.prepare_prompts` reports it as a warning.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +81,66 @@ def resolve_template(key: str, tokenizer: Any) -> PromptTemplate:
     return template
 
 
+SPECIAL_BREAK = "\u2060"
+"""The invisible character (WORD JOINER) inserted after the first character of a special-token string found in
+user text, so the tokenizer no longer matches it as one control token."""
+
+
+def special_token_strings(tokenizer: Any) -> tuple[str, ...]:
+    """Every string the tokenizer would encode as a control token, longest first.
+
+    The tokenizer's special tokens, its added tokens marked special, and added tokens written like markup
+    (``<…>`` or ``[…]``, e.g. ``<think>``) even when not marked special; single characters and whitespace-only
+    tokens are left out (they are ordinary text).
+    """
+    found: set[str] = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        content = getattr(token, "content", str(token))
+        markup = content[:1] in "<[" and content[-1:] in ">]" and len(content) >= 3
+        if getattr(token, "special", False) or markup:
+            found.add(content)
+    usable = [t for t in found if isinstance(t, str) and len(t) >= 2 and t.strip()]
+    return tuple(sorted(usable, key=lambda t: (-len(t), t)))
+
+
+def neutralize_special_tokens(text: str, tokenizer: Any) -> tuple[str, list[str]]:
+    """Break every control-token string of ``tokenizer`` in user ``text`` so it is encoded as plain text.
+
+    Each occurrence gets :data:`SPECIAL_BREAK` after its first character (``<|im_end|>`` → ``<⁠|im_end|>``,
+    which looks the same); the pass repeats until no occurrence is left (overlapping tokens).
+
+    Returns:
+        The neutralized text and the token strings found, in order of appearance (empty when none).
+    """
+    specials = special_token_strings(tokenizer)
+    if not text or not specials:
+        return text, []
+    pattern = re.compile("|".join(re.escape(t) for t in specials))
+    found: list[str] = []
+
+    def breaks(match: re.Match[str]) -> str:
+        found.append(match.group())
+        return match.group()[0] + SPECIAL_BREAK + match.group()[1:]
+
+    for _ in range(len(text) + 1):
+        text, n = pattern.subn(breaks, text)
+        if not n:
+            break
+    return text, found
+
+
+def special_token_warning(found: list[str]) -> str:
+    """The sentence a result carries when user text held control-token strings (see
+    :func:`neutralize_special_tokens`)."""
+    names = list(dict.fromkeys(found))
+    shown = ", ".join(names[:4]) + (" …" if len(names) > 4 else "")
+    return (
+        f"The input contained {len(found)} control token string(s) of this model's tokenizer ({shown}). They were "
+        "kept as plain text (an invisible word joiner inserted), so they cannot open or close a chat turn or "
+        "otherwise change the prompt's structure."
+    )
+
+
 def clean_text(text: str) -> tuple[str, int]:
     """Remove control characters other than newline and tab; keep emoji, right-to-left text, etc.
 
@@ -95,6 +161,13 @@ def clean_inputs(query: str, context: str) -> tuple[str, str, int]:
     """
     if not isinstance(query, str) or not isinstance(context, str):
         raise ValueError("query and context must be text")
+    for name, text in (("query", query), ("context", context)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"The {name} is not valid text: character {exc.start} is an undecodable byte (not UTF-8)."
+            ) from None
     query, removed_q = clean_text(query)
     context, removed_c = clean_text(context)
     query, context = query.strip(), context.strip()
@@ -104,7 +177,14 @@ def clean_inputs(query: str, context: str) -> tuple[str, str, int]:
 
 
 def build_prompt(template: PromptTemplate, tokenizer: Any, query: str, context: str | None) -> str:
-    """The prompt string for one path (``context=None`` gives the parametric prompt)."""
+    """The prompt string for one path (``context=None`` gives the parametric prompt).
+
+    The query and the context pass through :func:`neutralize_special_tokens` first, so only the template
+    (and the chat template's own markup) can put control tokens into the prompt.
+    """
+    query = neutralize_special_tokens(query, tokenizer)[0]
+    if context is not None:
+        context = neutralize_special_tokens(context, tokenizer)[0]
     if context is None:
         body = template.without_context.format(query=query)
     else:
@@ -118,5 +198,6 @@ def build_prompt(template: PromptTemplate, tokenizer: Any, query: str, context: 
 
 def encode_prompt(template: PromptTemplate, tokenizer: Any, prompt: str) -> list[int]:
     """Token ids of a prompt: chat prompts already hold their special tokens; plain ones get the
-    tokenizer's own special tokens (e.g. BOS) as it is configured to add them."""
+    tokenizer's own special tokens (e.g. BOS) as it is configured to add them. The prompt must come from
+    :func:`build_prompt` (user text neutralized), since control-token strings in it are parsed as such."""
     return list(tokenizer(prompt, add_special_tokens=not template.chat)["input_ids"])

@@ -6,12 +6,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from components.text import escape_markdown
+from core.engine.verdict import DISPLAY
 from core.examples import load_examples
 from tests.app.conftest import APP, ok, open_script
 
 DUAL_PATH = "pages/1_Dual_Path.py"
 TIMEOUT = 300  # seconds per script run: the embedded model on a busy 2-core CPU
-VERDICT_PHRASES = ("Likely recalled from memory", "Context used", "Uncalibrated")
+VERDICT_PHRASES = tuple(DISPLAY.values())  # core.engine.verdict: the one wording
 SCRIPT = "<script>alert(1)</script>"
 
 pytestmark = pytest.mark.slow

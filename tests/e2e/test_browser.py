@@ -16,7 +16,7 @@ from tests.e2e.conftest import ROOT, RUN_TIMEOUT_MS, AppPage
 
 SCREENSHOT = "screenshot.png"  # docs/screenshot.png after `make screenshots`
 EVAL_SCREENSHOT = "evaluate.png"  # docs/evaluate.png after `make screenshots`
-VERDICT = re.compile("Likely recalled from memory|Context used|Uncalibrated")
+VERDICT = re.compile("Recalled from memory|Read from the context|Inconclusive|No threshold")
 SCRIPT = "<script>alert(1)</script>"
 QUERY, CONTEXT = "Query", "Context (the retrieved passage)"
 MAX_TOKENS = "Max new tokens per answer"

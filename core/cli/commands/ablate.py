@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from core.cli.common import add_model_args, load_handle, settings_from_args
 from core.methods.ablation import MAX_EPS, MAX_RUNS, dose_response, layer_sweep, patching_scores, sweep_settings
+from core.scale.options import add_ray_args, check_ray_args, sweep_from_args
 
 
 def register(subparsers: Any) -> None:
@@ -47,6 +48,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--patch", action="store_true", help="activation patching on --layers instead of noise")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     add_model_args(p)
+    add_ray_args(p, "sweep's scoring runs (--sweep only)")
     p.set_defaults(max_new_tokens=16, func=run)
 
 
@@ -59,6 +61,8 @@ def _grid(args: argparse.Namespace) -> list[float]:
         raise ValueError(f"--grid must be comma-separated numbers, got {args.grid!r}") from None
     if not values:
         raise ValueError("--grid is empty")
+    if any(not 0 <= v <= MAX_EPS for v in values):
+        raise ValueError(f"--grid values must be in [0, {MAX_EPS:g}], got {args.grid!r}")
     return values
 
 
@@ -73,9 +77,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--patch and --sweep are different experiments; choose one")
     if args.layers is None and not args.sweep:
         raise ValueError("--layers is required (e.g. 4-8, middle, or 1,3,5-7)")
+    eps_grid = _grid(args)  # checked before the model is loaded
     settings = settings_from_args(args)
     seeds = list(range(args.seed, args.seed + args.seeds))
     n_tokens = sweep_settings(settings, settings.max_new_tokens).max_new_tokens
+    if args.ray is not None:  # the sweep's runs on Ray actors (core.scale); same report plus "ray"
+        swept = sweep_from_args(args, settings, seeds, n_tokens)
+        sys.stdout.write((json.dumps(swept, ensure_ascii=False, allow_nan=False) if args.json else _text(swept)) + "\n")
+        return 0
+    check_ray_args(args)
     handle = load_handle(args)
 
     report: dict[str, Any]
@@ -108,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
                     args.context,
                     settings,
                     args.layers,
-                    _grid(args),
+                    eps_grid,
                     seeds,
                     max_new_tokens=n_tokens,
                     progress=progress,

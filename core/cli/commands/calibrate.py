@@ -14,13 +14,17 @@ Examples::
 
 With ``--threshold-file`` the given τ's achieved FPR/FNR on the held-out rows is printed next to the new one.
 The threshold file is :class:`core.methods.repcs.Threshold` JSON (τ, α, T, model, template, γ̂, Δ̂, ε, PAC n,
-held-out FPR/FNR).
+held-out FPR/FNR) and, in the default ``--tau-mode length``, the length-aware τ(L) with its bootstrap band
+(``length_tau``); that setting refuses a set with fewer than ⌈1/α⌉ clean calibration rows in each length
+bucket (the shorter and the longer half) and says how many are needed. ``--tau-mode paper`` calibrates the
+paper's constant τ alone. The held-out FPR/FNR are also printed per answer length, for both calibrations.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,7 +39,11 @@ from core.evaluation import (
     check_threshold,
     read_labeled_csv,
 )
-from core.io import atomic_write_json
+from core.evaluation.calibration import length_table
+from core.io import MiB, atomic_write_json, check_output_path, read_user_file
+
+REPORT_MAX_BYTES = 512 * MiB
+"""The largest ``evaluate --out`` report read back (bytes; a 5,000-row report is a few MiB)."""
 
 
 def register(subparsers: Any) -> None:
@@ -75,26 +83,46 @@ def _rows_arg(text: str | None) -> set[int] | None:
 
 
 def _records_from_report(path: Path) -> tuple[list[dict[str, Any]], int, str, str | None]:
+    data = read_user_file(path, REPORT_MAX_BYTES, "report file")
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = json.loads(data.decode("utf-8"))
         rows = report["rows"]
         T = int(report["settings"]["score_window"])
         model = str(report["model"])
         template = report["settings"].get("template")
         for r in rows:
             r["row"], r["label"], r["repcs_score"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path} is not a result of `python -m core evaluate` ({exc})") from exc
     return rows, T, model, template
 
 
+def _check_values(args: argparse.Namespace) -> None:
+    """Every value and output location, before any file is scored (a run can take hours)."""
+    for flag, value in (("--alpha", args.alpha), ("--epsilon", args.epsilon)):
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"{flag} must lie strictly between 0 and 1, got {value}")
+    if not 0.0 < args.calibration_fraction <= 1.0:
+        raise ValueError(f"--calibration-fraction must be in (0, 1], got {args.calibration_fraction}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    _rows_arg(args.calibration_rows)
+    if args.out:
+        check_output_path(args.out, "--out file")
+    if args.write_threshold:
+        check_output_path(args.write_threshold, "--write-threshold file")
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     path = Path(args.data)
-    given, _ = threshold_from_args(args)
+    _check_values(args)
+    given, _ = threshold_from_args(args) if args.threshold_file else (None, None)
     if path.suffix.lower() == ".json":
         records, T, model, template = _records_from_report(path)
     else:
         rows = read_labeled_csv(path)
+        for note in getattr(rows, "notes", ()):
+            sys.stderr.write(f"note: {note}\n")
         settings = settings_from_args(args)
         handle = load_handle(args)
         with row_progress(len(rows)) as progress:
@@ -106,7 +134,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 progress=progress,
             )
         records = [
-            {"row": r.row, "label": r.label, "repcs_score": res.repcs_score, "max_abs_log_ratio": res.max_abs_log_ratio}
+            {
+                "row": r.row,
+                "label": r.label,
+                "repcs_score": res.repcs_score,
+                "max_abs_log_ratio": res.max_abs_log_ratio,
+                "n_tokens": res.n_tokens,
+            }
             for r, res in zip(rows, results)
         ]
         T, model, template = settings.score_window, handle.info.name, settings.template
@@ -121,6 +155,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         seed=args.seed,
         template=template,
         source=f"calibrated on {path.name}",
+        mode=args.tau_mode,
     )
     out = report.to_dict()
     held = [r for r in records if r["row"] not in set(report.threshold.extra.get("calibration_rows", []))]
@@ -136,18 +171,39 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     delta = "n/a" if report.delta is None else f"{report.delta:.3f}"
     n_required = "n/a" if report.n_required is None else f"{report.n_required:,}"
+    lt = report.threshold.length_tau
     lines = [
         f"model:        {model}   T = {T}",
-        f"τ = {report.tau:.4f} nats  ({args.alpha:g}-quantile of Z over {report.n_calibration} clean rows)",
+        f"τ = {report.tau:.4f} nats  ({args.alpha:g}-quantile of Z over {report.n_calibration} clean rows; paper)",
+    ]
+    if lt is not None:
+        lines.append(
+            f"τ(L) = {math.exp(lt.intercept):.4f} · L^{lt.slope:.3f} nats  (length-aware, L = {lt.L_min}–{lt.L_max} "
+            f"scored tokens; {lt.band_level:.0%} bootstrap band; outside it or outside those lengths: inconclusive)"
+        )
+    lines += [
         (
             f"held-out:     FPR {pct(report.fpr_heldout)} on {report.n_heldout_clean} grounded rows,"
             f"  FNR {pct(report.fnr_heldout)} on {report.n_heldout_memorized} memorized rows"
+            f"  ({'τ(L)' if lt is not None else 'constant τ'})"
         ),
         f"PAC:          γ̂ = {report.gamma:.3f}  Δ̂ = {delta}  ε = {args.epsilon:g}  →  n ≥ {n_required}",
     ]
     if given is not None:
         g = out["given_threshold"]
         lines.append(f"given τ = {g['tau']:.4f} (T = {g['T']}): held-out FPR {pct(g['fpr'])}, FNR {pct(g['fnr'])}")
+    if lt is not None:
+        lines.append(
+            f"              constant τ: FPR {pct(report.fpr_heldout_constant)}, FNR {pct(report.fnr_heldout_constant)}"
+        )
+        inconclusive = report.inconclusive_heldout or {}
+        lines.append(
+            f"inconclusive: {pct(inconclusive.get('grounded'))} of held-out grounded rows, "
+            f"{pct(inconclusive.get('memorized'))} of memorized rows"
+        )
+    if report.rates_by_length:
+        lines.append("by length (held-out; FPR / FNR with Wilson 95% CI):")
+        lines += [f"  {line}" for line in length_table(report.rates_by_length)]
     lines += [f"warning:      {w}" for w in report.warnings]
     if args.write_threshold:
         lines.append(f"threshold → {args.write_threshold}")

@@ -22,6 +22,7 @@ from core.cli.common import add_model_args, run_from_args, settings_from_args, w
 from core.detectors import DetectorInput, available, get, keys, resolve
 from core.methods.selfcritique import K_CHOICES, SelfCritiqueSettings
 from core.methods.sma import GRANULARITIES, METHODS, SCOPES, SMASettings
+from core.scale.options import add_ray_args, check_ray_args, sma_report, sma_runner_from_args
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ def register(subparsers: Any) -> None:
         help="Self-Critique: answer with the context (default: without, as in the paper)",
     )
     add_model_args(p)
+    add_ray_args(p, "SMA detector's perturbed generations")
     p.set_defaults(func=_cmd_detect)
 
 
@@ -87,6 +89,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         template=settings.template,
     )
     sma_settings.validate()
+    check_ray_args(args)
+    runner = sma_runner_from_args(args) if args.ray is not None else None  # before the model: a bad address fails fast
     handle, result = run_from_args(args, settings)
     inp = DetectorInput(
         handle=handle,
@@ -94,6 +98,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         settings=settings,
         cache={keys.SELFCRITIQUE_SETTINGS: sc_settings, keys.SMA_SETTINGS: sma_settings},
     )
+    if runner is not None:  # SMA's generations on Ray actors (core.scale.ray_sma)
+        inp.cache[keys.SMA_RUNNER] = runner
     outputs: dict[str, dict[str, Any]] = {}
     for name in names:
         detector = get(name)
@@ -111,6 +117,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
             "details": inp.cache.get(name),
         }
     result.extras["detectors"] = outputs
+    if runner is not None:
+        result.extras["ray"] = sma_report(runner)
     details = [f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   verdict: {result.verdict}"]
     details += [
         f"{name:14s} {out['score']:.4f}   ({out['label']}; higher = {out['higher_means']}; {out['seconds']:.1f} s)"

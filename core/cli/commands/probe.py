@@ -80,11 +80,15 @@ def _basis_for(handle: ModelHandle, template: str, compute: bool) -> tuple[CrmBa
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
+    if args.lens_top_k < 1:
+        raise ValueError(f"--lens-top-k must be at least 1, got {args.lens_top_k}")
+    if not 0.0 < args.tau < float("inf"):
+        raise ValueError(f"--tau must be a positive number of nats, got {args.tau}")
     settings = settings_from_args(args)
     threshold, source = threshold_from_args(args)
     handle = load_handle(args)
     result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
-    internals = analyze(handle, result, top_k=max(1, args.lens_top_k))
+    internals = analyze(handle, result, top_k=args.lens_top_k)
     basis, reason = _basis_for(handle, result.template, args.compute_basis)
     result.extras["internals"] = internals.summary(tau=args.tau)
     result.extras["crm"] = crm_report(basis, internals.displacement, reason)

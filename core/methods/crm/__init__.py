@@ -16,14 +16,16 @@ Equations (CRM paper, §2, §4.5, appendices E, P, U, V), by module:
 
 Choices where the paper is silent or ambiguous (stated in the UI and the README):
 
-* **Variance ratio.** With n ≈ 100 calibration prompts, the *within-layer* explained-variance ratio of PC1
-  is at least 1/99 > 0.01 for every layer that varies at all, so the "> 0.01" rule would keep every layer —
-  but the paper reports 9–22 of 28–48 layers kept. We therefore read the ratio as the share of the *total*
-  calibration displacement variance (summed over all layers) that layer ℓ's PC1 explains:
-  ``evr_ℓ = λ₁,ℓ / Σ_ℓ' tr Cov(d_ℓ')``, which filters the near-zero-variance layers as the paper describes.
-  The within-layer ratio ``λ₁,ℓ / tr Cov(d_ℓ)`` is kept too (``evr_within``) and shown. Because the
-  residual stream's scale grows with depth, few (late) layers pass in small models, so the classifier is
-  also reported on all layers (the paper's all-layer protocol of Tables 6, 24, 25).
+* **Variance ratio (layer selection).** The paper keeps "layers with explained variance ratio > 0.01" (§3,
+  appendix P.3). The default rule, ``"within_layer"``, is that rule as written: PCA of layer ℓ's calibration
+  displacements, PC1's explained-variance ratio ``evr_within_ℓ = λ₁,ℓ / tr Cov(d_ℓ)`` > 0.01. On n ≈ 100
+  prompts the ratio is at least 1/99 for every layer that varies, so the rule keeps every such layer (on the
+  embedded model: all 30 decoder layers, the embedding row has no displacement) — the paper's 9–22 kept
+  layers of 28–48 cannot be reproduced from its text. The named option ``"share_of_total"`` reads the ratio
+  as the share of the *total* calibration displacement variance over all layers,
+  ``evr_ℓ = λ₁,ℓ / Σ_ℓ' tr Cov(d_ℓ')``; it keeps few, deep layers (embedded model: 28–29). Both ratios are
+  stored, and the classifier report gives CRM-LR under each (``pc1_within_layer``, ``pc1_share_of_total``)
+  and on all layers (the paper's all-layer protocol of Tables 6, 24, 25).
 * **Sign of PC1** is arbitrary; it is fixed so that the calibration mean of LTS_ℓ is ≥ 0. The supervised
   direction points from the grounded to the memorized class mean.
 * **Cross-validation** refits directions, kept layers and classifier inside every training fold (no leakage).
@@ -41,10 +43,14 @@ from core.methods.crm.calibration import Progress, calibration_displacements, co
 from core.methods.crm.classifier import CV_FOLDS, CV_SEED, N_BOOTSTRAP, crm_classifier
 from core.methods.crm.maths import (
     AUDIT_K,
+    DEFAULT_LAYER_RULE,
     DIRECTIONS,
     EVR_THRESHOLD,
+    LAYER_RULES,
     PC1,
+    SHARE_OF_TOTAL,
     SUPERVISED,
+    WITHIN_LAYER,
     anomaly_score,
     audit_flags,
     pc1_directions,
@@ -68,11 +74,15 @@ __all__ = [
     "CALIBRATION_PROMPTS",
     "CV_FOLDS",
     "CV_SEED",
+    "DEFAULT_LAYER_RULE",
     "DIRECTIONS",
     "EVR_THRESHOLD",
+    "LAYER_RULES",
     "N_BOOTSTRAP",
     "PC1",
+    "SHARE_OF_TOTAL",
     "SUPERVISED",
+    "WITHIN_LAYER",
     "CalibrationPrompt",
     "CrmBasis",
     "Progress",

@@ -21,17 +21,22 @@ import numpy as np
 from core.io import atomic_write
 from core.methods.crm.classifier import crm_classifier, logistic_pipeline
 from core.methods.crm.maths import (
+    DEFAULT_LAYER_RULE,
     DIRECTIONS,
     EVR_THRESHOLD,
+    LAYER_RULES,
     PC1,
+    SHARE_OF_TOTAL,
     SUPERVISED,
     anomaly_score,
     audit_flags,
     check_displacements,
     check_labels,
+    check_layer_rule,
     pc1_directions,
     project,
-    select_layers,
+    select_layers_by_rule,
+    selection_ratio,
     supervised_directions,
     zscores,
 )
@@ -53,7 +58,8 @@ class CrmBasis:
             ``evr_within``: PC1's explained-variance ratio within the layer.
         mu, sigma: per direction (``"pc1"``, ``"supervised"``), ``(L1,)`` calibration mean and standard
             deviation (ddof = 1) of LTS.
-        kept_layers: rows with ``evr > evr_threshold``.
+        kept_layers: rows whose ratio under ``layer_rule`` exceeds ``evr_threshold`` (the paper's rule,
+            ``"within_layer"``: ``evr_within > 0.01``; the named option ``"share_of_total"``: ``evr > 0.01``).
         calib_labels: ``(n,)`` 1 = memorized; ``calib_lts``: per direction ``(n, L1)``; ``calib_l2``,
             ``calib_lens_kl``: ``(n, L1)`` baselines.
         lr_coef, lr_mean, lr_scale: ``(L1,)`` the logistic regression on the kept PC1 LTS features fitted on
@@ -82,6 +88,16 @@ class CrmBasis:
     classifier: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     evr_threshold: float = EVR_THRESHOLD
+    layer_rule: str = DEFAULT_LAYER_RULE
+
+    @property
+    def selection_ratio(self) -> np.ndarray:
+        """``(L1,)`` the ratio ``layer_rule`` compares with ``evr_threshold`` (``evr_within`` or ``evr``)."""
+        return selection_ratio(self.layer_rule, self.evr, self.evr_within)
+
+    def layers_by_rule(self) -> dict[str, list[int]]:
+        """The rows each layer-selection rule keeps (:data:`~core.methods.crm.maths.LAYER_RULES`)."""
+        return {r: select_layers_by_rule(r, self.evr, self.evr_within, self.evr_threshold) for r in LAYER_RULES}
 
     @property
     def n_rows(self) -> int:
@@ -159,7 +175,9 @@ class CrmBasis:
             "layers": self.n_rows - 1,
             "hidden_size": int(self.pc1.shape[1]),
             "evr_threshold": self.evr_threshold,
+            "layer_rule": self.layer_rule,
             "kept_layers": list(self.kept_layers),
+            "kept_layers_by_rule": self.layers_by_rule(),
             "evr": np.round(self.evr, 6).tolist(),
             "evr_within": np.round(self.evr_within, 6).tolist(),
             "classifier": self.classifier,
@@ -179,6 +197,7 @@ class CrmBasis:
             "classifier": self.classifier,
             "meta": self.meta,
             "evr_threshold": self.evr_threshold,
+            "layer_rule": self.layer_rule,
             "version": BASIS_VERSION,
         }
         arrays = {
@@ -237,6 +256,8 @@ class CrmBasis:
             classifier=meta.get("classifier", {}),
             meta=meta.get("meta", {}),
             evr_threshold=float(meta.get("evr_threshold", EVR_THRESHOLD)),
+            # files written before the rule was stored used the share-of-total ratio
+            layer_rule=str(meta.get("layer_rule", SHARE_OF_TOTAL)),
         )
 
 
@@ -275,7 +296,9 @@ def crm_report(basis: CrmBasis | None, disp: np.ndarray, reason: str = "") -> di
         "position": "last prompt token",
         "template": basis.template,
         "evr_threshold": basis.evr_threshold,
+        "layer_rule": basis.layer_rule,
         "evr": np.round(basis.evr, 6).tolist(),
+        "evr_within": np.round(basis.evr_within, 6).tolist(),
         **basis.trajectory(d[:, 0]),
         "per_answer_position": {
             f"lts_{name}": np.round(basis.lts(d.transpose(1, 0, 2), name), 6).tolist() for name in DIRECTIONS
@@ -295,6 +318,7 @@ def fit_basis(
     meta: dict[str, Any] | None = None,
     threshold: float = EVR_THRESHOLD,
     classifier: bool = True,
+    layer_rule: str = DEFAULT_LAYER_RULE,
 ) -> CrmBasis:
     """Fit a :class:`CrmBasis` from calibration displacements (pure: no model, no IO).
 
@@ -305,12 +329,15 @@ def fit_basis(
         model, template, meta: provenance stored with the basis.
         threshold: the variance-ratio threshold of the kept layers.
         classifier: also run the cross-validated classifier report (a few seconds).
+        layer_rule: ``"within_layer"`` (default, the paper's PCA explained-variance ratio inside each layer)
+            or ``"share_of_total"`` (PC1 variance as a share of all layers' displacement variance).
     """
+    check_layer_rule(layer_rule)
     X = check_displacements(D)
     y = check_labels(labels, X.shape[0])
     pc1, evr, evr_within = pc1_directions(X)
     sup = supervised_directions(X, y)
-    kept = select_layers(evr, threshold)
+    kept = select_layers_by_rule(layer_rule, evr, evr_within, threshold)
     lts = {PC1: project(X, pc1), SUPERVISED: project(X, sup)}
     mu = {k: v.mean(axis=0) for k, v in lts.items()}
     sigma = {k: v.std(axis=0, ddof=1) for k, v in lts.items()}
@@ -327,7 +354,9 @@ def fit_basis(
         intercept = float(lr.intercept_[0])
     report: dict[str, Any] = {}
     if classifier:
-        report = crm_classifier(X, y, baselines={"l2_norm": l2, "logit_lens_kl": lens}, threshold=threshold)
+        report = crm_classifier(
+            X, y, baselines={"l2_norm": l2, "logit_lens_kl": lens}, threshold=threshold, layer_rule=layer_rule
+        )
     return CrmBasis(
         model=model,
         template=template,
@@ -349,4 +378,5 @@ def fit_basis(
         classifier=report,
         meta=dict(meta or {}),
         evr_threshold=threshold,
+        layer_rule=layer_rule,
     )

@@ -16,6 +16,7 @@ import numpy as np
 from core.engine.prepare import prepare_prompts
 from core.engine.settings import DualPathSettings
 from core.methods.crm.basis import CrmBasis, fit_basis
+from core.methods.crm.maths import DEFAULT_LAYER_RULE
 from core.methods.crm.prompts import (
     CALIBRATION_PROMPTS,
     CalibrationPrompt,
@@ -71,6 +72,7 @@ def compute_basis(
     template: str = "auto",
     prompts_path: str | Path = CALIBRATION_PROMPTS,
     save: bool = True,
+    layer_rule: str = DEFAULT_LAYER_RULE,
 ) -> CrmBasis:
     """Compute the CRM basis of a model from the bundled calibration prompts and cache it on disk.
 
@@ -81,6 +83,8 @@ def compute_basis(
         template: the prompt template (``"auto"`` resolves as the engine does); a basis is per template.
         save: write it to :func:`core.methods.crm.store.cache_basis_path` (the app and the CLI find it there
             next time).
+        layer_rule: the layer-selection rule (:data:`~core.methods.crm.maths.LAYER_RULES`; default the
+            paper's within-layer explained-variance ratio).
     """
     prompts = load_calibration_prompts(prompts_path)
     key = template_key(handle, template)
@@ -96,8 +100,11 @@ def compute_basis(
         "position": "last prompt token",
         "layer_index": "0 = embeddings, l + 1 = output of decoder layer l (before the final norm)",
         "evr_definition": "lambda_1 of the layer / total displacement variance over all layers",
+        "evr_within_definition": "lambda_1 of the layer / total displacement variance of that layer (PCA's ratio)",
     }
-    basis = fit_basis(D, labels, lens_kl=lens_kl, model=handle.info.name, template=key, meta=meta)
+    basis = fit_basis(
+        D, labels, lens_kl=lens_kl, model=handle.info.name, template=key, meta=meta, layer_rule=layer_rule
+    )
     if save:
         path = basis.save(cache_basis_path(handle, key))
         logger.info("Saved the CRM basis to %s", path)

@@ -18,14 +18,17 @@ from sklearn.preprocessing import StandardScaler
 
 from core.maths.metrics import auc, auc_bootstrap_ci
 from core.methods.crm.maths import (
+    DEFAULT_LAYER_RULE,
     EVR_THRESHOLD,
+    LAYER_RULES,
     PC1,
     SUPERVISED,
     check_displacements,
     check_labels,
+    check_layer_rule,
     pc1_directions,
     project,
-    select_layers,
+    select_layers_by_rule,
     supervised_directions,
 )
 from core.methods.repcs import MEMORIZED
@@ -41,7 +44,11 @@ def logistic_pipeline() -> Pipeline:
 
 
 def fold_features(
-    X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray, threshold: float
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    X_test: np.ndarray,
+    threshold: float,
+    layer_rule: str = DEFAULT_LAYER_RULE,
 ) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
     """LTS features of one CV fold, every direction and layer set fitted on the training part only.
 
@@ -49,19 +56,27 @@ def fold_features(
         X_train, X_test: ``(n_train, L1, d)`` and ``(n_test, L1, d)`` displacements.
         y_train: ``(n_train,)`` 0/1 labels.
         threshold: the variance-ratio threshold of the kept layers.
+        layer_rule: the layer-selection rule of ``pc1`` / ``supervised`` (:data:`~core.methods.crm.maths.LAYER_RULES`).
 
     Returns:
-        Per feature set (``pc1``, ``supervised`` over the kept layers, ``*_all_layers`` over every varying
-        layer): ``(train features, test features, number of features)``.
+        Per feature set (``pc1``, ``supervised`` over the layers kept by ``layer_rule``; ``pc1_<rule>`` over
+        the layers kept by each rule, so both rules are reported; ``*_all_layers`` over every varying layer):
+        ``(train features, test features, number of features)``.
     """
-    pc1, evr, _ = pc1_directions(X_train)
-    kept = select_layers(evr, threshold) or [int(np.argmax(evr))]
+    pc1, evr, evr_within = pc1_directions(X_train)
+    kept_by = {
+        rule: select_layers_by_rule(rule, evr, evr_within, threshold) or [int(np.argmax(evr))] for rule in LAYER_RULES
+    }
+    kept = kept_by[check_layer_rule(layer_rule)]
     varying = [i for i in range(X_train.shape[1]) if np.any(X_train[:, i] != X_train[0, i])]
     out = {}
     for kind, directions in ((PC1, pc1), (SUPERVISED, supervised_directions(X_train, y_train))):
         train, test = project(X_train, directions), project(X_test, directions)
         out[kind] = (train[:, kept], test[:, kept], len(kept))
         out[f"{kind}_all_layers"] = (train[:, varying], test[:, varying], len(varying))
+        if kind == PC1:
+            for rule, layers in kept_by.items():
+                out[f"{PC1}_{rule}"] = (train[:, layers], test[:, layers], len(layers))
     return out
 
 
@@ -74,10 +89,12 @@ def crm_classifier(
     seed: int = CV_SEED,
     n_boot: int = N_BOOTSTRAP,
     threshold: float = EVR_THRESHOLD,
+    layer_rule: str = DEFAULT_LAYER_RULE,
 ) -> dict[str, Any]:
     """CRM-LR on the per-layer LTS features with stratified k-fold CV and a bootstrap CI of the AUC.
 
-    In every fold the PC1 and supervised directions, the kept layers (variance ratio > ``threshold``) and
+    In every fold the PC1 and supervised directions, the kept layers (variance ratio > ``threshold`` under
+    ``layer_rule``; ``pc1_<rule>`` reports CRM-LR under each rule) and
     a StandardScaler + logistic regression are fitted on the training part only; the held-out part is
     scored. The out-of-fold probabilities of all prompts give one ROC-AUC (positive class = memorized) and
     a percentile bootstrap 95 % CI (``n_boot`` resamples, ``seed``).
@@ -110,12 +127,20 @@ def crm_classifier(
         if m.shape != X.shape[:2]:
             raise ValueError(f"baseline {name!r} must have shape {X.shape[:2]}, got {m.shape}")
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    kinds = [PC1, SUPERVISED, f"{PC1}_all_layers", f"{SUPERVISED}_all_layers", *extra]
+    check_layer_rule(layer_rule)
+    kinds = [
+        PC1,
+        SUPERVISED,
+        *(f"{PC1}_{rule}" for rule in LAYER_RULES),
+        f"{PC1}_all_layers",
+        f"{SUPERVISED}_all_layers",
+        *extra,
+    ]
     oof = {k: np.zeros(X.shape[0]) for k in kinds}
     fold_aucs: dict[str, list[float]] = {k: [] for k in kinds}
     n_features: dict[str, list[int]] = {k: [] for k in kinds}
     for train, test in splitter.split(np.zeros(len(y)), y):
-        lts_features = fold_features(X[train], y[train], X[test], threshold)
+        lts_features = fold_features(X[train], y[train], X[test], threshold, layer_rule)
         for kind in kinds:
             if kind in lts_features:
                 f_train, f_test, n_feat = lts_features[kind]
@@ -143,6 +168,7 @@ def crm_classifier(
         "positive_class": MEMORIZED,
         "folds": folds,
         "seed": seed,
+        "layer_rule": layer_rule,
         "bootstrap": n_boot,
         "protocol": (
             f"StandardScaler + logistic regression, stratified {folds}-fold CV (shuffle, seed {seed}); "

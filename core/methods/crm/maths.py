@@ -5,7 +5,8 @@ rows (0 = embeddings, ℓ + 1 = output of decoder layer ℓ), hidden size ``d``.
 
 * PC1 direction v_ℓ by SVD of the centered calibration displacements of layer ℓ (CRM appendix P.3)
 * LTS_ℓ = ⟨h_ℓ^c − h_ℓ^0, v_ℓ⟩                                                        (CRM eq. 1)
-* target layers: variance ratio > 0.01 (CRM §3, appendix P.3; see :func:`pc1_directions` for the ratio)
+* target layers: explained-variance ratio > 0.01 (CRM §3, appendix P.3; :func:`select_layers_by_rule`: the
+  paper's within-layer PCA ratio by default, the share-of-total ratio as the named option)
 * supervised direction v_sup^(ℓ) = (E[d_ℓ | member] − E[d_ℓ | non-member]) / ‖…‖₂      (CRM eq. 2)
 * audit rule: flag layer ℓ when |LTS_ℓ − μ_ℓ| > 2σ_ℓ; anomaly score = mean_ℓ |LTS_ℓ − μ_ℓ| / σ_ℓ (appendix V.1)
 """
@@ -18,6 +19,16 @@ import numpy as np
 
 EVR_THRESHOLD = 0.01
 """A layer is kept when its PC1 variance ratio exceeds this (CRM §3)."""
+WITHIN_LAYER = "within_layer"
+"""The paper's rule (CRM §3, appendix P.3: "layers with explained variance ratio > 0.01"): PCA of layer ℓ's
+calibration displacements, PC1's explained-variance ratio λ₁,ℓ / tr Cov(d_ℓ) > 0.01. Every layer whose
+displacements vary passes it whenever PC1 explains more than 1 % of its layer (on n prompts the ratio is at
+least 1/min(n − 1, d)); only layers with (near-)zero displacement variance are filtered."""
+SHARE_OF_TOTAL = "share_of_total"
+"""The named alternative: λ₁,ℓ / Σ_ℓ' tr Cov(d_ℓ') > 0.01, layer ℓ's PC1 variance as a share of the total over
+all layers. It favors the deep layers, whose residual stream is largest (on the embedded model: 28–29 only)."""
+LAYER_RULES: tuple[str, str] = (WITHIN_LAYER, SHARE_OF_TOTAL)
+DEFAULT_LAYER_RULE = WITHIN_LAYER
 AUDIT_K = 2.0
 """The audit rule's band half-width in calibration standard deviations (CRM appendix V.1)."""
 PC1 = "pc1"
@@ -130,6 +141,26 @@ def select_layers(evr: np.ndarray, threshold: float = EVR_THRESHOLD) -> list[int
     return [int(i) for i in np.nonzero(r > threshold)[0]]
 
 
+def check_layer_rule(rule: str) -> str:
+    """``rule`` if it names a layer-selection rule (:data:`LAYER_RULES`), else ``ValueError``."""
+    if rule not in LAYER_RULES:
+        raise ValueError(f"layer rule must be one of {', '.join(LAYER_RULES)}, got {rule!r}")
+    return rule
+
+
+def selection_ratio(rule: str, evr_share: np.ndarray, evr_within: np.ndarray) -> np.ndarray:
+    """The per-row ratio a rule compares with the threshold: ``evr_within`` for :data:`WITHIN_LAYER` (the
+    paper), ``evr_share`` for :data:`SHARE_OF_TOTAL` (both ``(L1,)``, from :func:`pc1_directions`)."""
+    return np.asarray(evr_within if check_layer_rule(rule) == WITHIN_LAYER else evr_share, dtype=np.float64)
+
+
+def select_layers_by_rule(
+    rule: str, evr_share: np.ndarray, evr_within: np.ndarray, threshold: float = EVR_THRESHOLD
+) -> list[int]:
+    """The target layers ℒ under ``rule`` (:data:`WITHIN_LAYER`, the paper's, or :data:`SHARE_OF_TOTAL`)."""
+    return select_layers(selection_ratio(rule, evr_share, evr_within), threshold)
+
+
 def audit_flags(
     lts: np.ndarray, mu: np.ndarray, sigma: np.ndarray, layers: Sequence[int] | None = None, k: float = AUDIT_K
 ) -> list[int]:
@@ -161,3 +192,29 @@ def zscores(lts: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     x = np.asarray(lts, dtype=np.float64)
     s = np.asarray(sigma, dtype=np.float64)
     return np.divide(x - mu, s, out=np.zeros_like(x), where=s > 0)
+
+
+L2_FEATURE_NAMES: tuple[str, ...] = ("mean", "max", "var", "early", "late", "has_late", "trend")
+"""The CRM level-2 feature vector (appendix P.2's five statistics, the early/late split as three entries)."""
+
+
+def l2_feature_vector(stats: dict[str, float | int | None]) -> np.ndarray:
+    """CRM appendix P.2's level-2 statistics of KL_t as a feature vector ``(7,)`` (:data:`L2_FEATURE_NAMES`).
+
+    ``stats`` is :func:`core.maths.divergence.kl_statistics`'s dict: KL-mean, KL-max, KL-var, the early/late
+    split ("first 32 vs. remaining tokens") and KL-trend. The paper scores fixed-length continuations, so its
+    late mean always exists; an answer of at most ``split`` tokens has *no* remaining tokens and no late mean.
+    The late mean is then encoded as missing — ``late = 0`` with the indicator ``has_late = 0`` (1 when the
+    late mean exists) — rather than copied from the early mean, which would make every short answer look as
+    if its KL had not changed after the split. A missing mean/max/var/early/trend (an empty answer) is 0.
+
+    Raises:
+        ValueError: ``stats`` lacks one of the statistics' keys.
+    """
+    missing = [k for k in ("mean", "max", "var", "early", "late", "trend") if k not in stats]
+    if missing:
+        raise ValueError(f"KL statistics lack {', '.join(missing)}")
+    late = stats["late"]
+    values = [stats["mean"], stats["max"], stats["var"], stats["early"], late, 1.0 if late is not None else 0.0]
+    values.append(stats["trend"])
+    return np.asarray([0.0 if v is None else float(v) for v in values], dtype=np.float64)

@@ -2,6 +2,7 @@
 summary.
 
 * Response score (eq. 14): r⁽ⁱ⁾ = γ₁ · Len(ŷ⁽ⁱ⁾) / Len(·) + γ₂ · Sim(ŷ⁽ⁱ⁾, ·).
+* Agreement score (the context ablation's): γ₁ · min(ρ, 1/ρ) + γ₂ · Sim(ŷ⁽ⁱ⁾, ŷ), ρ = Len(ŷ⁽ⁱ⁾) / Len(ŷ).
 * ADS (eq. 20): Diff(β_j) = β_RAG(j) − β_w/o RAG(j).
 * Three-way label (eqs. 19, 21, Alg. 1 lines 15–28): β_j ≥ τ → *pretrained member*; otherwise *non-member*
   when min(τ₁, τ₂) ≤ Diff(β_j) < max(τ₁, τ₂), else *retrieved member*.
@@ -32,6 +33,27 @@ def response_score(length_ratio: float, similarity: float, gamma_length: float, 
         gamma_length, gamma_similarity: γ₁ and γ₂.
     """
     return float(gamma_length) * float(length_ratio) + float(gamma_similarity) * float(similarity)
+
+
+def agreement_score(length_ratio: float, similarity: float, gamma_length: float, gamma_similarity: float) -> float:
+    """Agreement of an answer with the reference answer ŷ: r_agree = γ₁ · min(ρ, 1/ρ) + γ₂ · Sim(ŷ⁽ⁱ⁾, ŷ).
+
+    Eq. 14 rewards length, ``γ₁ · ρ`` with ρ = Len(ŷ⁽ⁱ⁾) / Len(ŷ): an answer *longer* than ŷ scores higher
+    than ŷ itself, so a long wrong answer can outscore the reference. Here the length term is symmetric,
+    min(ρ, 1/ρ) ∈ [0, 1] (1 only at ρ = 1; 0 for an empty answer), so r_agree ≤ γ₁ + γ₂ with equality exactly
+    for an answer of ŷ's length and similarity 1: it peaks at agreement with ŷ and falls with any change, and
+    r_agree(ŷ) − r_agree(ŷ⁽ⁱ⁾) ≥ 0 measures how far ŷ⁽ⁱ⁾ moved away from ŷ (used by the context ablation).
+
+    Args:
+        length_ratio: ρ = Len(ŷ⁽ⁱ⁾) / Len(ŷ) ≥ 0, both in tokens.
+        similarity: Sim(ŷ⁽ⁱ⁾, ŷ), a cosine in [−1, 1].
+        gamma_length, gamma_similarity: γ₁ and γ₂.
+    """
+    rho = float(length_ratio)
+    if rho < 0 or not np.isfinite(rho):
+        raise ValueError(f"length ratio must be a finite number >= 0, got {length_ratio}")
+    symmetric = 0.0 if rho == 0 else min(rho, 1.0 / rho)
+    return float(gamma_length) * symmetric + float(gamma_similarity) * float(similarity)
 
 
 def _same_length_1d(a: np.ndarray, b: np.ndarray, names: str) -> tuple[np.ndarray, np.ndarray]:

@@ -195,12 +195,16 @@ class SMAResult:
 class ContextAblation:
     """Each context sentence removed in turn (retrieval on, query intact).
 
+    Scores are agreement with the full-context answer ŷ
+    (:func:`core.methods.sma.maths.agreement_score`: γ₁ · min(ρ, 1/ρ) + γ₂ · Sim), not eq. 14's response
+    score, whose length term rewards an answer longer than ŷ.
+
     Attributes:
         sentences: the context's S sentences.
-        full_score: r of the answer with the whole context (γ₁ + γ₂ with ``reference="answer"``).
-        scores: r with sentence s removed, shape ``(S,)``.
-        delta: full_score − scores, shape ``(S,)``: how much removing s moved the answer (higher = the
-            answer leaned on s).
+        full_score: agreement of the answer with the whole context with ŷ (γ₁ + γ₂ up to float noise).
+        scores: agreement with ŷ of the answer with sentence s removed, shape ``(S,)``.
+        delta: full_score − scores ≥ 0, shape ``(S,)``: how far removing s moved the answer away from ŷ
+            (higher = the answer leaned on s; 0 = the answer did not change).
         answers: the answer with sentence s removed.
         similarities, length_ratios: the two terms of eq. 14 for each removal, shape ``(S,)``.
     """
@@ -219,6 +223,7 @@ class ContextAblation:
     length_ratios: np.ndarray
     seconds: float
     kind: str = "context_ablation"
+    score_kind: str = "agreement"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -236,4 +241,5 @@ class ContextAblation:
             "similarities": [float(s) for s in self.similarities],
             "length_ratios": [float(x) for x in self.length_ratios],
             "seconds": self.seconds,
+            "score_kind": self.score_kind,
         }

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from core.engine import DualPathSettings
 from core.methods.sma.attribution import run_captum
-from core.methods.sma.maths import ads
+from core.methods.sma.maths import ads, agreement_score
 from core.methods.sma.results import ContextAblation, SMAResult, SMARun
-from core.methods.sma.scorer import ResponseScorer, greedy_answers
+from core.methods.sma.scorer import AnswerFn, ResponseScorer, greedy_answers
 from core.methods.sma.settings import SMASettings
 from core.methods.sma.units import CONTEXT, QUERY, Unit, baseline_of, draw_masks, split_units
 from core.model.handle import ModelHandle
@@ -73,11 +74,13 @@ def _check_budget(handle: ModelHandle, ids: list[int], max_new_tokens: int, what
         )
 
 
-def _reference(handle: ModelHandle, template: Any, prompt: str, settings: SMASettings) -> tuple[str, int]:
+def _reference(
+    handle: ModelHandle, template: Any, prompt: str, settings: SMASettings, answer_fn: AnswerFn | None = None
+) -> tuple[str, int]:
     """(ŷ, Len(ŷ)): the greedy answer to the unperturbed prompt, generated alone."""
     ids = encode_prompt(template, handle.tokenizer, prompt)
     gen = DualPathSettings(max_new_tokens=settings.max_new_tokens, template=settings.template)
-    return greedy_answers(handle, [ids], gen)[0]
+    return (answer_fn or partial(greedy_answers, handle))([ids], gen)[0]
 
 
 def _attribute_run(
@@ -91,6 +94,7 @@ def _attribute_run(
     context: str,
     masks: np.ndarray | None,
     on_generation: Callable[[int], None] | None,
+    answer_fn: AnswerFn | None = None,
 ) -> SMARun:
     """One run: perturb ``query_units`` (and ``context_units`` when given) with retrieval on or off."""
     t0 = time.perf_counter()
@@ -113,10 +117,10 @@ def _attribute_run(
         settings.max_new_tokens,
         "the fully perturbed " + ("retrieval" if rag else "parametric") + " prompt",
     )
-    answer, n_ref = _reference(handle, template, prompt, settings)
+    answer, n_ref = _reference(handle, template, prompt, settings, answer_fn)
     if on_generation is not None:
         on_generation(1)
-    scorer = ResponseScorer(handle, template, settings, units, baselines, answer, n_ref, on_generation)
+    scorer = ResponseScorer(handle, template, settings, units, baselines, answer, n_ref, on_generation, answer_fn)
     beta, intercept = run_captum(
         settings.method,
         units,
@@ -152,6 +156,7 @@ def run_sma(
     settings: SMASettings | None = None,
     *,
     on_progress: ProgressCallback | None = None,
+    answer_fn: AnswerFn | None = None,
 ) -> SMAResult:
     """SMA with retrieval on and off, and ADS per unit (see :mod:`core.methods.sma`).
 
@@ -161,6 +166,8 @@ def run_sma(
         settings: :class:`SMASettings` (defaults if ``None``).
         on_progress: ``on_progress(done, total, stage)`` after every batch of generations; ``stage`` is
             ``"RAG on"`` or ``"RAG off"``.
+        answer_fn: how each batch of prompt ids gets its greedy answers (default: generated through ``handle``;
+            :mod:`core.scale.ray_sma` passes answers computed on Ray actors).
 
     Returns:
         :class:`SMAResult` with β_on, β_off and ADS over the units (query first, then context).
@@ -198,6 +205,7 @@ def run_sma(
         context=context,
         masks=masks_on,
         on_generation=progress.stage("RAG on"),
+        answer_fn=answer_fn,
     )
     progress.done = total_on
     off = _attribute_run(
@@ -210,6 +218,7 @@ def run_sma(
         context=context,
         masks=masks_off,
         on_generation=progress.stage("RAG off"),
+        answer_fn=answer_fn,
     )
     if on_progress is not None:
         on_progress(progress.total, progress.total, "RAG off")
@@ -243,16 +252,23 @@ def run_context_ablation(
 ) -> ContextAblation:
     """The faster comparison: each context sentence removed in turn (retrieval on, query intact).
 
-    Scored with the same response score; captum's ``FeatureAblation`` over sentence units with an empty
-    baseline. Costs S + 2 generations for S sentences (the unperturbed answer, the full input once more,
-    each sentence removed).
+    Each answer is scored by its **agreement with the full-context answer ŷ**
+    (:func:`core.methods.sma.maths.agreement_score`, always against ŷ whatever ``settings.reference``), so
+    Δr = r(full) − r(without s) ≥ 0 says how far removing s moved the answer away from ŷ. Eq. 14's response
+    score is not used here: its length term rewards a longer answer, so removing the one sentence that
+    carries the answer could score *negative* (the longer wrong answer given without it outscoring ŷ).
+    captum's ``FeatureAblation`` over sentence units with an empty baseline drives the generations. Costs
+    S + 2 generations for S sentences (the unperturbed answer, the full input once more, each sentence
+    removed).
 
     Raises:
         ValueError: empty inputs, bad settings, or a prompt over the model's token budget.
     """
     settings, query, context, template = _prepare(handle, query, context, settings)
     sentences = split_units(context, "sentence")
-    ablation = SMASettings(**{**settings.to_dict(), "method": "ablation", "perturbation": "remove"})
+    ablation = SMASettings(
+        **{**settings.to_dict(), "method": "ablation", "perturbation": "remove", "reference": "answer"}
+    )
     step = _Progress(len(sentences) + 2, on_progress).stage("context ablation")
     t0 = time.perf_counter()
     prompt_full = build_prompt(template, handle.tokenizer, query, context)
@@ -282,7 +298,12 @@ def run_context_ablation(
     by_mask = {s.mask: s for s in scorer.samples}
     full = by_mask["1" * len(sentences)]
     rows = [by_mask["".join("0" if j == i else "1" for j in range(len(sentences)))] for i in range(len(sentences))]
-    scores = np.array([r.score for r in rows], dtype=np.float64)
+
+    def agree(sample: Any) -> float:
+        return agreement_score(sample.length_ratio, sample.similarity, ablation.gamma_length, ablation.gamma_similarity)
+
+    full_score = agree(full)
+    scores = np.array([agree(r) for r in rows], dtype=np.float64)
     return ContextAblation(
         model=handle.info.name,
         query=query,
@@ -290,9 +311,9 @@ def run_context_ablation(
         settings=ablation.to_dict(),
         reference_answer=answer,
         sentences=sentences,
-        full_score=full.score,
+        full_score=full_score,
         scores=scores,
-        delta=full.score - scores,
+        delta=full_score - scores,
         answers=[r.answer for r in rows],
         similarities=np.array([r.similarity for r in rows]),
         length_ratios=np.array([r.length_ratio for r in rows]),

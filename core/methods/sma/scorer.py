@@ -7,6 +7,7 @@ the handle (one ``handle.generate`` per batch); nothing here takes the model's l
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,10 @@ from core.methods.sma.settings import SMASettings
 from core.model.embedder import embed
 from core.model.handle import ModelHandle
 from core.model.prompts import encode_prompt
+
+AnswerFn = Callable[[list[list[int]], DualPathSettings], list[tuple[str, int]]]
+"""``answer_fn(prompt_ids_batch, settings)``: :func:`greedy_answers` on a handle, or a stand-in that gets the same
+answers elsewhere (:mod:`core.scale.ray_sma` computes them on Ray actors)."""
 
 
 def greedy_answers(handle: ModelHandle, prompts: list[list[int]], settings: DualPathSettings) -> list[tuple[str, int]]:
@@ -50,6 +55,7 @@ class ResponseScorer:
         reference_answer: ŷ, the answer to the unperturbed prompt.
         reference_tokens: Len(ŷ) in tokens.
         on_generation: called with the number of prompts after every scored batch.
+        answer_fn: how a batch of prompt ids gets its answers (default: :func:`greedy_answers` on ``handle``).
     """
 
     def __init__(
@@ -62,8 +68,10 @@ class ResponseScorer:
         reference_answer: str,
         reference_tokens: int,
         on_generation: Callable[[int], None] | None = None,
+        answer_fn: AnswerFn | None = None,
     ) -> None:
         self.handle = handle
+        self.answer_fn = answer_fn or partial(greedy_answers, handle)
         self.template = template
         self.settings = settings
         self.units = units
@@ -83,7 +91,7 @@ class ResponseScorer:
         todo = [i for i in dict.fromkeys(ids) if i not in self.cache]
         for start in range(0, len(todo), self.settings.batch_size):
             batch = todo[start : start + self.settings.batch_size]
-            for key, answer in zip(batch, greedy_answers(self.handle, [list(b) for b in batch], self.gen_settings)):
+            for key, answer in zip(batch, self.answer_fn([list(b) for b in batch], self.gen_settings)):
                 self.cache[key] = answer
         return [self.cache[i] for i in ids]
 

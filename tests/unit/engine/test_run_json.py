@@ -1,4 +1,5 @@
-"""``python -m core run --json``: the exact set of keys users rely on (schema 1's keys plus schema_version)."""
+"""``python -m core run --json``: the exact set of keys users rely on (schema 1's keys, schema_version and
+schema 3's verdict keys; keys are only ever added)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ def run_json(tiny_handle, monkeypatch, capsys):
 
 
 def test_run_json_has_exactly_the_pinned_keys_in_order(run_json):
-    assert len(RUN_JSON_KEYS) == len(set(RUN_JSON_KEYS)) == 40 and RUN_JSON_KEYS[-1] == "schema_version"
+    assert len(RUN_JSON_KEYS) == len(set(RUN_JSON_KEYS)) == 44 and RUN_JSON_KEYS[-1] == "schema_version"
     assert list(run_json) == RUN_JSON_KEYS
-    assert run_json["schema_version"] == SCHEMA_VERSION == 2
+    assert run_json["schema_version"] == SCHEMA_VERSION == 3
+    assert run_json["verdict"] in {"recalled", "read", "inconclusive", "uncalibrated"} and run_json["verdict_reason"]
+    assert run_json["n_scored"] == min(run_json["score_window"], len(run_json["answer_token_ids"]))
     assert list(run_json["settings"]) == SETTINGS_KEYS
     assert run_json["settings"]["max_new_tokens"] == 4 and run_json["score_window"] == 4
 

@@ -38,7 +38,7 @@ def _det(name: str = "d", higher: str = MEMORIZED_HIGH) -> Detector:
 def test_metrics_against_sklearn_on_hand_made_scores():
     m = detector_metrics(Y, S.tolist(), _det())
     assert m["auc"] == pytest.approx(roc_auc_score(Y, S))
-    fpr, tpr, _ = roc_curve(Y, S)
+    fpr, tpr, _ = roc_curve(Y, S, drop_intermediate=False)  # every operating point (core.maths.metrics)
     assert m["fpr_at_95tpr"] == pytest.approx(fpr[tpr >= 0.95].min())
     assert m["precision_at_10"] == pytest.approx(Y.mean())  # 10 rows: P@10 is the positive share
     assert m["roc"]["fpr"] == pytest.approx(fpr.tolist()) and m["roc"]["tpr"] == pytest.approx(tpr.tolist())
@@ -173,7 +173,7 @@ def test_cli_evaluate_adds_ci_and_every_detector(tmp_path, cli_model, facts_csv)
         assert {"auc", "auc_ci", "fpr_at_95tpr", "precision_at_10"} <= set(m), name
         assert m["n"] == 12 and m["auc_ci"][0] <= m["auc"] <= m["auc_ci"][1], name
     assert all(0.0 <= r["scores"]["crm_l2_lr"] <= 1.0 for r in report["rows"])
-    assert all(len(r["features"]["crm_l2_lr"]) == 6 for r in report["rows"])
+    assert all(len(r["features"]["crm_l2_lr"]) == 7 for r in report["rows"])  # mean max var early late has_late trend
     # RePCS Table IV rides along: σ = 0 reproduces the repcs AUC
     assert [r["sigma"] for r in report["robustness"]] == [0.0, 0.02, 0.05, 0.1]
     assert report["robustness"][0]["auc"] == pytest.approx(report["detectors"]["repcs"]["auc"])

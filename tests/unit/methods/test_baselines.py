@@ -22,7 +22,7 @@ TEXT = "The lighthouse of Orrin was built in 1802 from grey granite."
 def test_token_stats_match_an_independent_forward(tiny_handle):
     stats = context_token_stats(tiny_handle, TEXT)
     tok = tiny_handle.tokenizer
-    ids = [tok.bos_token_id, *tok(TEXT, add_special_tokens=False)["input_ids"]]
+    ids = list(tok(TEXT, add_special_tokens=False)["input_ids"])  # the byte tokenizer adds no BOS: none prepended
     with torch.inference_mode():
         logits = tiny_handle.model(input_ids=torch.tensor([ids])).logits[0].double()
     logp = torch.log_softmax(logits, -1).numpy()

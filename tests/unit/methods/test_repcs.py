@@ -31,8 +31,8 @@ def test_score_sums_first_T_positions():
 
 
 def test_verdict_is_strict_lower_tail():
-    assert verdict(0.9, 1.0) == "memorized"
-    assert verdict(1.0, 1.0) == "grounded"
+    assert verdict(0.9, 1.0) == "recalled"
+    assert verdict(1.0, 1.0) == "read"
 
 
 def test_tau_is_alpha_quantile():

@@ -25,7 +25,7 @@ def test_malformed_model_spec():
 
 
 def test_local_folder_without_model(tmp_path):
-    with pytest.raises(ModelLoadError, match="Could not load"):
+    with pytest.raises(ModelLoadError, match="not a model folder"):
         load_model(str(tmp_path))
 
 

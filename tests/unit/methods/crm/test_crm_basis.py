@@ -21,7 +21,8 @@ def test_fit_basis_roundtrip_through_npz(tmp_path, synthetic):
     loaded = CrmBasis.load(path)
     np.testing.assert_array_equal(loaded.pc1, basis.pc1)
     np.testing.assert_array_equal(loaded.calib_lts[SUPERVISED], basis.calib_lts[SUPERVISED])
-    assert loaded.kept_layers == basis.kept_layers == [2, 3, 4]
+    # the paper's within-layer rule keeps every layer that varies (the dead layer 0 is dropped)
+    assert loaded.kept_layers == basis.kept_layers == [1, 2, 3, 4] and loaded.layer_rule == "within_layer"
     assert loaded.meta == basis.meta and loaded.template == "A"
     d = D[0]
     lts = loaded.lts(d, PC1)
@@ -62,7 +63,7 @@ def test_bundled_embedded_basis_is_small_current_and_well_formed():
     norms = np.linalg.norm(basis.pc1.astype(np.float64), axis=1)
     assert np.all((np.abs(norms - 1) < 1e-4) | (norms == 0))
     assert basis.meta["prompt_set_sha256"] == crm.prompt_set_digest(crm.load_calibration_prompts())
-    assert basis.kept_layers and all(basis.evr[i] > 0.01 for i in basis.kept_layers)
+    assert basis.kept_layers and all(basis.selection_ratio[i] > 0.01 for i in basis.kept_layers)
     for m in basis.classifier["feature_sets"].values():
         assert 0.0 <= m["ci95"][0] <= m["auc"] <= m["ci95"][1] <= 1.0
     assert basis.calib_lts[PC1].shape == (basis.meta["n_prompts"], 31)

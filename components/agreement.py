@@ -1,0 +1,173 @@
+"""The agreement view of the Dual Path page: every detector's verdict on the last run, at a glance.
+
+All scoring is :func:`core.detectors.agreement.assess` (the registry's cheap detectors) and
+:func:`core.detectors.agreement.judge` (a costly one, on request); this module only draws: the one-line
+summary, a table (score, threshold, where it came from, verdict in the shared wording of
+:mod:`core.engine.verdict`), a link to each detector's page, and a button per costly detector with its time
+estimate. Results are kept per run in a session LRU, so redrawing never re-scores.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from components import keys
+from components.lru import session_lru
+from components.text import plain_message
+from core.detectors import get
+from core.detectors.agreement import Agreement, DetectorVerdict, assess, detector_input, judge, short_name
+from core.detectors.registry import DetectorInput
+from core.engine.result import DualPathResult
+from core.engine.verdict import display
+from core.model.handle import ModelHandle
+
+MAX_KEPT = 8
+"""Agreement views kept per browser session (one per recent run)."""
+
+PAGES = (
+    # (name prefix, page script, page title)
+    ("repcs", "pages/1_Dual_Path.py", "Dual Path"),
+    ("max_token_kl", "pages/1_Dual_Path.py", "Dual Path"),
+    ("crm_", "pages/3_Layer_Trajectories.py", "Layer trajectories"),
+    ("radar", "pages/8_RADAR.py", "RADAR"),
+    ("selfcritique", "pages/6_Self_Critique.py", "Self-Critique"),
+    ("sma", "pages/7_Source_Attribution.py", "Source attribution"),
+)
+EVALUATE = ("pages/9_Evaluate.py", "Evaluate")
+"""The page of every other detector (the context baselines, a combined detector): scored there on labeled data."""
+
+
+def page_for(name: str) -> tuple[str, str]:
+    """(page script, page title) that explains the detector ``name``."""
+    for prefix, script, title in PAGES:
+        if name.startswith(prefix):
+            return script, title
+    return EVALUATE
+
+
+def _store():
+    return session_lru(keys.AGREEMENT, MAX_KEPT)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.3e}"
+
+
+def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
+    """One row per detector: name, what it measures, score, threshold, verdict (shared wording), source."""
+    rows = []
+    for v in verdicts:
+        direction = "higher = recalled" if v.higher_means == "memorized" else "higher = read"
+        why = v.source if v.error is None else f"not scored: {plain_message(v.error)}"
+        if v.note:
+            why = f"{why} · {v.note}"
+        rows.append(
+            {
+                "detector": short_name(v.name),
+                "measures": v.label,
+                "score": _fmt(v.score),
+                "threshold": _fmt(v.threshold),
+                "direction": direction,
+                "verdict": display(v.verdict),
+                "threshold from": why,
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["detector", "measures", "score", "threshold", "direction", "verdict", "threshold from"]
+    )
+
+
+COLUMNS = {
+    "detector": st.column_config.TextColumn("detector", width="small", pinned=True),
+    "measures": st.column_config.TextColumn("what it measures", width="medium"),
+    "score": st.column_config.TextColumn("score", width="small"),
+    "threshold": st.column_config.TextColumn("threshold", width="small"),
+    "direction": st.column_config.TextColumn("direction", width="small"),
+    "verdict": st.column_config.TextColumn("verdict", width="medium"),
+    "threshold from": st.column_config.TextColumn("where the threshold comes from", width="large"),
+}
+
+
+def _compute(handle: ModelHandle, result: DualPathResult) -> tuple[Agreement, DetectorInput]:
+    inp = detector_input(handle, result)
+    bar = st.progress(0.0, text="Scoring every cheap detector on this run…")
+
+    def step(done: int, total: int, name: str) -> None:
+        bar.progress(done / max(total, 1), text=f"Scoring {short_name(name)} ({done + 1} of {total})…")
+
+    agreement = assess(handle, result, inp=inp, on_detector=step)
+    bar.empty()
+    return agreement, inp
+
+
+CONTAINER = "agreement_view"
+"""The section's container key (the browser shows it as the CSS class ``st-key-agreement_view``)."""
+
+
+def draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | None:
+    """The agreement section for ``result`` (computed once per run; ``tag`` identifies the run)."""
+    with st.container(key=CONTAINER):
+        return _draw(handle, result, tag)
+
+
+def _draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | None:
+    st.subheader("Every detector on this example")
+    st.caption(
+        "Each detector looks at this run in its own way and compares its score with a threshold. The table says "
+        "what each one concluded and where its threshold comes from; the link under it opens its page."
+    )
+    if result.model != handle.info.name:
+        st.info("This run was made with another model: run it again to score every detector with this one.")
+        return None
+    store = _store()
+    entry = store.get(tag)
+    if entry is None:
+        entry = _compute(handle, result)
+        store.put(tag, entry)
+    agreement, inp = entry
+    st.info(agreement.summary)
+    st.dataframe(table(agreement.verdicts), hide_index=True, column_config=COLUMNS)
+    _links(agreement)
+    _costly(agreement, inp, tag)
+    return agreement
+
+
+def _links(agreement: Agreement) -> None:
+    """One link per page, naming the detectors it explains."""
+    by_page: dict[tuple[str, str], list[str]] = {}
+    for name in [v.name for v in agreement.verdicts] + [c.name for c in agreement.costly]:
+        by_page.setdefault(page_for(name), []).append(short_name(name))
+    columns = st.columns(min(len(by_page), 4) or 1)
+    for i, ((script, title), names) in enumerate(by_page.items()):
+        with columns[i % len(columns)]:
+            st.page_link(script, label=f"{title}: {', '.join(names)}", icon=":material/arrow_forward:")
+
+
+def _costly(agreement: Agreement, inp: DetectorInput, tag: str) -> None:
+    """A button per detector that needs extra generations, with its estimate; its verdict joins the table."""
+    done = {v.name for v in agreement.verdicts}
+    pending = [c for c in agreement.costly if c.name not in done]
+    if not pending:
+        return
+    st.markdown("**Detectors that need extra generations** (run one when you want its verdict too)")
+    columns = st.columns(len(pending))
+    for column, costly in zip(columns, pending, strict=True):
+        with column:
+            clicked = st.button(
+                f"Run {short_name(costly.name)}",
+                key=keys.scoped(keys.AGREEMENT_RUN, costly.name, tag),
+                help=costly.label,
+                icon=":material/play_arrow:",
+            )
+            st.caption(costly.estimate)
+        if clicked:
+            detector = get(costly.name)
+            if detector is None:
+                continue
+            with st.spinner(f"Running {short_name(costly.name)} ({costly.estimate})…"):
+                verdict = judge(detector, inp)
+            agreement.verdicts.append(verdict)
+            st.rerun()

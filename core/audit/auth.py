@@ -1,0 +1,186 @@
+"""Access and size limits of the audit service: the bearer token, the body-size cap, the request limits.
+
+The guard is a plain ASGI middleware that runs **before** routing and body parsing, so
+
+* a request without the right ``Authorization: Bearer <token>`` gets 401 whatever its body (malformed JSON
+  included), and the only trace it leaves is one log line with its method, path and client address — never
+  its body, never the token it sent, never a database record;
+* a body over ``max_body_bytes`` gets 413 before it is parsed (``Content-Length`` is checked first, and a
+  body sent without one is counted as it arrives and cut off at the limit).
+
+``/health`` and the OpenAPI pages (``/docs``, ``/redoc``, ``/openapi.json``) are open: they reveal no audit.
+Tokens are compared in constant time (:func:`hmac.compare_digest`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+TOKEN_ENV = "READ_OR_RECALL_TOKEN"
+"""Environment variable holding the service's bearer token (``--token-file`` takes precedence)."""
+MIN_TOKEN_CHARS = 16
+OPEN_PATHS = frozenset({"/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class AuditLimits:
+    """What one request may ask of the service.
+
+    Attributes:
+        max_body_bytes: largest request body (413 above).
+        max_batch_items: most pairs in one ``/audit/batch`` (413 above).
+        max_prompt_tokens: most tokens of a retrieval prompt (413 above; ``None`` = the model's budget).
+        max_new_tokens: most answer tokens a request that asks to generate may ask for (422 above).
+        max_page: most records one ``/history`` page returns (422 above).
+    """
+
+    max_body_bytes: int = 1_048_576
+    max_batch_items: int = 64
+    max_prompt_tokens: int | None = None
+    max_new_tokens: int = 128
+    max_page: int = 500
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_batch_items", "max_new_tokens", "max_page"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 2:
+            raise ValueError(f"max_prompt_tokens must be >= 2, got {self.max_prompt_tokens}")
+
+
+def load_token(token_file: str | Path | None = None) -> str:
+    """The bearer token: the first line of ``token_file`` when given, else ``$READ_OR_RECALL_TOKEN``.
+
+    Raises:
+        ValueError: no token, an unreadable file, or a token shorter than 16 characters.
+    """
+    if token_file is not None:
+        try:
+            token = Path(token_file).read_text(encoding="utf-8").strip().splitlines()[0].strip()
+        except (OSError, IndexError, UnicodeDecodeError) as exc:
+            raise ValueError(f"Cannot read a token from {token_file}: {exc or 'empty file'}") from exc
+        source = str(token_file)
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+        source = f"${TOKEN_ENV}"
+        if not token:
+            raise ValueError(
+                f"The audit service needs a bearer token: set {TOKEN_ENV} or pass --token-file FILE (e.g. "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))' > token.txt`)."
+            )
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
+        raise ValueError(f"The token in {source} must be at least {MIN_TOKEN_CHARS} characters with no spaces.")
+    return token
+
+
+async def _json_response(send: Send, status: int, payload: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
+    body = json.dumps(payload).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+@dataclass
+class GuardCounters:
+    """What the guard refused since the server started (shown by ``GET /stats``)."""
+
+    unauthorized: int = 0
+    too_large: int = 0
+
+
+class GuardMiddleware:
+    """Bearer-token check and body-size cap in front of the app (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, *, token: str, max_body_bytes: int, counters: GuardCounters) -> None:
+        self.app = app
+        self._token = token.encode("utf-8")
+        self.max_body_bytes = max_body_bytes
+        self.counters = counters
+
+    def _authorized(self, scope: Scope) -> tuple[bool, str]:
+        header = b""
+        for name, value in scope.get("headers") or []:
+            if name.lower() == b"authorization":
+                header = value
+                break
+        if not header:
+            return False, "no Authorization header"
+        scheme, _, credentials = header.partition(b" ")
+        if scheme.lower() != b"bearer" or not credentials:
+            return False, "not a bearer token"
+        if not hmac.compare_digest(credentials.strip(), self._token):
+            return False, "wrong token"
+        return True, ""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        ok, reason = self._authorized(scope)
+        if not ok:
+            self.counters.unauthorized += 1
+            client = scope.get("client") or ("?", 0)
+            logger.warning("Rejected %s %s from %s: %s", scope.get("method"), scope.get("path"), client[0], reason)
+            await _json_response(
+                send, 401, {"detail": "Missing or invalid bearer token."}, [(b"www-authenticate", b"Bearer")]
+            )
+            return
+        length = None
+        for name, value in scope.get("headers") or []:
+            if name.lower() == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    length = None
+        too_big = {"detail": f"The request body is over the limit of {self.max_body_bytes:,} bytes.", "field": "body"}
+        if length is not None and length > self.max_body_bytes:
+            self.counters.too_large += 1
+            await _json_response(send, 413, too_big, [(b"connection", b"close")])
+            return
+        # Read the whole body (bounded) before the app sees it, then hand it over in one message.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                self.counters.too_large += 1
+                await _json_response(send, 413, too_big, [(b"connection", b"close")])
+                return
+            chunks.append(chunk)
+            more = bool(message.get("more_body"))
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)

@@ -1,0 +1,178 @@
+"""Scoring audit requests: validated pairs → CRM trajectory, the audit rule and the cheap extras, per pair.
+
+The paper's prototype (CRM appendix V.1) returns ``{anomaly_flag, anomaly_score, lts_trajectory,
+flagged_layers, latency_ms}`` from one forward pass per path. Here the same two passes (batched over the pairs
+of ``/audit/batch``, :mod:`core.audit.forward`) also give, at no extra model cost:
+
+* ``displacement_norm``: ‖d_ℓ‖ per layer (CRM appendix E's magnitude baseline);
+* ``first_token``: KL(P_rag ‖ P_para) of the first answer token (nats), both entropies and both paths' most
+  likely first token.
+
+Nothing is generated unless the request asks for it (``generate``): then the engine's batched dual path
+(:func:`core.engine.batch.score_rows`: one batched generate + one teacher-forced forward per batch) adds the
+retrieval answer, RePCS' Z, τ and the verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from core.audit.calibration import AuditCalibration
+from core.audit.forward import DEFAULT_AUDIT_BATCH, MAX_AUDIT_BATCH_TOKENS, capture_pairs
+from core.engine.batch import score_rows
+from core.engine.prepare import PreparedPrompts, prepare_prompts
+from core.engine.settings import DualPathSettings
+from core.model.handle import ModelHandle
+
+
+class AuditInputError(ValueError):
+    """A pair the audit refuses before any model call.
+
+    Attributes:
+        index: the pair's position in the request (0 for ``/audit``).
+        field: the request field at fault (``"query"``, ``"context"``).
+        kind: ``"invalid"`` (malformed or empty: HTTP 422) or ``"token_budget"`` (too long: HTTP 413).
+    """
+
+    def __init__(self, message: str, *, index: int, field: str, kind: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.field = field
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How the pairs of one request are scored.
+
+    Attributes:
+        template: the server's prompt template (``"auto"`` or a key); must match the calibration's.
+        max_prompt_tokens: the server's cap on a prompt's length (≤ the model's token budget).
+        batch_size, max_batch_tokens: the padded forwards' size limits.
+        generate: also run the dual path (answer, Z, verdict); ``max_new_tokens`` then bounds the answer.
+    """
+
+    template: str = "auto"
+    max_prompt_tokens: int | None = None
+    batch_size: int = DEFAULT_AUDIT_BATCH
+    max_batch_tokens: int = MAX_AUDIT_BATCH_TOKENS
+    generate: bool = False
+    max_new_tokens: int = 32
+
+
+def prepare_pairs(
+    handle: ModelHandle, pairs: Sequence[tuple[str, str]], options: AuditOptions
+) -> list[PreparedPrompts]:
+    """Validate every pair and build both prompts (no model call); all or nothing.
+
+    Raises:
+        AuditInputError: an empty query/context (``invalid``) or a prompt over the budget (``token_budget``);
+            the message names the pair and the limit.
+    """
+    new_tokens = options.max_new_tokens if options.generate else 1
+    settings = DualPathSettings(max_new_tokens=new_tokens, score_window=new_tokens, template=options.template)
+    cap = min(handle.info.max_tokens, options.max_prompt_tokens or handle.info.max_tokens)
+    out: list[PreparedPrompts] = []
+    where = (lambda i: f"item {i}: ") if len(pairs) > 1 else (lambda i: "")
+    for i, (query, context) in enumerate(pairs):
+        for name, text in (("query", query), ("context", context)):
+            if not isinstance(text, str) or not text.strip():
+                raise AuditInputError(f"{where(i)}{name} is empty", index=i, field=name, kind="invalid")
+        try:
+            prepared = prepare_prompts(handle, query, context, settings)
+        except ValueError as exc:
+            kind = "token_budget" if str(exc).startswith("Too long") else "invalid"
+            field = "context" if kind == "token_budget" or "context" in str(exc).lower() else "query"
+            raise AuditInputError(f"{where(i)}{exc}", index=i, field=field, kind=kind) from exc
+        n = len(prepared.retrieval.ids) + new_tokens
+        if n > cap:
+            raise AuditInputError(
+                f"{where(i)}the retrieval prompt is {len(prepared.retrieval.ids):,} tokens (+{new_tokens} "
+                f"generated), over this server's limit of {cap:,} tokens per pair; shorten the context by at "
+                f"least {n - cap:,} tokens (nothing is cut automatically).",
+                index=i,
+                field="context",
+                kind="token_budget",
+            )
+        out.append(prepared)
+    return out
+
+
+def audit_pairs(
+    handle: ModelHandle,
+    calibration: AuditCalibration,
+    pairs: Sequence[tuple[str, str]],
+    options: AuditOptions | None = None,
+    *,
+    prepared: Sequence[PreparedPrompts] | None = None,
+) -> list[dict[str, Any]]:
+    """Audit (query, context) pairs: one padded forward pass per path per chunk, then the audit rule.
+
+    Args:
+        calibration: the PC1 basis, μ/σ and s_α in force (its template must be the options' resolved one).
+        prepared: the pairs' prompts when already validated by :func:`prepare_pairs`.
+
+    Returns:
+        One JSON-ready result per pair: ``anomaly_flag``, ``anomaly_score``, ``lts_trajectory`` (``L1``
+        floats, row 0 = embeddings), ``flagged_layers`` (hidden-state rows outside μ ± 2σ),
+        ``displacement_norm``, ``first_token``, ``tokens``, ``template``, ``warnings`` and ``generation``
+        (``None`` unless asked).
+
+    Raises:
+        AuditInputError: see :func:`prepare_pairs`.
+        ValueError: the prompts' template is not the calibration's.
+    """
+    options = options or AuditOptions()
+    prepared = list(prepared) if prepared is not None else prepare_pairs(handle, pairs, options)
+    if prepared and prepared[0].template_key != calibration.template:
+        raise ValueError(
+            f"the prompts use template {prepared[0].template_key!r} but the calibration {calibration.template!r}"
+        )
+    captures = capture_pairs(handle, prepared, batch_size=options.batch_size, max_batch_tokens=options.max_batch_tokens)
+    generated: list[Any] = [None] * len(prepared)
+    if options.generate and prepared:
+        settings = DualPathSettings(
+            max_new_tokens=options.max_new_tokens, score_window=options.max_new_tokens, template=options.template
+        )
+        generated = score_rows(handle, list(pairs), settings, batch_size=options.batch_size)
+    out: list[dict[str, Any]] = []
+    for prep, cap, gen in zip(prepared, captures, generated):
+        lts = calibration.lts(cap.displacement)
+        rule = calibration.evaluate(lts)
+        decode = handle.tokenizer.decode
+        out.append(
+            {
+                "anomaly_flag": rule["anomaly_flag"],
+                "anomaly_score": round(float(rule["anomaly_score"]), 6),
+                "lts_trajectory": np.round(lts, 6).tolist(),
+                "flagged_layers": rule["flagged_layers"],
+                "displacement_norm": np.round(np.linalg.norm(cap.displacement.astype(np.float64), axis=-1), 6).tolist(),
+                "first_token": {
+                    "kl": round(cap.first_token_kl, 6),
+                    "entropy_retrieval": round(cap.entropy_retrieval, 6),
+                    "entropy_parametric": round(cap.entropy_parametric, 6),
+                    "top_retrieval": decode([cap.top_retrieval]),
+                    "top_parametric": decode([cap.top_parametric]),
+                },
+                "tokens": {"retrieval": cap.n_retrieval, "parametric": cap.n_parametric},
+                "template": prep.template_key,
+                "warnings": list(prep.warnings),
+                "generation": None if gen is None else _generation(gen),
+            }
+        )
+    return out
+
+
+def _generation(result: Any) -> dict[str, Any]:
+    """The dual path's answer and RePCS verdict (only when the request asked to generate)."""
+    return {
+        "answer": result.retrieval.answer,
+        "n_tokens": result.n_tokens,
+        "repcs_score": round(float(result.repcs_score), 6),
+        "threshold": None if result.threshold is None else round(float(result.threshold), 6),
+        "verdict": result.verdict,
+    }

@@ -1,0 +1,358 @@
+"""The CRM audit service: a FastAPI app over one shared model handle, its calibration and the audit log.
+
+Endpoints (all but ``/health`` and the OpenAPI pages need ``Authorization: Bearer <token>``):
+
+* ``POST /audit`` — one ``{query, context}`` pair → CRM appendix V.1's ``anomaly_flag``, ``anomaly_score``,
+  ``lts_trajectory``, ``flagged_layers``, ``latency_ms`` plus the cheap extras of :mod:`core.audit.scoring`;
+  the record is committed to the log (:mod:`core.audit.store`) before the response is sent.
+* ``POST /audit/batch`` — ``{items: [...]}`` scored in padded batches (one forward per path per chunk), one
+  record per item, all committed in one transaction.
+* ``GET /history`` (paged; ``flag``, ``since``, ``until``), ``GET /records/{id}``, ``GET /stats``,
+  ``GET /calibration``, ``GET /health``.
+
+A client may send ``request_id`` (letters, digits, ``._:-``): a request whose id is already in the log is not
+scored again — the stored record comes back (header ``X-Audit-Replay: true``), so retrying after a dropped
+connection never duplicates a record. The model runs only through the handle (its lock serializes the
+forward passes of concurrent requests); nothing is generated unless a request sets ``generate``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from core.audit.auth import AuditLimits, GuardCounters, GuardMiddleware
+from core.audit.calibration import AuditCalibration
+from core.audit.forward import model_fingerprint
+from core.audit.scoring import AuditInputError, AuditOptions, audit_pairs, prepare_pairs
+from core.audit.store import AuditStore, Entry, text_sha256
+from core.model.handle import ModelHandle
+from core.model.prompts import resolve_template
+
+SERVICE_VERSION = "1"
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+
+PageSize = Annotated[int, Query(ge=1, description="records per page (at most 500 by default)")]
+PageOffset = Annotated[int, Query(ge=0, description="records to skip (newest first)")]
+FlagFilter = Annotated[bool | None, Query(description="only flagged (true) or unflagged (false) audits")]
+Since = Annotated[datetime | None, Query(description="ISO 8601, inclusive; UTC when no zone is given")]
+Until = Annotated[datetime | None, Query(description="ISO 8601, exclusive; UTC when no zone is given")]
+
+_bearer = HTTPBearer(auto_error=False, description="The service's token (READ_OR_RECALL_TOKEN or --token-file).")
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or only whitespace")
+    return value
+
+
+class Pair(BaseModel):
+    """One (query, context) pair to screen before generation."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, description="The user's question.")
+    context: str = Field(min_length=1, description="The retrieved passage the answer should be read from.")
+
+    _check = field_validator("query", "context")(_not_blank)
+
+
+class AuditRequest(Pair):
+    """``POST /audit``'s body."""
+
+    request_id: str | None = Field(
+        default=None,
+        pattern=REQUEST_ID_PATTERN,
+        description="Idempotency key: a repeated id returns the stored record.",
+    )
+    generate: bool = Field(default=False, description="Also generate the answer and score RePCS (costs a generate).")
+    max_new_tokens: int = Field(default=32, ge=1, description="Most answer tokens when generate is true.")
+
+
+class BatchRequest(BaseModel):
+    """``POST /audit/batch``'s body."""
+
+    model_config = ConfigDict(extra="forbid")
+    items: list[Pair] = Field(min_length=1, description="The pairs, scored in padded batches.")
+    request_id: str | None = Field(default=None, pattern=REQUEST_ID_PATTERN, description="Idempotency key.")
+    generate: bool = False
+    max_new_tokens: int = Field(default=32, ge=1)
+
+
+def _validation_error(loc: list[Any], message: str) -> HTTPException:
+    return HTTPException(422, detail=[{"loc": loc, "msg": message, "type": "value_error"}])
+
+
+def _input_error(exc: AuditInputError, batch: bool) -> HTTPException:
+    loc: list[Any] = ["body", "items", exc.index, exc.field] if batch else ["body", exc.field]
+    if exc.kind == "token_budget":
+        return HTTPException(413, detail={"msg": str(exc), "loc": loc, "type": "token_budget"})
+    return _validation_error(loc, str(exc))
+
+
+def _public(record: dict[str, Any]) -> dict[str, Any]:
+    """The response form of a stored record: the result's fields at the top, then where it sits in the log."""
+    return {
+        **record["result"],
+        "id": record["id"],
+        "seq": record["chain"]["seq"],
+        "created_at": record["created_at"],
+        "request_id": record.get("request_id"),
+        "batch_id": record.get("batch_id"),
+        "model": record["model"]["name"],
+        "calibration_id": record["calibration"]["id"],
+        "hash": record["chain"]["hash"],
+    }
+
+
+def _timestamp(value: datetime | None) -> float | None:
+    if value is None:
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+
+
+def create_app(
+    handle: ModelHandle,
+    store: AuditStore,
+    calibration: AuditCalibration | None,
+    token: str,
+    limits: AuditLimits | None = None,
+    *,
+    template: str = "auto",
+    calibration_note: str = "",
+) -> FastAPI:
+    """Build the audit service around a loaded model.
+
+    Args:
+        handle: the shared model (the same handle type and lock as the app and the CLI).
+        store: the audit log; its ``store_text`` says whether texts are kept or only their hashes.
+        calibration: the PC1 basis and μ/σ in force (``None``: ``/audit`` answers 503 until one is given).
+        token: the bearer token (see :func:`core.audit.auth.load_token`).
+        limits: body size, batch size, token and page limits.
+        template: the prompt template (``"auto"`` or a key); must be the calibration's.
+        calibration_note: a sentence saying where the calibration came from (``/calibration``, ``/stats``).
+
+    Raises:
+        ValueError: a calibration made for another model or template.
+    """
+    limits = limits or AuditLimits()
+    fingerprint = model_fingerprint(handle)
+    template_key = resolve_template(template, handle.tokenizer).key
+    if calibration is not None:
+        calibration.check_for(handle, fingerprint, template_key)
+        store.register_calibration(calibration.describe())
+    options = AuditOptions(template=template_key, max_prompt_tokens=limits.max_prompt_tokens)
+    model_facts = {
+        "name": handle.info.name,
+        "source": handle.info.source,
+        "fingerprint": fingerprint,
+        "revision": getattr(getattr(handle.model, "config", None), "_commit_hash", None),
+    }
+    counters = GuardCounters()
+    started = time.time()
+    served = {"audits": 0, "replays": 0}
+
+    app = FastAPI(
+        title="Read or Recall — CRM audit service",
+        version=SERVICE_VERSION,
+        description=(
+            "Screens (context, query) pairs before generation with CRM's latent trajectory shift (one forward "
+            "pass per path, no generation), keeps every audit in a hash-chained SQLite log. Send "
+            "`Authorization: Bearer <token>` on every endpoint but /health."
+        ),
+    )
+    app.add_middleware(GuardMiddleware, token=token, max_body_bytes=limits.max_body_bytes, counters=counters)
+    protected = [Depends(_bearer)]
+
+    def need_calibration() -> AuditCalibration:
+        if calibration is None:
+            raise HTTPException(503, detail=f"No calibration in force: {calibration_note}")
+        return calibration
+
+    def check_new_tokens(generate: bool, max_new_tokens: int) -> None:
+        if generate and max_new_tokens > limits.max_new_tokens:
+            raise _validation_error(
+                ["body", "max_new_tokens"], f"must be at most {limits.max_new_tokens} on this server"
+            )
+
+    def entry(
+        calib: AuditCalibration,
+        pair: Pair,
+        result: dict[str, Any],
+        latency_ms: float,
+        request_id: str | None,
+        batch_id: str | None,
+        batch_size: int,
+    ) -> Entry:
+        inputs: dict[str, Any] = {"query_sha256": text_sha256(pair.query), "context_sha256": text_sha256(pair.context)}
+        if store.store_text:
+            inputs.update(query=pair.query, context=pair.context)
+        latency = round(latency_ms, 3)
+        body = {
+            "inputs": inputs,
+            "result": {**result, "latency_ms": latency, "batch_size": batch_size},
+            "model": model_facts,
+            "calibration": {"id": calib.calibration_id, "template": calib.template, "k_sigma": calib.k},
+            "service": {"version": SERVICE_VERSION, "store_text": store.store_text},
+        }
+        return Entry(
+            body=body,
+            anomaly_flag=bool(result["anomaly_flag"]),
+            anomaly_score=float(result["anomaly_score"]),
+            latency_ms=latency,
+            model=handle.info.name,
+            calibration_id=calib.calibration_id,
+            request_id=request_id,
+            batch_id=batch_id,
+        )
+
+    def replayed(request_id: str | None, response: Response) -> list[dict[str, Any]] | None:
+        if request_id is None:
+            return None
+        found = store.find_request(request_id)
+        if not found:
+            return None
+        response.headers["X-Audit-Replay"] = "true"
+        served["replays"] += 1
+        return found
+
+    def score(
+        pairs: list[Pair], request_id: str | None, generate: bool, max_new_tokens: int, batch: bool, response: Response
+    ) -> list[dict[str, Any]]:
+        t0 = time.perf_counter()
+        calib = need_calibration()
+        check_new_tokens(generate, max_new_tokens)
+        stored = replayed(request_id, response)
+        if stored is not None:
+            return stored
+        opts = replace(options, generate=generate, max_new_tokens=max_new_tokens)
+        texts = [(p.query, p.context) for p in pairs]
+        try:
+            prepared = prepare_pairs(handle, texts, opts)
+            results = audit_pairs(handle, calib, texts, opts, prepared=prepared)
+        except AuditInputError as exc:
+            raise _input_error(exc, batch) from None
+        latency = (time.perf_counter() - t0) * 1000.0
+        batch_id = uuid.uuid4().hex if batch else None
+        ids = [None] * len(pairs)
+        if request_id is not None:
+            ids = [f"{request_id}#{i}" for i in range(len(pairs))] if batch else [request_id]
+        entries = [entry(calib, p, r, latency, rid, batch_id, len(pairs)) for p, r, rid in zip(pairs, results, ids)]
+        try:
+            records = store.append(entries)
+        except ValueError:  # the same request_id committed by a concurrent request meanwhile
+            found = replayed(request_id, response)
+            if not found:
+                raise
+            return found
+        served["audits"] += len(records)
+        return records
+
+    @app.post("/audit", dependencies=protected, summary="Audit one (query, context) pair")
+    def audit(request: AuditRequest, response: Response) -> dict[str, Any]:
+        """CRM's trajectory and the audit rule for one pair; committed to the log before this returns."""
+        records = score(
+            [request], request.request_id, request.generate, request.max_new_tokens, batch=False, response=response
+        )
+        return _public(records[0])
+
+    @app.post("/audit/batch", dependencies=protected, summary="Audit many pairs in padded batches")
+    def audit_batch(request: BatchRequest, response: Response) -> dict[str, Any]:
+        """One record per item (same ``batch_id``), scored with one padded forward per path per chunk."""
+        if len(request.items) > limits.max_batch_items:
+            raise HTTPException(
+                413,
+                detail={
+                    "msg": f"{len(request.items)} items; this server takes at most {limits.max_batch_items} per batch",
+                    "loc": ["body", "items"],
+                    "type": "batch_size",
+                },
+            )
+        t0 = time.perf_counter()
+        records = score(
+            request.items, request.request_id, request.generate, request.max_new_tokens, batch=True, response=response
+        )
+        return {
+            "batch_id": records[0].get("batch_id"),
+            "n": len(records),
+            "latency_ms": round((time.perf_counter() - t0) * 1000.0, 3),
+            "records": [_public(r) for r in records],
+        }
+
+    @app.get("/history", dependencies=protected, summary="A page of the audit log, newest first")
+    def history(
+        limit: PageSize = 50,
+        offset: PageOffset = 0,
+        flag: FlagFilter = None,
+        since: Since = None,
+        until: Until = None,
+    ) -> dict[str, Any]:
+        """Record summaries (no texts, no trajectories); ``next_offset`` is ``null`` on the last page."""
+        if limit > limits.max_page:
+            raise _validation_error(["query", "limit"], f"must be at most {limits.max_page}")
+        total, rows = store.history(
+            limit=limit, offset=offset, flag=flag, since=_timestamp(since), until=_timestamp(until)
+        )
+        nxt = offset + len(rows)
+        return {
+            "total": total,
+            "limit": limit,
+            "offset": offset,
+            "next_offset": nxt if nxt < total else None,
+            "records": rows,
+        }
+
+    @app.get("/records/{record_id}", dependencies=protected, summary="One full record with its chain fields")
+    def record(record_id: str) -> dict[str, Any]:
+        """The stored record: inputs (hashes, texts unless --no-store-text), result, model, calibration, chain."""
+        found = store.get(record_id)
+        if found is None:
+            raise HTTPException(404, detail=f"No audit record {record_id!r}.")
+        return found
+
+    @app.get("/stats", dependencies=protected, summary="Model, calibration and counters")
+    def stats() -> dict[str, Any]:
+        """The model, the calibration in force, the log's counters and chain head, and this run's counters."""
+        return {
+            "model": {**model_facts, "layers": handle.info.n_layers, "device": handle.info.device},
+            "calibration": None
+            if calibration is None
+            else {
+                "id": calibration.calibration_id,
+                "source": calibration_note or calibration.source,
+                "template": calibration.template,
+                "score_threshold": round(float(calibration.score_threshold), 6),
+                "alpha": calibration.alpha,
+                "audited_layers": len(calibration.audited_layers),
+            },
+            "log": store.stats(),
+            "since_start": {
+                "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
+                "audits": served["audits"],
+                "replays": served["replays"],
+                "rejected_unauthorized": counters.unauthorized,
+                "rejected_too_large": counters.too_large,
+                "model_busy": handle.is_busy(),
+            },
+            "store_text": store.store_text,
+        }
+
+    @app.get("/calibration", dependencies=protected, summary="The calibration in force")
+    def calibration_info() -> dict[str, Any]:
+        """μ_ℓ, σ_ℓ, audited layers, the flag's threshold and where the calibration came from."""
+        calib = need_calibration()
+        return {**calib.describe(), "note": calibration_note}
+
+    @app.get("/health", summary="Liveness (no token needed)")
+    def health() -> dict[str, Any]:
+        """``{"status": "ok", "calibrated": …}``; reveals no audit."""
+        return {"status": "ok", "calibrated": calibration is not None}
+
+    return app

@@ -1,0 +1,460 @@
+"""Every verdict for one example: each cheap detector's score, its threshold, where that came from, its verdict.
+
+The agreement view of the Dual Path page and ``python -m core run --json --all-detectors`` both call
+:func:`assess`. It takes the detectors from the registry (:func:`core.detectors.registry.available`), so a
+detector registered later (the combined detector, say) appears without a change here:
+
+* **cheap** — cost ``"free"`` or ``"forward"`` (no extra generation) and a single-row score (detectors that are
+  only fitted by cross-validation during an evaluation have none): scored now, with a threshold and a verdict;
+* **costly** — cost ``"generate"`` or ``"heavy"`` (Self-Critique, SMA, CRM L1): listed with a time estimate
+  (:mod:`core.engine.estimate`) and scored only on request (:func:`judge`).
+
+Where a detector's threshold comes from (:func:`threshold_for`), first match wins:
+
+1. ``repcs``: the τ in force for the run (the result's ``threshold`` and ``threshold_source``: a τ chosen
+   in this session, the bundled calibration, or its labeled fallback);
+2. a ``threshold(inp) -> (value, source) | None`` attribute of the detector, for detectors that carry their own
+   calibrated τ;
+3. the bundled per-detector calibration of the model (``assets/thresholds/detectors-<slug>.json``, written by
+   ``scripts/calibrate_detectors.py``): RePCS Algorithm 1 applied to each detector — the α-quantile of its
+   score over the clean (context-dependent) calibration prompts, on the memorized side — with the
+   achieved FPR/FNR on those sets;
+4. probability detectors with a fitted decision rule (``crm_lr``, ``radar``): p = 0.5;
+5. otherwise none: the verdict is ``"uncalibrated"`` ("No threshold").
+
+A verdict is ``"recalled"`` when the score lies on the memorized side of the threshold (below it for a
+detector where higher means grounded, as RePCS' Z < τ; above it otherwise), else ``"read"``. The verdict
+strings are those of :mod:`core.engine.verdict`.
+
+What this can and cannot conclude: detectors measure different things (how far the context moved the
+answer's distributions, how familiar the context text is to the model, what the query alone looks like); a
+disagreement is information about the example, not an error, and agreement is not proof of memorization.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, available
+from core.engine import DualPathResult, DualPathSettings
+from core.engine.estimate import describe_estimate, estimate_seconds, observe_result
+from core.engine.verdict import DISPLAY, READ, RECALLED, UNCALIBRATED, normalize_verdict
+from core.io import asset_path
+from core.model.handle import ModelHandle
+
+logger = logging.getLogger(__name__)
+
+CHEAP_COSTS = ("free", "forward")
+COSTLY_COSTS = ("generate", "heavy")
+
+THRESHOLD_DIR = asset_path("thresholds")
+DEFAULT_ALPHA = 0.05
+"""α of every threshold this module calibrates (RePCS Algorithm 1's default)."""
+
+PROBABILITY_RULES = {
+    "crm_lr": "the logistic regression's decision boundary, P(memorized) = 0.5",
+    "radar": "the ensemble's decision boundary, p̄(recall) = 0.5 (RADAR §2.3)",
+}
+"""Detectors whose score is a fitted probability: their own decision rule is the fallback threshold."""
+
+NOTES = {
+    "radar": "reads the query alone: below the threshold RADAR calls it reasoning, which need not mean the "
+    "context was read",
+    "ppl": "scores the context text, not the answer",
+    "zlib": "scores the context text, not the answer",
+}
+"""One clause per detector whose verdict means something narrower than the others' (shown next to it)."""
+
+
+@dataclass(frozen=True)
+class DetectorThreshold:
+    """A detector's threshold and a sentence saying where it came from (``value`` is ``None`` when unknown)."""
+
+    value: float | None
+    source: str
+
+
+@dataclass
+class DetectorVerdict:
+    """One detector's reading of one example.
+
+    Attributes:
+        name, label: the registry's name and label; ``higher_means``: ``"memorized"`` or ``"grounded"``.
+        score: the raw score (``None`` when the detector could not run on this example, see ``error``).
+        threshold, source: the threshold and where it came from.
+        verdict: a value of :data:`core.engine.verdict.VERDICTS`.
+        cost: the registry's cost; ``error``: why there is no score; ``note``: what the verdict means here.
+    """
+
+    name: str
+    label: str
+    higher_means: str
+    score: float | None
+    threshold: float | None
+    source: str
+    verdict: str
+    cost: str
+    error: str | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``score``/``threshold`` ``None`` → ``null``)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CostlyDetector:
+    """A detector that needs extra generations: listed with an estimate, run on request."""
+
+    name: str
+    label: str
+    cost: str
+    estimate_s: float | None
+
+    @property
+    def estimate(self) -> str:
+        """``"≈ 2 min on this machine"`` (or that no cost is measured yet)."""
+        return describe_estimate(self.estimate_s)
+
+
+@dataclass
+class Agreement:
+    """Every cheap detector's verdict on one example, the costly ones not yet run, and the summary line."""
+
+    verdicts: list[DetectorVerdict]
+    costly: list[CostlyDetector]
+
+    @property
+    def summary(self) -> str:
+        """One plain sentence: where the detectors agree and where they conflict."""
+        return summary_line(self.verdicts)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """``{name: {score, threshold, verdict, source, …}}`` in display order (the ``detectors`` key of
+        ``run --json --all-detectors``)."""
+        return {v.name: {k: x for k, x in v.to_dict().items() if k != "name"} for v in self.verdicts}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Which detectors
+
+
+def is_single_row(detector: Detector) -> bool:
+    """Whether the detector scores one row on its own (cross-validated detectors only score an evaluation)."""
+    return not (detector.needs_fit and detector.features is not None)
+
+
+def cheap_detectors() -> list[Detector]:
+    """Registered detectors that need no extra generation and score a single row, in display order."""
+    return [d for d in available().values() if d.cost in CHEAP_COSTS and is_single_row(d)]
+
+
+def costly_detectors() -> list[Detector]:
+    """Registered single-row detectors that need extra generations, in display order."""
+    return [d for d in available().values() if d.cost in COSTLY_COSTS and is_single_row(d)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Thresholds
+
+
+def bundled_path(handle: ModelHandle) -> Path:
+    """Where the bundled per-detector calibration of ``handle``'s model lives."""
+    return THRESHOLD_DIR / f"detectors-{handle.slug}.json"
+
+
+@lru_cache(maxsize=8)
+def _read_bundled(path: str, mtime: float) -> dict[str, Any] | None:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        logger.warning("cannot read the detector calibration %s: %s", path, exc)
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("detectors"), dict) else None
+
+
+def bundled_thresholds(handle: ModelHandle) -> dict[str, Any] | None:
+    """The bundled per-detector calibration of the handle's model, or ``None`` (no file, or another model's)."""
+    path = bundled_path(handle)
+    if not path.is_file():
+        return None
+    data = _read_bundled(str(path), path.stat().st_mtime)
+    if data is None or data.get("model") != handle.info.name:
+        return None
+    return data
+
+
+def _bundled_source(data: dict[str, Any], entry: dict[str, Any], settings: DualPathSettings) -> str:
+    n_clean, n_mem = data.get("n_clean", "?"), data.get("n_memorized", "?")
+    alpha = float(data.get("alpha", 0.05))
+    parts = [f"bundled calibration: {alpha:.0%}-quantile over {n_clean} clean prompts"]
+    fpr, fnr = entry.get("fpr"), entry.get("fnr")
+    if fpr is not None and fnr is not None:
+        parts.append(f"FPR {fpr:.0%} / FNR {fnr:.0%} on {n_clean} clean and {n_mem} memorized prompts")
+    calibrated = data.get("settings") or {}
+    window = calibrated.get("score_window")
+    if window is not None and int(window) != int(settings.score_window):
+        parts.append(f"calibrated at T = {window}, this run used T = {settings.score_window}")
+    return " · ".join(parts)
+
+
+def threshold_for(detector: Detector, inp: DetectorInput) -> DetectorThreshold:
+    """The threshold of ``detector`` for this example and where it came from (see the module's list)."""
+    if detector.name == "repcs":
+        source = inp.result.threshold_source or "no threshold available"
+        return DetectorThreshold(inp.result.threshold, source)
+    hook = getattr(detector, "threshold", None)
+    if callable(hook):
+        found = hook(inp)
+        if found is not None:
+            value, source = found
+            return DetectorThreshold(None if value is None else float(value), str(source))
+    data = bundled_thresholds(inp.handle)
+    entry = (data or {}).get("detectors", {}).get(detector.name)
+    if isinstance(entry, dict) and isinstance(entry.get("threshold"), (int, float)):
+        return DetectorThreshold(float(entry["threshold"]), _bundled_source(data or {}, entry, inp.settings))
+    if detector.name in PROBABILITY_RULES:
+        return DetectorThreshold(0.5, PROBABILITY_RULES[detector.name])
+    if detector.name == "crm_l2":
+        found = _crm_l2_threshold(inp)
+        if found is not None:
+            return found
+    return DetectorThreshold(None, "no threshold calibrated for this detector and model")
+
+
+def alpha_threshold(clean_scores: Any, higher_means: str, alpha: float = DEFAULT_ALPHA) -> float:
+    """RePCS Algorithm 1 for any detector: the α-quantile of the clean prompts' scores on the memorized side
+    (the α-quantile when higher means grounded, the (1 − α)-quantile when higher means memorized), so about
+    a share α of clean prompts is flagged.
+
+    Raises:
+        ValueError: no finite clean score, α outside (0, 1), or an unknown direction.
+    """
+    scores = np.asarray(clean_scores, dtype=np.float64).ravel()
+    scores = scores[np.isfinite(scores)]
+    if scores.size == 0:
+        raise ValueError("need at least one finite clean score")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if higher_means not in (MEMORIZED_HIGH, GROUNDED_HIGH):
+        raise ValueError(f"higher_means must be 'memorized' or 'grounded', got {higher_means!r}")
+    return float(np.quantile(scores, alpha if higher_means == GROUNDED_HIGH else 1.0 - alpha))
+
+
+def _crm_l2_threshold(inp: DetectorInput) -> DetectorThreshold | None:
+    """The L2-norm baseline's threshold from the CRM basis' own calibration prompts (grounded ones)."""
+    from core.detectors.crm import basis_for
+
+    try:
+        basis = basis_for(inp)
+    except ValueError:
+        return None
+    per_prompt = np.asarray(basis.calib_l2, dtype=np.float64)[:, 1:].mean(axis=1)
+    clean = per_prompt[np.asarray(basis.calib_labels) == 0]
+    if clean.size == 0:
+        return None
+    value = alpha_threshold(clean, MEMORIZED_HIGH)
+    return DetectorThreshold(
+        value, f"CRM basis calibration: {DEFAULT_ALPHA:.0%}-quantile over its {clean.size} grounded prompts"
+    )
+
+
+def verdict_for(score: float | None, threshold: float | None, higher_means: str) -> str:
+    """``"recalled"`` when ``score`` is on the memorized side of ``threshold``, ``"read"`` on the other side
+    (a tie counts as read, as RePCS flags only Z < τ), ``"uncalibrated"`` without a score or threshold.
+
+    Raises:
+        ValueError: ``higher_means`` is neither ``"memorized"`` nor ``"grounded"``.
+    """
+    if higher_means not in (MEMORIZED_HIGH, GROUNDED_HIGH):
+        raise ValueError(f"higher_means must be 'memorized' or 'grounded', got {higher_means!r}")
+    if score is None or threshold is None or not (math.isfinite(score) and math.isfinite(threshold)):
+        return UNCALIBRATED
+    memorized_side = score > threshold if higher_means == MEMORIZED_HIGH else score < threshold
+    return RECALLED if memorized_side else READ
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Scoring
+
+
+Prerequisite = Callable[[DetectorInput], str | None]
+
+
+def _radar_ready(inp: DetectorInput) -> str | None:
+    from core.methods.radar import feature_table_for
+
+    if feature_table_for(inp.handle, compute=False) is None:
+        return "RADAR's classifier is not built for this model yet: open the RADAR page once to build it"
+    return None
+
+
+PREREQUISITES: dict[str, Prerequisite] = {"radar": _radar_ready}
+"""Checks that keep a cheap view cheap: a detector whose one-off setup is long is skipped with the reason."""
+
+
+def judge(detector: Detector, inp: DetectorInput) -> DetectorVerdict:
+    """Score ``detector`` on the example and read its verdict; a failure becomes ``error`` (never raised)."""
+    threshold = threshold_for(detector, inp)
+    score: float | None = None
+    error = None
+    try:
+        check = PREREQUISITES.get(detector.name)
+        error = check(inp) if check is not None else None
+        if error is None:
+            value = float(detector.score(inp))
+            if math.isfinite(value):
+                score = value
+            else:
+                error = "the score is not a finite number"
+    except Exception as exc:  # noqa: BLE001 - one detector failing must not lose the others
+        logger.info("detector %s unavailable: %s", detector.name, exc)
+        error = str(exc) or type(exc).__name__
+    if detector.name == "repcs" and score is not None and inp.result.verdict is not None:
+        verdict = normalize_verdict(inp.result.verdict)  # the engine's own verdict (it may add an inconclusive band)
+    else:
+        verdict = verdict_for(score, threshold.value, detector.higher_means)
+    return DetectorVerdict(
+        name=detector.name,
+        label=detector.label,
+        higher_means=detector.higher_means,
+        score=score,
+        threshold=threshold.value,
+        source=threshold.source,
+        verdict=verdict,
+        cost=detector.cost,
+        error=error,
+        note=NOTES.get(detector.name),
+    )
+
+
+def estimate_cost(handle: ModelHandle, detector: Detector, settings: DualPathSettings) -> float | None:
+    """Seconds a costly detector will take on this handle, from the measured cost per generated token.
+
+    Self-Critique decodes r₁ (``max_new_tokens``) then r₂ (twice as long); SMA generates its N = 64 perturbed
+    prompts twice (context on and off) in batches of 8 of up to 32 tokens; CRM L1 decodes the parametric
+    answer once. Other costly detectors count as one generation of ``max_new_tokens``.
+    """
+    n = int(settings.max_new_tokens)
+    if detector.name == "selfcritique":
+        return estimate_seconds(handle, generated_tokens=3 * n, forwards=2)
+    if detector.name == "sma":
+        batches = 2 * math.ceil(64 / 8)
+        return estimate_seconds(handle, generated_tokens=batches * min(32, n), forwards=2, batch_factor=1.5)
+    return estimate_seconds(handle, generated_tokens=n, forwards=1)
+
+
+def detector_input(
+    handle: ModelHandle, result: DualPathResult, settings: DualPathSettings | None = None
+) -> DetectorInput:
+    """The :class:`DetectorInput` of a run (its own settings unless others are given)."""
+    return DetectorInput(handle=handle, result=result, settings=settings or result.run_settings)
+
+
+def assess(
+    handle: ModelHandle,
+    result: DualPathResult,
+    *,
+    names: Iterable[str] | None = None,
+    inp: DetectorInput | None = None,
+    on_detector: Callable[[int, int, str], None] | None = None,
+) -> Agreement:
+    """Score every cheap detector on one run and list the costly ones with their estimates.
+
+    Args:
+        handle: the model the result came from.
+        result: the run.
+        names: only these cheap detectors (default: every one, :func:`cheap_detectors`).
+        inp: a :class:`DetectorInput` to reuse (its cache shares work with later calls, e.g. :func:`judge`).
+        on_detector: ``on_detector(done, total, name)`` before each detector (a progress bar).
+    """
+    inp = inp or detector_input(handle, result)
+    detectors = cheap_detectors()
+    if names is not None:
+        wanted = set(names)
+        detectors = [d for d in detectors if d.name in wanted]
+    if estimate_seconds(handle, generated_tokens=1) is None:
+        observe_result(handle, result)  # a result from before this process: its own timings seed the meter
+    verdicts = []
+    for i, detector in enumerate(detectors):
+        if on_detector is not None:
+            on_detector(i, len(detectors), detector.name)
+        verdicts.append(judge(detector, inp))
+    costly = [
+        CostlyDetector(d.name, d.label, d.cost, estimate_cost(handle, d, inp.settings)) for d in costly_detectors()
+    ]
+    return Agreement(verdicts=verdicts, costly=costly)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The one line
+
+
+def _names(verdicts: list[DetectorVerdict]) -> str:
+    labels = [short_name(v.name) for v in verdicts]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+SHORT_NAMES = {
+    "repcs": "RePCS",
+    "repcs_mean": "mean KL",
+    "max_token_kl": "max KL",
+    "crm_lts": "CRM LTS",
+    "crm_l2": "CRM L2-norm",
+    "crm_lr": "CRM-LR",
+    "crm_l1": "CRM L1",
+    "radar": "RADAR",
+    "ppl": "perplexity",
+    "zlib": "zlib",
+    "selfcritique": "Self-Critique",
+    "sma": "SMA",
+}
+
+
+def short_name(name: str) -> str:
+    """A short human name for a detector (``min_k_10`` → ``Min-10%``; unknown names as they are)."""
+    if name in SHORT_NAMES:
+        return SHORT_NAMES[name]
+    if name.startswith("min_kpp_"):
+        return f"Min-{name.removeprefix('min_kpp_')}%++"
+    if name.startswith("min_k_"):
+        return f"Min-{name.removeprefix('min_k_')}%"
+    return name
+
+
+def summary_line(verdicts: list[DetectorVerdict]) -> str:
+    """Where the detectors agree and conflict, in one sentence a student understands.
+
+    Counts only detectors with a verdict of recalled or read; the others are mentioned by number.
+    """
+    recalled = [v for v in verdicts if v.verdict == RECALLED]
+    read = [v for v in verdicts if v.verdict == READ]
+    rest = len(verdicts) - len(recalled) - len(read)
+    tail = f" ({rest} more give no verdict here: no score, no threshold or too close to call.)" if rest else ""
+    if not recalled and not read:
+        return "No detector has both a score and a threshold for this example, so there is nothing to compare." + tail
+    if len(recalled) + len(read) == 1:
+        (only,) = recalled + read
+        return f"Only {short_name(only.name)} has a verdict here: “{DISPLAY[only.verdict]}”." + tail
+    if not read:
+        return (
+            f"They agree: all {len(recalled)} say the answer was {DISPLAY[RECALLED].lower()} "
+            f"({_names(recalled)})." + tail
+        )
+    if not recalled:
+        return f"They agree: all {len(read)} say the model {DISPLAY[READ].lower()} ({_names(read)})." + tail
+    quote = {RECALLED: f"“{DISPLAY[RECALLED]}”", READ: f"“{DISPLAY[READ]}”"}
+    return (
+        f"They conflict: {len(recalled)} say {quote[RECALLED]} ({_names(recalled)}) and {len(read)} say "
+        f"{quote[READ]} ({_names(read)}). They measure different things, so a count is not a verdict: see "
+        "what each one measures." + tail
+    )

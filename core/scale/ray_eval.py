@@ -1,0 +1,150 @@
+"""``python -m core evaluate DATA.csv --ray …``: the evaluation's scoring on Ray actors, the rest as today.
+
+Same pipeline as :func:`core.evaluation.evaluate.evaluate_rows`, with step 2 on the cluster:
+
+1. on the driver, with the weightless :func:`core.scale.spec.planning_handle`: detectors resolved, every row
+   validated against the model's token budget (:func:`core.evaluation.data.prompt_lengths`), both labels
+   checked, τ resolved, and the length-sorted batches planned by
+   :meth:`core.evaluation.scheduler.EvaluationJob.prepare` — the same batches as the local run;
+2. the rows go into a Ray Dataset (one block per batch, with each row's index) and ``map_batches`` runs them
+   on actors that each load the model once and call :func:`core.evaluation.scoring.score_records` — the
+   local path's batched per-row scorer (one padded generate + one padded teacher-forced forward per batch,
+   then every detector) — and return one JSON record per row (:mod:`core.scale.pool`);
+3. back on the driver, the records are put back in row order (each exactly once), and
+   :func:`core.evaluation.report.summarize` / :func:`~core.evaluation.report.build_report` compute the
+   metrics, bootstrap CIs, out-of-fold fitted detectors and the robustness table exactly as today.
+
+Same batches on the same kind of device give the same numbers: the report equals the local one, plus a
+``"ray"`` entry (workers, retries, throughput).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from core.engine import DEFAULT_BATCH_SIZE, DualPathSettings
+from core.evaluation.data import LABELS, SEED, DataError, LabeledRow, prompt_lengths
+from core.evaluation.report import N_BOOT, build_report, summarize
+from core.evaluation.robustness import DEFAULT_SIGMAS
+from core.evaluation.scheduler import EvaluationJob, JobSpec
+from core.evaluation.scoring import resolve_detectors, score_records
+from core.methods.repcs import Threshold, threshold_for
+from core.model.handle import ModelHandle
+from core.scale.pool import Progress, run_items
+from core.scale.spec import ModelSpec, planning_handle
+
+
+class EvaluateHandler:
+    """The actors' side: one batch of labeled rows → their records (:func:`score_records`), in order.
+
+    Args:
+        handle: the actor's model (loaded once per actor).
+        config: ``{"settings", "detectors", "threshold", "threshold_source", "sigmas", "noise_seed"}``.
+    """
+
+    def __init__(self, handle: ModelHandle, config: dict[str, Any]) -> None:
+        self.handle = handle
+        self.settings = DualPathSettings.from_dict(config["settings"])
+        self.detectors = resolve_detectors(config["detectors"])
+        self.threshold = Threshold.from_dict(config["threshold"]) if config.get("threshold") else None
+        self.threshold_source = config.get("threshold_source")
+        self.sigmas = [float(s) for s in config.get("sigmas", ())]
+        self.noise_seed = int(config.get("noise_seed", 0))
+
+    def __call__(self, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return score_records(
+            self.handle,
+            [LabeledRow(**p) for p in payloads],
+            self.settings,
+            self.detectors,
+            threshold=self.threshold,
+            threshold_source=self.threshold_source,
+            noise_sigmas=self.sigmas,
+            noise_seed=self.noise_seed,
+        )
+
+
+def evaluate_on_ray(
+    spec: ModelSpec,
+    rows: list[LabeledRow],
+    settings: DualPathSettings,
+    *,
+    threshold: Threshold | None = None,
+    detectors: list[str] | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    noise_sigmas: Sequence[float] = DEFAULT_SIGMAS,
+    noise_seed: int = 0,
+    n_boot: int = N_BOOT,
+    seed: int = SEED,
+    workers: int | None = None,
+    progress: Progress | None = None,
+    monitor: Any = None,
+    planner: ModelHandle | None = None,
+) -> dict[str, Any]:
+    """:func:`core.evaluation.evaluate.evaluate_rows` with the scoring on the connected Ray cluster.
+
+    Call :func:`core.scale.cluster.connect` first. Arguments as ``evaluate_rows``, plus:
+
+    Args:
+        spec: the model each worker loads (:meth:`ModelSpec.load`).
+        workers: actors (default: one per GPU, or half the CPUs; :func:`core.scale.pool.placement`).
+        progress: ``progress(done, total)`` in rows, as results arrive.
+        monitor: a :func:`core.scale.pool.new_monitor` handle (tests reach the actors through it).
+        planner: the driver's handle for validation and planning (default: :func:`planning_handle` of
+            ``spec``; any handle of the same model gives the same plan).
+
+    Returns:
+        ``evaluate_rows``' report plus ``"ray"``: :meth:`core.scale.pool.RunStats.to_dict`.
+
+    Raises:
+        ValueError / DataError: as ``evaluate_rows``; :class:`core.scale.cluster.ClusterError`: the cluster
+        cannot run it (no GPUs for ``--device cuda``, too many workers).
+    """
+    planner = planner or planning_handle(spec)
+    chosen = resolve_detectors(detectors)
+    lengths = prompt_lengths(planner, rows, settings)
+    labels = {r.label for r in rows}
+    if labels != set(LABELS):
+        raise DataError(
+            f"Evaluation needs rows of both labels ({', '.join(LABELS)}); this file only has "
+            f"{', '.join(sorted(labels))}."
+        )
+    if threshold is None:
+        threshold, source = threshold_for(planner.info.name)
+    else:
+        source = "given"
+    job = EvaluationJob(
+        JobSpec(
+            dataset="",
+            digest="",
+            rows_key=tuple(r.row for r in rows),
+            model=planner.info.name,
+            settings=settings,
+            detectors=tuple(chosen),
+            sigmas=tuple(float(s) for s in noise_sigmas),
+            batch_size=batch_size,
+            noise_seed=noise_seed,
+        ),
+        list(rows),
+    )
+    job.prepare(planner, lengths)  # the local run's batches, planned the same way
+    planned = job.batches or []
+    config = {
+        "settings": settings.to_dict(),
+        "detectors": list(chosen),
+        "threshold": None if threshold is None else json.loads(threshold.to_json()),
+        "threshold_source": source,
+        "sigmas": list(job.spec.sigmas),
+        "noise_seed": noise_seed,
+    }
+    payloads = [[asdict(rows[i]) for i in batch] for batch in planned]
+    records, stats = run_items("evaluate", spec, config, payloads, workers=workers, progress=progress, monitor=monitor)
+    order = [i for batch in planned for i in batch]
+    job.records = dict(zip(order, records))
+    summary, out_rows = summarize(job.scored_records(), chosen, n_boot=n_boot, seed=seed)
+    report = build_report(planner.info.name, settings, threshold, source, summary, out_rows)
+    report["ray"] = stats.to_dict()
+    return report

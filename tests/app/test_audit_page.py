@@ -1,0 +1,83 @@
+"""AppTest of the Audit log page: it reads the audit database read-only (``READ_OR_RECALL_AUDIT_DB``) and shows
+the chain's status, the counters, the rate, the history and one record's trajectory."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from components import keys
+from core.audit.store import AuditStore, Entry, verify_chain
+
+PAGE = "pages/10_Audit_Log.py"
+MU = [0.0, 0.1, 0.2, 0.3]
+SIGMA = [0.0, 0.05, 0.05, 0.1]
+
+
+def _fill(path, n=6):
+    store = AuditStore(path)
+    store.register_calibration({"id": "cal-1", "mu": MU, "sigma": SIGMA, "kept_layers": [3], "source": "clean.csv"})
+    entries = []
+    for i in range(n):
+        flag = i % 3 == 0
+        result = {
+            "anomaly_flag": flag,
+            "anomaly_score": 3.0 if flag else 0.5,
+            "lts_trajectory": [0.0, 0.1, 0.45 if flag else 0.2, 0.3],
+            "flagged_layers": [2] if flag else [],
+            "first_token": {"kl": 0.2, "top_retrieval": "Mar", "top_parametric": "The"},
+            "latency_ms": 40.0 + i,
+            "batch_size": 1,
+        }
+        body = {
+            "inputs": {"query_sha256": "a" * 64, "context_sha256": "b" * 64, "query": f"query {i}", "context": "ctx"},
+            "result": result,
+            "model": {"name": "tiny-random-llama"},
+            "calibration": {"id": "cal-1"},
+        }
+        entries.append(Entry(body, flag, result["anomaly_score"], result["latency_ms"], "tiny-random-llama", "cal-1"))
+    records = store.append(entries)
+    store.close()
+    return records
+
+
+def _texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [str(x.value) for x in at.metric]
+    return "\n".join(str(p) for p in parts)
+
+
+@pytest.mark.usefixtures("tiny_app")
+def test_audit_log_page_reads_the_database_and_flags_a_broken_chain(tmp_path, monkeypatch):
+    db = tmp_path / "audit.sqlite3"
+    monkeypatch.setenv("READ_OR_RECALL_AUDIT_DB", str(db))
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert not at.exception, at.exception
+    assert any("No audit database" in i.value for i in at.info)
+
+    records = _fill(db)
+    at.run()
+    assert not at.exception, at.exception
+    assert any("Hash chain verified: 6 records" in s.value for s in at.success)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Audits"] == "6" and metrics["Flagged"] == "2" and metrics["Anomaly rate"] == "33.3%"
+    assert len(at.dataframe) >= 2 and len(at.dataframe[0].value) == 6
+    assert at.selectbox(key=keys.AUDIT_RECORD).value == records[-1]["id"]  # newest first
+    assert "READ_OR_RECALL_AUDIT_DB" in _texts(at)
+
+    at.radio(key=keys.AUDIT_FILTER).set_value("flagged").run()
+    assert len(at.dataframe[0].value) == 2
+    at.selectbox(key=keys.AUDIT_RECORD).set_value(records[0]["id"]).run()
+    assert not at.exception, at.exception
+    facts = at.dataframe[1].value
+    assert facts.set_index("field").loc["flagged layers (outside μ ± 2σ)", "value"] == "1"  # row 2 = decoder layer 1
+    assert len(at.get("plotly_chart")) == 2
+
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE audits SET anomaly_flag = 0 WHERE seq = 4")
+    conn.commit()
+    conn.close()
+    at.run()
+    assert any("BROKEN (changed)" in e.value and records[3]["id"] in e.value for e in at.error)
+    assert not verify_chain(db).ok

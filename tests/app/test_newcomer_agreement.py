@@ -1,0 +1,84 @@
+"""The agreement view of the Dual Path page (issue 14): every detector's verdict on the last run, at a glance.
+
+On the tiny random Llama (``tiny_app``): a run shows one row per cheap detector of the registry, each verdict
+in the shared wording, a page link per detector family, a button with a time estimate per costly detector,
+and one summary line; a costly detector's verdict joins the table when its button is pressed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import core.cli.common
+from components import keys
+from core.cli import main
+from core.detectors.agreement import cheap_detectors, short_name
+from core.engine.verdict import DISPLAY
+from tests.app.conftest import APP, ok, open_script
+
+DUAL_PATH = "pages/1_Dual_Path.py"
+TIMEOUT = 180
+Q, C = "Where is the tower?", "The tower stands in Quillmere."
+
+
+def _run(at):
+    at.number_input(key=keys.widget_key(keys.MAX_NEW_TOKENS)).set_value(4).run()
+    at.text_area(key=keys.widget_key(keys.QUERY)).input(Q)
+    at.text_area(key=keys.widget_key(keys.CONTEXT)).input(C)
+    return ok(at.button(key=keys.RUN).click().run())
+
+
+def _agreement_table(at):
+    for frame in at.dataframe:
+        df = frame.value
+        if "verdict" in df.columns and "threshold from" in df.columns:
+            return df
+    raise AssertionError("no agreement table on the page")
+
+
+def test_the_dual_path_page_shows_every_cheap_detector_with_its_verdict_and_page(tiny_app) -> None:
+    at = open_script(APP, TIMEOUT)
+    ok(at.switch_page(DUAL_PATH).run())
+    assert not [s for s in at.subheader if s.value == "Every detector on this example"], "nothing before a run"
+    _run(at)
+    assert [s.value for s in at.subheader].count("Every detector on this example") == 1
+    df = _agreement_table(at)
+    assert list(df["detector"]) == [short_name(d.name) for d in cheap_detectors()]
+    assert set(df["verdict"]) <= set(DISPLAY.values()), "one shared wording"
+    repcs = df[df["detector"] == "RePCS"].iloc[0]
+    (result,) = at.session_state[keys.RESULTS].values()
+    assert float(repcs["threshold"]) == pytest.approx(result.threshold, rel=1e-3)
+    assert float(repcs["score"]) == pytest.approx(result.repcs_score, rel=1e-3, abs=1e-6)
+    assert "None" not in df.to_string(), "no literal None in the table"
+    summary = [i.value for i in at.info if i.value.startswith(("They agree", "They conflict", "Only ", "No detector"))]
+    assert len(summary) == 1
+    links = [link.proto.page for link in at.get("page_link")]
+    assert {"RADAR", "Layer_Trajectories", "Evaluate", "Self_Critique", "Source_Attribution"} <= set(links)
+    run_buttons = [b for b in at.button if b.key and b.key.startswith(keys.AGREEMENT_RUN)]
+    assert {b.label for b in run_buttons} >= {"Run Self-Critique", "Run SMA"}
+    assert any("on this machine" in c.value for c in at.caption), "a time estimate next to each costly button"
+
+    ok(at.button(key=next(b.key for b in run_buttons if b.label == "Run CRM L1")).click().run())
+    df = _agreement_table(at)
+    assert "CRM L1" in list(df["detector"]), "a costly detector's verdict joins the table"
+    assert not any(b.label == "Run CRM L1" for b in at.button if b.key and b.key.startswith(keys.AGREEMENT_RUN))
+
+
+def test_run_json_all_detectors_returns_the_same_under_a_detectors_key(tiny_handle, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
+    argv = ["run", "--query", Q, "--context", C, "--max-new-tokens", "4", "--json", "--all-detectors"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data["detectors"]) == [d.name for d in cheap_detectors()]
+    for entry in data["detectors"].values():
+        assert {"score", "threshold", "verdict", "source"} <= set(entry)
+        assert entry["verdict"] in ("recalled", "read", "inconclusive", "uncalibrated")
+    assert data["detectors"]["repcs"]["score"] == data["repcs_score"]
+    assert data["detectors"]["repcs"]["threshold"] == data["threshold"]
+    assert {"selfcritique", "sma"} <= set(data["detectors_not_run"])
+    assert data["detectors_summary"]
+
+    assert main(["run", "--query", Q, "--context", C, "--max-new-tokens", "4", "--json"]) == 0
+    assert "detectors" not in json.loads(capsys.readouterr().out), "the plain JSON keeps its pinned keys"

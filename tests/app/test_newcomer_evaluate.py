@@ -1,0 +1,91 @@
+"""The Evaluate page on a tiny set (issue 14): small-sample warnings, Precision@k only when k < n, and adopting a
+τ whose held-out figures are poor is a deliberate, explained action (tiny random model: seconds, not minutes).
+Also the sample-size maths behind the warning (core.evaluation.sample_size)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from components import keys
+from core.evaluation.sample_size import auc_standard_error, rows_for_auc_ci, small_sample_message
+from tests.app.conftest import APP, ok
+
+PAGE = "pages/9_Evaluate.py"
+MAIN = "ror.eval.job.main"
+TIMEOUT = 180
+SIX = (
+    b"query,context,label\n"
+    b"What is the capital of France?,Paris is the capital of France.,memorized\n"
+    b"Who wrote Hamlet?,Hamlet is a tragedy by William Shakespeare.,memorized\n"
+    b"What is the chemical symbol for gold?,Gold has the chemical symbol Au.,memorized\n"
+    b"What is the capital of Veltria?,The capital of Veltria is Marrowgate.,grounded\n"
+    b"Who founded the Orrin Guild?,The Orrin Guild was founded by Tamsin Vell.,grounded\n"
+    b"How many moons does Kessarine have?,The planet Kessarine has five moons.,grounded\n"
+)
+
+
+def test_auc_standard_error_matches_a_hand_computation():
+    # A = 0.8, 10 + 10 rows: Q1 = 0.8/1.2, Q2 = 1.28/1.8; var = (0.16 + 9(Q1 − 0.64) + 9(Q2 − 0.64)) / 100
+    q1, q2 = 0.8 / 1.2, 1.28 / 1.8
+    expected = math.sqrt((0.16 + 9 * (q1 - 0.64) + 9 * (q2 - 0.64)) / 100)
+    assert auc_standard_error(0.8, 10, 10) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(0.10198, abs=1e-4)
+    with pytest.raises(ValueError):
+        auc_standard_error(1.2, 3, 3)
+
+
+@pytest.mark.parametrize("auc", [0.6, 0.75, 0.9])
+def test_rows_for_auc_ci_is_the_smallest_balanced_set_that_reaches_the_width(auc):
+    n = rows_for_auc_ci(auc, 0.05)
+    assert 1.96 * auc_standard_error(auc, n, n) <= 0.05 < 1.96 * auc_standard_error(auc, n - 1, n - 1)
+    assert rows_for_auc_ci(1.0) == rows_for_auc_ci(0.9), "a perfect AUC on few rows plans like 0.9"
+
+
+def test_small_sample_message():
+    message = small_sample_message(3, 3, 1.0)
+    assert message.startswith("Only 3 memorized and 3 grounded rows") and f"about {rows_for_auc_ci(0.9)} rows" in message
+    assert small_sample_message(500, 500, 0.9) is None
+
+
+def _evaluate(data: bytes) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["ror.s.max_new_tokens"] = 4
+    at.session_state["ror.s.score_window"] = 4
+    ok(at.run())
+    ok(at.switch_page(PAGE).run())
+    at.radio(key="ror.w.eval.source").set_value("Upload a CSV").run()
+    ok(at.file_uploader(key="ror.eval.upload").set_value(("rows.csv", data, "text/csv")).run())
+    at.multiselect(key="ror.w.eval.detectors").set_value(["repcs", "repcs_mean"]).run()
+    at.slider(key="ror.w.eval.batch").set_value(16).run()
+    ok(at.button(key=f"{MAIN}.run").click().run())
+    assert at.session_state[MAIN].n_done == data.count(b"\n") - 1
+    return at
+
+
+def test_six_rows_warn_and_hide_precision_at_10(tiny_app) -> None:
+    at = _evaluate(SIX)
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("Only 3 memorized and 3 grounded rows") for w in warnings), warnings
+    metrics = next(d.value for d in at.dataframe if "AUC" in d.value.columns)
+    assert "Precision@10" not in metrics.columns, "P@10 of 6 rows is not a precision at 10"
+    assert any("Precision@10 is left out" in c.value for c in at.caption)
+
+
+def test_adopting_a_tau_without_held_out_rows_is_deliberate(tiny_app) -> None:
+    grounded = b"".join(
+        b"What is the motto of Orrin town %d?,The motto of Orrin town %d is Vell %d.,grounded\n" % (i, i, i)
+        for i in range(1, 41)
+    )
+    at = _evaluate(SIX.split(b"What is the capital of Veltria")[0] + grounded)
+    at.radio(key=keys.EVAL_CAL_MODE).set_value("Rows I pick").run()
+    picker = at.multiselect(key=keys.EVAL_CAL_ROWS)
+    ok(picker.set_value(list(picker.options)).run())  # every grounded row sets τ: none is held out
+    assert not at.error, [e.value for e in at.error]
+    use = at.button(key=keys.EVAL_USE_TAU)
+    assert use.proto.type == "secondary" and use.disabled, "not the primary button, and not one click away"
+    assert any("does not hold up on the held-out rows" in w.value for w in at.warning)
+    ok(at.checkbox(key=keys.EVAL_TAU_CONFIRM).check().run())
+    assert not at.button(key=keys.EVAL_USE_TAU).disabled

@@ -1,0 +1,71 @@
+"""``python -m core audit calibrate`` and ``python -m core serve`` on the tiny model (uvicorn replaced)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from core.audit.calibration import AuditCalibration
+from core.cli import main
+from tests.unit.audit.conftest import AUTH, CLEAN_ROWS, PAIR, TOKEN
+
+
+def _csv(path, rows, label=None):
+    lines = ["query,context" + (",label" if label else "")]
+    lines += [f'"{q}","{c}"' + (f",{label}" if label else "") for q, c in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_calibrate_writes_a_file_for_this_model(cli_model, tmp_path, capsys):
+    data = _csv(tmp_path / "clean.csv", CLEAN_ROWS)
+    out = tmp_path / "calib.npz"
+    assert main(["audit", "calibrate", str(data), "--out", str(out), "--holdout", "0.25"]) == 0
+    text = capsys.readouterr().out
+    assert "held-out clean rows" in text and str(out) in text
+    calib = AuditCalibration.load(out)
+    assert calib.model == cli_model.info.name and calib.meta["n_rows"] == 9 and calib.meta["data"] == "clean.csv"
+
+
+def test_calibrate_refuses_too_few_or_bad_rows(cli_model, tmp_path, capsys):
+    assert main(["audit", "calibrate", str(_csv(tmp_path / "few.csv", CLEAN_ROWS[:4])), "--holdout", "0"]) == 2
+    assert "at least 8" in capsys.readouterr().err
+    assert main(["audit", "calibrate", str(_csv(tmp_path / "mem.csv", CLEAN_ROWS, label="memorized"))]) == 2
+    assert "No clean rows" in capsys.readouterr().err
+
+
+def test_serve_needs_a_token(cli_model, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("READ_OR_RECALL_TOKEN", raising=False)
+    assert main(["serve", "--db", str(tmp_path / "a.sqlite3")]) == 2
+    assert "READ_OR_RECALL_TOKEN" in capsys.readouterr().err
+    (tmp_path / "short").write_text("abc\n")
+    assert main(["serve", "--token-file", str(tmp_path / "short")]) == 2
+
+
+def test_serve_wires_model_calibration_store_and_token(cli_model, tiny_calibration, tmp_path, monkeypatch, capsys):
+    import uvicorn
+
+    served = {}
+
+    def fake_run(app, **kwargs):  # what the running server would answer, before serve closes the store
+        client = TestClient(app)
+        served.update(kwargs, audit=client.post("/audit", json=PAIR, headers=AUTH).json())
+        served["stats"] = client.get("/stats", headers=AUTH).json()
+
+    monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setenv("READ_OR_RECALL_TOKEN", TOKEN)
+    calib = tiny_calibration.save(tmp_path / "c.npz")
+    db = tmp_path / "a.sqlite3"
+    args = ["serve", "--db", str(db), "--calibration", str(calib), "--port", "8765", "--no-store-text"]
+    assert main(args) == 0
+    assert served["host"] == "127.0.0.1" and served["port"] == 8765
+    assert "c.npz" in capsys.readouterr().err
+    assert served["audit"]["calibration_id"] == tiny_calibration.calibration_id
+    assert served["stats"]["store_text"] is False and served["stats"]["log"]["records"] == 1
+    assert main(["audit", "verify", "--db", str(db)]) == 0
+
+
+@pytest.mark.parametrize("port", ["0", "70000"])
+def test_serve_rejects_a_bad_port(cli_model, monkeypatch, port, tmp_path):
+    monkeypatch.setenv("READ_OR_RECALL_TOKEN", TOKEN)
+    assert main(["serve", "--port", port, "--db", str(tmp_path / "a.sqlite3")]) == 2

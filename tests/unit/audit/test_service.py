@@ -1,0 +1,238 @@
+"""The audit API on the tiny model with FastAPI's TestClient: access, errors, records, paging, stats."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import numpy as np
+import pytest
+
+from core.audit.auth import AuditLimits
+from core.audit.calibration import fit_calibration
+from core.audit.service import create_app
+from core.audit.store import AuditStore, Entry, verify_chain
+from tests.unit.audit.conftest import AUTH, PAIR, TOKEN
+
+
+def _count(store) -> int:
+    return store.history(limit=1)[0]
+
+
+# -- access ---------------------------------------------------------------------------------------------------
+
+
+def test_health_and_docs_are_open_everything_else_needs_the_token(client, store):
+    assert client.get("/health").json() == {"status": "ok", "calibrated": True}
+    assert client.get("/openapi.json").status_code == 200
+    for method, path in (("get", "/history"), ("get", "/stats"), ("get", "/records/x"), ("get", "/calibration")):
+        assert getattr(client, method)(path).status_code == 401, path
+    assert client.get("/stats", headers=AUTH).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong-token-0123456789"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": ""},
+    ],
+)
+def test_a_missing_or_wrong_token_is_401_and_logs_only_the_attempt(client, store, headers, caplog):
+    secret = "The secret context that must not be logged."
+    with caplog.at_level(logging.INFO):
+        r = client.post("/audit", json={"query": "q", "context": secret}, headers=headers)
+        bad_json = client.post("/audit", content=b"{not json", headers=headers)
+    assert r.status_code == bad_json.status_code == 401
+    assert r.headers["www-authenticate"] == "Bearer"
+    assert _count(store) == 0
+    assert "Rejected POST /audit" in caplog.text
+    assert secret not in caplog.text and "wrong-token" not in caplog.text and TOKEN not in caplog.text
+    assert client.get("/stats", headers=AUTH).json()["since_start"]["rejected_unauthorized"] == 2
+
+
+# -- errors ---------------------------------------------------------------------------------------------------
+
+
+def test_bodies_over_the_size_limit_are_413(make_client, store):
+    client = make_client(AuditLimits(max_body_bytes=2000))
+    r = client.post("/audit", json={"query": "q", "context": "x" * 3000}, headers=AUTH)
+    assert r.status_code == 413 and r.json()["field"] == "body"
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(5):
+            yield b"x" * 1000
+
+    r = client.post("/audit", content=chunks(), headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert _count(store) == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"query": "q"}, ["body", "context"]),
+        ({"query": "q", "context": ""}, ["body", "context"]),
+        ({"query": "q", "context": "   \n"}, ["body", "context"]),
+        ({"query": 3, "context": "c"}, ["body", "query"]),
+        ({"query": "q", "context": "c", "extra": 1}, ["body", "extra"]),
+        ({"query": "q", "context": "c", "request_id": "has space"}, ["body", "request_id"]),
+    ],
+)
+def test_malformed_requests_are_422_naming_the_field(client, store, body, loc):
+    r = client.post("/audit", json=body, headers=AUTH)
+    assert r.status_code == 422
+    assert any(d["loc"] == loc for d in r.json()["detail"]), r.json()
+    assert _count(store) == 0
+
+
+def test_malformed_json_and_bad_batches_are_422(client, store):
+    r = client.post(
+        "/audit", content=b'{"query": "q", "context": ', headers={**AUTH, "Content-Type": "application/json"}
+    )
+    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_invalid"
+    assert client.post("/audit/batch", json={"items": []}, headers=AUTH).status_code == 422
+    r = client.post("/audit/batch", json={"items": [PAIR, {"query": "q", "context": " "}]}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "items", 1, "context"]
+    r = client.post("/audit", json={**PAIR, "generate": True, "max_new_tokens": 10_000}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "max_new_tokens"]
+    assert client.get("/history?limit=0", headers=AUTH).status_code == 422
+    assert client.get("/history?limit=100000", headers=AUTH).json()["detail"][0]["loc"] == ["query", "limit"]
+    assert _count(store) == 0
+
+
+def test_over_the_token_budget_is_a_clear_413(make_client, store):
+    client = make_client(AuditLimits(max_prompt_tokens=150, max_batch_items=3))
+    r = client.post("/audit", json={"query": "q", "context": "word " * 40}, headers=AUTH)
+    assert r.status_code == 413
+    detail = r.json()["detail"]
+    assert detail["type"] == "token_budget" and detail["loc"] == ["body", "context"] and "150" in detail["msg"]
+    r = client.post("/audit/batch", json={"items": [PAIR, {"query": "q", "context": "word " * 40}]}, headers=AUTH)
+    assert r.status_code == 413 and r.json()["detail"]["loc"] == ["body", "items", 1, "context"]
+    r = client.post("/audit/batch", json={"items": [PAIR] * 4}, headers=AUTH)
+    assert r.status_code == 413 and r.json()["detail"]["type"] == "batch_size"
+    assert _count(store) == 0
+
+
+def test_without_a_calibration_audits_are_503(make_client):
+    client = make_client(calibration=None)
+    assert client.get("/health").json()["calibrated"] is False
+    r = client.post("/audit", json=PAIR, headers=AUTH)
+    assert r.status_code == 503 and "calibration" in r.json()["detail"].lower()
+
+
+def test_a_calibration_for_another_model_is_refused(tiny_handle, store):
+    rng = np.random.default_rng(0)
+    other = fit_calibration(rng.normal(size=(10, 4, 32)), model="other", fingerprint="f" * 32, template="chat")
+    with pytest.raises(ValueError, match="another model"):
+        create_app(tiny_handle, store, other, TOKEN)
+
+
+# -- audits and records -----------------------------------------------------------------------------------------
+
+
+def test_an_audit_is_committed_before_the_response_with_the_papers_fields(client, store, tiny_calibration):
+    r = client.post("/audit", json=PAIR, headers=AUTH)
+    assert r.status_code == 200
+    out = r.json()
+    for key in ("anomaly_flag", "anomaly_score", "lts_trajectory", "flagged_layers", "latency_ms"):
+        assert key in out
+    assert out["generation"] is None and out["calibration_id"] == tiny_calibration.calibration_id
+    stored = store.get(out["id"])  # already on disk when the response arrived
+    assert stored["chain"]["hash"] == out["hash"] and stored["result"]["lts_trajectory"] == out["lts_trajectory"]
+    assert stored["inputs"]["query"] == PAIR["query"]
+    assert stored["inputs"]["context_sha256"] == hashlib.sha256(PAIR["context"].encode()).hexdigest()
+    assert stored["model"]["name"] == "tiny-random-llama"
+    assert client.get(f"/records/{out['id']}", headers=AUTH).json() == stored
+    assert client.get("/records/unknown", headers=AUTH).status_code == 404
+
+
+def test_no_store_text_keeps_only_hashes(tiny_handle, tiny_calibration, tmp_path):
+    from fastapi.testclient import TestClient
+
+    store = AuditStore(tmp_path / "h.sqlite3", store_text=False)
+    client = TestClient(create_app(tiny_handle, store, tiny_calibration, TOKEN))
+    rid = client.post("/audit", json=PAIR, headers=AUTH).json()["id"]
+    inputs = store.get(rid)["inputs"]
+    assert set(inputs) == {"query_sha256", "context_sha256"}
+    assert PAIR["context"] not in (tmp_path / "h.sqlite3").read_bytes().decode("latin-1")
+    store.close()
+
+
+def test_a_batch_agrees_with_single_audits_and_shares_one_batch_id(client, store):
+    items = [
+        PAIR,
+        {"query": "Who?", "context": "Nobody."},
+        {"query": "When was it founded?", "context": "Marrowgate was founded in 1412 by salt traders from the south."},
+    ]
+    batch = client.post("/audit/batch", json={"items": items}, headers=AUTH).json()
+    assert batch["n"] == 3 and len({r["batch_id"] for r in batch["records"]}) == 1
+    for item, rec in zip(items, batch["records"]):
+        single = client.post("/audit", json=item, headers=AUTH).json()
+        np.testing.assert_allclose(rec["lts_trajectory"], single["lts_trajectory"], atol=1e-4)
+        assert rec["flagged_layers"] == single["flagged_layers"]
+        assert rec["first_token"]["kl"] == pytest.approx(single["first_token"]["kl"], abs=1e-5)
+    assert [r["seq"] for r in batch["records"]] == [1, 2, 3]
+    assert verify_chain(store.path).n_records == 6
+
+
+def test_a_repeated_request_id_returns_the_stored_record(client, store):
+    first = client.post("/audit", json={**PAIR, "request_id": "client-42"}, headers=AUTH)
+    again = client.post("/audit", json={**PAIR, "request_id": "client-42"}, headers=AUTH)
+    assert again.status_code == 200 and again.headers["x-audit-replay"] == "true"
+    assert again.json()["id"] == first.json()["id"] and _count(store) == 1
+    b1 = client.post("/audit/batch", json={"items": [PAIR, PAIR], "request_id": "b-1"}, headers=AUTH).json()
+    b2 = client.post("/audit/batch", json={"items": [PAIR, PAIR], "request_id": "b-1"}, headers=AUTH).json()
+    assert [r["id"] for r in b1["records"]] == [r["id"] for r in b2["records"]] and _count(store) == 3
+
+
+def test_history_pages_and_filters(client, store):
+    store.append(
+        [
+            Entry(
+                body={
+                    "result": {"anomaly_flag": i % 2 == 0, "anomaly_score": float(i), "latency_ms": 1.0},
+                    "model": {"name": "m"},
+                    "calibration": {"id": "c"},
+                },
+                anomaly_flag=i % 2 == 0,
+                anomaly_score=float(i),
+                latency_ms=1.0,
+                model="m",
+                calibration_id="c",
+            )
+            for i in range(7)
+        ]
+    )
+    seen, offset = [], 0
+    while offset is not None:
+        page = client.get(f"/history?limit=3&offset={offset}", headers=AUTH).json()
+        assert page["total"] == 7 and len(page["records"]) <= 3
+        seen += [r["seq"] for r in page["records"]]
+        offset = page["next_offset"]
+    assert seen == [7, 6, 5, 4, 3, 2, 1]
+    flagged = client.get("/history?flag=true", headers=AUTH).json()
+    assert flagged["total"] == 4 and all(r["anomaly_flag"] for r in flagged["records"])
+    assert client.get("/history?flag=false", headers=AUTH).json()["total"] == 3
+    third = store.history(limit=1, offset=4)[1][0]  # seq 3
+    since = client.get("/history", params={"since": third["created_at"]}, headers=AUTH).json()
+    assert {r["seq"] for r in since["records"]} >= {3, 4, 5, 6, 7}
+    assert client.get("/history", params={"since": "2999-01-01T00:00:00"}, headers=AUTH).json()["total"] == 0
+    assert client.get("/history", params={"until": "2000-01-01T00:00:00Z"}, headers=AUTH).json()["total"] == 0
+    assert client.get("/history?since=yesterday", headers=AUTH).status_code == 422
+
+
+def test_stats_and_calibration(client, tiny_calibration, tiny_handle):
+    for _ in range(2):
+        client.post("/audit", json=PAIR, headers=AUTH)
+    stats = client.get("/stats", headers=AUTH).json()
+    assert stats["model"]["layers"] == tiny_handle.info.n_layers
+    assert stats["log"]["records"] == 2 and stats["since_start"]["audits"] == 2
+    assert stats["calibration"]["id"] == tiny_calibration.calibration_id
+    last = client.get("/history?limit=1", headers=AUTH).json()["records"][0]
+    assert (
+        stats["log"]["chain"]["head_hash"] == client.get(f"/records/{last['id']}", headers=AUTH).json()["chain"]["hash"]
+    )
+    calib = client.get("/calibration", headers=AUTH).json()
+    assert calib["id"] == tiny_calibration.calibration_id and len(calib["mu"]) == tiny_handle.info.n_layers + 1

@@ -1,0 +1,178 @@
+"""The audit log: WAL, the hash chain recomputed independently, and tampering found by editing the SQLite file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+
+import pytest
+
+from core.audit.store import GENESIS, AuditReader, AuditStore, Entry, verify_chain
+from core.cli import main
+
+
+def entry(i: int, flag: bool = False) -> Entry:
+    result = {"anomaly_flag": flag, "anomaly_score": 0.5 + i, "lts_trajectory": [0.0, i * 0.1], "latency_ms": 10.0 + i}
+    return Entry(
+        body={
+            "inputs": {"query_sha256": "q", "context_sha256": "c"},
+            "result": result,
+            "model": {"name": "m"},
+            "calibration": {"id": "cal"},
+        },
+        anomaly_flag=flag,
+        anomaly_score=0.5 + i,
+        latency_ms=10.0 + i,
+        model="m",
+        calibration_id="cal",
+        request_id=f"r{i}",
+    )
+
+
+@pytest.fixture
+def filled(tmp_path):
+    path = tmp_path / "log.sqlite3"
+    store = AuditStore(path)
+    records = store.append([entry(0), entry(1, True)]) + store.append([entry(2), entry(3), entry(4, True)])
+    store.close()
+    return path, records
+
+
+def _edit(path, sql, params=()):
+    conn = sqlite3.connect(path)
+    conn.execute(sql, params)
+    conn.commit()
+    conn.close()
+
+
+def test_wal_and_the_chain_recomputed_independently(filled):
+    path, records = filled
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    rows = conn.execute("SELECT seq, record, prev_hash, hash FROM audits ORDER BY seq").fetchall()
+    conn.close()
+    prev = "0" * 64
+    for (seq, text, prev_hash, digest), rec in zip(rows, records):
+        body = json.loads(text)
+        assert body["seq"] == seq and body["id"] == rec["id"]
+        assert text == json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert prev_hash == prev
+        assert digest == hashlib.sha256((prev + text).encode()).hexdigest() == rec["chain"]["hash"]
+        prev = digest
+    report = verify_chain(path)
+    assert report.ok and report.n_records == 5 and report.head_hash == prev and report.head_seq == 5
+
+
+def test_a_changed_record_is_named(filled):
+    path, records = filled
+    _edit(
+        path,
+        "UPDATE audits SET record = replace(record, '\"anomaly_score\":2.5', '\"anomaly_score\":0.1') WHERE seq = 3",
+    )
+    report = verify_chain(path)
+    assert not report.ok and report.problem == "changed" and report.record_id == records[2]["id"] and report.seq == 3
+
+
+def test_a_changed_indexed_column_is_named(filled):
+    path, records = filled
+    _edit(path, "UPDATE audits SET anomaly_flag = 0 WHERE seq = 2")
+    report = verify_chain(path)
+    assert report.problem == "changed" and report.record_id == records[1]["id"] and "anomaly_flag" in report.message
+
+
+def test_a_deleted_record_is_found(filled):
+    path, records = filled
+    _edit(path, "DELETE FROM audits WHERE seq = 2")
+    report = verify_chain(path)
+    assert report.problem == "deleted" and report.seq == 3 and report.record_id == records[2]["id"]
+    assert "2–2" in report.message
+
+
+def test_a_deleted_and_renumbered_record_is_found(filled):
+    path, records = filled
+    _edit(path, "DELETE FROM audits WHERE seq = 2")
+    for seq in (3, 4, 5):  # close the gap, JSON and all: the prev_hash link still breaks
+        _edit(
+            path,
+            "UPDATE audits SET seq = ?, record = replace(record, ?, ?) WHERE seq = ?",
+            (seq - 1, f'"seq":{seq}', f'"seq":{seq - 1}', seq),
+        )
+    report = verify_chain(path)
+    assert not report.ok and report.seq == 2 and report.record_id == records[2]["id"]
+
+
+def test_the_newest_records_deleted_are_found(filled):
+    path, _ = filled
+    _edit(path, "DELETE FROM audits WHERE seq >= 4")
+    report = verify_chain(path)
+    assert report.problem == "deleted" and "4–5" in report.message
+
+
+def test_reordered_records_are_named(filled):
+    path, records = filled
+    _edit(path, "UPDATE audits SET seq = -1 WHERE seq = 2")
+    _edit(path, "UPDATE audits SET seq = 2 WHERE seq = 3")
+    _edit(path, "UPDATE audits SET seq = 3 WHERE seq = -1")
+    report = verify_chain(path)
+    assert report.problem == "reordered" and report.seq == 2 and report.record_id == records[2]["id"]
+
+
+def test_an_expected_head_catches_a_rewritten_history(filled, tmp_path):
+    path, records = filled
+    head = records[-1]["chain"]["hash"]
+    assert verify_chain(path, expect_head=head).ok
+    other = AuditStore(tmp_path / "other.sqlite3")
+    other.append([entry(9)])
+    other.close()
+    report = verify_chain(tmp_path / "other.sqlite3", expect_head=head)
+    assert report.problem == "head"
+
+
+def test_a_changed_calibration_description_is_found(tmp_path):
+    store = AuditStore(tmp_path / "c.sqlite3")
+    store.register_calibration({"id": "cal", "mu": [0.0, 1.0], "sigma": [0.0, 1.0]})
+    store.close()
+    assert verify_chain(tmp_path / "c.sqlite3").ok
+    _edit(tmp_path / "c.sqlite3", "UPDATE calibrations SET description = replace(description, '1.0', '9.0')")
+    assert verify_chain(tmp_path / "c.sqlite3").problem == "changed"
+
+
+def test_request_ids_are_unique_and_found(tmp_path):
+    store = AuditStore(tmp_path / "r.sqlite3")
+    store.append([entry(1)])
+    with pytest.raises(ValueError, match="already stored"):
+        store.append([entry(1)])
+    assert [r["request_id"] for r in store.find_request("r1")] == ["r1"]
+    assert verify_chain(tmp_path / "r.sqlite3").n_records == 1  # the failed append left nothing behind
+    store.close()
+
+
+def test_reader_paging_filters_and_stats(filled):
+    path, records = filled
+    reader = AuditReader(path)
+    total, page = reader.history(limit=2, offset=0)
+    assert total == 5 and [r["seq"] for r in page] == [5, 4]
+    total, page = reader.history(limit=10, flag=True)
+    assert total == 2 and {r["seq"] for r in page} == {2, 5}
+    total, _ = reader.history(since=1e12)
+    assert total == 0
+    stats = reader.stats()
+    assert stats["records"] == 5 and stats["anomalies"] == 2 and stats["anomaly_rate"] == pytest.approx(0.4)
+    assert stats["latency_ms"]["p50"] == 12.0 and stats["chain"]["head_hash"] == records[-1]["chain"]["hash"]
+    assert reader.get(records[0]["id"])["chain"]["prev_hash"] == GENESIS
+    assert reader.get("nope") is None
+
+
+def test_verify_command_exit_codes(filled, capsys):
+    path, records = filled
+    assert main(["audit", "verify", "--db", str(path)]) == 0
+    assert "5 records, chain intact" in capsys.readouterr().out
+    _edit(
+        path,
+        "UPDATE audits SET record = replace(record, '\"lts_trajectory\":[0.0,0.1]', '\"lts_trajectory\":[0.0,0.2]')",
+    )
+    assert main(["audit", "verify", "--db", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "BROKEN (changed)" in out and records[1]["id"] in out
+    assert main(["audit", "verify", "--db", str(path.parent / "missing.sqlite3")]) == 2

@@ -1,0 +1,158 @@
+"""core.detectors.agreement (every verdict for one example) and core.engine.estimate (time estimates).
+
+The tiny random Llama gives a real result; thresholds and verdicts are checked against hand-written cases.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from core.detectors import agreement
+from core.detectors.agreement import (
+    DetectorVerdict,
+    alpha_threshold,
+    assess,
+    cheap_detectors,
+    costly_detectors,
+    summary_line,
+    verdict_for,
+)
+from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, REGISTRY, Detector, register
+from core.engine import DualPathSettings, run_dual_path
+from core.engine.estimate import CostMeter, estimate_seconds, format_seconds
+from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, UNCALIBRATED, VERDICTS
+
+
+@pytest.fixture(scope="module")
+def tiny_result(tiny_handle):
+    settings = DualPathSettings(max_new_tokens=5, score_window=5, top_k=4)
+    return run_dual_path(tiny_handle, "Where is the tower?", "The tower stands in Quillmere.", settings)
+
+
+def _v(name: str, verdict: str) -> DetectorVerdict:
+    return DetectorVerdict(name, name, GROUNDED_HIGH, 1.0, 1.0, "s", verdict, "free")
+
+
+@pytest.mark.parametrize(
+    ("score", "threshold", "higher", "expected"),
+    [
+        (1.0, 2.0, GROUNDED_HIGH, RECALLED),  # RePCS: Z < τ
+        (2.0, 2.0, GROUNDED_HIGH, READ),  # a tie is not flagged
+        (3.0, 2.0, GROUNDED_HIGH, READ),
+        (0.7, 0.5, MEMORIZED_HIGH, RECALLED),  # a probability of memorized above 0.5
+        (0.5, 0.5, MEMORIZED_HIGH, READ),
+        (0.2, 0.5, MEMORIZED_HIGH, READ),
+        (None, 0.5, MEMORIZED_HIGH, UNCALIBRATED),
+        (0.2, None, MEMORIZED_HIGH, UNCALIBRATED),
+        (float("nan"), 0.5, MEMORIZED_HIGH, UNCALIBRATED),
+    ],
+)
+def test_verdict_follows_the_detectors_direction(score, threshold, higher, expected):
+    assert verdict_for(score, threshold, higher) == expected
+
+
+def test_verdict_rejects_an_unknown_direction():
+    with pytest.raises(ValueError, match="higher_means"):
+        verdict_for(1.0, 1.0, "up")
+
+
+def test_alpha_threshold_is_the_quantile_on_the_memorized_side():
+    clean = np.arange(1.0, 101.0)  # 1 … 100
+    # numpy's linear interpolation: the 5 % quantile of 1..100 is 1 + 0.05 * 99 = 5.95
+    assert alpha_threshold(clean, GROUNDED_HIGH) == pytest.approx(5.95)
+    assert alpha_threshold(clean, MEMORIZED_HIGH) == pytest.approx(100 - 0.05 * 99)
+    flagged = np.mean(clean < alpha_threshold(clean, GROUNDED_HIGH))
+    assert flagged == pytest.approx(0.05), "about a share α of clean prompts is flagged"
+    assert alpha_threshold([3.0, np.nan, 4.0], GROUNDED_HIGH, alpha=0.5) == pytest.approx(3.5)
+    with pytest.raises(ValueError):
+        alpha_threshold([np.nan], GROUNDED_HIGH)
+    with pytest.raises(ValueError):
+        alpha_threshold([1.0], GROUNDED_HIGH, alpha=1.0)
+
+
+def test_summary_line_says_where_they_agree_and_conflict():
+    assert summary_line([_v("repcs", RECALLED), _v("radar", RECALLED)]).startswith("They agree: all 2")
+    conflict = summary_line([_v("repcs", RECALLED), _v("crm_lts", READ), _v("ppl", READ), _v("zlib", UNCALIBRATED)])
+    assert conflict.startswith("They conflict: 1 say “Recalled from memory” (RePCS) and 2 say “Read from the context”")
+    assert "(CRM LTS and perplexity)" in conflict and "1 more give no verdict" in conflict
+    assert summary_line([_v("repcs", INCONCLUSIVE)]).startswith("No detector has both")
+    assert summary_line([_v("min_k_10", READ)]) == "Only Min-10% has a verdict here: “Read from the context”."
+
+
+def test_the_view_takes_every_cheap_detector_from_the_registry():
+    cheap = {d.name for d in cheap_detectors()}
+    assert {"repcs", "repcs_mean", "max_token_kl", "crm_lts", "crm_l2", "radar", "ppl", "zlib", "min_k_10"} <= cheap
+    assert not cheap & {"selfcritique", "sma", "crm_l2_lr", "crm_lr_cv"}, "no generation, no cross-validated fit"
+    assert {"selfcritique", "sma"} <= {d.name for d in costly_detectors()}
+
+
+def test_assess_scores_the_run_and_picks_up_a_newly_registered_detector(tiny_handle, tiny_result, monkeypatch):
+    monkeypatch.setattr(agreement, "THRESHOLD_DIR", agreement.THRESHOLD_DIR / "none-here")
+    register(Detector("zz_combined", "A combined score", MEMORIZED_HIGH, lambda inp: 0.9, cost="free"))
+    try:
+        seen = []
+        result = assess(tiny_handle, tiny_result, on_detector=lambda i, n, name: seen.append((i, n, name)))
+    finally:
+        REGISTRY.pop("zz_combined")
+    by_name = {v.name: v for v in result.verdicts}
+    assert "zz_combined" in by_name and by_name["zz_combined"].score == 0.9
+    assert by_name["zz_combined"].verdict == UNCALIBRATED, "no threshold anywhere for an unknown detector"
+    assert [s[2] for s in seen] == [v.name for v in result.verdicts] and seen[0][:2] == (0, len(seen))
+    repcs = by_name["repcs"]
+    assert repcs.score == pytest.approx(float(np.sum(tiny_result.token_kl[:5], dtype=np.float64)), rel=1e-6)
+    assert repcs.threshold == tiny_result.threshold and repcs.source == tiny_result.threshold_source
+    assert by_name["crm_lts"].score is None and "No CRM basis" in by_name["crm_lts"].error
+    radar = by_name["radar"]  # scored from cached features, or skipped (never a 130-prompt build here)
+    assert radar.score is not None or "RADAR page" in radar.error
+    assert all(v.verdict in VERDICTS for v in result.verdicts)
+    document = json.loads(json.dumps(result.to_dict()))
+    assert set(document["repcs"]) >= {"score", "threshold", "verdict", "source"}
+    assert {c.name for c in result.costly} >= {"selfcritique", "sma"}
+    assert all(c.estimate_s is not None and c.estimate_s > 0 for c in result.costly), "seeded by the run's timings"
+
+
+def test_a_bundled_calibration_file_gives_thresholds_and_their_source(tiny_handle, tiny_result, tmp_path, monkeypatch):
+    document = {
+        "model": tiny_handle.info.name,
+        "alpha": 0.05,
+        "settings": {"score_window": 64},
+        "n_clean": 10,
+        "n_memorized": 8,
+        "detectors": {"ppl": {"threshold": 1e9, "fpr": 0.1, "fnr": 0.25}},
+    }
+    (tmp_path / f"detectors-{tiny_handle.slug}.json").write_text(json.dumps(document), encoding="utf-8")
+    monkeypatch.setattr(agreement, "THRESHOLD_DIR", tmp_path)
+    (ppl,) = assess(tiny_handle, tiny_result, names=["ppl"]).verdicts
+    assert ppl.threshold == 1e9 and ppl.verdict == RECALLED, "perplexity below τ: a familiar text, memorized side"
+    assert "5%-quantile over 10 clean prompts" in ppl.source and "FPR 10% / FNR 25%" in ppl.source
+    assert "calibrated at T = 64, this run used T = 5" in ppl.source
+    document["model"] = "another model"
+    (tmp_path / f"detectors-{tiny_handle.slug}.json").write_text(json.dumps(document), encoding="utf-8")
+    (ppl,) = assess(tiny_handle, tiny_result, names=["ppl"]).verdicts
+    assert ppl.threshold is None and ppl.verdict == UNCALIBRATED, "another model's file is not used"
+
+
+def test_cost_meter_moving_average_and_estimates():
+    meter = CostMeter(smoothing=0.5)
+    assert estimate_seconds("h", generated_tokens=10, meter=meter) is None
+    meter.observe("h", "generated_token", 2.0, 10)  # 0.2 s/token
+    meter.observe("h", "generated_token", 4.0, 10)  # 0.4 s/token → average 0.5·0.2 + 0.5·0.4
+    assert meter.per_unit("h", "generated_token") == pytest.approx(0.3)
+    meter.observe("h", "generated_token", 0.0, 10)  # ignored
+    assert meter.measurements("h", "generated_token") == 2
+    assert estimate_seconds("h", generated_tokens=100, meter=meter) == pytest.approx(30.0)
+    # forwards fall back to the per-token cost until measured
+    assert estimate_seconds("h", generated_tokens=10, forwards=5, batch_factor=2, meter=meter) == pytest.approx(7.5)
+    with pytest.raises(ValueError):
+        meter.observe("h", "lightyears", 1.0, 1.0)
+    assert [format_seconds(s) for s in (None, 0.2, 7.4, 42, 130, 4 * 3600)] == [
+        "unknown",
+        "< 1 s",
+        "≈ 7 s",
+        "≈ 40 s",
+        "≈ 2 min",
+        "≈ 4.0 h",
+    ]

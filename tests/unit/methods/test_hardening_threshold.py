@@ -1,0 +1,63 @@
+"""Issue 17 (hardening), item 5: a threshold file is read as a regular file with a cap (folder, device, pipe
+refused; no hang, no unbounded read)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from core.methods.repcs import Threshold
+
+
+def _error_in_time(fn, timeout: float = 10.0) -> BaseException | None:
+    box: list[BaseException | None] = [None]
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box[0] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "loading hung"
+    return box[0]
+
+
+def test_a_good_threshold_file_still_loads(tmp_path):
+    path = tmp_path / "tau.json"
+    path.write_text('{"tau": 3.5, "T": 16, "model": "m"}')
+    assert Threshold.load(path).tau == 3.5
+
+
+def test_a_folder_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"threshold file .* is a folder"):
+        Threshold.load(tmp_path)
+
+
+def test_dev_zero_is_refused_without_reading():
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero")
+    error = _error_in_time(lambda: Threshold.load("/dev/zero"))
+    assert isinstance(error, ValueError) and "is a device, not a regular file" in str(error)
+
+
+def test_a_named_pipe_does_not_hang(tmp_path):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no named pipes here")
+    fifo = tmp_path / "tau.json"
+    os.mkfifo(fifo)
+    error = _error_in_time(lambda: Threshold.load(fifo))
+    assert isinstance(error, ValueError) and "named pipe" in str(error)
+
+
+def test_an_oversized_file_is_refused_in_kib(tmp_path):
+    path = tmp_path / "tau.json"
+    with path.open("wb") as fh:
+        fh.truncate(10 * 1024 * 1024)
+    with pytest.raises(ValueError, match=r"the limit is 64 KiB"):
+        Threshold.load(path)
