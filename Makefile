@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Where `make screenshots` lets the browser tests write before copying the README images into docs/.
 SHOTS  := out/screenshots
 
-.PHONY: run test test-fast lint bench install install-dev browser screenshots threshold clean
+.PHONY: run serve test test-fast lint bench install install-dev browser screenshots threshold clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,13 @@ browser:
 run: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m core warmup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/streamlit run app.py --server.port $(PORT)
+
+# The CRM audit service on the embedded model (127.0.0.1:8600; docs/audit.md). Needs READ_OR_RECALL_TOKEN
+# (or SERVE_ARGS="--token-file FILE"); more flags with SERVE_ARGS, e.g. SERVE_ARGS="--db audit.sqlite3".
+SERVE_ARGS ?=
+serve: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m core warmup
+	HF_HUB_OFFLINE=1 $(PY) -m core serve $(SERVE_ARGS)
 
 # ruff (lint + format check) and the import contracts of pyproject.toml. Fix with
 # `.venv/bin/ruff check --fix . && .venv/bin/ruff format .`.

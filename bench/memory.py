@@ -13,13 +13,27 @@ scale, the size a full layers × heads × T × T attention stack would have need
 ``peak_rss_mb=<MiB>``. No assertion: the figure goes into the README.
 
     python bench/memory.py [--context-tokens 1000] [--tokens 32]
+
+``--batch`` measures batched evaluation instead (issue 17, item 12): for each ``--tokens-list`` value, one fresh
+process loads the embedded model, warms it up on one short row (the first forward pages the weights in), then
+scores ``--batch-size`` rows of the bundled probe set with :func:`core.engine.score_rows` (``force_length``:
+every answer is exactly that long; noise σ from ``--sigmas``, the ``evaluate`` default 0,0.02,0.05,0.1) and
+reports the peak RSS of the scoring alone (``VmHWM`` reset before it) above the RSS before it, next to the size
+of one path's full-vocabulary logits for the whole batch (rows × tokens × V × 4 bytes). With ``--code PATH`` the
+child processes import ``core`` from another checkout (e.g. an export of the previous commit) for a
+before/after comparison. The last line is ``batch_peaks_mib=<json>``.
+
+    python bench/memory.py --batch [--batch-size 8] [--tokens-list 64,256,1024] [--sigmas 0,0.02,0.05,0.1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,13 +79,89 @@ def build_context(handle, n_tokens: int) -> str:
     return handle.tokenizer.decode(ids).strip()
 
 
+def batch_child(batch_size: int, tokens: int, sigmas: list[float]) -> dict[str, float]:
+    """One measurement in this (fresh) process: the peak of scoring ``batch_size`` rows at ``tokens`` tokens."""
+    import csv
+
+    from core.engine import score_rows
+    from core.io import asset_path
+
+    handle = load_model(device="cpu")
+    with asset_path("probes", "probes.csv").open(encoding="utf-8") as fh:
+        rows = [(r["query"], r["context"]) for r in csv.DictReader(fh)][:batch_size]
+    settings = DualPathSettings(max_new_tokens=tokens, score_window=tokens, force_length=True)
+    # warm-up: the first forward pages the weights in (about the model's size); measured from after it
+    score_rows(handle, rows[:1], DualPathSettings(max_new_tokens=2, score_window=2), batch_size=1)
+    before = _status_mb("VmRSS")
+    separate = _reset_peak()
+    t0 = time.perf_counter()
+    results = score_rows(handle, rows, settings, batch_size=batch_size, noise_sigmas=sigmas)
+    seconds = time.perf_counter() - t0
+    peak = _status_mb("VmHWM")
+    one_path = batch_size * tokens * handle.info.vocab_size * 4 / 2**20
+    return {
+        "tokens": tokens,
+        "rows": len(results),
+        "answer_tokens": sum(r.n_tokens for r in results if r is not None),
+        "rss_before_mib": round(before, 1),
+        "peak_rss_mib": round(peak, 1),
+        "peak_above_before_mib": round(peak - before, 1) if separate else float("nan"),
+        "one_path_logits_mib": round(one_path, 1),
+        "seconds": round(seconds, 1),
+    }
+
+
+def batch_main(args: argparse.Namespace) -> int:
+    """Run one child process per ``--tokens-list`` value and print a table of the peaks."""
+    env = dict(os.environ)
+    if args.code:
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(args.code).resolve()), env.get("PYTHONPATH", "")])
+    peaks = {}
+    for tokens in [int(t) for t in args.tokens_list.split(",") if t.strip()]:
+        cmd = [
+            sys.executable,
+            __file__,
+            "--batch-child",
+            "--batch-size",
+            str(args.batch_size),
+            "--tokens",
+            str(tokens),
+            "--sigmas",
+            args.sigmas,
+            "--threads",
+            str(args.threads),
+        ]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode != 0 or not lines:
+            print(f"tokens={tokens}: failed ({done.returncode})\n{done.stderr[-2000:]}")
+            continue
+        row = json.loads(lines[-1])
+        peaks[tokens] = row["peak_above_before_mib"]
+        print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    print(f"batch_peaks_mib={json.dumps(peaks)}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context-tokens", type=int, default=1000)
     parser.add_argument("--tokens", type=int, default=32, help="new tokens per answer (default 32)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--batch", action="store_true", help="measure batched evaluation instead (see above)")
+    parser.add_argument("--batch-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--tokens-list", default="64,256,1024", help="--batch: new tokens per answer to measure")
+    parser.add_argument("--sigmas", default="0,0.02,0.05,0.1", help="--batch: noise σ values ('' for none)")
+    parser.add_argument("--code", default=None, help="--batch: import core from this checkout instead")
     args = parser.parse_args()
     set_threads(args.threads)
+    if args.batch:
+        return batch_main(args)
+    if args.batch_child:
+        sigmas = [float(x) for x in args.sigmas.split(",") if x.strip()]
+        print(json.dumps(batch_child(args.batch_size, args.tokens, sigmas)))
+        return 0
     figures: dict[str, float] = {"start_rss_mb": _status_mb("VmRSS")}
 
     t0 = time.perf_counter()

@@ -27,7 +27,13 @@ PRESET_LABELS = {
     "all": "All layers",
     "flagged": "Flagged by Layer trajectories (CRM rule)",
 }
-EPS_CHOICES = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
+EPS_CHOICES = (0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
+DEFAULT_PRESET = "late"
+DEFAULT_EPS = 0.05
+DEFAULT_GRID = [0.0, 0.02, 0.05, 0.1, 0.25]
+"""Defaults with a graded effect on the embedded model (France example, 24 tokens, seed 0; `python -m core
+ablate --layers late --grid 0.02,0.05,0.1,0.25`): Z 3.66 clean → 4.13, 9.48, 19.1, then 69.0 at ε = 0.25 where
+the answer is gibberish (flagged). The middle third changes the answer already at ε = 0.05; docs/ablations.md."""
 
 
 class Choice(NamedTuple):
@@ -49,7 +55,7 @@ Chosen = tuple[list[int], str]
 def _preset(n_layers: int, flagged: list[int] | None) -> Chosen:
     """A named block (thirds, CRM's control block, all, or the layers the CRM rule flags for this run)."""
     presets = {p: label for p, label in PRESET_LABELS.items() if p != "flagged" or flagged}
-    preset = choice(st.selectbox, "Preset", keys.ABLATE_PRESET, presets, "middle")
+    preset = choice(st.selectbox, "Preset", keys.ABLATE_PRESET, presets, DEFAULT_PRESET)
     if flagged is None:
         st.caption("No CRM basis is calibrated for this model and template, so no layers are flagged to offer.")
     elif not flagged:
@@ -118,8 +124,8 @@ def noise_controls() -> tuple[float, int]:
         eps = number(
             "Noise scale ε",
             keys.ABLATE_EPS,
-            0.1,
-            (0.0, 1.0, 0.05),
+            DEFAULT_EPS,
+            (0.0, 1.0, 0.01),
             widget=st.slider,
             help="h′ = h + ε·σ(h)·N(0, 1): ε is the noise size relative to each token's activation spread.",
         )
@@ -130,7 +136,7 @@ def noise_controls() -> tuple[float, int]:
 
 def eps_grid() -> list[float]:
     """The ε values of a dose–response grid."""
-    return several("ε grid", keys.ABLATE_GRID, EPS_CHOICES, [0.0, 0.1, 0.25, 0.5, 1.0])
+    return several("ε grid", keys.ABLATE_GRID, EPS_CHOICES, DEFAULT_GRID)
 
 
 def seeds(label: str, name: str, default: int, most: int, *, per_layer_of: int | None = None) -> list[int]:

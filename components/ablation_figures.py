@@ -24,6 +24,7 @@ from components.figures import (
     two_rows,
 )
 from core.methods.ablation import NoiseGrid
+from core.methods.ablation.degenerate import degeneracy
 
 CLEAN_COLOR = "#4d4d4d"
 PERTURBED_COLOR = "#c0392b"
@@ -308,8 +309,11 @@ def layer_sweep_figure(grid: NoiseGrid, *, flagged: Sequence[int] = (), height: 
 
 
 def grid_frame(grid: NoiseGrid) -> pd.DataFrame:
-    """One row per scoring run (layers, ε, seed, Z, ΔZ, log-probs, answer changed, answer)."""
-    return pd.DataFrame(grid.rows())
+    """One row per scoring run (layers, ε, seed, Z, ΔZ, log-probs, answer changed, answer, degenerate)."""
+    frame = pd.DataFrame(grid.rows())
+    if "answer" in frame.columns:
+        frame["degenerate"] = [degeneracy(str(a)).summary for a in frame["answer"]]
+    return frame
 
 
 def grid_summary_frame(grid: NoiseGrid) -> pd.DataFrame:
@@ -324,5 +328,8 @@ def grid_summary_frame(grid: NoiseGrid) -> pd.DataFrame:
             "log p(first clean token)": grid.logprob_mean,
             "answers changed": grid.answer_changed.mean(axis=1),
             "answer tokens (mean)": grid.n_tokens.mean(axis=1),
+            "degenerate answers": [
+                f"{sum(degeneracy(a).degenerate for a in row)} of {len(row)}" for row in grid.answers
+            ],
         }
     )

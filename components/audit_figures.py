@@ -134,7 +134,10 @@ def record_facts(record: dict[str, Any]) -> pd.DataFrame:
         ("anomaly score", f"{float(result.get('anomaly_score', float('nan'))):.4f}"),
         ("flagged layers (outside μ ± 2σ)", ", ".join(row_label(int(r)) for r in flagged) or "none"),
         ("first-token KL (nats)", f"{float(first.get('kl', float('nan'))):.4f}"),
-        ("first token: with / without context", f"{first.get('top_retrieval', '')!r} / {first.get('top_parametric', '')!r}"),
+        (
+            "first token: with / without context",
+            f"{first.get('top_retrieval', '')!r} / {first.get('top_parametric', '')!r}",
+        ),
         ("latency (ms)", f"{float(result.get('latency_ms', float('nan'))):.1f}"),
         ("batch size", str(result.get("batch_size", 1))),
         ("model", str((record.get("model") or {}).get("name", ""))),
@@ -145,4 +148,3 @@ def record_facts(record: dict[str, Any]) -> pd.DataFrame:
         ("previous hash", str(chain.get("prev_hash", ""))),
     ]
     return pd.DataFrame(rows, columns=["field", "value"])
-

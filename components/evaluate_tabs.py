@@ -10,16 +10,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from typing import Any
 
 import streamlit as st
 
+from components import controls, keys, state, widgets
 from components import evaluate_figures as ef
-from components import keys, state, widgets
 from components.evaluate_jobs import draw_run_controls, job, run_job
 from components.text import escape_markdown
-from components.threshold_state import active_threshold, clear_active_threshold, session_threshold, set_active_threshold
+from components.threshold_state import (
+    active_threshold,
+    clear_active_threshold,
+    session_threshold,
+    set_active_threshold,
+    tau_mode,
+)
 from core.detectors import available
+from core.engine.estimate import describe_estimate, estimate_seconds, format_seconds
 from core.evaluation import (
     CONFLICT,
     DEFAULT_ALPHA,
@@ -32,8 +40,10 @@ from core.evaluation import (
     calibrate_records,
     read_conflict_csv,
 )
+from core.evaluation.calibration import length_report
 from core.evaluation.data import CONFLICT_FILE
 from core.evaluation.sample_size import small_sample_message
+from core.methods.repcs import DEFAULT_TAU_MODE, TAU_LENGTH, TAU_MODE_LABELS, TAU_PAPER, threshold_for
 from core.model.handle import ModelHandle
 
 PRECISION_K = 10
@@ -51,6 +61,34 @@ COST_LABEL = {
 def file_digest(data: bytes) -> str:
     """A short hash of a file's bytes (names a data set in keys and specs)."""
     return hashlib.sha1(data).hexdigest()[:16]
+
+
+def run_estimate(handle: ModelHandle, n_rows: int, batch_size: int, max_new_tokens: int, names: Any) -> str:
+    """Before a run: how long it will take on this machine and when the progress bar first moves.
+
+    Each batch decodes up to ``max_new_tokens`` steps for ``batch_size`` rows at once (a wider batch costs more
+    per step: × (1 + batch/8), a rough allowance), then one teacher-forced pass, plus one forward per row for
+    each detector that needs one; generation-based detectors add a generation per row.
+    """
+    registry = available()
+    forward = sum(registry[n].cost == "forward" for n in names if n in registry)
+    generate = sum(registry[n].cost in ("generate", "heavy") for n in names if n in registry)
+    batches = -(-n_rows // max(1, batch_size))
+    factor = 1.0 + min(batch_size, n_rows) / 8
+
+    def seconds(n_batches: int, rows: int) -> float | None:
+        return estimate_seconds(
+            handle,
+            generated_tokens=n_batches * max_new_tokens + rows * generate * max_new_tokens / factor,
+            forwards=n_batches + rows * forward,
+            batch_factor=factor,
+        )
+
+    total, first = seconds(batches, n_rows), seconds(1, min(batch_size, n_rows))
+    return (
+        f"{n_rows} rows in {batches} batches of up to {batch_size}: {describe_estimate(total)}. The bar moves "
+        f"after each batch; the first lands after {format_seconds(first) if first is not None else 'a while'}."
+    )
 
 
 def detector_label(name: str) -> str:
@@ -173,8 +211,9 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
             "Share of grounded rows used to set τ (seed 42)", 0.1, 1.0, 0.5, 0.05, key=keys.EVAL_CAL_FRACTION
         )
     settings = spec.settings
-    try:
-        report = calibrate_records(
+
+    def run_calibration(mode: str) -> Any:
+        return calibrate_records(
             records,
             chosen,
             T=settings.score_window,
@@ -184,7 +223,17 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
             fraction=float(fraction),
             template=settings.template,
             source=f"calibrated on the Evaluate page ({spec.dataset})",
+            mode=mode,
         )
+
+    try:
+        try:
+            report = run_calibration(tau_mode())
+        except ValueError as exc:
+            if tau_mode() != TAU_LENGTH:
+                raise
+            st.warning(f"{escape_markdown(str(exc))} Below: the paper's constant τ on these rows.")
+            report = run_calibration(TAU_PAPER)
     except ValueError as exc:
         st.error(escape_markdown(str(exc)))
         return
@@ -206,6 +255,20 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         f"Δ̂ = {'–' if report.delta is None else f'{report.delta:.3f}'} nats (mean Z grounded − mean Z memorized) · "
         f"T = {settings.score_window} · ε = {epsilon:g} · calibration rows: {report.n_calibration}"
     )
+    lt = report.threshold.length_tau
+    if lt is not None:
+        inconclusive = report.inconclusive_heldout or {}
+        st.caption(
+            f"Length-aware τ(L) = {math.exp(lt.intercept):.3f} · L^{lt.slope:.3f} nats for L = {lt.L_min}–{lt.L_max} "
+            f"scored tokens (the {alpha:g}-quantile regression of ln Z on ln L); the held-out FPR/FNR above are "
+            f"τ(L)'s, the constant τ's are {_pct(report.fpr_heldout_constant)} / "
+            f"{_pct(report.fnr_heldout_constant)}. Within the {lt.band_level:.0%} bootstrap band of τ(L), or outside "
+            f"those lengths, a verdict is *inconclusive*: {_pct(inconclusive.get('grounded'))} of held-out "
+            f"grounded and {_pct(inconclusive.get('memorized'))} of memorized rows here."
+        )
+    if report.rates_by_length:
+        st.caption("Held-out rows by answer length (Wilson 95% intervals):")
+        draw_length_rates(report.rates_by_length, float(alpha), key=keys.EVAL_CAL_LENGTH_FIG)
     if report.pac:
         draw_pac_table(report.pac)
     for warning in report.warnings:
@@ -220,6 +283,17 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         ),
         key=keys.EVAL_CALIBRATION_FIG,
     )
+    if lt is not None and all(r.get("n_tokens") is not None for r in records):
+        st.plotly_chart(
+            ef.length_tau_figure(
+                [r["repcs_score"] for r in records],
+                [min(settings.score_window, int(r["n_tokens"])) for r in records],
+                [r["label"] for r in records],
+                lt,
+                report.tau,
+            ),
+            key=keys.EVAL_LENGTH_TAU_FIG,
+        )
     model = handle.info.name
     current, source = active_threshold(model)
     problems = adoption_problems(report, float(alpha))
@@ -259,6 +333,51 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         + ("no τ" if current is None else f"τ = {current.tau:.3f} (T = {current.T})")
         + f" — {escape_markdown(source)}"
     )
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def draw_tau_setting() -> str:
+    """The app-wide τ setting: the length-aware τ(L) with its inconclusive band (default) or the paper's constant
+    τ; every page's verdict follows it (:func:`components.threshold_state.tau_mode`)."""
+    return controls.choice(
+        st.radio,
+        "How τ is applied",
+        keys.TAU_MODE,
+        TAU_MODE_LABELS,
+        default=DEFAULT_TAU_MODE,
+        horizontal=True,
+        help="Length-aware: τ(L) grows with the number L of scored answer tokens (Z sums one KL per token); a Z "
+        "within the calibration's uncertainty of τ(L), or an answer shorter or longer than every calibration "
+        "answer, is *Inconclusive*. RePCS (paper): one τ for every answer, Z < τ ⇒ recalled.",
+    )
+
+
+def draw_length_rates(rows: list[dict[str, Any]], alpha: float, *, key: str) -> None:
+    """FPR/FNR per answer length for the constant τ and τ(L): the figure and the table."""
+    st.plotly_chart(ef.length_rates_figure(rows, alpha), key=key)
+    st.dataframe(ef.length_rates_frame(rows), hide_index=True, key=f"{key}.table")
+
+
+def draw_length_rates_in_force(records: list[dict[str, Any]], model: str, T: int) -> None:
+    """The τ in force (both calibrations: its τ(L) and its constant τ) on the scored rows, by answer length."""
+    full, _ = session_threshold(model)
+    if full is None:
+        full, _ = threshold_for(model)
+    report = length_report(records, full, T)
+    if report is None:
+        return
+    with st.expander(
+        "The τ in force on these rows, by answer length (constant τ and τ(L))", icon=":material/straighten:"
+    ):
+        st.caption(
+            "Every scored row, none of them used to set the τ in force (unless they were its calibration rows). "
+            "FPR = grounded rows flagged recalled, FNR = memorized rows not flagged, by the rule Z < τ (resp. "
+            "τ(L)); the inconclusive columns are the shares τ(L)'s band or length range holds back."
+        )
+        draw_length_rates(report["rows"], float(full.alpha), key=keys.EVAL_LENGTH_FIG)
 
 
 def adoption_problems(report: Any, alpha: float) -> list[str]:

@@ -25,6 +25,7 @@ import streamlit as st
 from components import keys
 from components.lru import SessionLRU, session_lru
 from components.page import open_page
+from components.panels import draw_run_context
 from components.text import plain_message
 from core.engine.result import DualPathResult
 from core.methods.crm import CrmBasis, compute_basis, load_basis, vocabulary_projection
@@ -74,6 +75,7 @@ def open_view(title: str, draw_header: Callable[[], None]) -> tuple[ModelHandle,
     if result is None:
         draw_no_result()
         return None
+    draw_run_context(result)
     internals = internals_for(page.handle, result)
     return None if internals is None else (page.handle, result, internals)
 

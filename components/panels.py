@@ -37,6 +37,29 @@ def _num(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _clip(text: str, most: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def draw_run_context(result: DualPathResult, *, what: str = "This page analyzes the last run") -> None:
+    """A collapsed box at the top of an analysis page: the query, context and both answers it is about."""
+    with st.expander(f"{what}: “{escape_markdown(_clip(result.query))}”", icon=":material/info:"):
+        st.caption("Query")
+        st.code(result.query, language=None, wrap_lines=True)
+        st.caption("Context")
+        st.code(result.context, language=None, wrap_lines=True)
+        st.caption(f"Answer with the context ({result.n_tokens} tokens)")
+        st.code(result.retrieval.answer, language=None, wrap_lines=True)
+        if result.parametric.answer:
+            st.caption("Answer without the context")
+            st.code(result.parametric.answer, language=None, wrap_lines=True)
+        st.caption(
+            f"Model {escape_markdown(result.model)} · verdict: {display(result.verdict)} · run it again or change "
+            "it on the Dual Path page."
+        )
+
+
 def draw_answers(result: DualPathResult) -> None:
     """Both answers side by side (the same layout as the live run)."""
     left, right = widgets.answer_columns()

@@ -11,10 +11,10 @@ handle, at any depth of ``core``) is governed by it:
   generated token and at every batch. Its check asks Streamlit whether this script run is still wanted
   (``get_run_yield_check``: Streamlit raises its own stop exception when the browser tab was closed — the
   server then stops the session's script — when the Stop button was pressed, or when a newer run of the same
-  session replaced this one; and its rerun exception for a queued rerun). As a second signal, a run whose
-  session is no longer connected (``Runtime.is_active_session``) or that an older run number of the session
-  started (:func:`components.state.run_number`) ends too. Either way the handle's ``with`` blocks release the
-  model on the way out.
+  session replaced this one; and its rerun exception for a queued rerun). As second signals, a run whose
+  session is no longer connected (``Runtime.is_active_session``) or that a newer page run of the same session
+  has superseded (:class:`SessionRuns`, per session in ``st.session_state``) ends too. Either way the
+  handle's ``with`` blocks release the model on the way out.
 * **One run per visitor.** A session has one live script run; a newer run of the session (any click) ends the
   older one at its next token or batch, so one visitor never holds the model twice. Separate tabs are separate
   sessions and queue like anyone else.
@@ -31,12 +31,9 @@ import streamlit as st
 from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner import StopException, get_script_run_ctx
 
-from components import state
+from components import keys, state
 from core.model.handle import CancelToken, install_run_control
 
-_LATEST: dict[str, int] = {}
-"""Session id → the run number of its latest page run (guarded by ``_LATEST_LOCK``)."""
-_LATEST_LOCK = threading.Lock()
 REFRESH_S = 1.0
 """How often the queued notice's waiting time is redrawn."""
 
@@ -74,40 +71,48 @@ class _QueueNotice:
             self._shown = shown
 
 
-def _still_wanted(session_id: str | None, run: int, yield_check: Callable[[], None] | None) -> bool:
+class SessionRuns:
+    """The run number of a session's latest page run (kept in its ``st.session_state``; thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latest = -1
+
+    def start(self, run: int) -> None:
+        """Record that page run ``run`` of this session started (older runs are superseded)."""
+        with self._lock:
+            self._latest = max(self._latest, run)
+
+    def superseded(self, run: int) -> bool:
+        with self._lock:
+            return self._latest > run
+
+
+def _still_wanted(runs: SessionRuns, run: int, session_id: str | None, yield_check: Callable[[], None] | None) -> bool:
     """The token's check: ``False`` while this page run should go on; raises Streamlit's stop (or rerun)
-    exception when Streamlit has ended it; ``True`` (cancel) when its session is gone or was superseded."""
+    exception when Streamlit has ended it or a newer run of the session started; ``True`` (cancel) when the
+    session is no longer connected."""
     if yield_check is not None:
         yield_check()
-    if session_id is None:
-        return False
-    with _LATEST_LOCK:
-        latest = _LATEST.get(session_id, run)
-    if latest > run:
+    if runs.superseded(run):
         raise StopException()  # a newer run of this session started: this one's page is gone
     # the tab was closed (or lost its connection): cancel
-    return Runtime.exists() and not Runtime.instance().is_active_session(session_id)
+    return session_id is not None and Runtime.exists() and not Runtime.instance().is_active_session(session_id)
 
 
-def make_token(session_id: str | None, run: int, yield_check: Callable[[], None] | None = None) -> CancelToken:
-    """The cancel token of one page run of ``session_id`` (run number ``run``); registers it as the latest."""
-    if session_id is not None:
-        with _LATEST_LOCK:
-            if _LATEST.get(session_id, -1) < run:
-                _LATEST[session_id] = run
-            if len(_LATEST) > 256 and Runtime.exists():  # forget sessions that are gone
-                runtime = Runtime.instance()
-                for sid in [s for s in _LATEST if s != session_id and not runtime.is_active_session(s)]:
-                    del _LATEST[sid]
-    return CancelToken(lambda: _still_wanted(session_id, run, yield_check))
+def make_token(
+    runs: SessionRuns, run: int, session_id: str | None = None, yield_check: Callable[[], None] | None = None
+) -> CancelToken:
+    """The cancel token of page run number ``run`` of a session (registered as its latest run)."""
+    runs.start(run)
+    return CancelToken(lambda: _still_wanted(runs, run, session_id, yield_check))
 
 
 def watch() -> CancelToken:
     """Govern this page run's model calls: queued notice, cancellation when abandoned. Call once per run,
     before any model call (:func:`components.page.open_page` does)."""
     ctx = get_script_run_ctx(suppress_warning=True)
-    session_id = getattr(ctx, "session_id", None)
-    yield_check = getattr(ctx, "yield_check", None)
-    token = make_token(session_id, state.run_number(), yield_check)
+    runs = st.session_state.setdefault(keys.ACTIVE_RUN, SessionRuns())
+    token = make_token(runs, state.run_number(), getattr(ctx, "session_id", None), getattr(ctx, "yield_check", None))
     install_run_control(token, _QueueNotice())
     return token

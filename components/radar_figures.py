@@ -167,8 +167,10 @@ def probability_figure(prediction: RadarPrediction, *, height: int = 150) -> go.
                 orientation="h",
                 name=name,
                 marker_color=color,
-                text=[f"{name} {share:.2f}"],
+                text=[f"{name} {share:.2f}" if share >= 0.12 else f"{share:.2f}"],
                 textposition="inside",
+                insidetextanchor="middle",
+                textfont={"color": "white", "size": 14},
                 hovertemplate=hover + "<extra></extra>",
             )
         )
@@ -182,6 +184,8 @@ def probability_figure(prediction: RadarPrediction, *, height: int = 150) -> go.
         right=10,
         barmode="stack",
         showlegend=False,
+        uniformtext={"minsize": 12, "mode": "show"},
+        yaxis={"showticklabels": False},
         xaxis={"range": [0, 1]},
     )
 

@@ -127,7 +127,8 @@ def draw_record(reader: AuditReader, records: list[dict]) -> None:
             st.text(inputs["context"])
         else:
             st.caption("The service ran with --no-store-text: only the inputs' SHA-256 are kept.")
-        st.caption(f"SHA-256 of the query {inputs.get('query_sha256', '')[:16]}…, context {inputs.get('context_sha256', '')[:16]}…")
+        q_hash, c_hash = inputs.get("query_sha256", ""), inputs.get("context_sha256", "")
+        st.caption(f"SHA-256 of the query {q_hash[:16]}…, of the context {c_hash[:16]}…")
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ position, the cross-validated CRM classifier on the calibration prompts, and the
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import streamlit as st
 
@@ -75,6 +76,22 @@ def draw_direction() -> str:
     )
 
 
+def flag_meaning(lts: Any, mu: Any, flagged: list[int], audited: int) -> str:
+    """One sentence: what the flagged layers do and do not mean for this example."""
+    if not flagged:
+        return (
+            f"No layer of {audited} is outside the calibration band: the context moved this prompt's hidden state "
+            "about as much as it moved the calibration prompts'. That is not evidence either way about recall."
+        )
+    above = sum(float(lts[r]) > float(mu[r]) for r in flagged)
+    how = "further than" if above * 2 >= len(flagged) else "less far than"
+    return (
+        f"For this example, {len(flagged)} of {audited} layers moved {how} 95% of the calibration prompts did: "
+        "the context changed the model's internal state unusually there. It does not say the answer was recalled "
+        "or read, nor that the fact is stored in those layers — the detectors on the Dual Path page give verdicts."
+    )
+
+
 def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> None:
     st.subheader("Latent trajectory shift at the last prompt token")
     d0 = internals.displacement[:, 0]
@@ -111,6 +128,7 @@ def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> No
     st.plotly_chart(fig, key=keys.scoped(keys.TRAJ_LTS, direction))
     if flagged:
         st.markdown("Flagged layers: " + ", ".join(row_label(r) for r in flagged))
+    st.info(flag_meaning(lts, basis.mu[direction], flagged, len(basis.audited_layers)))
     st.caption(
         "Grey band: the calibration prompts' μ ± 2σ per layer; shaded columns: layers kept by the variance-ratio "
         "rule; thin lines: calibration means of each class. A point outside the band says this prompt moved the "

@@ -24,9 +24,12 @@ from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.text import escape_markdown, plain_message
 from core.engine import DualPathSettings
+from core.engine.estimate import describe_estimate, estimate_seconds
 from core.engine.result import DualPathResult
+from core.engine.verdict import display
 from core.methods import ablation
 from core.methods.ablation import format_layers
+from core.methods.ablation.degenerate import degeneracy
 from core.model.handle import ModelHandle
 
 MAX_CACHED = 32
@@ -76,13 +79,28 @@ def _clean_inputs(page: PageContext, clean: DualPathResult) -> tuple[ModelHandle
     return page.handle, clean.query, clean.context, page.config.settings
 
 
+def _run_estimate(page: PageContext, runs: int, tokens: int) -> str:
+    """``"≈ 40 s on this machine"`` for ``runs`` scoring runs of ``tokens`` answer tokens each (measured cost)."""
+    return describe_estimate(estimate_seconds(page.handle, generated_tokens=runs * tokens, forwards=3 * runs))
+
+
 def _perturbed_run(page: PageContext, clean: DualPathResult, status: str, **intervention: Any) -> DualPathResult:
-    """Both paths of the clean run re-generated under ``intervention`` (``noise=``, ``patch_layers=``), while a
-    status box says ``status``."""
+    """Both paths of the clean run re-generated under ``intervention`` (``noise=``, ``patch_layers=``), under a
+    progress bar that moves with every generated token (``status`` names the run)."""
     first = clean.answer_token_ids[0] if clean.n_tokens else None
-    with st.status(status) as box:
-        result = ablation.perturbed_run(*_clean_inputs(page, clean), clean_first_token=first, **intervention)
-        box.update(label="Done", state="complete")
+    most = int(page.config.settings.max_new_tokens)
+    bar = st.progress(0.0, text=f"{status} ({_run_estimate(page, 1, most)})")
+
+    def on_event(event: Any) -> None:
+        if event.path == "retrieval":
+            bar.progress(min(0.9, 0.9 * event.n_tokens / max(1, most)), text=f"{status} {event.n_tokens} tokens")
+        elif event.path == "scoring":
+            bar.progress(0.95, text="Scoring the two paths and the per-layer trajectory…")
+
+    result = ablation.perturbed_run(
+        *_clean_inputs(page, clean), clean_first_token=first, on_event=on_event, **intervention
+    )
+    bar.progress(1.0, text=f"Done in {result.timings.get('total_s', 0.0):.1f} s")
     return result
 
 
@@ -106,7 +124,7 @@ def draw_clean_run(page: PageContext, query: str, context: str) -> DualPathResul
     if result is not None:
         st.caption(
             f"Clean run: Z = {result.repcs_score:.3f} nats over T = {result.score_window} tokens · "
-            f"retrieval answer {result.n_tokens} tokens · verdict {escape_markdown(result.verdict)}"
+            f"retrieval answer {result.n_tokens} tokens · verdict: {display(result.verdict)}"
         )
         return result
     st.info("Ablations compare against the clean run of these inputs and settings. Run it first.")
@@ -153,7 +171,18 @@ def draw_comparison(
         delta_color="off",
         help="Log-probability the retrieval path gives the clean answer's first token, perturbed (delta vs clean).",
     )
-    c4.metric("Verdict", perturbed.verdict, help=f"clean: {clean.verdict}")
+    broken = degeneracy(perturbed.retrieval.answer)
+    c4.metric(
+        "Verdict",
+        display(perturbed.verdict) + (" (degenerate answer)" if broken.degenerate else ""),
+        help=f"clean: {display(clean.verdict)}",
+    )
+    if broken.degenerate:
+        st.warning(
+            f"The perturbed retrieval answer is {broken.summary}. Its Z and verdict describe broken text, not a "
+            "change in where the answer comes from: lower ε or perturb fewer layers for a graded effect.",
+            icon=":material/warning:",
+        )
 
     left, right = widgets.answer_columns()
     paths = (
@@ -249,6 +278,7 @@ def draw_dose_response(page: PageContext, clean: DualPathResult, layers: list[in
         n_tokens = ablation_controls.tokens_per_run(keys.ABLATE_GRID_TOKENS)
     runs = 1 + sum(len(seeds) for e in grid_eps if e > 0)
     key = _key("dose", panels.result_tag(clean), layers, sorted(grid_eps), seeds, int(n_tokens))
+    st.caption(f"{runs} runs of up to {int(n_tokens)} tokens: {_run_estimate(page, runs, int(n_tokens))}.")
     if st.button(f"Run the dose–response ({runs} runs)", key=keys.ABLATE_RUN_DOSE, disabled=not (layers and grid_eps)):
         bar = st.progress(0.0, text="Starting…")
         try:
@@ -289,6 +319,7 @@ def draw_layer_sweep(page: PageContext, clean: DualPathResult, eps: float, flagg
         n_tokens = ablation_controls.tokens_per_run(keys.ABLATE_SWEEP_TOKENS)
     runs = 1 + page.handle.info.n_layers * len(seeds)
     key = _key("sweep", panels.result_tag(clean), eps, seeds, int(n_tokens))
+    st.caption(f"{runs} runs of up to {int(n_tokens)} tokens: {_run_estimate(page, runs, int(n_tokens))}.")
     if st.button(
         f"Sweep every layer at ε = {eps:g} ({runs} runs)", key=keys.ABLATE_RUN_SWEEP, disabled=eps <= 0 or not seeds
     ):

@@ -27,6 +27,7 @@ from components.sma_controls import LabelThresholds
 from components.state import AppConfig
 from components.stored_runs import run_or_show
 from components.text import escape_markdown, plain_message
+from core.engine.estimate import describe_estimate, estimate_seconds
 from core.methods.sma import (
     LABELS,
     ContextAblation,
@@ -79,7 +80,16 @@ def draw_controls(page: PageContext, query: str, context: str) -> tuple[SMASetti
         on, off = 1 + settings.generations(nq + nc), 1 + settings.generations(nq)
         st.caption(
             f"{nq} query units" + (f" + {nc} context units" if nc else "") + f" · this run generates {on + off:,} "
-            f"answers of up to {settings.max_new_tokens} tokens ({on:,} with the context, {off:,} without)."
+            f"answers of up to {settings.max_new_tokens} tokens ({on:,} with the context, {off:,} without): "
+            + describe_estimate(
+                estimate_seconds(
+                    page.handle,
+                    generated_tokens=-(-(on + off) // settings.batch_size) * settings.max_new_tokens,
+                    forwards=2,
+                    batch_factor=1.0 + settings.batch_size / 8,
+                )
+            )
+            + "."
         )
         if on + off > 2000:
             st.warning("That is a very long run on this machine; lower N, use coarser units, or choose Lime.")

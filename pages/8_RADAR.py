@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from components import controls, inputs, keys, state, widgets
+from components import controls, inputs, keys, panels, state, widgets
 from components import radar_figures as rf
 from components.page import PageContext, open_page
 from components.text import escape_markdown, plain_message
@@ -80,11 +80,18 @@ def draw_header() -> None:
     )
 
 
-def draw_prompt() -> str:
-    """The example picker and inputs (folded away when a query exists), the source choice and the exact text."""
-    query, context = state.current_inputs()
-    with st.expander("Change the prompt", expanded=not query.strip()):
-        query, context = inputs.draw_inputs()
+def draw_prompt(page: PageContext) -> str:
+    """The last run's query and context, as on every other analysis page (the inputs only before any run), the
+    source choice and the exact text."""
+    result = page.last_result()
+    if result is not None:
+        panels.draw_run_context(result)
+        query, context = result.query, result.context
+    else:
+        st.info("No run yet in this session: RADAR reads the query typed below (after a Dual Path run, that run).")
+        query, context = state.current_inputs()
+        with st.expander("Change the prompt", expanded=not query.strip()):
+            query, context = inputs.draw_inputs()
     source = controls.choice(
         st.radio,
         "Text analyzed",
@@ -133,13 +140,33 @@ def draw_model_features(handle: ModelHandle) -> radar.FeatureTable | None:
     return table
 
 
-def draw_prediction(analysis: radar.RadarAnalysis) -> None:
-    """p̄(recall), the paper's label and confidence, RDS and RCI, and each classifier's vote."""
+@st.cache_resource(max_entries=8)
+def _token_counts(model_key: str, digest: str, _table: radar.FeatureTable, _handle: ModelHandle) -> list[int]:
+    """The bundled prompts' token counts (tokenization only) for the length-only control."""
+    return radar.prompt_token_counts(_handle, _table.prompts)
+
+
+def draw_prediction(analysis: radar.RadarAnalysis, length_p: float | None = None) -> None:
+    """p̄(recall), the paper's label with the ensemble's confidence and the length-only control beside it, RDS
+    and RCI, and each classifier's vote."""
     st.subheader("Recall or reasoning?")
     pred = analysis.prediction
     if pred is None:
         st.info("No classifier for this model yet: extract the features of the bundled prompts above.")
         return
+    control = (
+        ""
+        if length_p is None
+        else f" · prompt length alone says {'recall' if length_p > 0.5 else 'reasoning'} (p = {length_p:.2f})"
+    )
+    st.markdown(
+        f"**RADAR says {pred.label}** with confidence {pred.confidence:.2f}{control}. "
+        + (
+            "When the length alone gives the same label, the features may be reading the prompt's length."
+            if length_p is not None and (length_p > 0.5) == (pred.label == "recall")
+            else ""
+        )
+    )
     c1, c2, c3, c4 = st.columns(4)
     c1.metric(
         "p̄(recall)",
@@ -159,6 +186,7 @@ def draw_prediction(analysis: radar.RadarAnalysis) -> None:
         st.dataframe(
             rf.votes_frame(pred),
             hide_index=True,
+            placeholder="—",
             column_config={
                 "p(recall)": st.column_config.ProgressColumn("p(recall)", min_value=0.0, max_value=1.0, format="%.3f")
             },
@@ -211,7 +239,12 @@ def draw_features(analysis: radar.RadarAnalysis, table: radar.FeatureTable | Non
     groups = list(dict.fromkeys(frame["group"]))
     for group in groups:
         st.markdown(f"**{escape_markdown(group)}**")
-        st.dataframe(frame[frame["group"] == group].drop(columns=["group"]), hide_index=True, column_config=config)
+        st.dataframe(
+            frame[frame["group"] == group].drop(columns=["group"]),
+            hide_index=True,
+            placeholder="—",
+            column_config=config,
+        )
 
 
 def draw_head_entropies(analysis: radar.RadarAnalysis) -> None:
@@ -242,6 +275,7 @@ def draw_test_accuracy(report: dict[str, Any], analysis: radar.RadarAnalysis | N
         st.dataframe(
             rf.accuracy_frame(report),
             hide_index=True,
+            placeholder="—",
             column_config={"RADAR here": pct, "soft vote (p̄ > ½)": pct, "prompt length only": pct, "paper": pct},
         )
         rds = report["rds_mean"]
@@ -257,7 +291,7 @@ def draw_test_accuracy(report: dict[str, Any], analysis: radar.RadarAnalysis | N
     st.plotly_chart(rf.rds_rci_figure(report["rows"], current), key=keys.RADAR_SCATTER)
     st.caption("Outlined markers are misclassified test prompts; the star is the prompt above.")
     with st.expander("Every test prompt and its prediction"):
-        st.dataframe(rf.predictions_frame(report), hide_index=True)
+        st.dataframe(rf.predictions_frame(report), hide_index=True, placeholder="—")
 
 
 def draw_export(analysis: radar.RadarAnalysis | None, report: dict[str, Any] | None) -> None:
@@ -285,7 +319,11 @@ def draw_analysis(page: PageContext, text: str, table: radar.FeatureTable | None
         st.error(plain_message(str(exc)))
         return None
     st.divider()
-    draw_prediction(analysis)
+    length_p = None
+    if table is not None and analysis.prediction is not None:
+        counts = _token_counts(page.config.model_key, _table_digest(table), table, page.handle)
+        length_p = radar.length_control_probability(table, counts, len(analysis.trace.token_ids))
+    draw_prediction(analysis, length_p)
     draw_trajectories(analysis)
     draw_features(analysis, table)
     draw_head_entropies(analysis)
@@ -295,7 +333,7 @@ def draw_analysis(page: PageContext, text: str, table: radar.FeatureTable | None
 def main() -> None:
     page = open_page("RADAR")
     draw_header()
-    text = draw_prompt()
+    text = draw_prompt(page)
     table = draw_model_features(page.handle)
     analysis = draw_analysis(page, text, table)
     report = None

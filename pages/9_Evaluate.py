@@ -24,6 +24,7 @@ from components import evaluate_tabs as et
 from components.evaluate_jobs import draw_run_controls, job, run_job
 from components.evaluate_tabs import detector_label, file_digest
 from components.page import open_page
+from components.ray_panel import draw_ray_panel
 from components.text import escape_markdown
 from components.threshold_state import active_threshold, set_active_threshold
 from core.detectors import available, get
@@ -77,9 +78,14 @@ def draw_header() -> None:
 
 
 def draw_threshold_in_force(model: str) -> None:
-    """The τ in force for this model and where it comes from; load a τ saved earlier (``threshold.json``)."""
+    """The τ setting (τ(L) or the paper's constant), the τ in force for this model and where it comes from; load
+    a τ saved earlier (``threshold.json``)."""
+    et.draw_tau_setting()
     current, source = active_threshold(model)
     in_force = "no τ (uncalibrated)" if current is None else f"τ = {current.tau:.3f} nats (T = {current.T})"
+    if current is not None and current.length_tau is not None:
+        lt = current.length_tau
+        in_force = f"τ(L) from {lt.tau(lt.L_min):.2f} to {lt.tau(lt.L_max):.2f} nats (L = {lt.L_min}–{lt.L_max})"
     with st.expander(f"Threshold in force: {in_force} — load a saved τ", icon=":material/tune:"):
         st.caption(f"Source: {escape_markdown(source)}")
         upload = st.file_uploader(
@@ -173,6 +179,12 @@ def draw_data_summary(name: str, rows: list[LabeledRow]) -> list[LabeledRow]:
         n_confirmed = sum(bool(c) for c in confirmed)
         line += f" · labels confirmed by the model's behavior (`{CONFIRMED_COLUMN}`): {n_confirmed}"
     st.caption(line)
+    if n_mem in (0, len(rows)):
+        only, missing = ("memorized", "grounded") if n_mem else ("grounded", "memorized")
+        st.warning(
+            f"Every row is labeled {only}: ROC curves, AUC and the calibration of τ need rows of both labels. "
+            f"Add rows labeled {missing} (scoring still runs, the metrics stay empty)."
+        )
     store = f"{keys.EVAL_SAMPLE}.{file_digest(name.encode())}.{len(rows)}"
     stored = state.stored(store)
     if stored is not None and not 1 <= int(stored) <= len(rows):
@@ -278,6 +290,7 @@ def draw_results(handle: ModelHandle) -> None:
             st.warning("The scored rows have only one label so far; ROC metrics need both.")
         else:
             et.draw_detectors_tab(main_job, summary, rows)
+            et.draw_length_rates_in_force(records, handle.info.name, main_job.spec.settings.score_window)
     with tabs[1]:
         if records:
             et.draw_rows_tab(main_job, rows)
@@ -330,7 +343,10 @@ def main() -> None:
         st.caption(f"Verdicts: {escape_markdown(warning)}")
     if not options.detectors:
         st.info("Choose at least one detector.")
+    elif rows:
+        st.caption(et.run_estimate(handle, len(rows), options.batch_size, s.max_new_tokens, options.detectors))
     draw_run_controls(keys.EVAL_JOB_MAIN, spec, rows if options.detectors else [], run_label="Run the evaluation")
+    draw_ray_panel(handle, keys.EVAL_JOB_MAIN, spec, rows if options.detectors else [])  # READ_OR_RECALL_RAY_ADDRESS
     run_job(handle, keys.EVAL_JOB_MAIN)
     st.divider()
     draw_results(handle)

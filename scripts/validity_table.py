@@ -1,6 +1,7 @@
 """The validity table: every detector's AUC [95% CI] on every bundled labeled set, side by side.
 
-For each set — ``assets/probes/probes.csv`` (``probes``) and every ``assets/sets/<name>/<name>.csv`` — this runs
+For each set — ``assets/probes/probes.csv`` (``probes``) and every ``assets/sets/<name>/<name>.csv`` (its
+``<name>_source.csv`` while the behavioral column has not been added) — this runs
 
     python -m core evaluate SET --detectors cheap[,combined] --sigmas '' --out out/validity/<name>.json
 
@@ -49,8 +50,10 @@ def labeled_sets() -> dict[str, Path]:
     folder = ASSETS / "sets"
     if folder.is_dir():
         for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
-            if (sub / f"{sub.name}.csv").is_file():
-                sets[sub.name] = sub / f"{sub.name}.csv"
+            for path in (sub / f"{sub.name}.csv", sub / f"{sub.name}_source.csv"):  # built first, else source
+                if path.is_file():
+                    sets[sub.name] = path
+                    break
     return sets
 
 

@@ -271,9 +271,19 @@ class AuditReader:
             ).fetchall()
         return [_full(r) for r in rows]
 
+    def requests_with_prefix(self, prefix: str) -> list[dict[str, Any]]:
+        """Summaries of the records whose ``request_id`` starts with ``prefix`` (e.g. one client's ids), in order."""
+        like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with read_connection(self.path) as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM audits WHERE request_id LIKE ? ESCAPE '\\' ORDER BY seq", (like,)
+            ).fetchall()
+        return [_summary(r) for r in rows]
+
     def stats(self) -> dict[str, Any]:
         """Counters: records, anomalies, their rate, first/last time, latency p50/p99 (ms), the chain head."""
         with read_connection(self.path) as conn:
+            conn.execute("BEGIN")  # one snapshot for every counter
             n, flagged, first, last = conn.execute(
                 "SELECT COUNT(*), COALESCE(SUM(anomaly_flag), 0), MIN(ts), MAX(ts) FROM audits"
             ).fetchone()
@@ -478,6 +488,7 @@ def verify_chain(path: str | Path, *, expect_head: str | None = None) -> VerifyR
         ValueError: no database at ``path``.
     """
     with read_connection(path) as conn:
+        conn.execute("BEGIN")  # one snapshot: a record the server commits meanwhile is not half-seen
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         calibrations = conn.execute("SELECT id, description, content_hash FROM calibrations").fetchall()
         cursor = conn.execute(f"SELECT {_COLUMNS}, record, prev_hash, hash FROM audits ORDER BY seq")

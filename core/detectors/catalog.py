@@ -7,3 +7,4 @@ from core.detectors import sma  # noqa: F401
 from core.detectors import radar  # noqa: F401
 from core.detectors import baselines  # noqa: F401
 from core.detectors import fitted  # noqa: F401
+from core.detectors import combined  # noqa: F401 - after every family it combines

@@ -26,3 +26,5 @@ SMA_DETAILS = "sma"
 SMA_RUNNER = "sma.runner"
 """A callable with :func:`~core.methods.sma.run_sma`'s signature that the ``sma`` detector runs instead (``detect
 --ray`` puts :class:`core.scale.ray_sma.RaySMARunner` here: the perturbed generations on Ray actors)."""
+COMBINED_DETAILS = "combined"
+"""The combined detector's P(memorized), τ, verdict, transformed features and per-feature contributions."""

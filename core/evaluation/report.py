@@ -17,7 +17,7 @@ import numpy as np
 from core.detectors import Detector
 from core.detectors.fitted import cross_validated_scores
 from core.engine import DualPathSettings
-from core.evaluation.calibration import pac_summary
+from core.evaluation.calibration import length_report, pac_summary
 from core.evaluation.data import SEED
 from core.evaluation.robustness import robustness_table
 from core.maths.metrics import auc_bootstrap_ci, detection_metrics, roc_points
@@ -141,5 +141,8 @@ def build_report(
         "robustness": summary["robustness"],
         # RePCS Thm III.4's n with γ as Lemma III.3 uses it and with the effective T (core.evaluation.calibration)
         "pac": pac_summary(rows, settings.score_window),
+        # FPR/FNR per answer length (Wilson 95% CIs) for the constant τ and τ(L), and τ(L)'s inconclusive shares
+        "tau_mode": None if threshold is None else threshold.mode,
+        "length_buckets": length_report(rows, threshold, settings.score_window),
         "rows": rows,
     }

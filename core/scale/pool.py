@@ -65,8 +65,10 @@ class RunStats:
         actor_restarts: times an actor was started again after it died (Ray's ``max_restarts``).
         batch_retries: batches run more than once (an actor died while running them, Ray's
             ``max_task_retries``); their results were computed again, never returned twice.
-        seconds: wall time of the scoring, from submitting to the last result (model loads included).
-        items_per_minute: ``items / seconds × 60``.
+        seconds: wall time from submitting to the last result (actor start-up and model loads included).
+        startup_s: from submitting until the last actor had its model loaded (the pool's start-up).
+        items_per_minute: ``items / seconds × 60``; ``scoring_per_minute``: items per minute after the
+            start-up, ``items / (seconds − startup_s) × 60`` (the rate a long run approaches).
     """
 
     workers: int
@@ -76,7 +78,9 @@ class RunStats:
     actor_restarts: int = 0
     batch_retries: int = 0
     seconds: float = 0.0
+    startup_s: float = 0.0
     items_per_minute: float = 0.0
+    scoring_per_minute: float = 0.0
 
     @property
     def retries(self) -> int:
@@ -96,16 +100,25 @@ class RunMonitor:
         self.starts: dict[str, int] = {}
         self.attempts: dict[int, int] = {}
         self.actors: dict[str, Any] = {}
+        self.ready_at: dict[str, float] = {}
 
     def started(self, actor_id: str, handle: Any) -> None:
         self.starts[actor_id] = self.starts.get(actor_id, 0) + 1
         self.actors[actor_id] = handle
 
+    def ready(self, actor_id: str, at: float) -> None:
+        """The actor's model is loaded (``at``: wall-clock seconds, ``time.time()``)."""
+        self.ready_at[actor_id] = at
+
     def attempt(self, batch: int) -> None:
         self.attempts[batch] = self.attempts.get(batch, 0) + 1
 
     def counts(self) -> dict[str, Any]:
-        return {"starts": dict(self.starts), "attempts": {str(k): v for k, v in self.attempts.items()}}
+        return {
+            "starts": dict(self.starts),
+            "attempts": {str(k): v for k, v in self.attempts.items()},
+            "ready_at": dict(self.ready_at),
+        }
 
     def handles(self) -> list[Any]:
         return list(self.actors.values())
@@ -141,6 +154,7 @@ class ScaleWorker:
         ray.get(monitor.started.remote(context.get_actor_id(), context.current_actor))
         handle = ModelSpec.from_json(spec_json).load(device=device)
         self.handler = _handler_class(kind)(handle, json.loads(config_json))
+        ray.get(monitor.ready.remote(context.get_actor_id(), time.time()))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         indices = [int(i) for i in batch["index"]]
@@ -253,7 +267,7 @@ def run_items(
     results: list[Any] = [None] * total
     seen = [False] * total
     done = 0
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     for out in scored.iter_batches(batch_size=None, batch_format="numpy"):
         for i, text in zip(out["index"], out["result"]):
             i = int(i)
@@ -269,6 +283,7 @@ def run_items(
     if missing:
         raise RuntimeError(f"{len(missing)} item(s) never came back from the workers (first: {missing[:5]})")
     counts = ray.get(monitor.counts.remote())
+    startup = min(seconds, max(0.0, max(counts["ready_at"].values(), default=wall0) - wall0))
     stats = RunStats(
         workers=n_workers,
         device=device,
@@ -277,7 +292,9 @@ def run_items(
         actor_restarts=sum(max(0, n - 1) for n in counts["starts"].values()),
         batch_retries=sum(max(0, n - 1) for n in counts["attempts"].values()),
         seconds=seconds,
+        startup_s=startup,
         items_per_minute=total / seconds * 60 if seconds > 0 else 0.0,
+        scoring_per_minute=total / (seconds - startup) * 60 if seconds > startup else 0.0,
     )
     return results, stats
 

@@ -33,7 +33,7 @@ from core.evaluation.scheduler import EvaluationJob, JobSpec
 from core.evaluation.scoring import resolve_detectors, score_records
 from core.methods.repcs import Threshold, threshold_for
 from core.model.handle import ModelHandle
-from core.scale.pool import Progress, run_items
+from core.scale.pool import Progress, RunStats, run_items
 from core.scale.spec import ModelSpec, planning_handle
 
 
@@ -65,6 +65,58 @@ class EvaluateHandler:
             noise_sigmas=self.sigmas,
             noise_seed=self.noise_seed,
         )
+
+
+def score_job_on_ray(
+    spec: ModelSpec,
+    job: EvaluationJob,
+    *,
+    threshold: Threshold | None,
+    threshold_source: str | None,
+    planner: ModelHandle | None = None,
+    lengths: Sequence[int] | None = None,
+    workers: int | None = None,
+    progress: Progress | None = None,
+    monitor: Any = None,
+) -> RunStats:
+    """Score every row of a labeled :class:`EvaluationJob` on the connected Ray cluster and store the records in it.
+
+    The job is planned with :meth:`EvaluationJob.prepare` on ``planner`` (the local run's batches), each batch is
+    scored by an actor, and the records land in ``job.records`` by row index; the job is then ``DONE``, exactly
+    as if :meth:`EvaluationJob.run` had scored it here (the Evaluate page shows it with the same tabs).
+
+    Args:
+        spec: the model each worker loads; ``planner``: the driver's handle of the same model (default:
+            :func:`planning_handle` of ``spec``); ``lengths``: the rows' prompt lengths, when known.
+        workers, progress, monitor: see :func:`evaluate_on_ray`.
+
+    Returns:
+        The run's :class:`RunStats`.
+
+    Raises:
+        ValueError: a row that does not fit (the job is then ``FAILED``); ClusterError: see :func:`evaluate_on_ray`.
+    """
+    planner = planner or planning_handle(spec)
+    job.prepare(planner, lengths)  # the local run's batches, planned the same way
+    planned = job.batches or []
+    config = {
+        "settings": job.spec.settings.to_dict(),
+        "detectors": list(job.spec.detectors),
+        "threshold": None if threshold is None else json.loads(threshold.to_json()),
+        "threshold_source": threshold_source,
+        "sigmas": list(job.spec.sigmas),
+        "noise_seed": job.spec.noise_seed,
+    }
+    payloads = [[asdict(job.rows[i]) for i in batch] for batch in planned]
+    records, stats = run_items("evaluate", spec, config, payloads, workers=workers, progress=progress, monitor=monitor)
+    order = [i for batch in planned for i in batch]
+    job.records = dict(zip(order, records))
+    job.seconds += stats.seconds
+    job.version += 1
+    job.claimed = set(range(len(planned)))
+    job.finished = set(range(len(planned)))
+    job.complete()
+    return stats
 
 
 def evaluate_on_ray(
@@ -130,20 +182,17 @@ def evaluate_on_ray(
         ),
         list(rows),
     )
-    job.prepare(planner, lengths)  # the local run's batches, planned the same way
-    planned = job.batches or []
-    config = {
-        "settings": settings.to_dict(),
-        "detectors": list(chosen),
-        "threshold": None if threshold is None else json.loads(threshold.to_json()),
-        "threshold_source": source,
-        "sigmas": list(job.spec.sigmas),
-        "noise_seed": noise_seed,
-    }
-    payloads = [[asdict(rows[i]) for i in batch] for batch in planned]
-    records, stats = run_items("evaluate", spec, config, payloads, workers=workers, progress=progress, monitor=monitor)
-    order = [i for batch in planned for i in batch]
-    job.records = dict(zip(order, records))
+    stats = score_job_on_ray(
+        spec,
+        job,
+        threshold=threshold,
+        threshold_source=source,
+        planner=planner,
+        lengths=lengths,
+        workers=workers,
+        progress=progress,
+        monitor=monitor,
+    )
     summary, out_rows = summarize(job.scored_records(), chosen, n_boot=n_boot, seed=seed)
     report = build_report(planner.info.name, settings, threshold, source, summary, out_rows)
     report["ray"] = stats.to_dict()

@@ -10,8 +10,9 @@ from streamlit.testing.v1 import AppTest
 
 from components import keys
 from core.audit.store import AuditStore, Entry, verify_chain
+from tests.app.conftest import ROOT
 
-PAGE = "pages/10_Audit_Log.py"
+PAGE = str(ROOT / "pages" / "10_Audit_Log.py")
 MU = [0.0, 0.1, 0.2, 0.3]
 SIGMA = [0.0, 0.05, 0.05, 0.1]
 

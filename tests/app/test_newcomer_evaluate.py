@@ -61,7 +61,7 @@ def _evaluate(data: bytes) -> AppTest:
     at.multiselect(key="ror.w.eval.detectors").set_value(["repcs", "repcs_mean"]).run()
     at.slider(key="ror.w.eval.batch").set_value(16).run()
     ok(at.button(key=f"{MAIN}.run").click().run())
-    assert at.session_state[MAIN].n_done == data.count(b"\n") - 1
+    assert at.session_state[MAIN].n_done == data.count(b"\n") - 1, [e.value for e in at.error]
     return at
 
 

@@ -16,7 +16,9 @@ from streamlit.testing.v1 import AppTest
 
 from components import keys
 from components import queue as run_queue
+from core.engine import DualPathSettings, run_dual_path
 from core.methods.repcs import EMBEDDED_THRESHOLD, Threshold
+from core.model.handle import CancelToken, run_control
 from core.public import ALLOWED_ENV, CAP_ENV, PUBLIC_ENV, Caps, PublicPolicy, looks_like_path, parse_allow_list
 from tests.app.conftest import APP, ROOT, ok
 
@@ -193,7 +195,8 @@ def test_the_window_widget_never_takes_zero(tiny_app) -> None:
 
 def test_a_tau_used_for_the_whole_app_applies_to_that_session_only(tiny_app) -> None:
     mine = Threshold.load(EMBEDDED_THRESHOLD)
-    mine = dataclasses.replace(mine, tau=11.25, model=tiny_app.info.name, source="session A's calibration")
+    # a constant τ (no length-aware τ(L)), so the τ a run applies is 11.25 itself
+    mine = dataclasses.replace(mine, tau=11.25, model=tiny_app.info.name, source="A's calibration", length_tau=None)
     visitor_a = ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run().switch_page(EVALUATE).run())
     visitor_b = ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run().switch_page(EVALUATE).run())
     upload = visitor_a.file_uploader(key=keys.EVAL_TAU_UPLOAD)
@@ -213,15 +216,20 @@ def test_a_tau_used_for_the_whole_app_applies_to_that_session_only(tiny_app) -> 
         at.text_area(key=keys.widget_key(keys.CONTEXT)).input("The tower stands in Quillmere.")
         ok(at.button(key=keys.RUN).click().run())
         (result,) = at.session_state[keys.RESULTS].values()
-        taus.append(result.threshold)
-    assert taus[0] == 11.25 and taus[1] == pytest.approx(Threshold.load(EMBEDDED_THRESHOLD).tau), taus
+        taus.append((result.threshold, result.threshold_source))
+    assert taus[0] == (11.25, "loaded from mine.json (A's calibration)"), taus
+    assert taus[1][0] != 11.25 and "mine.json" not in str(taus[1][1]), taus
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Two sessions queue for the one model
 
 
-def test_two_sessions_queue_behind_a_running_one_in_order_and_are_told(tiny_app, monkeypatch) -> None:
+def test_a_session_queued_behind_two_runs_is_told_and_served_in_turn(tiny_app, monkeypatch) -> None:
+    """Visitor X holds the model, visitor Y queues (a run through the handle on its own thread), then this
+    AppTest session presses Run: it sees 2 runs ahead, then 1, then runs after Y; nothing is mixed.
+
+    (Two AppTest sessions cannot run their scripts at the same time in one process, so Y is a plain run.)"""
     told: list[int] = []
 
     def spy(ahead: int, waited_s: float) -> str:
@@ -229,45 +237,71 @@ def test_two_sessions_queue_behind_a_running_one_in_order_and_are_told(tiny_app,
         return f"Queued: {ahead}"
 
     monkeypatch.setattr(run_queue, "queued_text", spy)
-    sessions = {}
-    for name in "AB":
-        at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-        at.session_state[keys.store_key(keys.MAX_NEW_TOKENS)] = 4
-        ok(at.run().switch_page(DUAL_PATH).run())
-        at.text_area(key=keys.widget_key(keys.QUERY)).input(f"Question of {name}?")
-        at.text_area(key=keys.widget_key(keys.CONTEXT)).input(f"Context of {name}.")
-        sessions[name] = at
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[keys.store_key(keys.MAX_NEW_TOKENS)] = 4
+    ok(at.run().switch_page(DUAL_PATH).run())
+    at.text_area(key=keys.widget_key(keys.QUERY)).input("Question of Z?")
+    at.text_area(key=keys.widget_key(keys.CONTEXT)).input("Context of Z.")
 
     release = threading.Event()
-    finished: list[str] = []
+    order: list[str] = []
+    y_result = []
 
-    def holder() -> None:
+    def visitor_x() -> None:
         with tiny_app.session():
             release.wait(TIMEOUT)
+        order.append("X")
 
-    def visitor(name: str) -> None:
-        sessions[name].button(key=keys.RUN).click().run()
-        finished.append(name)
+    def visitor_y() -> None:
+        with run_control(cancel=CancelToken()):
+            y_result.append(
+                run_dual_path(tiny_app, "Question of Y?", "Context of Y.", DualPathSettings(max_new_tokens=4))
+            )
+        order.append("Y")
 
-    threads = [threading.Thread(target=holder, daemon=True)]
-    threads[0].start()
-    deadline = time.monotonic() + 30
-    for i, name in enumerate("AB"):
-        t = threading.Thread(target=visitor, args=(name,), daemon=True)
-        t.start()
-        threads.append(t)
-        while tiny_app.waiting() < i + 1:
-            assert time.monotonic() < deadline, "the run did not join the queue"
+    def release_when_z_waits() -> None:
+        deadline = time.monotonic() + 60
+        while tiny_app.waiting() < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-    time.sleep(1.0)
-    assert tiny_app.runs_ahead() == 3
-    release.set()
+        time.sleep(1.5)  # Z's notice is drawn while it waits
+        release.set()
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (visitor_x, visitor_y, release_when_z_waits)]
+    threads[0].start()
+    _wait(lambda: tiny_app.is_busy())
+    threads[1].start()
+    _wait(lambda: tiny_app.waiting() == 1)
+    threads[2].start()
+    ok(at.button(key=keys.RUN).click().run())  # blocks until Z's run is done
+    order.append("Z")
     for t in threads:
         t.join(TIMEOUT)
-    assert finished == ["A", "B"], "first come, first served"
-    assert 2 in told and 1 in told, f"each waiting visitor saw how many runs were ahead: {sorted(set(told))}"
-    for name, at in sessions.items():
-        ok(at)
-        (result,) = at.session_state[keys.RESULTS].values()
-        assert result.query == f"Question of {name}?", "nothing mixed between sessions"
+    assert order == ["X", "Y", "Z"], "first come, first served"
+    assert told and told[0] == 2 and 1 in told and told[-1] == 1, f"Z was told how many runs were ahead: {told}"
+    (z_result,) = at.session_state[keys.RESULTS].values()
+    assert z_result.query == "Question of Z?" and y_result[0].query == "Question of Y?", "nothing mixed"
+    assert not any("Queued" in i.value for i in at.info), "the notice is gone once the run started"
     assert tiny_app.waiting() == 0 and not tiny_app.is_busy()
+
+
+def test_a_newer_page_run_of_the_session_cancels_the_older_one() -> None:
+    """One run per visitor: when a newer page run of the same session starts (any click, with Streamlit's fast
+    reruns the old script thread keeps going until its next Streamlit call), the older run's token ends it at
+    its next token or batch with Streamlit's own stop exception; another session's token is untouched."""
+    from streamlit.runtime.scriptrunner import StopException
+
+    mine, other = run_queue.SessionRuns(), run_queue.SessionRuns()
+    first = run_queue.make_token(mine, 1)
+    theirs = run_queue.make_token(other, 1)
+    first.raise_if_cancelled()  # still wanted
+    run_queue.make_token(mine, 2)
+    with pytest.raises(StopException):
+        first.raise_if_cancelled()
+    theirs.raise_if_cancelled()
+
+
+def _wait(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)

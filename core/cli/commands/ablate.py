@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from core.cli.common import add_model_args, load_handle, settings_from_args
 from core.methods.ablation import MAX_EPS, MAX_RUNS, dose_response, layer_sweep, patching_scores, sweep_settings
+from core.methods.ablation.degenerate import annotate_report
 from core.scale.options import add_ray_args, check_ray_args, sweep_from_args
 
 
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed, args.seed + args.seeds))
     n_tokens = sweep_settings(settings, settings.max_new_tokens).max_new_tokens
     if args.ray is not None:  # the sweep's runs on Ray actors (core.scale); same report plus "ray"
-        swept = sweep_from_args(args, settings, seeds, n_tokens)
+        swept = annotate_report(sweep_from_args(args, settings, seeds, n_tokens))
         sys.stdout.write((json.dumps(swept, ensure_ascii=False, allow_nan=False) if args.json else _text(swept)) + "\n")
         return 0
     check_ray_args(args)
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
                     progress=progress,
                 )
         report = grid.to_dict()
+    annotate_report(report)  # flag gibberish / repetition loops next to each score (degenerate.py)
     if args.json:
         sys.stdout.write(json.dumps(report, ensure_ascii=False, allow_nan=False) + "\n")
         return 0
@@ -153,6 +155,12 @@ def _text(report: dict[str, Any]) -> str:
             f"{cond:>6g}  {report['z_mean'][i]:9.4f}  {report['z_std'][i]:8.4f}  {report['delta_z_mean'][i]:+9.4f}  "
             f"{report['first_token_logprob_mean'][i]:8.3f}  {changed}/{len(report['seeds'])}"
         )
+    for i, count in enumerate(report.get("degenerate_count", [])):
+        if count:
+            lines.append(
+                f"{label} {report['conditions'][i]:g}: {count} of {len(report['seeds'])} answers are degenerate "
+                "(gibberish or repetition): their Z is not a finding"
+            )
     if report["kind"] == "dose_response":
         lines.append(f"layers {report['layers_spec']}, seeds {report['seeds']}")
     else:

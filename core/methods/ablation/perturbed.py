@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.engine import DualPathResult, DualPathSettings, prepare_prompts, run_dual_path
+from core.engine.generation import EventCallback
 from core.methods.ablation.interventions import Intervention
 from core.methods.ablation.scoring import first_token_logprob
 from core.methods.ablation.specs import NoiseSpec, PatchSpec
@@ -31,6 +32,7 @@ def perturbed_run(
     patch_layers: Sequence[int] | None = None,
     clean_first_token: int | None = None,
     trajectory: bool = True,
+    on_event: EventCallback | None = None,
 ) -> DualPathResult:
     """:func:`core.engine.run_dual_path` under noise and/or activation patching.
 
@@ -38,6 +40,7 @@ def perturbed_run(
     specs and what was done), ``first_token_logprob`` (log P_retrieval of ``clean_first_token`` under the
     intervention) and ``trajectory`` (:class:`~core.methods.ablation.trajectory.Trajectory` of the perturbed
     displacement) — all computed inside the same hooked session.
+    ``on_event`` gets :func:`~core.engine.run_dual_path`'s stream events (one per generated token; a progress bar).
 
     Raises:
         ValueError: bad inputs, settings or specifications (nothing has run then).
@@ -49,7 +52,7 @@ def perturbed_run(
             tuple(int(x) for x in patch_layers), tuple(prepared.parametric.ids), tuple(prepared.retrieval.ids)
         )
     with Intervention(handle, noise=noise, patch=patch) as iv:
-        result = run_dual_path(handle, query, context, settings, free_parametric=True)
+        result = run_dual_path(handle, query, context, settings, free_parametric=True, on_event=on_event)
         token = clean_first_token if clean_first_token is not None else (result.answer_token_ids or [None])[0]
         lp = first_token_logprob(handle, prepared.retrieval.ids, token) if token is not None else None
         traj = layer_trajectory(handle, result) if trajectory else None

@@ -36,7 +36,13 @@ from core.methods.radar.classifier import (
     classifier_from_table,
     cross_validated_accuracy,
 )
-from core.methods.radar.evaluation import PAPER_RESULTS, evaluate_table, length_baseline, prompt_token_counts
+from core.methods.radar.evaluation import (
+    PAPER_RESULTS,
+    evaluate_table,
+    length_baseline,
+    length_control_probability,
+    prompt_token_counts,
+)
 from core.methods.radar.features import (
     EPS,
     FEATURE_NAMES,
@@ -152,6 +158,7 @@ __all__ = [
     "features_from_trace",
     "head_entropies",
     "length_baseline",
+    "length_control_probability",
     "load_prompt_sets",
     "mechanistic_features",
     "prompt_token_counts",

@@ -65,6 +65,25 @@ def length_baseline(table: FeatureTable, token_counts: Sequence[int], random_sta
     return model.predict(logt[~is_train]).astype(np.int64)
 
 
+def length_control_probability(
+    table: FeatureTable, token_counts: Sequence[int], n_tokens: int, random_state: int = 0
+) -> float:
+    """P(recall) that the :func:`length_baseline` control gives a prompt of ``n_tokens`` tokens: the logistic
+    regression on log(prompt length) fitted on the table's training rows (shown next to RADAR's own label).
+
+    Raises:
+        ValueError: a token count that is not positive, or one count per prompt missing.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    counts = np.asarray(token_counts, dtype=np.float64)
+    if counts.shape != (len(table.prompts),) or (counts < 1).any() or n_tokens < 1:
+        raise ValueError("need one positive token count per prompt and a positive n_tokens")
+    is_train = np.array([p.split == TRAIN for p in table.prompts])
+    model = LogisticRegression(random_state=random_state).fit(np.log(counts)[is_train, None], table.labels(TRAIN))
+    return float(model.predict_proba(np.log([[float(n_tokens)]]))[0, list(model.classes_).index(1)])
+
+
 def evaluate_table(
     table: FeatureTable, random_state: int = 0, cv: bool = True, token_counts: Sequence[int] | None = None
 ) -> dict[str, Any]:

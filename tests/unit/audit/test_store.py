@@ -176,3 +176,29 @@ def test_verify_command_exit_codes(filled, capsys):
     out = capsys.readouterr().out
     assert "BROKEN (changed)" in out and records[1]["id"] in out
     assert main(["audit", "verify", "--db", str(path.parent / "missing.sqlite3")]) == 2
+
+
+def test_concurrent_appends_and_verifies_stay_consistent(tmp_path):
+    import threading
+
+    path = tmp_path / "busy.sqlite3"
+    store = AuditStore(path)
+    reports = []
+
+    def writer(k: int) -> None:
+        for i in range(15):
+            store.append([Entry(**{**entry(i).__dict__, "request_id": f"w{k}-{i}"})])
+
+    def checker() -> None:
+        for _ in range(10):
+            reports.append(verify_chain(path))
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)] + [threading.Thread(target=checker)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.close()
+    assert all(r.ok for r in reports), [r.message for r in reports if not r.ok]
+    final = verify_chain(path)
+    assert final.ok and final.n_records == 45 and final.head_seq == 45

@@ -159,7 +159,7 @@ def test_probe_and_ablate_check_their_values_before_the_model_loads(no_model, ca
     assert "--lens-top-k" in _error_line(capsys)
     assert main(["probe", *base, "--tau", "nan"]) == 2
     assert "--tau" in _error_line(capsys)
-    assert main(["ablate", *base, "--layers", "0", "--grid", "0,99"]) == 2
+    assert main(["ablate", *base, "--layers", "0", "--grid", "0,1e9"]) == 2
     assert "--grid" in _error_line(capsys)
     assert no_model == []
 
@@ -233,7 +233,7 @@ def test_a_write_that_fails_at_the_end_keeps_the_report(tmp_path, cli_model, cap
     (tmp_path / "rows.csv").write_text(ROWS)
     assert main([*argv, "--max-new-tokens", "2"]) == 0
     err = capsys.readouterr().err
-    saved = [p for p in tmp_path.glob("read_or_recall_evaluate_*.json")]
+    saved = list(tmp_path.glob("read_or_recall_evaluate_*.json"))
     assert len(saved) == 1 and str(saved[0]) in err and "could not write" in err
     assert json.loads(saved[0].read_text())["n"] == 6
 
@@ -259,3 +259,9 @@ def test_an_os_error_is_one_line(monkeypatch, cli_model, capsys):
     monkeypatch.setattr(run_command, "run_from_args", disk_full)
     assert main(["run", "--query", "Q?", "--context", "C."]) == 2
     assert "No space left on device" in _error_line(capsys)
+
+
+def test_run_refuses_unknown_detectors_before_the_model_loads(no_model, capsys):
+    assert main(["run", "--query", "Q?", "--context", "C.", "--detectors", "nope"]) == 2
+    assert "Unknown detector" in _error_line(capsys)
+    assert no_model == []

@@ -59,7 +59,7 @@ def test_address_that_is_not_ray_gets_bounded_retries(monkeypatch):
     seen = {}
 
     def fake_init(*args, **kwargs):
-        seen["wait"] = os.environ.get("RAY_gcs_server_port_wait_time_s")
+        seen["wait"] = os.environ.get("RAY_gcs_server_port_wait_time_s")  # noqa: SIM112 - Ray's own spelling
         seen["address"] = kwargs.get("address")
         raise ConnectionError("Failed to connect to Ray cluster")
 
@@ -81,9 +81,9 @@ def test_cli_bad_address_is_one_line_and_exit_2(tmp_path):
     data = tmp_path / "d.csv"
     data.write_text("query,context,label\nq1,c1,memorized\nq2,c2,grounded\n", encoding="utf-8")
     port = _closed_port()
+    cmd = [sys.executable, "-m", "core", "evaluate", str(data), "--out", str(tmp_path / "o.json")]
     proc = subprocess.run(
-        [sys.executable, "-m", "core", "evaluate", str(data), "--out", str(tmp_path / "o.json")]
-        + ["--max-new-tokens", "4", "--ray", f"127.0.0.1:{port}"],
+        [*cmd, "--max-new-tokens", "4", "--ray", f"127.0.0.1:{port}"],
         capture_output=True,
         text=True,
         timeout=300,

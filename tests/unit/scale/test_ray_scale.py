@@ -8,6 +8,7 @@ single-layer sweep, and SMA through ``detect``.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import subprocess
@@ -90,13 +91,8 @@ def local_cli_report(data_csv, tiny_folder, tmp_path_factory) -> dict:
         "print('RAY_IMPORTED' if any(m == 'ray' or m.startswith('ray.') for m in sys.modules) else 'NO_RAY')\n"
         "sys.exit(rc)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # one thread, as each CPU actor has
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "NO_RAY"
     return json.loads(out.read_text(encoding="utf-8"))
@@ -152,7 +148,7 @@ def test_killed_actor_is_restarted_and_its_batch_rerun(ray_session, tiny_spec, t
     assert killed.is_set()
     stats = report["ray"]
     assert stats["actor_restarts"] >= 1 and stats["retries"] >= 1
-    assert done[-1] == (16, 16) and all(b[0] > a[0] for a, b in zip(done, done[1:]))
+    assert done[-1] == (16, 16) and all(b[0] > a[0] for a, b in itertools.pairwise(done))
     local = evaluate_rows(tiny_local, rows, SETTINGS, detectors=["repcs"], batch_size=1, n_boot=20)
     assert_rows_equal(report["rows"], local["rows"])
 

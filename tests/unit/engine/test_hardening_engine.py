@@ -1,0 +1,116 @@
+"""Issue 17 (hardening), the engine: batched scoring keeps bounded logits (12) with the same results, and
+settings read back from a dict refuse bad values instead of defaulting silently (11)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import core.engine.batch as batch
+from core.engine import DualPathSettings, run_dual_path, score_batch
+from core.engine.batch import rows_per_batch
+from core.engine.generation import generate_greedy
+from core.engine.scoring import score_paths
+
+ROWS = [
+    ("What is the capital of Veltria?", "The capital of Veltria is Marrowgate."),
+    ("Who wrote the Lisk codex?", "The Lisk codex was written by Amel Doru in 1302."),
+    ("What color are the trams?", "Trams in Lisk are painted ochre."),
+    ("How tall is Mount Perrin?", "Mount Perrin rises 2,114 metres."),
+]
+
+
+def test_each_row_gets_its_own_logits_without_a_stacked_copy(tiny_handle):
+    """Old code returned views of one (batch, steps, V) stack: no row's memory could be freed alone."""
+    settings = DualPathSettings(max_new_tokens=6, score_window=6, force_length=True)
+    prompts = [tiny_handle.tokenizer(q)["input_ids"] for q, _ in ROWS]
+    out = generate_greedy(tiny_handle, prompts, settings)
+    storages = {logits.untyped_storage().data_ptr() for _, logits, _ in out}
+    assert len(storages) == len(ROWS)
+    for ids, logits, _ in out:  # and the values are the generation's own: the argmax is the chosen token
+        assert logits.shape == (len(ids), tiny_handle.info.vocab_size)
+        assert logits.argmax(-1).tolist() == ids
+
+
+def test_rows_per_batch_follows_the_stated_limit(tiny_handle):
+    vocab = tiny_handle.info.vocab_size  # float32: 4 bytes per logit
+    assert rows_per_batch(tiny_handle, 10, max_bytes=10 * vocab * 4 * 3) == 3
+    assert rows_per_batch(tiny_handle, 10, max_bytes=10 * vocab * 4 * 3 - 1) == 2
+    assert rows_per_batch(tiny_handle, 10, max_bytes=1) == 1  # never zero rows
+    assert batch.MAX_LOGITS_BYTES == 1 << 30
+    # the embedded model (V = 49,152, fp32) at 1,024 new tokens: 5 rows per sub-batch, all 8 at 640
+    per_token_row = 49152 * 4
+    assert (1 << 30) // (1024 * per_token_row) == 5 and (1 << 30) // (640 * per_token_row) >= 8
+
+
+def test_a_batch_over_the_cap_is_split_with_the_same_results(tiny_handle, monkeypatch):
+    settings = DualPathSettings(max_new_tokens=5, score_window=5)
+    whole = score_batch(tiny_handle, ROWS, settings, noise_sigmas=(0.0, 0.1))
+    calls: list[int] = []
+    real = batch.generate_greedy
+
+    def counting(handle, prompts, s, **kwargs):
+        calls.append(len(prompts))
+        return real(handle, prompts, s, **kwargs)
+
+    monkeypatch.setattr(batch, "generate_greedy", counting)
+    monkeypatch.setattr(batch, "MAX_LOGITS_BYTES", 2 * 5 * tiny_handle.info.vocab_size * 4)
+    split = score_batch(tiny_handle, ROWS, settings, noise_sigmas=(0.0, 0.1))
+    assert calls == [2, 2]
+    for a, b in zip(whole, split, strict=True):
+        assert b.retrieval.token_ids == a.retrieval.token_ids
+        np.testing.assert_allclose(b.token_kl, a.token_kl, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b.extras["noisy_repcs"]["z"], a.extras["noisy_repcs"]["z"], rtol=1e-5, atol=1e-6)
+
+
+def test_scoring_in_position_slices_is_exactly_scoring_at_once(monkeypatch):
+    gen = torch.Generator().manual_seed(0)
+    n, vocab = 37, 300
+    a = torch.randn(n, vocab, generator=gen) * 3
+    b = torch.randn(n, vocab, generator=gen) * 3
+    ids = torch.randint(0, vocab, (n,), generator=gen).tolist()
+    whole = score_paths(a, b, ids, 7)
+    monkeypatch.setattr(batch, "SCORE_CHUNK_BYTES", 5 * vocab * 4)  # slices of 5 positions
+    sliced = batch._score_row(a, b, ids, 7)
+    np.testing.assert_array_equal(sliced.token_kl, whole.token_kl)
+    for path in ("retrieval", "parametric"):
+        for name in ("entropy", "logprob", "topk_ids", "topk_probs"):
+            np.testing.assert_array_equal(getattr(getattr(sliced, path), name), getattr(getattr(whole, path), name))
+
+
+def test_batched_results_still_equal_single_runs(tiny_handle, monkeypatch):
+    monkeypatch.setattr(batch, "SCORE_CHUNK_BYTES", 3 * tiny_handle.info.vocab_size * 4)
+    settings = DualPathSettings(max_new_tokens=7, score_window=7)
+    for (query, context), res in zip(ROWS, score_batch(tiny_handle, ROWS, settings), strict=True):
+        single = run_dual_path(tiny_handle, query, context, settings, free_parametric=False)
+        assert res.retrieval.token_ids == single.retrieval.token_ids
+        np.testing.assert_allclose(res.token_kl, single.token_kl, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(res.retrieval.entropy, single.retrieval.entropy, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 11. settings from a dict
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"score_window": 0},
+        {"max_new_tokens": 0},
+        {"max_new_tokens": None},
+        {"max_new_tokens": "64"},
+        {"max_new_tokens": True},
+        {"template": ""},
+        {"template": None},
+        {"top_k": 1.5},
+        {"force_length": 1},
+    ],
+)
+def test_settings_from_a_dict_refuse_bad_values(bad):
+    with pytest.raises(ValueError):
+        DualPathSettings.from_dict({**DualPathSettings().to_dict(), **bad})
+
+
+def test_settings_from_a_dict_still_default_missing_keys_and_ignore_unknown_ones():
+    assert DualPathSettings.from_dict({"top_k": 7, "from_the_future": 1}) == DualPathSettings(top_k=7)

@@ -1,0 +1,53 @@
+"""core.methods.ablation.degenerate: gibberish and repetition flags next to an ablation's score."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.methods.ablation.degenerate import annotate_report, degeneracy, is_word
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Paris is the capital of France.",
+        "The capital of France is Paris. It is known for the Eiffel Tower, built in 1889.",
+        "Marrowgate.",
+        "Lyoné café naïve São Paulo",
+        "It has 8,848 m — about 29,032 ft high.",
+    ],
+)
+def test_fluent_answers_are_not_flagged(text):
+    flags = degeneracy(text)
+    assert not flags.degenerate, flags.reasons
+    assert flags.summary == "looks like text"
+
+
+def test_repetition_is_rep3_and_a_run_of_identical_words():
+    # "a b c a b c a b c": 7 trigrams, 3 distinct → rep-3 = 1 − 3/7, computed by hand
+    flags = degeneracy("a b c a b c a b c")
+    assert flags.repetition == pytest.approx(round(1 - 3 / 7, 4))
+    assert flags.degenerate and "repeats itself" in flags.reasons[0]
+    run = degeneracy("Paris Paris Paris Paris")
+    assert run.longest_run == 4 and "4 identical words in a row" in run.reasons
+    loop = degeneracy("The capital of France is Paris. " * 3)
+    assert loop.degenerate and loop.distinct_2 == pytest.approx(round(6 / 17, 4))  # 17 bigrams, 6 distinct
+
+
+def test_gibberish_is_flagged_by_its_non_word_share():
+    flags = degeneracy("xqzt 8#4 @@!! ktbr wwww")
+    assert flags.non_word == 1.0 and flags.degenerate
+    mixed = degeneracy("ektionsstrom Bereich 7#; ЖизнTor")  # 2 of 4 tokens are not words
+    assert mixed.non_word == 0.5 and mixed.degenerate
+    assert degeneracy("").reasons == ["empty answer"]
+    assert degeneracy(",\n\n,\n\n-\n\n-\n\n-").degenerate, "punctuation alone (measured at ε = 0.25, early layers)"
+    assert not is_word("caf\ufffd") and not is_word("ЖизнTor") and is_word("don't") and not is_word("—")
+
+
+def test_annotate_report_adds_flags_of_the_same_shape():
+    report = {"clean": {"answer": "Paris."}, "answers": [["Paris.", "the the the the"], ["x", "y"]], "seeds": [0, 1]}
+    annotate_report(report)
+    assert [[f["degenerate"] for f in row] for row in report["degenerate"]] == [[False, True], [False, False]]
+    assert report["degenerate_count"] == [1, 0] and report["clean"]["degenerate"]["degenerate"] is False
+    patched = annotate_report({"patched": {"answer": "zzzz qqqq xxxx wwww"}})
+    assert patched["patched"]["degenerate"]["degenerate"] is True
