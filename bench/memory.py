@@ -19,7 +19,8 @@ process loads the embedded model, warms it up on one short row (the first forwar
 scores ``--batch-size`` rows of the bundled probe set with :func:`core.engine.score_rows` (``force_length``:
 every answer is exactly that long; noise σ from ``--sigmas``, the ``evaluate`` default 0,0.02,0.05,0.1) and
 reports the peak RSS of the scoring alone (``VmHWM`` reset before it) above the RSS before it, next to the size
-of one path's full-vocabulary logits for the whole batch (rows × tokens × V × 4 bytes). With ``--code PATH`` the
+of one path's full-vocabulary logits for the whole batch (rows × tokens × V × 4 bytes); the children run with
+``MALLOC_MMAP_THRESHOLD_=65536`` so that freed tensors leave the RSS. With ``--code PATH`` the
 child processes import ``core`` from another checkout (e.g. an export of the previous commit) for a
 before/after comparison. The last line is ``batch_peaks_mib=<json>``.
 
@@ -113,7 +114,9 @@ def batch_child(batch_size: int, tokens: int, sigmas: list[float]) -> dict[str, 
 
 def batch_main(args: argparse.Namespace) -> int:
     """Run one child process per ``--tokens-list`` value and print a table of the peaks."""
-    env = dict(os.environ)
+    # large blocks from mmap, returned to the system when freed: the RSS peak then follows the live tensors
+    # rather than what the allocator happens to keep
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     if args.code:
         env["PYTHONPATH"] = os.pathsep.join([str(Path(args.code).resolve()), env.get("PYTHONPATH", "")])
     peaks = {}

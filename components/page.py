@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from components import queue, state, widgets
+from components import queue, state, url_state, widgets
 from components.state import AppConfig
 from components.text import escape_markdown, plain_message
 from core.engine.result import DualPathResult
@@ -87,9 +87,11 @@ def open_page(title: str | None = None) -> PageContext:
     st.set_page_config(page_title=page_title(title), layout="wide")
     state.begin_run()
     queue.watch()  # this run's model calls: "queued: N runs ahead", cancelled when the tab closes
+    url_state.restore()  # a reload or a shared link: the last run's inputs and settings, before any widget
     config = widgets.sidebar()
     handle = get_handle(config.model_spec, config.revision)
     widgets.draw_model_facts(handle)
+    url_state.sync()
     return PageContext(config=config, handle=handle)
 
 

@@ -37,6 +37,14 @@ def _num(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def draw_intro(plain: str, precise: str, citation: str) -> None:
+    """A page's introduction for a newcomer: one plain sentence, the precise definition (collapsed), the source."""
+    st.markdown(plain)
+    with st.expander("Precisely", icon=":material/functions:"):
+        st.markdown(precise)
+    st.caption(citation)
+
+
 def _clip(text: str, most: int = 60) -> str:
     text = " ".join(text.split())
     return text if len(text) <= most else text[: most - 1] + "…"

@@ -73,8 +73,7 @@ def draw_ray_panel(handle: ModelHandle, job_key: str, spec: JobSpec, rows: Seque
     address = ray_address()
     if address is None:
         return
-    from core.scale.cluster import ClusterError, nodes
-    from core.scale.pool import MAX_CPU_WORKERS
+    from core.scale.cluster import ClusterError, default_workers, nodes
 
     with st.container(border=True):
         st.markdown(f"**Ray cluster** `{escape_markdown(address)}`")
@@ -87,7 +86,7 @@ def draw_ray_panel(handle: ModelHandle, job_key: str, spec: JobSpec, rows: Seque
             return
         gpus = sum(n.gpus for n in alive)
         cpus = sum(n.cpus for n in alive)
-        workers = int(gpus) if gpus else max(1, min(MAX_CPU_WORKERS, int(cpus) // 2))
+        workers = default_workers(gpus, cpus)
         st.caption(
             f"{len(alive)} node(s) · {cpus:g} CPUs · {gpus:g} GPUs → {workers} worker(s), each loading "
             f"{escape_markdown(handle.info.name)} once ({'one GPU' if gpus else 'one CPU'} each)"

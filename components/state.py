@@ -112,9 +112,9 @@ def seed_widget(key: str, value: Any, *, identity: object = None) -> None:
     run = run_number()
     # A widget the previous script run did not draw (it stopped early, e.g. on a model that failed to load) is
     # gone from the browser, which re-creates it empty unless the value is pushed again (issue 14).
-    if drawn.get(key) in ((token, run - 1), (token, run)) and key in st.session_state:
-        if _same(st.session_state[key], value):
-            return
+    drawn_lately = drawn.get(key) in ((token, run - 1), (token, run))
+    if drawn_lately and key in st.session_state and _same(st.session_state[key], value):
+        return
     st.session_state[key] = value
 
 

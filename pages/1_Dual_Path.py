@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import agreement, inputs, keys, panels, state, widgets
+from components import agreement, inputs, keys, panels, state, url_state, widgets
 from components.page import PageContext, open_page
 from core.engine.result import DualPathResult
 
@@ -17,9 +17,14 @@ from core.engine.result import DualPathResult
 def draw_header() -> None:
     """The page's title and what it shows."""
     st.title("Dual Path")
-    st.caption(
-        "The same model answers twice: with the context (retrieval path) and without it (parametric path). "
-        "Both paths are then scored on the retrieval answer's tokens, position by position."
+    panels.draw_intro(
+        "The model answers your question twice — once with the passage, once without — and the page measures how "
+        "much the passage changed its answer: little change suggests it answered from memory.",
+        "The same model answers with the context (retrieval path) and without it (parametric path). The parametric "
+        "path is then scored on the retrieval answer's own tokens, so at each position t both paths predict the "
+        "same token; KL_t = KL(P_retrieval,t ‖ P_parametric,t) in nats, and Z = Σ_{t<T} KL_t over the first T "
+        "answer tokens is compared with a calibrated threshold τ.",
+        "RePCS (2025) §III, eq. 2 and Algorithm 1; the KL statistics are CRM (2025) level 2.",
     )
 
 
@@ -58,6 +63,7 @@ def main() -> None:
     query, context, run = draw_inputs()
     st.divider()
     result = draw_answers(page, query, context, run)
+    url_state.sync()  # the run just made goes into the page's link (a reload restores it)
     if result is None:
         st.info("Pick an example or type a query and a context, then press **Run both paths**.")
         return

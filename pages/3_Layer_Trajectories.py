@@ -54,9 +54,14 @@ def draw_basis(handle: ModelHandle, result: DualPathResult) -> CrmBasis | None:
     st.caption(
         f"Calibration: {meta.get('n_memorized', '?')} memorized-style + {meta.get('n_grounded', '?')} grounded prompts "
         f"({meta.get('prompt_set', 'bundled set')}), template {basis.template!r}; kept layers (variance ratio > "
-        f"{basis.evr_threshold}): {', '.join(row_label(r) for r in basis.kept_layers) or 'none'}. The variance ratio "
-        "of a layer is the share of the calibration displacements' total variance (over all layers) that its PC1 "
-        "explains — the within-layer ratio is at least 1/99 for 100 prompts, so it could not select layers."
+        f"{basis.evr_threshold}): {', '.join(row_label(r) for r in basis.kept_layers) or 'none'}. "
+        + (
+            "Rule: the paper's — PC1's explained-variance ratio within each layer; on about 100 prompts it keeps "
+            "every layer whose displacements vary."
+            if basis.layer_rule == "within_layer"
+            else "Rule: share of the total — a layer's PC1 variance as a share of the calibration displacements' "
+            "variance over all layers (keeps the deep layers)."
+        )
     )
     return basis
 
@@ -227,7 +232,7 @@ def draw_export(internals: Internals, basis: CrmBasis | None, result: DualPathRe
         internals.lens.kl[:, 0],
         kept=basis.kept_layers if basis is not None else [],
         flagged=flagged,
-        evr=basis.evr if basis is not None else None,
+        evr=basis.selection_ratio if basis is not None else None,
     )
     payload = {
         "model": result.model,

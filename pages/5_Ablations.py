@@ -111,10 +111,14 @@ def _perturbed_run(page: PageContext, clean: DualPathResult, status: str, **inte
 def draw_header() -> None:
     """The page's title and what it perturbs."""
     st.title("Ablations")
-    st.caption(
+    panels.draw_intro(
+        "Shake some of the model's layers a little and see whether its answer, and how much the passage "
+        "mattered, change: layers whose disturbance changes them carry part of that difference.",
         "Perturb chosen decoder layers and watch what changes: the two answers, the RePCS score Z, the KL per "
-        "token and the per-layer trajectory. Noise injection and activation patching follow CRM §4.4. "
-        "Layer ℓ is decoder layer ℓ (0-based); 'emb' is the embedding output."
+        "token and the per-layer trajectory. Noise: h′ = h + ε·σ(h)·N(0, 1) at each chosen layer's output; "
+        "activation patching replaces the retrieval path's state at the last prompt token with the parametric "
+        "path's. Layer ℓ is decoder layer ℓ (0-based); 'emb' is the embedding output.",
+        "CRM (2025) §4.4 and appendix J (Tables 5 and 16).",
     )
 
 

@@ -211,9 +211,10 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     """Each context sentence removed in turn (captum FeatureAblation): the run, its chart, table and CSV."""
     st.subheader("Faster comparison: remove each context sentence in turn")
     st.caption(
-        "With the context on and the query intact, each sentence is deleted once and the answer is scored "
-        "against the full-context answer with the same response score (captum FeatureAblation over sentences: "
-        "S + 2 generations). A large Δr means the answer leaned on that sentence. It says which part of the "
+        "With the context on and the query intact, each sentence is deleted once and the answer is scored by its "
+        "agreement with the full-context answer: γ₁·min(ρ, 1/ρ) + γ₂·similarity, ρ the length ratio (captum "
+        "FeatureAblation over sentences: S + 2 generations). Δr ≥ 0: 0 means the answer did not change, a large "
+        "Δr means the answer leaned on that sentence. It says which part of the "
         "context was read, not whether the fact was also known."
     )
     inputs_key = [page.config.model_spec, page.config.revision, query.strip(), context.strip()]

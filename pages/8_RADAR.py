@@ -71,12 +71,15 @@ def _analysis(
 def draw_header() -> None:
     """The page's title and what RADAR reads off the model."""
     st.title("RADAR: recall or reasoning?")
-    st.caption(
+    panels.draw_intro(
+        "Does the model treat this question as something it simply remembers, or as something it has to work "
+        "out? RADAR guesses from how the model's layers behave while it reads the question.",
         "RADAR (Recall vs. Reasoning Detection through Activation Representation) reads 37 features off one "
         "forward pass over the prompt — 16 from the per-layer logit-lens confidence and entropy of the next "
         "token, 21 from attention entropies and hidden-state statistics — and a soft-vote ensemble "
         "(random forest, gradient boosting, SVM, logistic regression) says whether the model is recalling or "
-        "reasoning."
+        "reasoning.",
+        "RADAR (2025) §2–§3 and appendix D.",
     )
 
 

@@ -417,6 +417,7 @@ SHORT_NAMES = {
     "zlib": "zlib",
     "selfcritique": "Self-Critique",
     "sma": "SMA",
+    "combined": "combined",
 }
 
 

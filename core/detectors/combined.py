@@ -394,8 +394,24 @@ def fit_combined(
     return fitted, oof
 
 
+@dataclass(frozen=True)
+class CombinedDetector(Detector):
+    """The bundled combined detector, with its own calibrated τ for the agreement view and ``run --json``
+    (:func:`core.detectors.agreement.threshold_for` calls :meth:`threshold`)."""
+
+    def threshold(self, inp: DetectorInput) -> tuple[float, str] | None:
+        """``(τ, where it came from)`` of the combined model for this row's model and template, or ``None``."""
+        model = load_model_for(inp.handle, inp.result.template)
+        if model is None:
+            return None
+        return model.tau, (
+            f"the {1 - model.alpha:g}-quantile of the out-of-fold P(memorized) over {model.n_grounded} clean "
+            f"calibration rows (out-of-fold FPR {model.fpr_oof:.1%}, FNR {model.fnr_oof:.1%})"
+        )
+
+
 register(
-    Detector(
+    CombinedDetector(
         name=NAME,
         label="Combined: stacked LR over the cheap detectors (bundled fit)",
         higher_means=MEMORIZED_HIGH,

@@ -77,7 +77,7 @@ class _RowStreamer(BaseStreamer):
             self._emit(row, finished)
 
     def _emit(self, row: int, done: bool) -> None:
-        text = self.handle.tokenizer.decode(self.ids[row], skip_special_tokens=True)
+        text = self.handle.tokenizer.decode(self.ids[row], skip_special_tokens=True).rstrip("\ufffd")  # whole chars
         self.callback(StreamEvent(self.paths[row], text, len(self.ids[row]), self.max_tokens, done))
 
     def end(self) -> None:

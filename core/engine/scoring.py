@@ -164,7 +164,8 @@ def _path_output(handle: ModelHandle, prompt: Prompt, answer: Answer, stats: Pat
     return PathOutput(
         prompt=prompt.prompt,
         prompt_len=len(prompt.ids),
-        answer=handle.tokenizer.decode(ids, skip_special_tokens=True).strip() if ids else "",
+        # a token limit can cut a multi-byte character: decode whole characters only (no trailing "\ufffd")
+        answer=handle.tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd").strip() if ids else "",
         token_ids=[int(i) for i in ids],
         tokens=handle.decode_tokens(ids),
         finish=answer.finish,

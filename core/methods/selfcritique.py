@@ -51,11 +51,13 @@ logger = logging.getLogger(__name__)
 
 RESPONSE_SLOT = "{response}"
 DEFAULT_INSTRUCTION = (
-    "\nA possible answer is provided below (it may or may not be correct). Please provide a response that follows "
+    "A possible answer is provided below (it may or may not be correct). Please provide a response that follows "
     "a different reasoning path or provides an alternative solution:\n---\n{response}\n---\n"
     "Please now provide your new, different response:"
 )
-"""I_critique of the paper, verbatim from the authors' released code (``SELF_CRITIQUE_INSTRUCTION``)."""
+"""I_critique of the paper, verbatim from the authors' released code (``SELF_CRITIQUE_INSTRUCTION``), whose
+leading newline :func:`critique_query` puts between the query and the instruction (so the box shows no blank
+first line and the prompt is byte for byte the authors')."""
 
 STORED_TOP = 100
 """Top log-probabilities kept per generated step, so any K ≤ 100 can be re-scored without generating again."""
@@ -131,7 +133,8 @@ def critique_query(query: str, first_answer: str, instruction: str = DEFAULT_INS
     """
     if RESPONSE_SLOT not in instruction:
         raise ValueError(f"The critique instruction must contain {RESPONSE_SLOT}")
-    return query + instruction.replace(RESPONSE_SLOT, first_answer)
+    separator = "" if instruction[:1].isspace() else "\n"  # an instruction of an earlier release began with "\n"
+    return query + separator + instruction.replace(RESPONSE_SLOT, first_answer)
 
 
 def penalized_cosine(e1: Sequence[float] | np.ndarray, e2: Sequence[float] | np.ndarray) -> float:

@@ -75,7 +75,8 @@ class CancelToken:
 
     @property
     def cancelled(self) -> bool:
-        """Whether the run should end (polls the check; does not raise what the check raises)."""
+        """Whether the run should end (polls the check: a check that fails with an ``Exception`` counts as "end";
+        a ``BaseException`` it raises, such as Streamlit's stop exception, propagates)."""
         if self._event.is_set():
             return True
         if self._check is not None:

@@ -81,6 +81,18 @@ class Node:
         }
 
 
+MAX_CPU_WORKERS = 8
+"""Default cap on CPU workers (each holds its own copy of the model in memory)."""
+
+
+def default_workers(gpus: float, cpus: float) -> int:
+    """Workers when ``--workers`` is not given: one per GPU, or on a cluster without GPUs one per CPU (at most
+    :data:`MAX_CPU_WORKERS`)."""
+    if gpus >= 1:
+        return int(gpus)
+    return max(1, min(MAX_CPU_WORKERS, int(cpus)))
+
+
 def parse_address(address: str) -> tuple[str, int]:
     """``(host, port)`` of ``HOST:PORT`` or ``ray://HOST:PORT``.
 
@@ -183,7 +195,7 @@ def connect(address: str | None = AUTO, *, num_cpus: int | None = None) -> Sessi
     common: dict[str, Any] = {"logging_level": logging.WARNING, "configure_logging": True}
     try:
         if target == LOCAL:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, **common)
+            ray.init(address=LOCAL, num_cpus=num_cpus, include_dashboard=False, **common)
         elif target == AUTO:
             env = os.environ.get("RAY_ADDRESS", "").strip()
             if env and env not in (AUTO, LOCAL):
@@ -196,7 +208,7 @@ def connect(address: str | None = AUTO, *, num_cpus: int | None = None) -> Sessi
                     ray.init(address=AUTO, **common)
                 except ConnectionError:  # no Ray running on this machine: start one for this run
                     logger.info("no running Ray found; starting one on this machine")
-                    ray.init(num_cpus=num_cpus, include_dashboard=False, **common)
+                    ray.init(address=LOCAL, num_cpus=num_cpus, include_dashboard=False, **common)
                     target = LOCAL
         else:
             check_address(target)

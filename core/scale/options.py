@@ -39,7 +39,7 @@ def add_ray_args(p: argparse.ArgumentParser, what: str = "scoring") -> None:
         type=int,
         default=None,
         metavar="N",
-        help="Ray actors (default: one per GPU of the cluster, else half its CPUs); needs --ray",
+        help="Ray actors (default: one per GPU of the cluster, else one per CPU, at most 8); needs --ray",
     )
 
 

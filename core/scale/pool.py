@@ -35,7 +35,7 @@ from typing import Any
 
 import ray
 
-from core.scale.cluster import ClusterError, resources
+from core.scale.cluster import ClusterError, default_workers, resources
 from core.scale.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -50,9 +50,6 @@ JOBS = {
 }
 """Job kind → ``module:Class`` of its handler, built once per actor as ``Class(handle, config)`` and called as
 ``handler(payloads) -> results`` on the payloads of one batch (lists of JSON-ready values, in order)."""
-
-MAX_CPU_WORKERS = 8
-"""Default cap on CPU actors (each holds its own copy of the model in memory)."""
 
 
 @dataclass
@@ -177,7 +174,7 @@ def placement(spec: ModelSpec, workers: int | None, n_batches: int) -> tuple[int
     """``(workers, device)`` for a run: one GPU per actor when the spec or the cluster asks for GPUs, else one
     CPU per actor; never more actors than batches.
 
-    Default ``workers``: every GPU of the cluster, or half its CPUs (at most :data:`MAX_CPU_WORKERS`).
+    Default ``workers``: :func:`core.scale.cluster.default_workers` (one per GPU, else one per CPU, at most 8).
 
     Raises:
         ClusterError: ``--device cuda`` on a cluster without GPUs, or more workers than GPUs / CPUs.
@@ -189,7 +186,7 @@ def placement(spec: ModelSpec, workers: int | None, n_batches: int) -> tuple[int
         raise ClusterError(f"--device {spec.device} but the Ray cluster has no GPUs; use --device cpu")
     capacity = gpus if use_gpu else cpus
     if workers is None:
-        workers = gpus if use_gpu else max(1, min(MAX_CPU_WORKERS, cpus // 2))
+        workers = default_workers(gpus if use_gpu else 0, cpus)
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
     if workers > capacity:

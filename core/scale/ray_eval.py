@@ -142,7 +142,7 @@ def evaluate_on_ray(
 
     Args:
         spec: the model each worker loads (:meth:`ModelSpec.load`).
-        workers: actors (default: one per GPU, or half the CPUs; :func:`core.scale.pool.placement`).
+        workers: actors (default: one per GPU, else one per CPU; :func:`core.scale.pool.placement`).
         progress: ``progress(done, total)`` in rows, as results arrive.
         monitor: a :func:`core.scale.pool.new_monitor` handle (tests reach the actors through it).
         planner: the driver's handle for validation and planning (default: :func:`planning_handle` of

@@ -11,7 +11,7 @@ import pytest
 
 from components import keys
 from components.text import escape_markdown
-from tests.app.conftest import APP, ok, open_script
+from tests.app.conftest import APP, ROOT, ok, open_script
 
 TIMEOUT = 180
 Q, C = "Where is the tower?", "The tower stands in Quillmere."
@@ -44,11 +44,7 @@ def test_analysis_pages_show_and_use_the_last_run(after_run, page) -> None:
 
 
 def test_layer_trajectories_say_what_a_flag_means() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("traj_page", "pages/3_Layer_Trajectories.py")
-    assert spec is not None
-    source = open("pages/3_Layer_Trajectories.py", encoding="utf-8").read()
+    source = (ROOT / "pages" / "3_Layer_Trajectories.py").read_text(encoding="utf-8")
     namespace: dict = {}
     exec(compile(source.replace("\nmain()\n", "\n"), "traj", "exec"), namespace)  # the page's helper, not its run
     flag_meaning = namespace["flag_meaning"]

@@ -46,7 +46,9 @@ def test_rows_for_auc_ci_is_the_smallest_balanced_set_that_reaches_the_width(auc
 
 def test_small_sample_message():
     message = small_sample_message(3, 3, 1.0)
-    assert message.startswith("Only 3 memorized and 3 grounded rows") and f"about {rows_for_auc_ci(0.9)} rows" in message
+    assert (
+        message.startswith("Only 3 memorized and 3 grounded rows") and f"about {rows_for_auc_ci(0.9)} rows" in message
+    )
     assert small_sample_message(500, 500, 0.9) is None
 
 

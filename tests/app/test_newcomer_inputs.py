@@ -42,3 +42,12 @@ def test_placeholders_read_as_examples_and_are_styled_lighter(tiny_app) -> None:
         assert at.text_area(key=keys.widget_key(name)).placeholder.startswith("e.g. ")
     styles = [h.proto.body for h in at.get("html")]
     assert any("::placeholder" in body and "italic" in body for body in styles), "the lighter placeholder style"
+
+
+def test_page_intro_leads_with_a_plain_sentence_then_the_definition_collapsed(tiny_app) -> None:
+    at = _dual_path()
+    first = at.main.markdown[0].value
+    assert first.startswith("The model answers your question twice") and "KL" not in first, "plain words first"
+    (precise,) = [e for e in at.expander if e.label == "Precisely"]
+    assert not precise.proto.expanded and "KL_t" in precise.markdown[0].value
+    assert any(c.value.startswith("RePCS (2025)") for c in at.caption), "then the citation"

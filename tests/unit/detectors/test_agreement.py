@@ -156,3 +156,21 @@ def test_cost_meter_moving_average_and_estimates():
         "≈ 2 min",
         "≈ 4.0 h",
     ]
+
+
+def test_a_detectors_own_threshold_hook_is_used_and_named(tiny_handle, tiny_result):
+    from dataclasses import dataclass
+
+    from core.detectors.agreement import threshold_for
+    from core.detectors.registry import DetectorInput
+
+    @dataclass(frozen=True)
+    class WithTau(Detector):
+        def threshold(self, inp):
+            return 0.25, "its own calibration"
+
+    detector = WithTau("zz_tau", "with τ", MEMORIZED_HIGH, lambda inp: 0.3)
+    inp = DetectorInput(tiny_handle, tiny_result, tiny_result.run_settings)
+    found = threshold_for(detector, inp)
+    assert (found.value, found.source) == (0.25, "its own calibration")
+    assert agreement.judge(detector, inp).verdict == RECALLED, "0.3 > τ = 0.25 on the memorized side"

@@ -128,3 +128,18 @@ def test_bundled_model_is_trained_on_the_calibration_sets_not_the_probes():
     assert not any("probes" in p for p in paths)
     assert 0.0 < model.tau < 1.0 and model.fpr_oof <= model.alpha + 0.02
     assert model.n_grounded == 87 and model.n_memorized == 59
+
+
+def test_threshold_hook_gives_the_models_tau(tiny_handle, tmp_path, monkeypatch):
+    from core.detectors.agreement import threshold_for
+
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path))
+    X, y = _synthetic()
+    model, _ = fit_combined(
+        X, y, ["z", "kl_mean", "log_ppl"], model=tiny_handle.info.name, model_slug=tiny_handle.slug, template="chat"
+    )
+    model.save(cache_model_path(tiny_handle, "chat"))
+    settings = DualPathSettings(max_new_tokens=2, score_window=2)
+    res = run_dual_path(tiny_handle, "Q?", "Ada.", settings, free_parametric=False)
+    found = threshold_for(get(NAME), DetectorInput(handle=tiny_handle, result=res, settings=settings))
+    assert found.value == pytest.approx(model.tau) and "out-of-fold" in found.source

@@ -133,7 +133,7 @@ def test_summarize_fills_fitted_scores_out_of_fold():
 def test_upload_validation_is_all_or_nothing():
     good = b"\xef\xbb\xbfquery,context,label\nq,c,memorized\nq2,c2,grounded\n"
     assert [r.label for r in parse_labeled_bytes(good, name="up.csv")] == ["memorized", "grounded"]
-    with pytest.raises(DataError, match=r"up.csv is 0.0 MB; the limit"):
+    with pytest.raises(DataError, match=r"up.csv is 52 bytes; the limit is 10 bytes"):
         parse_labeled_bytes(good, name="up.csv", max_bytes=10)
     with pytest.raises(DataError, match="not UTF-8"):
         parse_labeled_bytes(b"query,context,label\nq,caf\xe9,grounded\n")

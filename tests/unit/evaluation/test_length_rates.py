@@ -150,3 +150,23 @@ def test_cli_calibrate_refuses_and_names_the_rows_needed(tmp_path, capsys):
     assert main(["calibrate", str(report), "--alpha", "0.2", "--write-threshold", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "τ(L) =" in printed and "by length" in printed and Threshold.load(out).length_tau is not None
+
+
+def test_page_figures_of_the_length_rates():
+    from components.evaluate_figures import length_rates_figure, length_rates_frame, length_tau_figure
+
+    z = np.array([1.0, 2.5, 4.0, 5.5, 7.0, 4.0, 12.0, 1.0, 5.5])
+    labels = ["grounded"] * 7 + ["memorized"] * 2
+    n = np.array([4, 6, 6, 12, 12, 20, 20, 4, 12])
+    th = _threshold()
+    rows = rates_by_length(z, labels, n, th)
+    frame = length_rates_frame(rows)
+    assert set(frame["τ"]) == {"constant τ (RePCS, paper)", "length-aware τ(L)"}
+    assert "65+" not in set(frame["scored tokens L"])  # empty buckets are left out
+    first = frame[(frame["τ"] == "constant τ (RePCS, paper)") & (frame["scored tokens L"] == "1–8")].iloc[0]
+    assert first["FPR [95% CI]"].startswith("100%") and first["grounded rows"] == 3
+    fig = length_rates_figure(rows, 0.05)
+    assert {t.name for t in fig.data} == {"constant τ (RePCS, paper)", "length-aware τ(L)"}
+    curve = length_tau_figure(z, n, labels, th.length_tau, th.tau)
+    names = {t.name for t in curve.data}
+    assert {"grounded", "memorized", "τ(L)"} <= names

@@ -51,9 +51,9 @@ def test_a_failed_forward_releases_the_lock(tiny_handle) -> None:
         raise RuntimeError("a layer failed")
 
     layer = tiny_handle.model.model.layers[0]
-    with pytest.raises(RuntimeError, match="a layer failed"):
-        with tiny_handle.hooked([lambda: layer.register_forward_hook(boom)]):
-            tiny_handle.forward(input_ids=torch.tensor([[1, 2, 3]]))
+    hooks = [lambda: layer.register_forward_hook(boom)]
+    with pytest.raises(RuntimeError, match="a layer failed"), tiny_handle.hooked(hooks):
+        tiny_handle.forward(input_ids=torch.tensor([[1, 2, 3]]))
     assert not layer._forward_hooks, "the hook is removed"
     assert _free_from_another_thread(tiny_handle)
 
@@ -69,9 +69,8 @@ def test_a_run_cancelled_mid_generation_stops_within_a_token_and_releases_the_lo
                 token.cancel("test")
 
     settings = DualPathSettings(max_new_tokens=40, force_length=True)
-    with pytest.raises(RunCancelled, match="test"):
-        with run_control(cancel=token):
-            run_dual_path(tiny_handle, "Where?", "Here.", settings, on_event=on_event)
+    with pytest.raises(RunCancelled, match="test"), run_control(cancel=token):
+        run_dual_path(tiny_handle, "Where?", "Here.", settings, on_event=on_event)
     assert max(seen) <= 4, f"generation went on after the cancel: {seen}"
     assert _free_from_another_thread(tiny_handle)
 
@@ -88,9 +87,9 @@ def test_a_check_that_raises_its_own_exception_propagates_and_releases_the_lock(
             raise Stop()
         return False
 
-    with pytest.raises(Stop):
-        with run_control(cancel=CancelToken(closed)):
-            run_dual_path(tiny_handle, "Where?", "Here.", DualPathSettings(max_new_tokens=40, force_length=True))
+    settings = DualPathSettings(max_new_tokens=40, force_length=True)
+    with pytest.raises(Stop), run_control(cancel=CancelToken(closed)):
+        run_dual_path(tiny_handle, "Where?", "Here.", settings)
     assert _free_from_another_thread(tiny_handle)
 
 
@@ -174,7 +173,8 @@ def test_score_rows_stops_between_batches_when_cancelled(tiny_handle) -> None:
 
 
 def test_a_cancelled_evaluation_job_stops_keeps_its_rows_and_can_resume(tiny_handle) -> None:
-    rows = [LabeledRow(i + 1, f"Question {i}?", f"Context {i}.", "grounded" if i % 2 else "memorized") for i in range(6)]
+    labels = ["memorized", "grounded"] * 3
+    rows = [LabeledRow(i + 1, f"Question {i}?", f"Context {i}.", label) for i, label in enumerate(labels)]
     settings = DualPathSettings(max_new_tokens=3)
     spec = JobSpec("t.csv", "d", tuple(range(6)), tiny_handle.info.name, settings, (), batch_size=2)
     job = EvaluationJob(spec, rows)

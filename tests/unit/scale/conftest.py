@@ -19,7 +19,8 @@ def ray_session():
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+        # address="local": a new Ray of our own, never another Ray that happens to run on this machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     connect()  # reuses the running Ray, quiets Ray Data's own bars
     yield ray
     if started:

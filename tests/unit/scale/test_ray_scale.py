@@ -155,6 +155,7 @@ def test_killed_actor_is_restarted_and_its_batch_rerun(ray_session, tiny_spec, t
 
 def test_layer_sweep_on_ray_equals_local(ray_session, tiny_folder, tiny_local, capsys):
     from core.methods.ablation import layer_sweep
+    from core.methods.ablation.degenerate import annotate_report
 
     args = ["ablate", "--query", QUERY, "--context", CONTEXT, "--sweep", "--eps", "0.5", "--seeds", "2"]
     args += ["--max-new-tokens", "5", "--model", str(tiny_folder), "--device", "cpu", "--json"]
@@ -163,7 +164,7 @@ def test_layer_sweep_on_ray_equals_local(ray_session, tiny_folder, tiny_local, c
     stats = got.pop("ray")
     assert stats["items"] == 1 + 3 * 2 and stats["workers"] == 2
     local = layer_sweep(tiny_local, QUERY, CONTEXT, DualPathSettings(max_new_tokens=5), 0.5, [0, 1], max_new_tokens=5)
-    want = local.to_dict()
+    want = annotate_report(local.to_dict())  # the command's report, as `ablate` prints it locally
     got.pop("timings")
     want.pop("timings")
     np.testing.assert_allclose(got.pop("z"), want.pop("z"), rtol=1e-6, atol=1e-7)
