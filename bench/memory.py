@@ -22,9 +22,11 @@ reports the peak RSS of the scoring alone (``VmHWM`` reset before it) above the 
 of one path's full-vocabulary logits for the whole batch (rows × tokens × V × 4 bytes); the children run with
 ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed tensors leave the RSS. With ``--code PATH`` the
 child processes import ``core`` from another checkout (e.g. an export of the previous commit) for a
-before/after comparison. The last line is ``batch_peaks_mib=<json>``.
+before/after comparison. ``--tiny`` swaps the model for a 2-layer, 64-wide random Llama with the embedded
+model's tokenizer and vocabulary (V = 49,152): the logits are as large as the real model's, a step costs next
+to nothing, so answers of 1,024 tokens are measurable on a CPU. The last line is ``batch_peaks_mib=<json>``.
 
-    python bench/memory.py --batch [--batch-size 8] [--tokens-list 64,256,1024] [--sigmas 0,0.02,0.05,0.1]
+    python bench/memory.py --batch [--batch-size 8] [--tokens-list 64,256,1024] [--sigmas 0,0.02,0.05,0.1] [--tiny]
 """
 
 from __future__ import annotations
@@ -80,14 +82,41 @@ def build_context(handle, n_tokens: int) -> str:
     return handle.tokenizer.decode(ids).strip()
 
 
-def batch_child(batch_size: int, tokens: int, sigmas: list[float]) -> dict[str, float]:
+def tiny_real_vocab_handle():
+    """The embedded model's tokenizer (V = 49,152) on a 2-layer, 64-wide random Llama: the logits have the real
+    model's size, while a generation step costs next to nothing (long answers are measurable on a CPU)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from core.model.loading import embedded_cache_path, ensure_embedded_cache, handle_from_model
+
+    ensure_embedded_cache()
+    tokenizer = AutoTokenizer.from_pretrained(embedded_cache_path())
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id or tokenizer.eos_token_id
+    return handle_from_model(model, tokenizer, name="tiny-real-vocab", source="bench/memory.py")
+
+
+def batch_child(batch_size: int, tokens: int, sigmas: list[float], tiny: bool = False) -> dict[str, float]:
     """One measurement in this (fresh) process: the peak of scoring ``batch_size`` rows at ``tokens`` tokens."""
     import csv
 
     from core.engine import score_rows
     from core.io import asset_path
 
-    handle = load_model(device="cpu")
+    handle = tiny_real_vocab_handle() if tiny else load_model(device="cpu")
     with asset_path("probes", "probes.csv").open(encoding="utf-8") as fh:
         rows = [(r["query"], r["context"]) for r in csv.DictReader(fh)][:batch_size]
     settings = DualPathSettings(max_new_tokens=tokens, score_window=tokens, force_length=True)
@@ -133,6 +162,7 @@ def batch_main(args: argparse.Namespace) -> int:
             args.sigmas,
             "--threads",
             str(args.threads),
+            *(["--tiny"] if args.tiny else []),
         ]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -157,13 +187,16 @@ def main() -> int:
     parser.add_argument("--tokens-list", default="64,256,1024", help="--batch: new tokens per answer to measure")
     parser.add_argument("--sigmas", default="0,0.02,0.05,0.1", help="--batch: noise σ values ('' for none)")
     parser.add_argument("--code", default=None, help="--batch: import core from this checkout instead")
+    parser.add_argument(
+        "--tiny", action="store_true", help="--batch: a 2-layer random model with the real vocabulary (fast)"
+    )
     args = parser.parse_args()
     set_threads(args.threads)
     if args.batch:
         return batch_main(args)
     if args.batch_child:
         sigmas = [float(x) for x in args.sigmas.split(",") if x.strip()]
-        print(json.dumps(batch_child(args.batch_size, args.tokens, sigmas)))
+        print(json.dumps(batch_child(args.batch_size, args.tokens, sigmas, tiny=args.tiny)))
         return 0
     figures: dict[str, float] = {"start_rss_mb": _status_mb("VmRSS")}
 

@@ -57,38 +57,38 @@ def _fmt(value: float | None) -> str:
 
 
 def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
-    """One row per detector: name, what it measures, score, threshold, verdict (shared wording), source."""
+    """One row per detector: name, verdict (shared wording), score, threshold, direction, where the threshold
+    comes from, what it measures."""
     rows = []
     for v in verdicts:
-        direction = "higher = recalled" if v.higher_means == "memorized" else "higher = read"
         why = v.source if v.error is None else f"not scored: {plain_message(v.error)}"
         if v.note:
             why = f"{why} · {v.note}"
         rows.append(
             {
                 "detector": short_name(v.name),
-                "measures": v.label,
+                "verdict": display(v.verdict),
                 "score": _fmt(v.score),
                 "threshold": _fmt(v.threshold),
-                "direction": direction,
-                "verdict": display(v.verdict),
+                "direction": "high = recalled" if v.higher_means == "memorized" else "high = read",
                 "threshold from": why,
+                "measures": v.label,
             }
         )
-    return pd.DataFrame(
-        rows, columns=["detector", "measures", "score", "threshold", "direction", "verdict", "threshold from"]
-    )
+    return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
 COLUMNS = {
     "detector": st.column_config.TextColumn("detector", width="small", pinned=True),
-    "measures": st.column_config.TextColumn("what it measures", width="medium"),
+    "verdict": st.column_config.TextColumn("verdict", width="medium"),
     "score": st.column_config.TextColumn("score", width="small"),
     "threshold": st.column_config.TextColumn("threshold", width="small"),
-    "direction": st.column_config.TextColumn("direction", width="small"),
-    "verdict": st.column_config.TextColumn("verdict", width="medium"),
+    "direction": st.column_config.TextColumn("direction", width="small", help="Which side of the threshold means what"),
     "threshold from": st.column_config.TextColumn("where the threshold comes from", width="large"),
+    "measures": st.column_config.TextColumn("what it measures", width="large"),
 }
+ROW_PX = 35
+"""Height of one data-grid row: the table is drawn tall enough to show every detector without scrolling."""
 
 
 def _compute(handle: ModelHandle, result: DualPathResult) -> tuple[Agreement, DetectorInput]:
@@ -129,7 +129,8 @@ def _draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | 
         store.put(tag, entry)
     agreement, inp = entry
     st.info(agreement.summary)
-    st.dataframe(table(agreement.verdicts), hide_index=True, column_config=COLUMNS)
+    frame = table(agreement.verdicts)
+    st.dataframe(frame, hide_index=True, column_config=COLUMNS, height=ROW_PX * (len(frame) + 1) + 3)
     _links(agreement)
     _costly(agreement, inp, tag)
     return agreement
@@ -140,10 +141,11 @@ def _links(agreement: Agreement) -> None:
     by_page: dict[tuple[str, str], list[str]] = {}
     for name in [v.name for v in agreement.verdicts] + [c.name for c in agreement.costly]:
         by_page.setdefault(page_for(name), []).append(short_name(name))
-    columns = st.columns(min(len(by_page), 4) or 1)
-    for i, ((script, title), names) in enumerate(by_page.items()):
-        with columns[i % len(columns)]:
-            st.page_link(script, label=f"{title}: {', '.join(names)}", icon=":material/arrow_forward:")
+    st.caption("Each detector's page: " + " · ".join(f"{t}: {', '.join(n)}" for (_, t), n in by_page.items()))
+    columns = st.columns(len(by_page) or 1)
+    for column, ((script, title), names) in zip(columns, by_page.items(), strict=True):
+        with column:
+            st.page_link(script, label=title, help=", ".join(names), icon=":material/arrow_forward:")
 
 
 def _costly(agreement: Agreement, inp: DetectorInput, tag: str) -> None:

@@ -106,13 +106,20 @@ def draw_verdict(result: DualPathResult) -> None:
     elif verdict == READ:
         st.success(f"**{words}** — Z = {result.repcs_score:.3f} ≥ τ = {result.threshold:.3f}.")
     elif verdict == INCONCLUSIVE:
-        st.info(f"**{words}** — Z = {result.repcs_score:.3f} is too close to τ = {_num(result.threshold)} to decide.")
+        st.info(
+            f"**{words}** — "
+            + escape_markdown(
+                result.verdict_reason or f"Z = {result.repcs_score:.3f} is too close to τ = {_num(result.threshold)}."
+            )
+        )
     else:
         st.info(
             f"**{words}** — no threshold τ is available for this model, so Z is shown without a verdict. "
             "Calibrate τ on clean (context-dependent) prompts to get one."
         )
     st.caption("τ source: " + escape_markdown(result.threshold_source))
+    if result.tau_band is not None and verdict in (RECALLED, READ):
+        st.caption(escape_markdown(result.verdict_reason))  # τ(L) at this answer's length and its band
     st.caption(CAVEAT)
 
 

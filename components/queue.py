@@ -89,15 +89,17 @@ class SessionRuns:
 
 
 def _still_wanted(runs: SessionRuns, run: int, session_id: str | None, yield_check: Callable[[], None] | None) -> bool:
-    """The token's check: ``False`` while this page run should go on; raises Streamlit's stop (or rerun)
-    exception when Streamlit has ended it or a newer run of the session started; ``True`` (cancel) when the
-    session is no longer connected."""
+    """The token's check: ``False`` while this page run should go on. When it should not, it raises
+    Streamlit's own stop (or rerun) exception, which ends the script run quietly (no error box, no traceback in
+    the log) and passes every ``except Exception`` on the way: Streamlit has ended the run (closed tab, Stop,
+    a newer run with fast reruns), a newer run of the session started, or the session is no longer connected."""
     if yield_check is not None:
         yield_check()
     if runs.superseded(run):
         raise StopException()  # a newer run of this session started: this one's page is gone
-    # the tab was closed (or lost its connection): cancel
-    return session_id is not None and Runtime.exists() and not Runtime.instance().is_active_session(session_id)
+    if session_id is not None and Runtime.exists() and not Runtime.instance().is_active_session(session_id):
+        raise StopException()  # the tab was closed (or lost its connection)
+    return False
 
 
 def make_token(

@@ -68,8 +68,10 @@ def draw_counters(reader: AuditReader) -> None:
     rate = stats["anomaly_rate"]
     c3.metric("Anomaly rate", "—" if rate is None else f"{rate:.1%}")
     p50, p99 = stats["latency_ms"]["p50"], stats["latency_ms"]["p99"]
-    c4.metric("Latency p50 / p99", "—" if p50 is None else f"{p50:.0f} / {p99:.0f} ms")
-    c5.metric("Last audit (UTC)", (stats["last_at"] or "—")[:19].replace("T", " "))
+    c4.metric("Latency p50", "—" if p50 is None else f"{p50:,.0f} ms", help="As recorded by the service.")
+    c5.metric("Latency p99", "—" if p99 is None else f"{p99:,.0f} ms")
+    if stats["last_at"]:
+        st.caption(f"First audit {stats['first_at']}, last audit {stats['last_at']} (UTC).")
     if len(stats["models"]) > 1 or len(stats["calibration_ids"]) > 1:
         st.caption(
             f"This log holds audits of {len(stats['models'])} model(s) and {len(stats['calibration_ids'])} "

@@ -18,7 +18,9 @@ set). ``assets/probes/conflict.csv`` has no memorized/grounded labels, so it has
     HF_HUB_OFFLINE=1 python scripts/validity_table.py --set unscreened      # one set (repeatable)
     python scripts/validity_table.py --table-only                           # the table from out/validity/*.json
 
-Every set is run with ``evaluate``'s default settings unless ``--max-new-tokens`` / ``--window`` are given;
+Every set is run with ``evaluate``'s default settings unless ``--max-new-tokens`` / ``--window`` are given, on
+one CPU thread unless ``--threads`` says otherwise (on an oversubscribed 2-core machine, torch's default of
+two threads made the first batch about five times slower);
 the table's footer lists the settings each report was made with and says so when they differ.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -101,8 +104,11 @@ def run_evaluate(name: str, path: Path, args: argparse.Namespace) -> Path:
         value = getattr(args, flag)
         if value is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(value)]
+    env = dict(os.environ)
+    if args.threads:
+        env.update({"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)})
     print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    subprocess.run(cmd, cwd=REPO_ROOT, check=True)
+    subprocess.run(cmd, cwd=REPO_ROOT, check=True, env=env)
     return out
 
 
@@ -216,6 +222,13 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="passed to evaluate (default: its own)")
     parser.add_argument("--window", type=int, default=None, help="passed to evaluate (default: its own)")
     parser.add_argument("--batch-size", type=int, default=None, help="passed to evaluate (default: its own)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads of each evaluate run (OMP_NUM_THREADS; default 1, fastest on a shared machine; 0 = "
+        "torch's default)",
+    )
     args = parser.parse_args()
 
     sets = labeled_sets()

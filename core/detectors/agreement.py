@@ -432,6 +432,10 @@ def short_name(name: str) -> str:
     return name
 
 
+def _say(n: int) -> str:
+    return f"{n} says" if n == 1 else f"{n} say"
+
+
 def summary_line(verdicts: list[DetectorVerdict]) -> str:
     """Where the detectors agree and conflict, in one sentence a student understands.
 
@@ -455,7 +459,7 @@ def summary_line(verdicts: list[DetectorVerdict]) -> str:
         return f"They agree: all {len(read)} say the model {DISPLAY[READ].lower()} ({_names(read)})." + tail
     quote = {RECALLED: f"“{DISPLAY[RECALLED]}”", READ: f"“{DISPLAY[READ]}”"}
     return (
-        f"They conflict: {len(recalled)} say {quote[RECALLED]} ({_names(recalled)}) and {len(read)} say "
+        f"They conflict: {_say(len(recalled))} {quote[RECALLED]} ({_names(recalled)}) and {_say(len(read))} "
         f"{quote[READ]} ({_names(read)}). They measure different things, so a count is not a verdict: see "
         "what each one measures." + tail
     )

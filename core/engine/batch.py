@@ -70,7 +70,7 @@ MAX_LOGITS_BYTES = 1 << 30
 """Most bytes of one path's full-vocabulary logits a batch may hold (rows × max_new_tokens × V × dtype size);
 a larger batch is scored in sub-batches (:func:`rows_per_batch`). The peak of a batch is about twice this (both
 paths) plus the model and one row's scoring temporaries."""
-SCORE_CHUNK_BYTES = 64 << 20
+SCORE_CHUNK_BYTES = 16 << 20
 """Answer positions are scored in slices of at most this many bytes of float32 logits per path."""
 _DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 

@@ -95,12 +95,13 @@ def observe(handle: Any, unit: str, seconds: float, units: float) -> None:
 def observe_result(handle: Any, result: Any) -> None:
     """Record a dual-path result's own timings: its greedy generation (``timings["generate_s"]``: both paths
     decode in one batch of two, so the steps are the longer answer's tokens) and its scoring forward
-    (``timings["score_s"]``, one teacher-forced pass)."""
+    (``timings["score_s"]``, one teacher-forced pass). The prompt's forward pass counts as one more step, so a
+    short answer does not inflate the per-token cost."""
     timings = getattr(result, "timings", None) or {}
     parametric = getattr(result, "parametric", None)
     steps = max(int(getattr(result, "n_tokens", 0) or 0), len(getattr(parametric, "token_ids", ()) or ()))
-    if "generate_s" in timings:
-        observe(handle, GENERATED_TOKEN, float(timings["generate_s"]), steps)
+    if "generate_s" in timings:  # + 1: the prompt's own forward pass costs about one step
+        observe(handle, GENERATED_TOKEN, float(timings["generate_s"]), steps + 1)
     if "score_s" in timings:
         observe(handle, FORWARD, float(timings["score_s"]), 1)
 

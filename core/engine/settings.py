@@ -70,8 +70,10 @@ class DualPathSettings:
             if f.name not in data:
                 continue
             value, kind = data[f.name], type(f.default)
-            if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
-                raise ValueError(f"settings {f.name!r} must be a {kind.__name__}, got {value!r}")
+            if kind in (bool, int, float, str):  # a field whose default is None takes what validate() accepts
+                accepted = (int, float) if kind is float else kind
+                if isinstance(value, bool) != (kind is bool) or not isinstance(value, accepted):
+                    raise ValueError(f"settings {f.name!r} must be a {kind.__name__}, got {value!r}")
             values[f.name] = value
         settings = cls(**values)
         settings.validate()

@@ -189,6 +189,16 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         ),
         f"PAC:          γ̂ = {report.gamma:.3f}  Δ̂ = {delta}  ε = {args.epsilon:g}  →  n ≥ {n_required}",
     ]
+    pac = report.pac or {}
+    if pac.get("n"):
+        vocab = pac["gamma"].get("vocabulary")
+        lines.append(
+            "              γ over the vocabulary (Lemma III.3) = "
+            + ("n/a" if vocab is None else f"{vocab:.3f}")
+            + f" → n ≥ {pac['n']['vocabulary']['nominal']} at T = {pac['T']['nominal']:g}; effective T (mean L) "
+            + ("n/a" if pac["T"]["mean"] is None else f"{pac['T']['mean']:.1f}")
+            + f" → n ≥ {pac['n']['vocabulary']['mean']} (vocabulary γ), {pac['n']['realised_token']['mean']} (γ̂)"
+        )
     if given is not None:
         g = out["given_threshold"]
         lines.append(f"given τ = {g['tau']:.4f} (T = {g['T']}): held-out FPR {pct(g['fpr'])}, FNR {pct(g['fnr'])}")

@@ -76,7 +76,7 @@ def test_alpha_threshold_is_the_quantile_on_the_memorized_side():
 def test_summary_line_says_where_they_agree_and_conflict():
     assert summary_line([_v("repcs", RECALLED), _v("radar", RECALLED)]).startswith("They agree: all 2")
     conflict = summary_line([_v("repcs", RECALLED), _v("crm_lts", READ), _v("ppl", READ), _v("zlib", UNCALIBRATED)])
-    assert conflict.startswith("They conflict: 1 say “Recalled from memory” (RePCS) and 2 say “Read from the context”")
+    assert conflict.startswith("They conflict: 1 says “Recalled from memory” (RePCS) and 2 say “Read from the context”")
     assert "(CRM LTS and perplexity)" in conflict and "1 more give no verdict" in conflict
     assert summary_line([_v("repcs", INCONCLUSIVE)]).startswith("No detector has both")
     assert summary_line([_v("min_k_10", READ)]) == "Only Min-10% has a verdict here: “Read from the context”."
@@ -174,3 +174,17 @@ def test_a_detectors_own_threshold_hook_is_used_and_named(tiny_handle, tiny_resu
     found = threshold_for(detector, inp)
     assert (found.value, found.source) == (0.25, "its own calibration")
     assert agreement.judge(detector, inp).verdict == RECALLED, "0.3 > τ = 0.25 on the memorized side"
+
+
+def test_the_bundled_detector_calibration_agrees_with_the_bundled_repcs_tau():
+    """Both files apply RePCS Algorithm 1 to the same 87 clean prompts: their τ for RePCS must agree."""
+    from core.methods.repcs import EMBEDDED_THRESHOLD, Threshold
+
+    path = agreement.THRESHOLD_DIR / "detectors-embedded.json"
+    document = json.loads(path.read_text(encoding="utf-8"))
+    tau = Threshold.load(EMBEDDED_THRESHOLD)
+    assert document["n_clean"] == tau.n_clean and document["n_memorized"] == tau.n_memorized
+    assert document["detectors"]["repcs"]["threshold"] == pytest.approx(tau.tau, abs=1e-4)
+    assert document["detectors"]["repcs"]["fnr"] == pytest.approx(tau.fnr, abs=1e-4)
+    for name, entry in document["detectors"].items():
+        assert entry["fpr"] <= 0.1, f"{name}: about α of the clean prompts are flagged"

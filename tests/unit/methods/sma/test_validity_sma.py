@@ -19,7 +19,8 @@ DISTRACTOR = " The weather there is usually mild in spring."
 def test_agreement_peaks_at_the_reference_by_hand():
     assert agreement_score(1.0, 1.0, 0.5, 0.5) == pytest.approx(1.0)
     # a longer, less similar answer: eq. 14 scores it above the reference itself, agreement does not
-    assert response_score(2.91, 0.50, 0.5, 0.5) == pytest.approx(0.5 * 2.91 + 0.25) > 1.0
+    assert response_score(2.91, 0.50, 0.5, 0.5) == pytest.approx(0.5 * 2.91 + 0.25)
+    assert response_score(2.91, 0.50, 0.5, 0.5) > 1.0 > agreement_score(2.91, 0.50, 0.5, 0.5)
     assert agreement_score(2.91, 0.50, 0.5, 0.5) == pytest.approx(0.5 / 2.91 + 0.25)
     assert agreement_score(0.5, 0.8, 0.5, 0.5) == pytest.approx(0.25 + 0.4)
     assert agreement_score(2.0, 0.8, 0.5, 0.5) == pytest.approx(agreement_score(0.5, 0.8, 0.5, 0.5))  # symmetric

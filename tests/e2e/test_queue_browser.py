@@ -1,0 +1,61 @@
+"""Fair sharing in a real browser (issue 15): a visitor behind a running one sees that they are queued, and
+closing the running visitor's tab hands the model over at its next token instead of at the end of its run.
+
+Visitor A starts a Self-Critique run with a long answer (1,024 new tokens at most: one ``generate`` with no
+Streamlit call inside, so only the per-token cancel check can end it early). Visitor B presses Run on the
+Dual Path page and is queued behind A. A's tab is closed: B's run must start within a few tokens' time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import pytest
+
+from tests.e2e.conftest import RUN_TIMEOUT_MS, STEP_TIMEOUT_MS, AppPage
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+QUERY, CONTEXT = "Query", "Context (the retrieved passage)"
+MAX_TOKENS = "Max new tokens per answer"
+QUEUED = '[data-testid="stAlertContentInfo"]:has-text("Queued:")'
+HANDOVER_S = 60
+"""How soon B's run must start after A's tab closes: a few tokens on a busy CPU (A's 1,024-token answer would
+take minutes)."""
+
+
+def _visitor(browser, server) -> AppPage:
+    context = browser.new_context(viewport={"width": 1440, "height": 1100})
+    page = context.new_page()
+    page.set_default_timeout(STEP_TIMEOUT_MS)
+    return AppPage(page, server)
+
+
+def test_closing_the_running_tab_hands_the_model_to_the_queued_visitor(browser, server) -> None:
+    a, b = _visitor(browser, server), _visitor(browser, server)
+    try:
+        a.open("Self_Critique", "Self-Critique")
+        a.set_number(MAX_TOKENS, 1024)
+        a.fill(QUERY, "Write a very long story about a dragon who learns to read, in twenty chapters.")
+        a.fill(CONTEXT, "Dragons are large, winged reptiles of legend.")
+        b.open("Dual_Path", "Dual Path")
+        b.fill(QUERY, "What is the capital of Veltria?")
+        b.fill(CONTEXT, "The capital of the Republic of Veltria is Marrowgate.")
+
+        a.page.get_by_role("button", name="Run Self-Critique").click()
+        a.page.wait_for_timeout(3000)  # A holds the model
+        b.page.get_by_role("button", name="Run both paths").click()
+        b.page.locator(QUEUED).first.wait_for(timeout=STEP_TIMEOUT_MS)
+        assert "1 run ahead" in b.page.locator(QUEUED).first.inner_text(), b.diagnose("B is queued behind A")
+
+        closed = time.monotonic()
+        a.page.context.close()
+        b.page.locator(QUEUED).first.wait_for(state="detached", timeout=HANDOVER_S * 1000)
+        handover = time.monotonic() - closed
+        assert handover < HANDOVER_S, b.diagnose(f"B waited {handover:.0f} s after A's tab closed")
+        b.page.get_by_role("heading", name="RePCS verdict").first.wait_for(timeout=RUN_TIMEOUT_MS)
+        b.fail_on_error()
+    finally:
+        for visitor in (a, b):
+            with contextlib.suppress(Exception):  # A's is closed already
+                visitor.page.context.close()
