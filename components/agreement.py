@@ -14,7 +14,7 @@ import streamlit as st
 
 from components import keys
 from components.lru import session_lru
-from components.text import plain_message
+from components.text import redact_paths
 from core.detectors import get
 from core.detectors.agreement import Agreement, DetectorVerdict, assess, detector_input, judge, short_name
 from core.detectors.registry import DetectorInput
@@ -61,7 +61,7 @@ def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
     comes from, what it measures."""
     rows = []
     for v in verdicts:
-        why = v.source if v.error is None else f"not scored: {plain_message(v.error)}"
+        why = v.source if v.error is None else f"not scored: {redact_paths(v.error)}"  # grid text: no markdown
         if v.note:
             why = f"{why} · {v.note}"
         rows.append(
@@ -70,7 +70,7 @@ def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
                 "verdict": display(v.verdict),
                 "score": _fmt(v.score),
                 "threshold": _fmt(v.threshold),
-                "direction": "high = recalled" if v.higher_means == "memorized" else "high = read",
+                "direction": "↑ recalled" if v.higher_means == "memorized" else "↑ read",
                 "threshold from": why,
                 "measures": v.label,
             }
@@ -83,7 +83,7 @@ COLUMNS = {
     "verdict": st.column_config.TextColumn("verdict", width="medium"),
     "score": st.column_config.TextColumn("score", width="small"),
     "threshold": st.column_config.TextColumn("threshold", width="small"),
-    "direction": st.column_config.TextColumn("direction", width="small", help="Which side of the threshold means what"),
+    "direction": st.column_config.TextColumn("direction", width="small", help="What a higher score means"),
     "threshold from": st.column_config.TextColumn("where the threshold comes from", width="large"),
     "measures": st.column_config.TextColumn("what it measures", width="large"),
 }

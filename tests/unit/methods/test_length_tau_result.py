@@ -78,3 +78,18 @@ def test_results_of_schema_2_read_back_with_todays_verdicts(tiny_handle, setting
     data["verdict"] = "maybe"
     with pytest.raises(ValueError, match="unknown verdict"):
         DualPathResult.from_dict(data)
+
+
+def test_cli_tau_mode_chooses_how_the_default_tau_is_applied(tiny_handle, monkeypatch, capsys):
+    import core.cli.common
+    from core.cli import main
+
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
+    argv = ["run", "--query", QUERY, "--context", CONTEXT, "--max-new-tokens", "4", "--json"]
+    assert main([*argv, "--tau-mode", "paper"]) == 0
+    paper = json.loads(capsys.readouterr().out)
+    assert paper["tau_mode"] == TAU_PAPER and paper["tau_band"] is None
+    assert main(argv) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert default["tau_mode"] == TAU_LENGTH and default["verdict"] in {INCONCLUSIVE, READ, RECALLED}
+    assert default["threshold"] != paper["threshold"]  # τ(L) at this answer's L, not the constant τ
