@@ -112,13 +112,13 @@ def main() -> int:
         from core.io import model_slug
         from core.model.loading import EMBEDDED_NAME
 
-        raw = read_csv(table_path)
-        table = [{**r, **{f: float(r[f]) for f in FEATURES}} for r in raw]
         model, slug, template = EMBEDDED_NAME, model_slug(EMBEDDED_NAME, "", embedded=True), TEMPLATE
     else:
-        table, model, slug, template = extract(args.batch_size)
-        write_table(table, features_path(template))
+        extracted, model, slug, template = extract(args.batch_size)
         table_path = features_path(template)
+        write_table(extracted, table_path)
+    # always fit on the stored (6-decimal) table, so a --from-features rebuild gives the same file
+    table = [{**r, **{f: float(r[f]) for f in FEATURES}} for r in read_csv(table_path)]
     X = np.array([[float(r[f]) for f in FEATURES] for r in table], dtype=np.float64)
     y = np.array([1 if r["label"] == "memorized" else 0 for r in table])
     trained_on = [

@@ -147,14 +147,17 @@ def confirmed_mask(report: dict[str, Any]) -> list[bool]:
     return [bool(label_confirmed(r["label"], r)) for r in report["rows"]]
 
 
-def cell(entry: dict[str, Any] | None) -> str:
-    """``0.952 [0.925, 0.976]``, or ``n/a``."""
+def cell(entry: dict[str, Any] | None, total: int | None = None) -> str:
+    """``0.952 [0.925, 0.976]``, ``n/a``, and ``(n = 65 of 88)`` when the detector scored fewer rows than the
+    column has (it failed on the others; the report's ``errors`` say why)."""
     if not entry or entry.get("auc") is None:
         return "n/a"
     ci = entry.get("auc_ci") or [None, None]
-    if ci[0] is None:
-        return f"{entry['auc']:.3f}"
-    return f"{entry['auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+    text = f"{entry['auc']:.3f}" if ci[0] is None else f"{entry['auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+    n = entry.get("n")
+    if total is not None and n is not None and n < total:
+        text += f" (n = {n} of {total})"
+    return text
 
 
 def behavior(report: dict[str, Any]) -> str:
@@ -174,20 +177,21 @@ def behavior(report: dict[str, Any]) -> str:
 
 def table(reports: dict[str, dict[str, Any]], n_boot: int) -> str:
     """The Markdown table (detectors × sets) and its footer."""
-    columns: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    columns: list[tuple[str, dict[str, dict[str, Any]], int]] = []
     for name, report in reports.items():
-        columns.append((f"`{name}`", report["detectors"]))
+        columns.append((f"`{name}`", report["detectors"], len(report["rows"])))
         if name == CONFIRMED_SET:
-            columns.append((f"`{name}` (confirmed)", subset_metrics(report, confirmed_mask(report), n_boot)))
+            mask = confirmed_mask(report)
+            columns.append((f"`{name}` (confirmed)", subset_metrics(report, mask, n_boot), sum(mask)))
     names: list[str] = []
     for report in reports.values():
         names += [n for n in report["detectors"] if n not in names]
     lines = [
-        "| detector | " + " | ".join(title for title, _ in columns) + " |",
+        "| detector | " + " | ".join(title for title, _, _ in columns) + " |",
         "|---" * (len(columns) + 1) + "|",
     ]
     for det in names:
-        lines.append(f"| `{det}` | " + " | ".join(cell(metrics.get(det)) for _, metrics in columns) + " |")
+        lines.append(f"| `{det}` | " + " | ".join(cell(m.get(det), total) for _, m, total in columns) + " |")
     lines += [
         "",
         BEHAVIOR_HEADER,

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.io import KiB, read_user_file
+
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "READ_OR_RECALL_TOKEN"
@@ -71,7 +73,8 @@ def load_token(token_file: str | Path | None = None) -> str:
     """
     if token_file is not None:
         try:
-            token = Path(token_file).read_text(encoding="utf-8").strip().splitlines()[0].strip()
+            raw = read_user_file(token_file, 4 * KiB, "token file")
+            token = raw.decode("utf-8").strip().splitlines()[0].strip()
         except (OSError, IndexError, UnicodeDecodeError) as exc:
             raise ValueError(f"Cannot read a token from {token_file}: {exc or 'empty file'}") from exc
         source = str(token_file)

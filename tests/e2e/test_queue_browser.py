@@ -1,9 +1,11 @@
 """Fair sharing in a real browser (issue 15): a visitor behind a running one sees that they are queued, and
-closing the running visitor's tab hands the model over at its next token instead of at the end of its run.
+closing the running visitor's tab hands the model over within a few tokens instead of at the end of its run.
 
-Visitor A starts a Self-Critique run with a long answer (1,024 new tokens at most: one ``generate`` with no
-Streamlit call inside, so only the per-token cancel check can end it early). Visitor B presses Run on the
-Dual Path page and is queued behind A. A's tab is closed: B's run must start within a few tokens' time.
+Visitor A starts a Self-Critique run with a long answer (1,024 new tokens at most: minutes on a CPU). Visitor
+B presses Run on the Dual Path page and is queued behind A ("Queued: 1 run ahead"). A's tab is closed: B's run
+must start within a few tokens' time. (Self-Critique streams its answer, so Streamlit's own stop at A's next
+page update ends it as well as the per-token cancel check does; the check alone, for runs that draw nothing
+while generating, is tested in ``tests/unit/model/test_handle_cancel.py`` and ``tests/app/test_public_mode.py``.)
 """
 
 from __future__ import annotations
