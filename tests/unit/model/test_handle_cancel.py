@@ -51,10 +51,11 @@ def test_a_failed_forward_releases_the_lock(tiny_handle) -> None:
         raise RuntimeError("a layer failed")
 
     layer = tiny_handle.model.model.layers[0]
+    # transformers may install its own output-capturing hooks on first use: only ours must be gone after.
     hooks = [lambda: layer.register_forward_hook(boom)]
     with pytest.raises(RuntimeError, match="a layer failed"), tiny_handle.hooked(hooks):
         tiny_handle.forward(input_ids=torch.tensor([[1, 2, 3]]))
-    assert not layer._forward_hooks, "the hook is removed"
+    assert boom not in layer._forward_hooks.values(), "the hook is removed"
     assert _free_from_another_thread(tiny_handle)
 
 

@@ -30,7 +30,7 @@ def _sklearn_pc1_ratio(x: np.ndarray) -> float:
 def test_default_rule_is_the_papers_within_layer_pca_ratio(synthetic):
     D, _ = synthetic()
     assert DEFAULT_LAYER_RULE == WITHIN_LAYER
-    pc1, evr, evr_within = pc1_directions(D)
+    _, evr, evr_within = pc1_directions(D)
     want = [i for i in range(D.shape[1]) if _sklearn_pc1_ratio(D[:, i]) > 0.01]
     assert select_layers_by_rule(WITHIN_LAYER, evr, evr_within) == want == [1, 2, 3, 4]
     # the named option: PC1 variance as a share of the total over all layers (drops the small layer 1)
