@@ -158,6 +158,7 @@ def test_a_saved_tau_is_checked_then_used_for_the_whole_app():
 
     mine = Threshold.load(EMBEDDED_THRESHOLD)
     mine.tau, mine.source = 11.25, "a test calibration"
+    mine.length_tau = None  # a constant τ, so the page names it "τ = … nats"
     other = Threshold.from_dict({**json.loads(mine.to_json()), "model": "another-model"})
     upload = at.file_uploader(key="ror.eval.tau_upload")
     upload.set_value(("other.json", other.to_json().encode(), "application/json")).run()
@@ -174,4 +175,5 @@ def test_a_saved_tau_is_checked_then_used_for_the_whole_app():
     assert any("τ = 11.250 nats" in e.label for e in at.expander)
     at.button(key="ror.eval.reset_tau_top").click().run()
     assert not at.session_state["ror.threshold.active"]
-    assert any(f"τ = {Threshold.load(EMBEDDED_THRESHOLD).tau:.3f} nats" in e.label for e in at.expander)
+    bundled = Threshold.load(EMBEDDED_THRESHOLD).length_tau  # back to the bundled, length-aware τ(L)
+    assert any(f"τ(L) from {bundled.tau(bundled.L_min):.2f}" in e.label for e in at.expander)

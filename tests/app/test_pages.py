@@ -135,7 +135,7 @@ def test_dual_path_runs_an_example() -> None:
     assert any(phrase in a for a in _alerts(at) for phrase in VERDICT_PHRASES), _alerts(at)
     assert any(m.label.startswith("Z =") and m.value.endswith("nats") for m in at.metric)
     assert len(at.get("plotly_chart")) == 1, "the per-token KL chart is drawn"
-    assert len(at.dataframe) == 2, "top-k of both paths side by side"
+    assert len(at.dataframe) == 3, "top-k of both paths side by side, and the agreement view's table"
     assert {"mean KL", "max KL", "variance", "trend (nats / token)"} <= {m.label for m in at.metric}
     assert len(at.get("download_button")) == 1
     assert "Scored" in at.status[0].label, "the scoring status is shown as finished"
@@ -164,7 +164,8 @@ def test_script_input_is_shown_as_text_only() -> None:
     _run(at, SCRIPT, SCRIPT)
     assert not at.error, [e.value for e in at.error]
     assert any(SCRIPT in c.value for c in at.code), "the exact prompts show the input literally"
-    assert not at.get("html"), "no st.html element"
+    # The one st.html element allowed is the app's static stylesheet (assets/static/app.css): no user text in it.
+    assert len(at.get("html")) <= 1 and all(SCRIPT not in str(h.proto) for h in at.get("html")), "no user HTML"
     for element in at.markdown:
         assert not element.proto.allow_html
         assert "<script" not in element.value
