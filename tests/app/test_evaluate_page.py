@@ -99,6 +99,9 @@ def test_upload_run_results_calibration_and_open_row():
 
     # calibration tab: τ from the chosen clean rows, then "use this τ" for the whole app
     assert any(m.label == "τ (nats)" for m in at.metric)
+    # six rows give poor held-out figures: adopting this τ is a deliberate, confirmed action
+    assert at.button(key="ror.eval.use_tau").disabled
+    at.checkbox(key="ror.eval.tau.confirm").check().run()
     at.button(key="ror.eval.use_tau").click().run()
     ok(at)
     active = at.session_state["ror.threshold.active"]
