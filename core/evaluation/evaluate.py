@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from core.detectors.registry import Detector
 from core.engine import DEFAULT_BATCH_SIZE, DualPathSettings
 from core.evaluation.data import LABELS, SEED, DataError, LabeledRow, prompt_lengths
 from core.evaluation.report import N_BOOT, build_report, summarize
@@ -26,6 +27,54 @@ from core.evaluation.scheduler import EvaluationJob, JobSpec
 from core.evaluation.scoring import resolve_detectors
 from core.methods.repcs import Threshold, threshold_for
 from core.model.handle import ModelHandle
+
+
+def plan_job(
+    handle: ModelHandle,
+    rows: list[LabeledRow],
+    settings: DualPathSettings,
+    threshold: Threshold | None,
+    detectors: list[str] | None,
+    noise_sigmas: Sequence[float],
+    *,
+    batch_size: int,
+    noise_seed: int,
+) -> tuple[EvaluationJob, dict[str, Detector], list[int], Threshold | None, str]:
+    """Step 1 of the pipeline, shared by the local run and the Ray run: detectors resolved, every row validated
+    against the model's token budget, both labels checked, τ resolved, the job built (not yet prepared).
+
+    ``handle`` may be weightless (only its tokenizer and facts are used).
+
+    Returns:
+        ``(job, the resolved detectors, prompt lengths, τ, τ's source)``.
+
+    Raises:
+        ValueError: an unknown detector; :class:`DataError` for a row that does not fit or a single label.
+    """
+    chosen = resolve_detectors(detectors)
+    lengths = prompt_lengths(handle, rows, settings)
+    labels = {r.label for r in rows}
+    if labels != set(LABELS):
+        raise DataError(
+            f"Evaluation needs rows of both labels ({', '.join(LABELS)}); this file only has "
+            f"{', '.join(sorted(labels))}."
+        )
+    if threshold is None:
+        threshold, source = threshold_for(handle.info.name)
+    else:
+        source = "given"
+    spec = JobSpec(
+        dataset="",
+        digest="",
+        rows_key=tuple(r.row for r in rows),
+        model=handle.info.name,
+        settings=settings,
+        detectors=tuple(chosen),
+        sigmas=tuple(float(s) for s in noise_sigmas),
+        batch_size=batch_size,
+        noise_seed=noise_seed,
+    )
+    return EvaluationJob(spec, list(rows)), chosen, lengths, threshold, source
 
 
 def evaluate_rows(
@@ -63,30 +112,9 @@ def evaluate_rows(
     Raises:
         ValueError: an unknown detector; :class:`DataError` for a row that does not fit or a single label.
     """
-    chosen = resolve_detectors(detectors)
-    lengths = prompt_lengths(handle, rows, settings)
-    labels = {r.label for r in rows}
-    if labels != set(LABELS):
-        raise DataError(
-            f"Evaluation needs rows of both labels ({', '.join(LABELS)}); this file only has "
-            f"{', '.join(sorted(labels))}."
-        )
-    if threshold is None:
-        threshold, source = threshold_for(handle.info.name)
-    else:
-        source = "given"
-    spec = JobSpec(
-        dataset="",
-        digest="",
-        rows_key=tuple(r.row for r in rows),
-        model=handle.info.name,
-        settings=settings,
-        detectors=tuple(chosen),
-        sigmas=tuple(float(s) for s in noise_sigmas),
-        batch_size=batch_size,
-        noise_seed=noise_seed,
+    job, chosen, lengths, threshold, source = plan_job(
+        handle, rows, settings, threshold, detectors, noise_sigmas, batch_size=batch_size, noise_seed=noise_seed
     )
-    job = EvaluationJob(spec, list(rows))
     job.prepare(handle, lengths)
     reported = 0
 

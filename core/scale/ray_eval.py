@@ -26,12 +26,13 @@ from dataclasses import asdict
 from typing import Any
 
 from core.engine import DEFAULT_BATCH_SIZE, DualPathSettings
-from core.evaluation.data import LABELS, SEED, DataError, LabeledRow, prompt_lengths
+from core.evaluation.data import SEED, LabeledRow
+from core.evaluation.evaluate import plan_job
 from core.evaluation.report import N_BOOT, build_report, summarize
 from core.evaluation.robustness import DEFAULT_SIGMAS
-from core.evaluation.scheduler import EvaluationJob, JobSpec
+from core.evaluation.scheduler import EvaluationJob
 from core.evaluation.scoring import resolve_detectors, score_records
-from core.methods.repcs import Threshold, threshold_for
+from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle
 from core.scale.pool import Progress, RunStats, run_items
 from core.scale.spec import ModelSpec, planning_handle
@@ -156,31 +157,8 @@ def evaluate_on_ray(
         cannot run it (no GPUs for ``--device cuda``, too many workers).
     """
     planner = planner or planning_handle(spec)
-    chosen = resolve_detectors(detectors)
-    lengths = prompt_lengths(planner, rows, settings)
-    labels = {r.label for r in rows}
-    if labels != set(LABELS):
-        raise DataError(
-            f"Evaluation needs rows of both labels ({', '.join(LABELS)}); this file only has "
-            f"{', '.join(sorted(labels))}."
-        )
-    if threshold is None:
-        threshold, source = threshold_for(planner.info.name)
-    else:
-        source = "given"
-    job = EvaluationJob(
-        JobSpec(
-            dataset="",
-            digest="",
-            rows_key=tuple(r.row for r in rows),
-            model=planner.info.name,
-            settings=settings,
-            detectors=tuple(chosen),
-            sigmas=tuple(float(s) for s in noise_sigmas),
-            batch_size=batch_size,
-            noise_seed=noise_seed,
-        ),
-        list(rows),
+    job, chosen, lengths, threshold, source = plan_job(
+        planner, rows, settings, threshold, detectors, noise_sigmas, batch_size=batch_size, noise_seed=noise_seed
     )
     stats = score_job_on_ray(
         spec,
