@@ -19,6 +19,7 @@ from components.figures import (
     escape_label,
     note,
     set_layout,
+    short_token_label,
     token_label,
     top_legend,
     two_rows,
@@ -32,6 +33,9 @@ CHANGED_COLOR = "#f5b041"
 UNCHANGED_COLOR = "#eceff1"
 FLAGGED_COLOR = "#8e44ad"
 TOKENS_PER_ROW = 8
+# Characters a grid cell shows: 8 cells share half the page's width (about 55 px each on a 1280 px screen),
+# which holds 7 monospace characters at 12 px; a longer token is cut with "…" and shown whole in its hover.
+CELL_CHARS = 7
 
 
 def layer_axis_labels(n_hidden: int) -> list[str]:
@@ -75,7 +79,7 @@ def token_diff_figure(
     for i, (tok, ch) in enumerate(zip(tokens, changed, strict=True)):
         r, c = divmod(i, per_row)
         z[r, c] = 1.0 if ch else 0.0
-        text[r, c] = token_label(tok)
+        text[r, c] = short_token_label(tok, CELL_CHARS)
         clean = ""
         if clean_tokens is not None and i < len(clean_tokens):
             clean = f"<br>clean answer at t={i}: {token_label(clean_tokens[i])}"
@@ -93,7 +97,7 @@ def token_diff_figure(
             showscale=False,
             xgap=2,
             ygap=2,
-            textfont={"size": 13, "family": "monospace"},
+            textfont={"size": 12, "family": "monospace"},
         )
     )
     fig.update_xaxes(visible=False)

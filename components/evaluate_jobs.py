@@ -9,7 +9,9 @@ Streamlit call) never loses a scored row.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import streamlit as st
 
@@ -17,7 +19,7 @@ from components import keys
 from components.text import escape_markdown
 from components.threshold_state import active_threshold
 from core.evaluation import EvaluationJob, JobSpec, JobStatus, Row, any_busy
-from core.model.handle import ModelHandle
+from core.model.handle import ModelHandle, on_each_step
 
 JOB_KEYS = (keys.EVAL_JOB_MAIN, keys.EVAL_JOB_CONFLICT)
 
@@ -60,6 +62,51 @@ def progress_text(j: EvaluationJob) -> str:
         if j.eta_s is not None:
             text += f" · about {_duration(j.eta_s)} left"
     return text
+
+
+GENERATION_SHARE = 0.9
+"""The share of a batch's part of the bar that fills while its answers are generated (token by token); the
+rest fills when the batch is scored and stored (one teacher-forced forward pass and the detectors)."""
+
+
+def progress_within_batch(j: EvaluationJob, steps: int) -> tuple[float, str]:
+    """The bar's value and text ``steps`` generation steps into the batch in flight.
+
+    One step is one new token for every row of the batch; a batch takes at most ``max_new_tokens`` steps (fewer
+    when every row ends early). Between batches (nothing in flight) this is :func:`progress_text`.
+    """
+    rows, most = j.rows_in_flight, j.spec.settings.max_new_tokens
+    done, total = j.n_done, max(1, j.n_rows)
+    if rows == 0 or steps <= 0:
+        return done / total, progress_text(j)
+    step = min(steps, most)
+    value = (done + GENERATION_SHARE * rows * step / most) / total
+    text = f"{progress_text(j)} · scoring {rows} more: token {step} of at most {most}"
+    return min(value, 1.0), text
+
+
+class TokenProgress:
+    """Moves a progress bar at every generated token of the batch in flight (redrawn at most every 0.5 s).
+
+    Used as an :func:`core.model.handle.on_each_step` listener during a job's run, and as its ``on_batch``
+    callback (which resets the step count once a batch is stored).
+    """
+
+    MIN_INTERVAL_S = 0.5
+
+    def __init__(self, bar: Any, j: EvaluationJob) -> None:
+        self.bar, self.job, self.steps, self._last = bar, j, 0, 0.0
+
+    def step(self) -> None:
+        self.steps += 1
+        now = time.monotonic()
+        if now - self._last >= self.MIN_INTERVAL_S:
+            self._last = now
+            self.bar.progress(*progress_within_batch(self.job, self.steps))
+
+    def batch_done(self, j: EvaluationJob) -> None:
+        self.steps = 0
+        self.bar.progress(j.n_done / max(1, j.n_rows), text=progress_text(j))
 
 
 def _wait_in_flight(j: EvaluationJob) -> None:
@@ -124,7 +171,8 @@ def draw_run_controls(key: str, spec: JobSpec, rows: Sequence[Row], *, run_label
 
 
 def run_job(handle: ModelHandle, key: str) -> None:
-    """Score the job's remaining batches with a progress bar (rows done / total, ETA), then redraw."""
+    """Score the job's remaining batches with a progress bar that moves at every generated token (rows done /
+    total, the batch in flight's token, ETA), then redraw."""
     j = job(key)
     if j is None:
         return
@@ -146,12 +194,9 @@ def run_job(handle: ModelHandle, key: str) -> None:
         st.error(f"Not run: {escape_markdown(str(exc))}")
         return
     threshold, source = active_threshold(handle.info.name)
-    j.run(
-        handle,
-        threshold=threshold,
-        threshold_source=source,
-        on_batch=lambda done: bar.progress(done.n_done / max(1, done.n_rows), text=progress_text(done)),
-    )
+    tracker = TokenProgress(bar, j)
+    with on_each_step(tracker.step):
+        j.run(handle, threshold=threshold, threshold_source=source, on_batch=tracker.batch_done)
     _wait_in_flight(j)
     j.complete()
     st.rerun()  # redraw the controls (Stop → Run) and the results from the stored rows

@@ -129,10 +129,14 @@ def draw_detectors_tab(main_job: EvaluationJob, summary: dict, rows: list) -> No
         table,
         hide_index=True,
         key=keys.EVAL_METRICS,
-        column_config={
-            c: st.column_config.NumberColumn(format="%.3f")
-            for c in ("AUC", "AUC 95% CI low", "AUC 95% CI high", "FPR @ 95% TPR", "Precision@10")
-        },
+        column_config=widgets.fitted_columns(
+            table,
+            pinned=("detector",),
+            text=("description", "note", "source"),
+            numbers=dict.fromkeys(
+                ("AUC", "AUC 95% CI low", "AUC 95% CI high", "FPR @ 95% TPR", "Precision@10"), "%.3f"
+            ),
+        ),
     )
     spec = main_job.spec
     report = build_report(spec.model, spec.settings, *active_threshold(spec.model), summary, rows)
@@ -153,7 +157,19 @@ def draw_rows_tab(main_job: EvaluationJob, rows: list[dict[str, Any]]) -> None:
     names = list(main_job.spec.detectors)
     frame = ef.rows_table(rows, names)
     st.caption("Raw scores in each detector's own units (see its description). Select a row to open it.")
-    event = st.dataframe(frame, hide_index=True, key=keys.EVAL_ROWS, on_select="rerun", selection_mode="single-row")
+    event = st.dataframe(
+        frame,
+        hide_index=True,
+        key=keys.EVAL_ROWS,
+        on_select="rerun",
+        selection_mode="single-row",
+        column_config=widgets.fitted_columns(
+            frame,
+            pinned=("row",),
+            text=("query", "retrieval answer", "parametric answer"),
+            numbers={"Z (nats)": "%.3f", **dict.fromkeys(names, "%.4g")},
+        ),
+    )
     picked = list(getattr(getattr(event, "selection", None), "rows", []) or [])
     by_row = {r["row"]: r for r in rows}
     if picked:

@@ -78,6 +78,17 @@ def token_label(token: str) -> str:
     return escape_label(display_token(token))
 
 
+def short_token_label(token: str, most: int) -> str:
+    """:func:`token_label` cut to at most ``most`` visible characters (the last one "…") for a fixed-width cell.
+
+    The cut is made before escaping, so an entity such as ``&lt;`` is never split.
+    """
+    shown = display_token(token)
+    if len(shown) > most:
+        shown = shown[: max(most - 1, 1)] + "…"
+    return escape_label(shown)
+
+
 def position_label(tokens: Sequence[str], position: int) -> str:
     """``"t=3 · ␣Paris"``: a plain-text label for a position selector (not for plotly)."""
     return f"t={position} · {display_token(tokens[position])}"

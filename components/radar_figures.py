@@ -111,8 +111,9 @@ def head_entropy_figure(trace: RadarTrace, tau: float = SPECIALIZATION_TAU, *, h
 
 
 def feature_frame(features: dict[str, float], table: FeatureTable | None = None) -> pd.DataFrame:
-    """The 37 features in appendix D order: group, feature, value, formula, the paper's proxy note, our note,
-    and (given the model's feature table) the training-set means of the recall and reasoning prompts."""
+    """The 37 features in appendix D order: group, feature, value, (given the model's feature table) the
+    training-set means of the recall and reasoning prompts, then type, formula, the paper's proxy note and our
+    note — the numbers first, so that they stay in view in a narrow window."""
     means: dict[str, tuple[float, float]] = {}
     if table is not None:
         prompts, X = table.split(TRAIN)
@@ -127,13 +128,15 @@ def feature_frame(features: dict[str, float], table: FeatureTable | None = None)
             "group": f"{spec.group.capitalize()} · {spec.subgroup}",
             "feature": spec.name,
             "value": float(features[spec.name]),
+        }
+        if table is not None:
+            row["train mean (recall)"], row["train mean (reasoning)"] = means[spec.name]
+        row |= {
             "type": spec.kind,
             "formula": spec.formula,
             "paper's proxy note": spec.proxy or "",
             "implementation note": spec.note or "",
         }
-        if table is not None:
-            row["train mean (recall)"], row["train mean (reasoning)"] = means[spec.name]
         rows.append(row)
     return pd.DataFrame(rows)
 

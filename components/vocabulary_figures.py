@@ -56,6 +56,11 @@ def lens_figure(
     return fig
 
 
+TOP_END = "+ end (highest W_U·v)"
+BOTTOM_END = "− end (lowest W_U·v)"
+END_COLUMNS = (TOP_END, BOTTOM_END)
+
+
 def projection_frame(
     top_tokens: Sequence[Sequence[str]],
     bottom_tokens: Sequence[Sequence[str]],
@@ -70,10 +75,8 @@ def projection_frame(
             {
                 "layer": row_label(r),
                 "kept": r in set(kept),
-                "+ end (highest W_U·v)": " · ".join(display_token(t) for t in top)
-                if defined[r]
-                else "— (no direction)",
-                "− end (lowest W_U·v)": " · ".join(display_token(t) for t in bottom) if defined[r] else "—",
+                TOP_END: " · ".join(display_token(t) for t in top) if defined[r] else "— (no direction)",
+                BOTTOM_END: " · ".join(display_token(t) for t in bottom) if defined[r] else "—",
             }
         )
     return pd.DataFrame(rows)
@@ -86,7 +89,10 @@ def lens_frame(
     p_answer_rag: np.ndarray,
     p_answer_para: np.ndarray,
 ) -> pd.DataFrame:
-    """Logit lens at one position, per layer: each path's top-k (token p), KL, p(answer token)."""
+    """Logit lens at one position, per layer: KL, p(answer token), then each path's top-k (token p).
+
+    The short numeric columns come first so that they stay in view; the long top-k text follows.
+    """
 
     def fmt(row: Sequence[tuple[str, float]]) -> str:
         return "  ".join(f"{display_token(t)} {p:.2f}" for t, p in row)
@@ -95,11 +101,11 @@ def lens_frame(
     return pd.DataFrame(
         {
             "layer": [row_label(r) for r in range(n)],
-            "retrieval top-k": [fmt(r) for r in topk_rag],
-            "parametric top-k": [fmt(r) for r in topk_para],
             "top-1 differs": [bool(a and b and a[0][0] != b[0][0]) for a, b in zip(topk_rag, topk_para, strict=True)],
             "KL (nats)": np.asarray(kl, dtype=np.float64),
             "p(answer) retrieval": np.asarray(p_answer_rag, dtype=np.float64),
             "p(answer) parametric": np.asarray(p_answer_para, dtype=np.float64),
+            "retrieval top-k": [fmt(r) for r in topk_rag],
+            "parametric top-k": [fmt(r) for r in topk_para],
         }
     )

@@ -188,6 +188,35 @@ MIME_TYPES = {".csv": "text/csv", ".json": "application/json"}
 """The exports' MIME types, by file ending."""
 
 
+def fitted_columns(
+    frame: Any,
+    *,
+    pinned: tuple[str, ...] = (),
+    text: tuple[str, ...] = (),
+    numbers: dict[str, str] | None = None,
+    text_width: str = "medium",
+) -> dict[str, Any]:
+    """The ``column_config`` that keeps a wide table readable in the page's width.
+
+    The identifying columns (``pinned``) stay on screen while the table scrolls sideways, long text columns
+    (``text``) get a fixed ``text_width``, "medium" or "large" (a cut cell shows its whole text on hover, and the
+    CSV export has it all), and the numeric columns named in ``numbers`` get their printf ``format``. Columns
+    ``frame`` lacks are skipped, so one call fits every variant of a table.
+    """
+    present = set(getattr(frame, "columns", ()))
+    config: dict[str, Any] = {}
+    for name in pinned:
+        if name in present:
+            config[name] = st.column_config.Column(name, pinned=True)
+    for name in text:
+        if name in present:
+            config[name] = st.column_config.TextColumn(name, width=text_width)
+    for name, fmt in (numbers or {}).items():
+        if name in present:
+            config[name] = st.column_config.NumberColumn(name, format=fmt, width="small")
+    return config
+
+
 def download(container: Any, label: str, data: str, file_name: str, *, key: str | None = None, **kwargs: Any) -> None:
     """A download button for ``data`` in ``container`` (``st`` or a column).
 

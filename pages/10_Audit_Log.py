@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import keys
+from components import keys, panels
 from components.audit_figures import (
     history_frame,
     rate_figure,
@@ -28,11 +28,14 @@ FILTERS = {"all": "All audits", "flagged": "Flagged only", "unflagged": "Not fla
 
 def draw_header() -> None:
     st.title("Audit log")
-    st.caption(
-        "Every (query, context) pair the audit service screened before generation: CRM's latent trajectory shift "
-        "LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ against the deployment's calibration (μ_ℓ ± 2σ_ℓ per layer, CRM appendix V.1), kept "
-        "in a hash-chained log. A flag says this pair moved the hidden states unusually compared with the "
-        "calibration rows; it does not certify which source a generation used."
+    panels.draw_intro(
+        "Every question and passage the audit service checked before the model answered, with a flag when the "
+        "passage moved the model's internal state unusually — and proof that no record was changed afterwards.",
+        "Each record holds CRM's latent trajectory shift LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ scored against the deployment's "
+        "calibration (μ_ℓ ± 2σ_ℓ per layer). Records are kept in a hash chain (sha256 of the previous hash and "
+        "the canonical record). A flag says this pair moved the hidden states unusually compared with the "
+        "calibration rows; it does not certify which source a generation used.",
+        "CRM (2025) eq. 1 and appendix V.1; the service is described in docs/audit.md.",
     )
 
 

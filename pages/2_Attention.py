@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from components import controls, keys, state, widgets
+from components import controls, keys, panels, state, widgets
 from components import internals_state as views
 from components.attention_figures import head_heatmap, pattern_heatmap, selected_cell
 from components.figures import position_label
@@ -35,10 +35,15 @@ WHERE_LABELS = {
 
 def draw_header() -> None:
     st.title("Attention")
-    st.caption(
-        "For every layer and head, the entropy of the attention distribution of one query position, "
-        "H = −Σ_j A(i, j) log A(i, j) in nats (RADAR appendix D.2.1), on both paths; and the share of "
-        "attention the answer puts on the context tokens."
+    panels.draw_intro(
+        "Where does the model look while it answers? Each cell of the maps is one attention head: focused heads "
+        "look at a few tokens, diffuse ones spread out; the lower chart shows how much of the answer's attention "
+        "lands on the passage you gave it.",
+        "For every layer and head, the entropy of the attention distribution of one query position i, "
+        "H = −Σ_j A(i, j) log A(i, j) in nats, on both paths (with and without the context), and their "
+        "difference; and the share of attention mass that answer positions put on the context tokens. Attention "
+        "weights show where information can flow, not what the model used.",
+        "Attention entropy as in RADAR (2025) appendix D.2.1.",
     )
 
 

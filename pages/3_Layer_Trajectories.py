@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from components import controls, keys, widgets
+from components import controls, keys, panels, widgets
 from components import internals_state as views
 from components.layer_axes import row_label
 from components.trajectory_figures import (
@@ -38,11 +38,16 @@ QUANTITIES = {
 
 def draw_header() -> None:
     st.title("Layer trajectories")
-    st.caption(
-        "The displacement d_ℓ = h_ℓ(with context) − h_ℓ(without context) of every layer at the last prompt "
-        "token, projected on a calibrated direction v_ℓ: LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ (CRM eq. 1). CRM detects whether "
-        "internal computation differs systematically for memorized-like contexts; it does not certify which "
-        "source a single generation used."
+    panels.draw_intro(
+        "Layer by layer, how far does adding the passage move the model's internal state, and in which "
+        "direction? The chart compares this run with prompts whose answers are known to come from memory or "
+        "from the passage.",
+        "The displacement d_ℓ = h_ℓ(with context) − h_ℓ(without context) of every layer ℓ at the last prompt "
+        "token, projected on a calibrated direction v_ℓ (PC1 of the calibration displacements): "
+        "LTS_ℓ = ⟨d_ℓ, v_ℓ⟩. A layer is flagged when its LTS lies outside μ_ℓ ± 2σ_ℓ of the calibration rows. "
+        "CRM detects whether internal computation differs systematically for memorized-like contexts; it does "
+        "not certify which source a single generation used.",
+        "CRM (2025) eq. 1 and appendix V.1.",
     )
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from components import controls, keys, widgets
+from components import controls, keys, panels, widgets
 from components import internals_state as views
 from components.figures import default_position, position_label
 from components.layer_axes import row_label
-from components.vocabulary_figures import lens_figure, lens_frame, projection_frame
+from components.vocabulary_figures import END_COLUMNS, lens_figure, lens_frame, projection_frame
 from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
 from core.methods.crm import PC1, SUPERVISED, CrmBasis
 from core.methods.internals import Internals
@@ -31,9 +31,15 @@ DIRECTION_LABELS = {
 
 def draw_header() -> None:
     st.title("Vocabulary lens")
-    st.caption(
-        "Read hidden-state directions as words: project them through the unembedding W_U (CRM appendix U.2), "
-        "and read each layer's state of both paths as a next-token prediction (the logit lens)."
+    panels.draw_intro(
+        "Which words does the model's internal state point to? The page turns the shift the passage causes into "
+        "the words it makes more and less likely, and shows what each layer would answer if the model stopped "
+        "there.",
+        "A direction u in hidden space is read as words by projecting it through the unembedding: the logits "
+        "W_U·u, top and bottom tokens (back-projection). The logit lens applies the final norm and W_U to each "
+        "layer's hidden state h_ℓ of both paths and reads the result as a next-token prediction; early layers "
+        "were not trained to be read this way, so their predictions are approximate.",
+        "Back-projection as in CRM (2025) appendix U.2; the logit lens after nostalgebraist (2020).",
     )
 
 
@@ -66,7 +72,12 @@ def draw_backprojection(
     frame = projection_frame(projection["top_tokens"], projection["bottom_tokens"], kept=kept, defined=defined)
     only_kept = st.checkbox("Only kept layers", key=keys.VOCAB_ONLY_KEPT, disabled=not kept)
     shown = frame[frame["kept"]] if only_kept and kept else frame
-    st.dataframe(shown, hide_index=True, height=min(1100, 38 + 35 * len(shown)))
+    st.dataframe(
+        shown,
+        hide_index=True,
+        height=min(1100, 38 + 35 * len(shown)),
+        column_config=widgets.fitted_columns(shown, pinned=("layer",), text=END_COLUMNS, text_width="large"),
+    )
     st.caption(
         "Each row lists the tokens whose unembedding vectors have the highest (+) and lowest (−) dot product with "
         "the layer's direction. PC1's sign is arbitrary, so read both ends. Early layers often give sub-word "
@@ -124,7 +135,18 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
         np.exp(lens.retrieval.target_logprob[:, t]),
         np.exp(lens.parametric.target_logprob[:, t]),
     )
-    st.dataframe(frame, hide_index=True, height=min(1100, 38 + 35 * len(frame)))
+    st.dataframe(
+        frame,
+        hide_index=True,
+        height=min(1100, 38 + 35 * len(frame)),
+        column_config=widgets.fitted_columns(
+            frame,
+            pinned=("layer",),
+            text=("retrieval top-k", "parametric top-k"),
+            numbers={"KL (nats)": "%.3f", "p(answer) retrieval": "%.3f", "p(answer) parametric": "%.3f"},
+            text_width="large",
+        ),
+    )
     st.caption(
         "Each layer's hidden state read through the model's final norm and unembedding. The last row is the "
         "model's real prediction; earlier rows are what the model would predict if it stopped there. The logit "

@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from components import controls, inputs, keys, state, widgets
+from components import controls, inputs, keys, panels, state, widgets
 from components import detector_figures as figs
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
@@ -58,11 +58,14 @@ CAVEAT = (
 def draw_header() -> None:
     """The page's title, what the method does and its score."""
     st.title("Self-Critique")
-    st.caption(
-        "The model answers (r₁), then is shown its own answer and asked for a different solution (r₂). "
-        "If the token-entropy profiles of the two answers still line up, the model is stuck on one path. "
-        "Score S = cos(zero-padded E₁, E₂) × min(|E₁|, |E₂|) / max(|E₁|, |E₂|); high ⇒ likely contaminated "
-        "(Tao et al., arXiv:2510.09259)."
+    panels.draw_intro(
+        "Ask the model for a different answer than the one it just gave: a model that recalls a memorized answer "
+        "tends to repeat the same path with the same confidence, step by step.",
+        "The model answers (r₁), then is shown its own answer and asked for a different solution (r₂). E₁ and "
+        "E₂ are the per-token entropy profiles of the two answers. Score S = cos(zero-padded E₁, E₂) × "
+        "min(|E₁|, |E₂|) / max(|E₁|, |E₂|); a high S means the two profiles line up, which the paper reads as "
+        "likely contamination.",
+        "Self-Critique: Tao et al. (2025), arXiv:2510.09259.",
     )
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import streamlit as st
 
 from components import detector_figures as figs
-from components import inputs, keys, sma_controls, widgets
+from components import inputs, keys, panels, sma_controls, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.sma_controls import LabelThresholds
@@ -58,11 +58,14 @@ CAVEAT = (
 def draw_header() -> None:
     """The page's title and how SMA attributes the answer."""
     st.title("Source Attribution (SMA)")
-    st.caption(
+    panels.draw_intro(
+        "Which words of the query and the passage does the answer depend on? The page hides random parts of the "
+        "input, asks again many times, and sees which parts change the answer when they are missing.",
         "Random masks perturb the input units; every perturbed input is answered again and scored by length "
-        "ratio and semantic similarity (eq. 14); ridge regression turns masks and scores into an attribution β "
-        "per unit (captum Lime + ridge). Done with the context (RAG on) and without (RAG off): "
-        "ADS = β_on − β_off per unit (Sun et al., arXiv:2508.09105)."
+        "ratio and semantic similarity to the full answer (eq. 14); ridge regression turns masks and scores "
+        "into an attribution β per unit (captum Lime + ridge). Done with the context (RAG on) and without "
+        "(RAG off): ADS = β_on − β_off per unit.",
+        "SMA: Sun et al. (2025), arXiv:2508.09105.",
     )
 
 

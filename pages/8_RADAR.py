@@ -233,12 +233,12 @@ def draw_features(analysis: radar.RadarAnalysis, table: radar.FeatureTable | Non
         "formula. The last two columns are this model's means over the 15 + 15 training prompts."
     )
     frame = rf.feature_frame(analysis.features, table)
-    config = {
-        "value": st.column_config.NumberColumn("value", format="%.4g"),
-        "train mean (recall)": st.column_config.NumberColumn("train mean (recall)", format="%.4g"),
-        "train mean (reasoning)": st.column_config.NumberColumn("train mean (reasoning)", format="%.4g"),
-        "formula": st.column_config.TextColumn("formula", width="large"),
-    }
+    config = widgets.fitted_columns(
+        frame,
+        pinned=("feature",),
+        text=("formula", "paper's proxy note", "implementation note"),
+        numbers=dict.fromkeys(("value", "train mean (recall)", "train mean (reasoning)"), "%.4g"),
+    )
     groups = list(dict.fromkeys(frame["group"]))
     for group in groups:
         st.markdown(f"**{escape_markdown(group)}**")
@@ -294,7 +294,15 @@ def draw_test_accuracy(report: dict[str, Any], analysis: radar.RadarAnalysis | N
     st.plotly_chart(rf.rds_rci_figure(report["rows"], current), key=keys.RADAR_SCATTER)
     st.caption("Outlined markers are misclassified test prompts; the star is the prompt above.")
     with st.expander("Every test prompt and its prediction"):
-        st.dataframe(rf.predictions_frame(report), hide_index=True, placeholder="—")
+        frame = rf.predictions_frame(report)
+        st.dataframe(
+            frame,
+            hide_index=True,
+            placeholder="—",
+            column_config=widgets.fitted_columns(
+                frame, pinned=("id",), text=("prompt",), numbers=dict.fromkeys(("p(recall)", "RDS", "RCI"), "%.3f")
+            ),
+        )
 
 
 def draw_export(analysis: radar.RadarAnalysis | None, report: dict[str, Any] | None) -> None:

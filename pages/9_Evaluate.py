@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from components import controls, keys, state
+from components import controls, keys, panels, state
 from components import evaluate_tabs as et
 from components.evaluate_jobs import draw_run_controls, job, run_job
 from components.evaluate_tabs import detector_label, file_digest
@@ -65,10 +65,15 @@ class RunOptions:
 def draw_header() -> None:
     """The page's title, what it compares, and what its labels can and cannot mean."""
     st.title("Evaluate")
-    st.caption(
-        "Run every detector on the same labeled rows and compare them: ROC curves, AUC with a bootstrap 95% "
-        "CI, FPR at 95% TPR and Precision@10 (positive class: memorized). Then calibrate RePCS' τ on clean rows "
-        "and check it on held-out rows."
+    panels.draw_intro(
+        "How well does each detector tell memorized answers from read ones? Upload rows you have labeled (or "
+        "use the bundled probes), run every detector on them, and compare; then set RePCS' threshold from "
+        "rows you trust.",
+        "Every detector scores the same labeled rows (positive class: memorized). Reported: ROC curves, AUC with "
+        "a bootstrap 95% CI, FPR at 95% TPR and Precision@k (only when k < n). RePCS' τ is calibrated on clean "
+        "rows as a quantile of their Z (optionally length-aware, τ(L)) and checked on held-out rows.",
+        "Metrics computed with scikit-learn; RePCS calibration as in RePCS (2025) §IV-A, with the PAC sample "
+        "size of §III-G.",
     )
     st.caption(
         'Labels are only as good as the probe set: *memorized* means "a well-known fact the model was likely '
@@ -228,6 +233,7 @@ def draw_options() -> RunOptions:
         list(registry),
         default,
         format_func=detector_label,
+        filter_mode="contains",  # typing "sma" lists SMA only, not every label with an s, an m and an a in order
         help="Generation-based detectors (Self-Critique, CRM L1) and heavy ones (SMA: many masked generations "
         "per row) are off by default; they can take minutes per row on a CPU.",
     )

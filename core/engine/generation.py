@@ -26,7 +26,7 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.generation.streamers import BaseStreamer
 
 from core.engine.settings import DualPathSettings
-from core.model.handle import ModelHandle, check_cancelled
+from core.model.handle import ModelHandle, check_cancelled, report_step
 
 SCORING = "scoring"
 """The :attr:`StreamEvent.path` of the scoring step that follows generation."""
@@ -92,11 +92,14 @@ class CancelCriteria(StoppingCriteria):
 
     Called by ``generate`` after every step; it calls :func:`core.model.handle.check_cancelled`, which raises
     :class:`~core.model.handle.RunCancelled` (or the app's own stop exception) once the run's token is
-    cancelled. Outside a :func:`~core.model.handle.run_control` block it costs one context-variable lookup.
+    cancelled, then :func:`core.model.handle.report_step` (per-token progress of a batched run). Outside
+    :func:`~core.model.handle.run_control` and :func:`~core.model.handle.on_each_step` blocks it costs two
+    context-variable lookups.
     """
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
         check_cancelled()
+        report_step()
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 

@@ -128,6 +128,12 @@ class EvaluationJob:
             return bool(self.claimed - self.finished)
 
     @property
+    def rows_in_flight(self) -> int:
+        """Rows of the batches claimed and not yet stored (the batch being scored now; 0 between batches)."""
+        with self._lock:
+            return sum(len(self.batches[b]) for b in self.claimed - self.finished) if self.batches else 0
+
+    @property
     def busy(self) -> bool:
         """Running, or still finishing a batch after a Stop."""
         return self.is_running or self.in_flight

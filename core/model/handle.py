@@ -142,6 +142,34 @@ def current_control() -> RunControl | None:
     return _CONTROL.get()
 
 
+StepCallback = Callable[[], None]
+"""``on_step()``: called after every generation step of every ``generate`` of the thread (see :func:`on_each_step`)."""
+
+_STEP: ContextVar[StepCallback | None] = ContextVar("read_or_recall_step", default=None)
+
+
+@contextmanager
+def on_each_step(callback: StepCallback) -> Iterator[None]:
+    """Call ``callback()`` after every generated token step of this thread's generations inside the block.
+
+    A progress report for callers that see only whole batches (the Evaluate page scores one batch in one
+    call): ``core.engine.generation.CancelCriteria`` reports each step of a batched ``generate``, one step
+    being one new token for every row of the batch. Nested blocks replace the outer one until they end.
+    """
+    reset = _STEP.set(callback)
+    try:
+        yield
+    finally:
+        _STEP.reset(reset)
+
+
+def report_step() -> None:
+    """Tell this thread's :func:`on_each_step` listener that one generation step finished (a no-op without one)."""
+    callback = _STEP.get()
+    if callback is not None:
+        callback()
+
+
 def check_cancelled() -> None:
     """Raise when this thread's run was cancelled (a no-op outside :func:`run_control`). Cheap: call it at every
     token, batch or loop step."""

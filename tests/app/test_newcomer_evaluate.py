@@ -91,3 +91,25 @@ def test_adopting_a_tau_without_held_out_rows_is_deliberate(tiny_app) -> None:
     assert any("does not hold up on the held-out rows" in w.value for w in at.warning)
     ok(at.checkbox(key=keys.EVAL_TAU_CONFIRM).check().run())
     assert not at.button(key=keys.EVAL_USE_TAU).disabled
+
+
+def test_the_detector_search_matches_what_was_typed_not_a_scattered_subsequence(tiny_app) -> None:
+    from streamlit.proto.SelectWidgetFilterMode_pb2 import SelectWidgetFilterMode
+
+    from components.evaluate_tabs import detector_label
+    from core.detectors import available
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    ok(at.run())
+    ok(at.switch_page(PAGE).run())
+    picker = at.multiselect(key="ror.w.eval.detectors")
+    assert picker.proto.filter_mode == SelectWidgetFilterMode.FILTER_MODE_CONTAINS
+    labels = [detector_label(name) for name in available()]
+
+    def matches(typed: str) -> list[str]:  # the browser's "contains" filter: a case-insensitive substring
+        return [label.split(" — ")[0] for label in labels if typed.lower() in label.lower()]
+
+    assert matches("sma") == ["sma"]
+    assert matches("radar") == ["radar"]
+    assert set(matches("crm")) == {n for n in available() if n.startswith("crm")}
+    assert "sma" not in matches("self"), "a fuzzy match would list SMA under 'self' (S…M…A)"
