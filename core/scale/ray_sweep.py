@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
-
-import numpy as np
 
 from core.engine import DualPathSettings, prepare_prompts
 from core.methods.ablation import (
-    MAX_RUNS,
     SWEEP_MAX_NEW_TOKENS,
     NoiseGrid,
-    NoiseSpec,
     ScoredRun,
-    intervention_parts,
+    assemble_grid,
+    check_run_budget,
     noise_injection,
-    parse_layers,
+    plan_layer_sweep,
     score_run,
     sweep_settings,
 )
@@ -37,19 +35,6 @@ from core.scale.spec import ModelSpec, planning_handle
 
 CLEAN = -1
 """The ``layer`` of the clean reference run's item."""
-
-
-def _seeds(seeds: Sequence[int]) -> list[int]:
-    """The distinct seeds in order, checked as the local sweep checks them."""
-    out: list[int] = []
-    for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= int(s) < 2**63:
-            raise ValueError(f"seeds must be integers in [0, 2^63), got {s!r}")
-        if int(s) not in out:
-            out.append(int(s))
-    if not out:
-        raise ValueError("Give at least one seed.")
-    return out
 
 
 def _record(handle: ModelHandle, run: ScoredRun) -> dict[str, Any]:
@@ -122,63 +107,21 @@ def layer_sweep_on_ray(
         ValueError: bad layers, ε (including ε = 0), seeds, or inputs over the token budget.
     """
     planner = planner or planning_handle(spec)
-    parts = intervention_parts(planner)
-    chosen = list(range(parts.n_layers)) if layers is None else parse_layers(layers, parts.n_layers)
-    seed_list = _seeds(seeds)
-    NoiseSpec(tuple(chosen), float(eps), seed_list[0]).validate(parts)
-    if float(eps) == 0:
-        raise ValueError("A sweep at ε = 0 is the clean run for every layer; choose ε > 0.")
+    chosen, seed_list = plan_layer_sweep(planner, eps, seeds, layers)
     s = sweep_settings(settings, max_new_tokens)
     prepared = prepare_prompts(planner, query, context, s)
     n_runs = 1 + len(chosen) * len(seed_list)
-    if n_runs > MAX_RUNS:
-        raise ValueError(f"{n_runs} scoring runs requested; the limit is {MAX_RUNS}. Use fewer seeds or conditions.")
+    check_run_budget(n_runs)
     items = [{"layer": CLEAN, "seed": 0}] + [{"layer": la, "seed": sd} for la in chosen for sd in seed_list]
     config = {"query": query, "context": context, "settings": s.to_dict(), "eps": float(eps)}
     t0 = time.perf_counter()
     results, stats = run_items("sweep", spec, config, [[it] for it in items], workers=workers, progress=progress)
-    clean, cells = results[0], results[1:]
-    shape = (len(chosen), len(seed_list))
-    z = np.zeros(shape)
-    lp = np.zeros(shape)
-    lp_para = np.zeros(shape)
-    changed = np.zeros(shape, dtype=bool)
-    lengths = np.zeros(shape, dtype=np.int64)
-    answers: list[list[str]] = []
-    for i in range(len(chosen)):
-        row: list[str] = []
-        for j in range(len(seed_list)):
-            rec = cells[i * len(seed_list) + j]
-            z[i, j] = rec["z"]
-            lp[i, j] = rec["first_token_logprob"]
-            lp_para[i, j] = rec["first_token_logprob_para"]
-            changed[i, j] = rec["answer_ids"] != clean["answer_ids"]
-            lengths[i, j] = len(rec["answer_ids"])
-            row.append(rec["answer"])
-        answers.append(row)
-    elapsed = time.perf_counter() - t0
-    grid = NoiseGrid(
-        kind="layer_sweep",
-        layers=chosen,
-        eps=[float(eps)],
-        seeds=seed_list,
-        conditions=chosen,
-        z=z,
-        first_token_logprob=lp,
-        first_token_logprob_para=lp_para,
-        answer_changed=changed,
-        n_tokens=lengths,
-        answers=answers,
-        clean_z=clean["z"],
-        clean_first_token_logprob=clean["first_token_logprob"],
-        clean_first_token_logprob_para=clean["first_token_logprob_para"],
-        clean_answer=clean["answer"],
-        clean_first_token=clean["first_token"],
-        clean_n_tokens=len(clean["answer_ids"]),
-        settings=s.to_dict(),
-        model=planner.info.name,
-        query=prepared.query,
-        context=prepared.context,
-        timings={"total_s": elapsed, "runs": float(n_runs), "per_run_s": elapsed / n_runs},
-    )
+    clean, *cells = [SimpleNamespace(**rec) for rec in results]
+    n = len(seed_list)
+    grid = assemble_grid(
+        clean, [cells[i * n : (i + 1) * n] for i in range(len(chosen))], kind="layer_sweep",
+        clean_first_token=clean.first_token, conditions=chosen, layers=chosen, eps=[float(eps)], seeds=seed_list,
+        settings=s, model=planner.info.name, query=prepared.query, context=prepared.context,
+        elapsed_s=time.perf_counter() - t0, n_runs=n_runs,
+    )  # fmt: skip
     return grid, stats

@@ -49,8 +49,12 @@ from core.methods.ablation.sweep import (
     MAX_RUNS,
     NoiseGrid,
     ProgressCallback,
+    assemble_grid,
+    check_run_budget,
     dose_response,
     layer_sweep,
+    plan_layer_sweep,
+    validate_seeds,
 )
 from core.methods.ablation.trajectory import (
     Trajectory,
@@ -80,7 +84,9 @@ __all__ = [
     "Trajectory",
     "activation_patching",
     "apply_noise",
+    "assemble_grid",
     "capture_layer_outputs",
+    "check_run_budget",
     "compare",
     "count_hooks",
     "count_intervention_hooks",
@@ -103,8 +109,10 @@ __all__ = [
     "parse_layers",
     "patching_scores",
     "perturbed_run",
+    "plan_layer_sweep",
     "score_run",
     "sweep_settings",
     "token_changes",
     "token_sigma",
+    "validate_seeds",
 ]

@@ -20,14 +20,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from core.engine import DualPathSettings, prepare_prompts
 from core.methods.ablation.interventions import intervention_parts, noise_injection
 from core.methods.ablation.layers import format_layers, parse_layers
-from core.methods.ablation.scoring import SWEEP_MAX_NEW_TOKENS, score_run, sweep_settings
+from core.methods.ablation.scoring import SWEEP_MAX_NEW_TOKENS, ScoredRun, score_run, sweep_settings
 from core.methods.ablation.specs import NoiseSpec
 from core.model.handle import ModelHandle
 
@@ -186,7 +186,7 @@ def dose_response(
     parts = intervention_parts(handle)
     block = parse_layers(layers, parts.n_layers)
     grid = _validate_eps_grid(eps_grid)
-    seed_list = _validate_seeds(seeds)
+    seed_list = validate_seeds(seeds)
     for e in grid:
         NoiseSpec(tuple(block), e, seed_list[0]).validate(parts)
     return _noise_grid(
@@ -214,17 +214,112 @@ def layer_sweep(
     Raises:
         ValueError: bad layers, ε (including ε = 0: every layer would be the clean run) or seeds.
     """
-    parts = intervention_parts(handle)
-    chosen = list(range(parts.n_layers)) if layers is None else parse_layers(layers, parts.n_layers)
-    seed_list = _validate_seeds(seeds)
-    NoiseSpec(tuple(chosen), float(eps), seed_list[0]).validate(parts)
-    if float(eps) == 0:
-        raise ValueError("A sweep at ε = 0 is the clean run for every layer; choose ε > 0.")
+    chosen, seed_list = plan_layer_sweep(handle, eps, seeds, layers)
     return _noise_grid(
         handle, query, context, settings, kind="layer_sweep", runs=[([layer], float(eps)) for layer in chosen],
         conditions=chosen, layers=chosen, eps=[float(eps)], seeds=seed_list, max_new_tokens=max_new_tokens,
         progress=progress,
     )  # fmt: skip
+
+
+def plan_layer_sweep(
+    handle: ModelHandle, eps: float, seeds: Sequence[int], layers: str | Sequence[int] | None = None
+) -> tuple[list[int], list[int]]:
+    """The single-layer sweep's checked layers (default: every decoder layer) and distinct seeds.
+
+    Shared by :func:`layer_sweep` and ``core.scale.ray_sweep`` (which checks on a weightless model).
+
+    Raises:
+        ValueError: bad layers, ε (including ε = 0: every layer would be the clean run) or seeds.
+    """
+    parts = intervention_parts(handle)
+    chosen = list(range(parts.n_layers)) if layers is None else parse_layers(layers, parts.n_layers)
+    seed_list = validate_seeds(seeds)
+    NoiseSpec(tuple(chosen), float(eps), seed_list[0]).validate(parts)
+    if float(eps) == 0:
+        raise ValueError("A sweep at ε = 0 is the clean run for every layer; choose ε > 0.")
+    return chosen, seed_list
+
+
+def check_run_budget(n_runs: int) -> None:
+    """Refuse a sweep of more than :data:`MAX_RUNS` scoring runs (a typo guard).
+
+    Raises:
+        ValueError: ``n_runs > MAX_RUNS``.
+    """
+    if n_runs > MAX_RUNS:
+        raise ValueError(f"{n_runs} scoring runs requested; the limit is {MAX_RUNS}. Use fewer seeds or conditions.")
+
+
+class RunOutcome(Protocol):
+    """What :func:`assemble_grid` reads of a scoring run: a :class:`ScoredRun`, or a record with these fields."""
+
+    z: float
+    first_token_logprob: float
+    first_token_logprob_para: float
+    answer_ids: list[int]
+    answer: str
+
+
+def assemble_grid(
+    clean: RunOutcome,
+    cells: Sequence[Sequence[RunOutcome]],
+    *,
+    kind: str,
+    clean_first_token: str,
+    conditions: list[float] | list[int],
+    layers: list[int],
+    eps: list[float],
+    seeds: list[int],
+    settings: DualPathSettings,
+    model: str,
+    query: str,
+    context: str,
+    elapsed_s: float,
+    n_runs: int,
+) -> NoiseGrid:
+    """The :class:`NoiseGrid` of the clean run and one run per (condition, seed) (``cells[i][j]``).
+
+    The local sweeps and the Ray sweep (``core.scale.ray_sweep``) build their grids here, so both are the same
+    for the same runs.
+    """
+    shape = (len(cells), len(seeds))
+    z = np.zeros(shape)
+    lp = np.zeros(shape)
+    lp_para = np.zeros(shape)
+    changed = np.zeros(shape, dtype=bool)
+    lengths = np.zeros(shape, dtype=np.int64)
+    for i, row in enumerate(cells):
+        for j, rec in enumerate(row):
+            z[i, j] = rec.z
+            lp[i, j] = rec.first_token_logprob
+            lp_para[i, j] = rec.first_token_logprob_para
+            changed[i, j] = list(rec.answer_ids) != list(clean.answer_ids)
+            lengths[i, j] = len(rec.answer_ids)
+    return NoiseGrid(
+        kind=kind,
+        layers=layers,
+        eps=eps,
+        seeds=seeds,
+        conditions=conditions,
+        z=z,
+        first_token_logprob=lp,
+        first_token_logprob_para=lp_para,
+        answer_changed=changed,
+        n_tokens=lengths,
+        answers=[[rec.answer for rec in row] for row in cells],
+        clean_z=clean.z,
+        clean_first_token_logprob=clean.first_token_logprob,
+        clean_first_token_logprob_para=clean.first_token_logprob_para,
+        clean_answer=clean.answer,
+        clean_first_token=clean_first_token,
+        clean_n_tokens=len(clean.answer_ids),
+        settings=settings.to_dict(),
+        model=model,
+        query=query,
+        context=context,
+        timings={"total_s": elapsed_s, "runs": float(n_runs), "per_run_s": elapsed_s / n_runs},
+    )
 
 
 def _noise_grid(
@@ -246,8 +341,7 @@ def _noise_grid(
     s = sweep_settings(settings, max_new_tokens)
     prepared = prepare_prompts(handle, query, context, s)
     n_runs = 1 + sum(len(seeds) for _, e in runs if e > 0)
-    if n_runs > MAX_RUNS:
-        raise ValueError(f"{n_runs} scoring runs requested; the limit is {MAX_RUNS}. Use fewer seeds or conditions.")
+    check_run_budget(n_runs)
     t0 = time.perf_counter()
     done = 0
     clean = score_run(handle, prepared, s)
@@ -255,16 +349,10 @@ def _noise_grid(
     if progress is not None:
         progress(done, n_runs, "clean reference")
     first = clean.answer_ids[0]
-    shape = (len(runs), len(seeds))
-    z = np.zeros(shape)
-    lp = np.zeros(shape)
-    lp_para = np.zeros(shape)
-    changed = np.zeros(shape, dtype=bool)
-    lengths = np.zeros(shape, dtype=np.int64)
-    answers: list[list[str]] = []
-    for i, (run_layers, e) in enumerate(runs):
-        row: list[str] = []
-        for j, seed in enumerate(seeds):
+    cells: list[list[ScoredRun]] = []
+    for run_layers, e in runs:
+        row: list[ScoredRun] = []
+        for seed in seeds:
             if e == 0:
                 rec = clean  # ε = 0 adds exact zeros: the run is the clean run (tests check this)
             else:
@@ -273,38 +361,13 @@ def _noise_grid(
                 done += 1
                 if progress is not None:
                     progress(done, n_runs, f"layers {format_layers(run_layers)} · ε = {e:g} · seed {seed}")
-            z[i, j] = rec.z
-            lp[i, j] = rec.first_token_logprob
-            lp_para[i, j] = rec.first_token_logprob_para
-            changed[i, j] = rec.answer_ids != clean.answer_ids
-            lengths[i, j] = len(rec.answer_ids)
-            row.append(rec.answer)
-        answers.append(row)
-    elapsed = time.perf_counter() - t0
-    return NoiseGrid(
-        kind=kind,
-        layers=layers,
-        eps=eps,
-        seeds=seeds,
-        conditions=conditions,
-        z=z,
-        first_token_logprob=lp,
-        first_token_logprob_para=lp_para,
-        answer_changed=changed,
-        n_tokens=lengths,
-        answers=answers,
-        clean_z=clean.z,
-        clean_first_token_logprob=clean.first_token_logprob,
-        clean_first_token_logprob_para=clean.first_token_logprob_para,
-        clean_answer=clean.answer,
-        clean_first_token=handle.decode_tokens([first])[0],
-        clean_n_tokens=len(clean.answer_ids),
-        settings=s.to_dict(),
-        model=handle.info.name,
-        query=prepared.query,
-        context=prepared.context,
-        timings={"total_s": elapsed, "runs": float(n_runs), "per_run_s": elapsed / n_runs},
-    )
+            row.append(rec)
+        cells.append(row)
+    return assemble_grid(
+        clean, cells, kind=kind, clean_first_token=handle.decode_tokens([first])[0], conditions=conditions,
+        layers=layers, eps=eps, seeds=seeds, settings=s, model=handle.info.name, query=prepared.query,
+        context=prepared.context, elapsed_s=time.perf_counter() - t0, n_runs=n_runs,
+    )  # fmt: skip
 
 
 def _validate_eps_grid(eps_grid: Sequence[float]) -> list[float]:
@@ -316,7 +379,12 @@ def _validate_eps_grid(eps_grid: Sequence[float]) -> list[float]:
     return grid
 
 
-def _validate_seeds(seeds: Sequence[int]) -> list[int]:
+def validate_seeds(seeds: Sequence[int]) -> list[int]:
+    """The distinct seeds in order, each an integer in [0, 2^63).
+
+    Raises:
+        ValueError: a seed that is not such an integer, or no seed.
+    """
     out: list[int] = []
     for s in seeds:
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= int(s) < 2**63:
