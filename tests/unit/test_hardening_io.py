@@ -23,24 +23,7 @@ from core.io import (
     format_size,
     read_user_file,
 )
-
-
-def _in_thread(fn, timeout: float = 10.0):
-    """Run ``fn`` in a thread; fail (instead of hanging the suite) when it does not return in time."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), "the call hung"
-    return box
-
+from tests.helpers import call_in_time
 
 # ----------------------------------------------------------------------------------------------------------
 # 5. special files
@@ -60,7 +43,7 @@ def test_a_folder_is_refused_by_name(tmp_path):
 def test_dev_zero_is_refused_without_reading_it():
     if not Path("/dev/zero").exists():
         pytest.skip("no /dev/zero")
-    box = _in_thread(lambda: read_user_file("/dev/zero", 20 * MiB, "CSV file"))
+    box = call_in_time(lambda: read_user_file("/dev/zero", 20 * MiB, "CSV file"))
     assert isinstance(box.get("error"), UserFileError)
     assert "is a device, not a regular file" in str(box["error"])
 
@@ -70,7 +53,7 @@ def test_a_named_pipe_is_refused_and_does_not_hang(tmp_path):
         pytest.skip("no named pipes here")
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)  # no writer: a plain open() for reading would block forever
-    box = _in_thread(lambda: read_user_file(fifo, 100, "threshold file"))
+    box = call_in_time(lambda: read_user_file(fifo, 100, "threshold file"))
     assert isinstance(box.get("error"), UserFileError)
     assert "named pipe" in str(box["error"])
 

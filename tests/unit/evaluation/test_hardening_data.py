@@ -4,31 +4,19 @@ and sizes in MiB (11) — for files read by path (command line) and for uploaded
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
 from core.evaluation import DataError, parse_labeled_bytes, parse_labeled_csv, read_conflict_csv, read_labeled_csv
 from core.evaluation.data import MAX_BYTES, decode_csv_bytes
+from tests.helpers import call_in_time
 
 GOOD = "query,context,label\nq1,c1,memorized\nq2,c2,grounded\n"
 
 
 def _returns_in_time(fn, timeout: float = 10.0) -> BaseException | None:
-    box: list[BaseException | None] = [None]
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            box[0] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), "reading hung"
-    return box[0]
+    return call_in_time(fn, timeout).get("error")
 
 
 def test_a_folder_as_csv_is_a_clear_data_error(tmp_path):

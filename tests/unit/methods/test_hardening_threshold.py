@@ -4,28 +4,16 @@ refused; no hang, no unbounded read)."""
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
 from core.methods.repcs import Threshold
+from tests.helpers import call_in_time
 
 
 def _error_in_time(fn, timeout: float = 10.0) -> BaseException | None:
-    box: list[BaseException | None] = [None]
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            box[0] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), "loading hung"
-    return box[0]
+    return call_in_time(fn, timeout).get("error")
 
 
 def test_a_good_threshold_file_still_loads(tmp_path):
