@@ -16,7 +16,7 @@
 rows, 0 ≤ b ≤ 1, with a percentile-bootstrap band; rows whose Z falls inside the band, or whose L lies outside
 the calibration's lengths, are *inconclusive*. It needs ⌈1/α⌉ clean calibration rows in each length bucket
 (the shorter and the longer half of the rows) and refuses fewer, saying how many are needed
-(:func:`core.methods.repcs.check_length_calibration`). The paper's constant τ is always computed too.
+(:func:`core.methods.repcs_length.check_length_calibration`). The paper's constant τ is always computed too.
 
 Per answer length (:func:`rates_by_length`): FPR and FNR with Wilson 95% intervals in the buckets
 :data:`LENGTH_BUCKETS` of L, for the constant τ and for τ(L), plus the share of each class the band leaves

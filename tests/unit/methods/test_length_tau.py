@@ -15,14 +15,12 @@ from core.methods.repcs import (
     TAU_PAPER,
     LengthTau,
     Threshold,
-    check_length_calibration,
     decide,
     fit_length_tau,
-    fit_quantile_line,
     fit_threshold,
-    min_rows_per_bucket,
     threshold_for,
 )
+from core.methods.repcs_length import check_length_calibration, fit_quantile_line, min_rows_per_bucket
 from core.model.loading import EMBEDDED_NAME
 
 ALPHA = 0.05
