@@ -279,7 +279,7 @@ CALIBRATION_NAMES = {"paper": "constant τ (RePCS, paper)", "length": "length-aw
 
 
 def length_rates_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """:func:`core.evaluation.calibration.rates_by_length` as a table: one row per calibration and length bucket
+    """:func:`core.evaluation.length_rates.rates_by_length` as a table: one row per calibration and length bucket
     with rows (FPR / FNR with their Wilson 95% CIs, the inconclusive shares, the τ applied)."""
 
     def rate(value: float | None, ci: list[float] | None) -> str:

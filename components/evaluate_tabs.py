@@ -40,8 +40,8 @@ from core.evaluation import (
     calibrate_records,
     read_conflict_csv,
 )
-from core.evaluation.calibration import length_report
 from core.evaluation.data import CONFLICT_FILE
+from core.evaluation.length_rates import length_report
 from core.evaluation.sample_size import small_sample_message
 from core.methods.repcs import DEFAULT_TAU_MODE, TAU_LENGTH, TAU_MODE_LABELS, TAU_PAPER, threshold_for
 from core.model.handle import ModelHandle

@@ -11,6 +11,7 @@ Modules, one job each:
   resumed or discarded without losing rows (the Evaluate page and the CLI);
 * :mod:`~core.evaluation.evaluate` — :func:`evaluate_rows`, the whole run of ``python -m core evaluate``;
 * :mod:`~core.evaluation.calibration` — τ on chosen clean rows, held-out FPR/FNR and the PAC n;
+* :mod:`~core.evaluation.length_rates` — FPR/FNR per answer-length bucket with Wilson intervals;
 * :mod:`~core.evaluation.robustness` — the RePCS Table IV AUC-per-σ table.
 """
 

@@ -39,7 +39,7 @@ from core.evaluation import (
     check_threshold,
     read_labeled_csv,
 )
-from core.evaluation.calibration import length_table
+from core.evaluation.length_rates import length_table
 from core.io import MiB, atomic_write_json, check_output_path, read_user_file
 
 REPORT_MAX_BYTES = 512 * MiB
