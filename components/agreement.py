@@ -84,9 +84,11 @@ COLUMNS = {
     "score": st.column_config.TextColumn("score", width="small"),
     "threshold": st.column_config.TextColumn("threshold", width="small"),
     "direction": st.column_config.TextColumn("direction", width="small", help="What a higher score means"),
-    "threshold from": st.column_config.TextColumn("where the threshold comes from", width="large"),
-    "measures": st.column_config.TextColumn("what it measures", width="large"),
+    "threshold from": st.column_config.TextColumn("where the threshold comes from", width="medium"),
+    "measures": st.column_config.TextColumn("what it measures", width="medium"),
 }
+"""Column widths that fit the page at 1280 px and more (a cut cell shows its whole text on hover, and the
+result JSON has every field)."""
 ROW_PX = 35
 """Height of one data-grid row: the table is drawn tall enough to show every detector without scrolling."""
 

@@ -87,7 +87,8 @@ def run_estimate(handle: ModelHandle, n_rows: int, batch_size: int, max_new_toke
     total, first = seconds(batches, n_rows), seconds(1, min(batch_size, n_rows))
     return (
         f"{n_rows} rows in {batches} batches of up to {batch_size}: {describe_estimate(total)}. The bar moves "
-        f"after each batch; the first lands after {format_seconds(first) if first is not None else 'a while'}."
+        "at every generated token; the first batch's rows are stored after "
+        f"{format_seconds(first) if first is not None else 'a while'}."
     )
 
 

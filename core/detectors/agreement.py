@@ -444,7 +444,8 @@ def summary_line(verdicts: list[DetectorVerdict]) -> str:
     recalled = [v for v in verdicts if v.verdict == RECALLED]
     read = [v for v in verdicts if v.verdict == READ]
     rest = len(verdicts) - len(recalled) - len(read)
-    tail = f" ({rest} more give no verdict here: no score, no threshold or too close to call.)" if rest else ""
+    gives = "gives" if rest == 1 else "give"
+    tail = f" ({rest} more {gives} no verdict here: no score, no threshold or too close to call.)" if rest else ""
     if not recalled and not read:
         return "No detector has both a score and a threshold for this example, so there is nothing to compare." + tail
     if len(recalled) + len(read) == 1:

@@ -100,7 +100,8 @@ def test_evaluate_upload_run_and_screenshot(app: AppPage, artifacts: Path) -> No
     app.click_and_wait("Run the evaluation", page.get_by_text("6 / 6 rows scored").first)
     page.locator(".js-plotly-plot").first.wait_for(timeout=RUN_TIMEOUT_MS)
     page.locator(".js-plotly-plot text", has_text="False-positive rate").first.wait_for()
-    assert page.get_by_role("button", name="Metrics (CSV)").is_visible()
+    page.get_by_role("button", name="Metrics (CSV)").wait_for()  # drawn after the figure: wait, do not race
+    app.settle()
     shot = artifacts / EVAL_SCREENSHOT
     app.screenshot_whole_page(shot)
     assert shot.stat().st_size > 10_000

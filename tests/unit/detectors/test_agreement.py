@@ -77,7 +77,7 @@ def test_summary_line_says_where_they_agree_and_conflict():
     assert summary_line([_v("repcs", RECALLED), _v("radar", RECALLED)]).startswith("They agree: all 2")
     conflict = summary_line([_v("repcs", RECALLED), _v("crm_lts", READ), _v("ppl", READ), _v("zlib", UNCALIBRATED)])
     assert conflict.startswith("They conflict: 1 says “Recalled from memory” (RePCS) and 2 say “Read from the context”")
-    assert "(CRM LTS and perplexity)" in conflict and "1 more give no verdict" in conflict
+    assert "(CRM LTS and perplexity)" in conflict and "1 more gives no verdict" in conflict
     assert summary_line([_v("repcs", INCONCLUSIVE)]).startswith("No detector has both")
     assert summary_line([_v("min_k_10", READ)]) == "Only Min-10% has a verdict here: “Read from the context”."
 
