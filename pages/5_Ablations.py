@@ -22,6 +22,7 @@ from components import ablation_figures as figs
 from components.ablation_controls import Choice
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
+from components.progress import StepTicker
 from components.text import escape_markdown, plain_message
 from core.engine import DualPathSettings
 from core.engine.estimate import describe_estimate, estimate_seconds
@@ -67,9 +68,14 @@ def _short(value: Any) -> str:
     return hashlib.sha1(_key(value).encode("utf-8")).hexdigest()[:10]
 
 
-def _progress_callback(bar: Any) -> ablation.ProgressCallback:
+def _ticker(n_tokens: int, runs: int) -> StepTicker:
+    """A bar over a sweep's runs that also moves with every token of the run in progress."""
+    return StepTicker(st.progress(0.0, text="Starting…"), steps_per_unit=n_tokens, total=runs)
+
+
+def _progress_callback(ticker: StepTicker) -> ablation.ProgressCallback:
     def update(done: int, total: int, label: str) -> None:
-        bar.progress(min(1.0, done / max(1, total)), text=f"{done} / {total} runs · {label}")
+        ticker.report(done, total, f"{done} / {total} runs · {label}")
 
     return update
 
@@ -284,20 +290,21 @@ def draw_dose_response(page: PageContext, clean: DualPathResult, layers: list[in
     key = _key("dose", panels.result_tag(clean), layers, sorted(grid_eps), seeds, int(n_tokens))
     st.caption(f"{runs} runs of up to {int(n_tokens)} tokens: {_run_estimate(page, runs, int(n_tokens))}.")
     if st.button(f"Run the dose–response ({runs} runs)", key=keys.ABLATE_RUN_DOSE, disabled=not (layers and grid_eps)):
-        bar = st.progress(0.0, text="Starting…")
+        ticker = _ticker(int(n_tokens), runs)
         try:
-            grid = ablation.dose_response(
-                *_clean_inputs(page, clean),
-                layers,
-                grid_eps,
-                seeds,
-                max_new_tokens=int(n_tokens),
-                progress=_progress_callback(bar),
-            )
+            with ticker.listening():
+                grid = ablation.dose_response(
+                    *_clean_inputs(page, clean),
+                    layers,
+                    grid_eps,
+                    seeds,
+                    max_new_tokens=int(n_tokens),
+                    progress=_progress_callback(ticker),
+                )
         except ValueError as exc:
             st.error(plain_message(str(exc)))
             return
-        bar.progress(1.0, text=f"Done: {runs} runs in {grid.timings['total_s']:.1f} s")
+        ticker.bar.progress(1.0, text=f"Done: {runs} runs in {grid.timings['total_s']:.1f} s")
         experiments().put(key, grid)
     grid = experiments().get(key)
     if grid is None:
@@ -327,11 +334,16 @@ def draw_layer_sweep(page: PageContext, clean: DualPathResult, eps: float, flagg
     if st.button(
         f"Sweep every layer at ε = {eps:g} ({runs} runs)", key=keys.ABLATE_RUN_SWEEP, disabled=eps <= 0 or not seeds
     ):
-        bar = st.progress(0.0, text="Starting…")
-        grid = ablation.layer_sweep(
-            *_clean_inputs(page, clean), eps, seeds, max_new_tokens=int(n_tokens), progress=_progress_callback(bar)
-        )
-        bar.progress(1.0, text=f"Done: {runs} runs in {grid.timings['total_s']:.1f} s")
+        ticker = _ticker(int(n_tokens), runs)
+        with ticker.listening():
+            grid = ablation.layer_sweep(
+                *_clean_inputs(page, clean),
+                eps,
+                seeds,
+                max_new_tokens=int(n_tokens),
+                progress=_progress_callback(ticker),
+            )
+        ticker.bar.progress(1.0, text=f"Done: {runs} runs in {grid.timings['total_s']:.1f} s")
         experiments().put(key, grid)
     if eps <= 0:
         st.caption("Choose ε > 0 for a sweep.")

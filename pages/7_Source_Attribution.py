@@ -23,6 +23,7 @@ from components import detector_figures as figs
 from components import inputs, keys, panels, sma_controls, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
+from components.progress import StepTicker
 from components.sma_controls import LabelThresholds
 from components.state import AppConfig
 from components.stored_runs import run_or_show
@@ -119,13 +120,17 @@ def stored_ablations() -> SessionLRU[dict[str, Any]]:
 
 def run_with_progress(handle: ModelHandle, query: str, context: str, settings: SMASettings) -> SMAResult | None:
     """Run SMA under a progress bar over every generation; ``None`` (after an error box) on failure."""
-    bar = st.progress(0.0, text="Starting…")
+    ticker = StepTicker(
+        st.progress(0.0, text="Starting…"), steps_per_unit=settings.max_new_tokens, unit_size=settings.batch_size
+    )
+    bar = ticker.bar
 
     def on_progress(done: int, total: int, stage: str) -> None:
-        bar.progress(min(1.0, done / max(1, total)), text=f"{stage}: {done:,} / {total:,} generations")
+        ticker.report(done, total, f"{stage}: {done:,} / {total:,} generations")
 
     try:
-        result = run_sma(handle, query, context, settings, on_progress=on_progress)
+        with ticker.listening():
+            result = run_sma(handle, query, context, settings, on_progress=on_progress)
     except ValueError as exc:
         bar.empty()
         st.error(plain_message(str(exc)))
@@ -224,22 +229,23 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     scoring = [settings.max_new_tokens, settings.gamma_length, settings.gamma_similarity, settings.reference]
     key = json.dumps([*inputs_key, *scoring, settings.template], ensure_ascii=False)
     if st.button("Run the context ablation", key=keys.SMA_ABLATE):
-        bar = st.progress(0.0, text="Starting…")
+        ticker = StepTicker(st.progress(0.0, text="Starting…"), steps_per_unit=settings.max_new_tokens)
         try:
-            ablation = run_context_ablation(
-                page.handle,
-                query,
-                context,
-                settings,
-                on_progress=lambda d, t, s: bar.progress(min(1.0, d / max(1, t)), text=f"{d} / {t} generations"),
-            )
+            with ticker.listening():
+                ablation = run_context_ablation(
+                    page.handle,
+                    query,
+                    context,
+                    settings,
+                    on_progress=lambda d, t, s: ticker.report(d, t, f"{d} / {t} generations"),
+                )
             stored_ablations().put(key, ablation.to_dict())
         except ValueError as exc:
             st.error(plain_message(str(exc)))
         except Exception as exc:  # keep the page alive, details in the log
             logger.exception("context ablation failed")
             st.error(f"The run failed ({type(exc).__name__}). Details are in the server log.")
-        bar.empty()
+        ticker.bar.empty()
     data = stored_ablations().get(key)
     if data is None:
         return

@@ -1,0 +1,76 @@
+"""A progress bar that moves between a long run's own reports: at every generated token.
+
+Long runs report whole units — a scoring run of a noise sweep, a batch of SMA generations — and one unit can
+take many seconds on a CPU. :class:`StepTicker` also listens to every generation step
+(:func:`core.model.handle.on_each_step`), so inside a unit the bar advances with the tokens and its text
+counts them. (The Evaluate page's bar, whose unit is a batch of rows, is
+:class:`components.evaluate_jobs.TokenProgress`.)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from core.model.handle import on_each_step
+
+GENERATION_SHARE = 0.9
+"""The share of a unit's part of the bar that its generation steps may fill (the rest when the unit ends)."""
+
+
+class StepTicker:
+    """A bar driven by unit reports (``report(done, total, text)``) and, in between, by generation steps.
+
+    Args:
+        bar: a Streamlit progress element (anything with ``progress(value, text=...)``).
+        steps_per_unit: the most generation steps one unit takes (its max new tokens).
+        unit_size: how many of ``done``'s units one generation call scores (e.g. SMA's batch of generations).
+        total: the planned units, when known before the first report (the steps of the first unit then move
+            the bar too; otherwise only its text until the first report).
+
+    Use it as the run's progress callback and listen for steps while the run lasts::
+
+        ticker = StepTicker(st.progress(0.0), steps_per_unit=16)
+        with ticker.listening():
+            layer_sweep(..., progress=ticker.report)
+    """
+
+    MIN_INTERVAL_S = 0.5
+
+    def __init__(self, bar: Any, steps_per_unit: int, unit_size: int = 1, total: int | None = None) -> None:
+        self.bar = bar
+        self.steps_per_unit = max(1, int(steps_per_unit))
+        self.unit_size = max(1, int(unit_size))
+        self.done, self.text, self.steps = 0, "Starting…", 0
+        self.total: int | None = max(1, int(total)) if total else None
+        self._last = 0.0
+
+    def value(self) -> float:
+        """Where the bar stands: the units done, plus the share of the next unit its steps so far fill (0 while
+        the total is unknown)."""
+        if self.total is None:
+            return 0.0
+        share = GENERATION_SHARE * min(self.steps / self.steps_per_unit, 1.0)
+        next_unit = min(self.unit_size, max(self.total - self.done, 0))
+        return min((self.done + share * next_unit) / self.total, 1.0)
+
+    def report(self, done: int, total: int, text: str) -> None:
+        """A unit ended: ``done`` of ``total`` units, ``text`` says what (the step count starts again)."""
+        self.done, self.total, self.text, self.steps = int(done), max(1, int(total)), text, 0
+        self.bar.progress(self.value(), text=text)
+
+    def step(self) -> None:
+        """One generation step (every row of the call got one more token); redraws at most every 0.5 s."""
+        self.steps += 1
+        now = time.monotonic()
+        if now - self._last >= self.MIN_INTERVAL_S:
+            self._last = now
+            self.bar.progress(self.value(), text=f"{self.text} · next: token {self.steps}")
+
+    @contextmanager
+    def listening(self) -> Iterator[StepTicker]:
+        """Hear every generation step of this thread while the block runs."""
+        with on_each_step(self.step):
+            yield self
