@@ -36,6 +36,8 @@ def test_attention_page_opens_a_head_when_a_cell_is_clicked(app: AppPage, artifa
     assert charts.count() == 4
     plot_area = charts.first.locator(".nsewdrag").first
     plot_area.wait_for()
+    plot_area.scroll_into_view_if_needed()  # the mouse clicks at viewport coordinates: the map must be on screen
+    page.wait_for_timeout(300)
     box = plot_area.bounding_box()
     assert box is not None
     x = box["x"] + (HEAD + 0.5) / N_HEADS * box["width"]
