@@ -29,8 +29,8 @@ Per-view state and widgets:
   CRM bases and vocabulary projections.
 * :mod:`components.threshold_state` — the session's RePCS threshold τ, set on the Evaluate page for the
   whole app.
-* :mod:`components.evaluate_jobs` and :mod:`components.evaluate_tabs` — the Evaluate page's scoring-job
-  controls and its result tabs.
+* :mod:`components.evaluate_jobs`, :mod:`components.evaluate_tabs` and :mod:`components.evaluate_calibration`
+  — the Evaluate page's scoring-job controls, its result tabs and its calibration tab.
 
 Nothing here does maths beyond presentation (formatting, picking a default position); methods live in
 ``core``.

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from components import controls, keys, panels, state
+from components import evaluate_calibration as ec
 from components import evaluate_tabs as et
 from components.evaluate_jobs import draw_run_controls, job, run_job
 from components.evaluate_tabs import detector_label, file_digest
@@ -85,7 +86,7 @@ def draw_header() -> None:
 def draw_threshold_in_force(model: str) -> None:
     """The τ setting (τ(L) or the paper's constant), the τ in force for this model and where it comes from; load
     a τ saved earlier (``threshold.json``)."""
-    et.draw_tau_setting()
+    ec.draw_tau_setting()
     current, source = active_threshold(model)
     in_force = "no τ (uncalibrated)" if current is None else f"τ = {current.tau:.3f} nats (T = {current.T})"
     if current is not None and current.length_tau is not None:
@@ -101,7 +102,7 @@ def draw_threshold_in_force(model: str) -> None:
             help="Checked field by field (τ, T, model, …) before anything is applied.",
         )
         left, right = st.columns(2)
-        et.draw_reset_threshold(right, model, key=keys.EVAL_RESET_TAU_TOP)
+        ec.draw_reset_threshold(right, model, key=keys.EVAL_RESET_TAU_TOP)
         if upload is None:
             return
         try:
@@ -296,7 +297,7 @@ def draw_results(handle: ModelHandle) -> None:
             st.warning("The scored rows have only one label so far; ROC metrics need both.")
         else:
             et.draw_detectors_tab(main_job, summary, rows)
-            et.draw_length_rates_in_force(records, handle.info.name, main_job.spec.settings.score_window)
+            ec.draw_length_rates_in_force(records, handle.info.name, main_job.spec.settings.score_window)
     with tabs[1]:
         if records:
             et.draw_rows_tab(main_job, rows)
@@ -304,7 +305,7 @@ def draw_results(handle: ModelHandle) -> None:
             st.info("Per-row scores appear here after a run.")
     with tabs[2]:
         if records:
-            et.draw_calibration_tab(handle, main_job, records)
+            ec.draw_calibration_tab(handle, main_job, records)
         else:
             st.info("Calibration uses the scored rows: run an evaluation first.")
     with tabs[3]:

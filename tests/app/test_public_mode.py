@@ -155,8 +155,7 @@ def test_cost_caps_lower_the_widgets_maximum_and_are_stated(tiny_app, public, mo
     assert at.number_input(key=keys.widget_key(keys.SMA_MAX_NEW_TOKENS)).max == Caps().max_new_tokens
 
     at = ok(at.switch_page(EVALUATE).run())
-    if not (ROOT / "assets" / "probes" / "probes.csv").is_file():
-        pytest.skip("no bundled probe set to count rows of")
+    assert (ROOT / "assets" / "probes" / "probes.csv").is_file(), "the bundled probe set the cap is shown on"
     rows = next(n for n in at.number_input if n.key and n.key.startswith(keys.widget_key(keys.EVAL_SAMPLE)))
     assert rows.max == 3 and rows.value == 3
     assert any("at most 3 rows per run" in c.value for c in at.caption)
