@@ -9,17 +9,17 @@ Streamlit call) never loses a scored row.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
 
 from components import keys
+from components.progress import GENERATION_SHARE, StepTicker
 from components.text import escape_markdown
 from components.threshold_state import active_threshold
 from core.evaluation import EvaluationJob, JobSpec, JobStatus, Row, any_busy
-from core.model.handle import ModelHandle, on_each_step
+from core.model.handle import ModelHandle
 
 JOB_KEYS = (keys.EVAL_JOB_MAIN, keys.EVAL_JOB_CONFLICT)
 
@@ -64,11 +64,6 @@ def progress_text(j: EvaluationJob) -> str:
     return text
 
 
-GENERATION_SHARE = 0.9
-"""The share of a batch's part of the bar that fills while its answers are generated (token by token); the
-rest fills when the batch is scored and stored (one teacher-forced forward pass and the detectors)."""
-
-
 def progress_within_batch(j: EvaluationJob, steps: int) -> tuple[float, str]:
     """The bar's value and text ``steps`` generation steps into the batch in flight.
 
@@ -85,28 +80,22 @@ def progress_within_batch(j: EvaluationJob, steps: int) -> tuple[float, str]:
     return min(value, 1.0), text
 
 
-class TokenProgress:
-    """Moves a progress bar at every generated token of the batch in flight (redrawn at most every 0.5 s).
+class TokenProgress(StepTicker):
+    """The Evaluate bar: moves at every generated token of the batch in flight (redrawn at most every 0.5 s).
 
-    Used as an :func:`core.model.handle.on_each_step` listener during a job's run, and as its ``on_batch``
-    callback (which resets the step count once a batch is stored).
+    Used as an :func:`core.model.handle.on_each_step` listener during a job's run (:meth:`listening`), and as
+    its ``on_batch`` callback (:meth:`batch_done`, which resets the step count once a batch is stored).
     """
 
-    MIN_INTERVAL_S = 0.5
-
     def __init__(self, bar: Any, j: EvaluationJob) -> None:
-        self.bar, self.job, self.steps, self._last = bar, j, 0, 0.0
+        super().__init__(bar, steps_per_unit=j.spec.settings.max_new_tokens)
+        self.job = j
 
-    def step(self) -> None:
-        self.steps += 1
-        now = time.monotonic()
-        if now - self._last >= self.MIN_INTERVAL_S:
-            self._last = now
-            self.bar.progress(*progress_within_batch(self.job, self.steps))
+    def between_reports(self) -> tuple[float, str]:
+        return progress_within_batch(self.job, self.steps)
 
     def batch_done(self, j: EvaluationJob) -> None:
-        self.steps = 0
-        self.bar.progress(j.n_done / max(1, j.n_rows), text=progress_text(j))
+        self.report(j.n_done, j.n_rows, progress_text(j))
 
 
 def _wait_in_flight(j: EvaluationJob) -> None:
@@ -195,7 +184,7 @@ def run_job(handle: ModelHandle, key: str) -> None:
         return
     threshold, source = active_threshold(handle.info.name)
     tracker = TokenProgress(bar, j)
-    with on_each_step(tracker.step):
+    with tracker.listening():
         j.run(handle, threshold=threshold, threshold_source=source, on_batch=tracker.batch_done)
     _wait_in_flight(j)
     j.complete()

@@ -61,13 +61,17 @@ class StepTicker:
         self.done, self.total, self.text, self.steps = int(done), max(1, int(total)), text, 0
         self.bar.progress(self.value(), text=text)
 
+    def between_reports(self) -> tuple[float, str]:
+        """The bar's value and text ``self.steps`` generation steps after the last report."""
+        return self.value(), f"{self.text} · next: token {self.steps}"
+
     def step(self) -> None:
         """One generation step (every row of the call got one more token); redraws at most every 0.5 s."""
         self.steps += 1
         now = time.monotonic()
         if now - self._last >= self.MIN_INTERVAL_S:
             self._last = now
-            self.bar.progress(self.value(), text=f"{self.text} · next: token {self.steps}")
+            self.bar.progress(*self.between_reports())
 
     @contextmanager
     def listening(self) -> Iterator[StepTicker]:
