@@ -10,6 +10,8 @@ mode:
 * **Caps** on the settings that set the cost of a run (each overridable by the operator, see :data:`CAP_ENV`):
   new tokens per answer, SMA masks, layers × seeds of a single-layer sweep, rows scored by the Evaluate page,
   and the size of an uploaded file. The app lowers each widget's maximum to its cap and says so on the page.
+* **Audit log**: the Audit log page (which shows every query and context the audit service stored) is off
+  unless the operator sets ``READ_OR_RECALL_PUBLIC_AUDIT_LOG=1`` (:attr:`PublicPolicy.shows_audit_log`).
 
 Nothing here imports streamlit: the app (``components``) reads :func:`current_policy` when it draws a widget,
 and tests set the environment with ``monkeypatch.setenv``.
@@ -25,6 +27,8 @@ from pathlib import Path
 
 PUBLIC_ENV = "READ_OR_RECALL_PUBLIC"
 ALLOWED_ENV = "READ_OR_RECALL_ALLOWED_MODELS"
+AUDIT_LOG_ENV = "READ_OR_RECALL_PUBLIC_AUDIT_LOG"
+"""Set to 1 to show the Audit log page (stored queries and contexts) to the visitors of a public deployment."""
 EMBEDDED = "embedded"
 """The embedded model's spec (``core.model.loading.EMBEDDED_MODEL``; repeated here to keep this module free of
 the model layer)."""
@@ -94,11 +98,13 @@ class PublicPolicy:
         public: whether public mode is on.
         allowed: the operator's allow-list (hub ids), in the order given.
         caps: the cost caps (applied only when ``public``).
+        audit_log: the operator opted in to showing the audit log to visitors (``READ_OR_RECALL_PUBLIC_AUDIT_LOG``).
     """
 
     public: bool = False
     allowed: tuple[AllowedModel, ...] = ()
     caps: Caps = field(default_factory=Caps)
+    audit_log: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PublicPolicy:
@@ -112,6 +118,9 @@ class PublicPolicy:
         flag = env.get(PUBLIC_ENV, "").strip().lower()
         if flag not in _TRUE | _FALSE:
             raise ValueError(f"{PUBLIC_ENV} must be 1 or 0 (or true/false), got {flag!r}.")
+        audit_log = env.get(AUDIT_LOG_ENV, "").strip().lower()
+        if audit_log not in _TRUE | _FALSE:
+            raise ValueError(f"{AUDIT_LOG_ENV} must be 1 or 0 (or true/false), got {audit_log!r}.")
         caps = {}
         for name, var in CAP_ENV.items():
             raw = env.get(var, "").strip()
@@ -120,7 +129,13 @@ class PublicPolicy:
             if not raw.isdigit() or int(raw) < 1:
                 raise ValueError(f"{var} must be a positive whole number, got {raw!r}.")
             caps[name] = int(raw)
-        return cls(flag in _TRUE, parse_allow_list(env.get(ALLOWED_ENV, "")), Caps(**caps))
+        return cls(flag in _TRUE, parse_allow_list(env.get(ALLOWED_ENV, "")), Caps(**caps), audit_log in _TRUE)
+
+    @property
+    def shows_audit_log(self) -> bool:
+        """Whether the Audit log page may show the log: always outside public mode; in public mode only when
+        the operator opted in (the log holds every audited query and context, kept behind the service's token)."""
+        return not self.public or self.audit_log
 
     # -- caps -----------------------------------------------------------------------------------------------
 

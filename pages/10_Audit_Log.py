@@ -21,6 +21,7 @@ from components.audit_figures import (
 from components.page import open_page
 from components.text import plain_message
 from core.audit.store import DB_ENV, AuditReader, default_db_path
+from core.public import AUDIT_LOG_ENV, current_policy
 
 HISTORY_ROWS = 200
 FILTERS = {"all": "All audits", "flagged": "Flagged only", "unflagged": "Not flagged"}
@@ -40,6 +41,18 @@ def draw_header() -> None:
 
 
 def draw_source() -> AuditReader | None:
+    policy = current_policy()
+    if not policy.shows_audit_log:
+        st.info(
+            "This is a public deployment: the audit log is not shown here, because it holds every query and "
+            "passage the audit service checked (the service itself keeps them behind its token). An operator "
+            f"who wants visitors to see it sets {AUDIT_LOG_ENV}=1."
+        )
+        return None
+    if policy.public:
+        st.warning(
+            f"Public deployment with {AUDIT_LOG_ENV}=1: every visitor can read the stored queries and passages below."
+        )
     path = default_db_path()
     st.caption(
         f"Reading {plain_message(str(path))} (read-only). Set {DB_ENV} before starting the app to read another "

@@ -82,3 +82,25 @@ def test_audit_log_page_reads_the_database_and_flags_a_broken_chain(tmp_path, mo
     at.run()
     assert any("BROKEN (changed)" in e.value and records[3]["id"] in e.value for e in at.error)
     assert not verify_chain(db).ok
+
+
+@pytest.mark.usefixtures("tiny_app")
+def test_public_mode_hides_the_audit_log_unless_the_operator_opts_in(tmp_path, monkeypatch):
+    """Issue 25 item 1: with READ_OR_RECALL_PUBLIC=1 any visitor could read every stored query and context."""
+    db = tmp_path / "audit.sqlite3"
+    _fill(db)
+    monkeypatch.setenv("READ_OR_RECALL_AUDIT_DB", str(db))
+    monkeypatch.setenv("READ_OR_RECALL_PUBLIC", "1")
+    monkeypatch.delenv("READ_OR_RECALL_PUBLIC_AUDIT_LOG", raising=False)
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert not at.exception, at.exception
+    shown = _texts(at) + "\n".join(i.value for i in at.info) + "\n".join(str(d.value) for d in at.dataframe)
+    assert "query 0" not in shown and "ctx" not in shown
+    assert not at.metric and not at.dataframe and not at.get("plotly_chart") and not at.success
+    assert any("READ_OR_RECALL_PUBLIC_AUDIT_LOG" in i.value for i in at.info)
+
+    monkeypatch.setenv("READ_OR_RECALL_PUBLIC_AUDIT_LOG", "1")  # the operator's explicit opt-in
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert not at.exception, at.exception
+    assert any("Hash chain verified: 6 records" in s.value for s in at.success)
+    assert any("public" in w.value.lower() for w in at.warning)
