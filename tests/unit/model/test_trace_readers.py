@@ -1,0 +1,153 @@
+"""Pins of every number read off a model's internals, recorded before the readers moved onto one trace.
+
+``trace_pins_tiny.npz`` (the tiny random Llama of ``tests/conftest.py``) and ``trace_pins_embedded.npz`` (the
+embedded model, CPU fp32) were written by :func:`compute_pins` with the code as it was before
+:mod:`core.model.trace` existed (each reader with its own hooks or ``output_hidden_states``). The tests run the
+same calls today and must reproduce every array to 1e-6: hidden states, attention entropy / segment mass / one
+head's pattern, CRM's displacement and calibration inputs, the audit's capture, RADAR's trace and 37 features,
+the ablation patch sources, and the engine's per-token KL, Z and noisy Z_σ (one row streamed, many batched).
+
+Regenerate only on purpose (it overwrites the pins): ``python tests/unit/model/test_trace_readers.py [--embedded]``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+HERE = Path(__file__).resolve().parent
+TINY_PINS = HERE / "trace_pins_tiny.npz"
+EMBEDDED_PINS = HERE / "trace_pins_embedded.npz"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+ROWS = [
+    ("Who wrote the note?", "The note was written by Ada on Tuesday."),
+    ("Where is the tower?", "The tower stands in Quillmere, by the old harbour."),
+    ("How many moons?", "Three."),
+]
+EMBEDDED_ROWS = [
+    ("What is the capital of France?", "France's capital is Paris."),
+    ("Who founded Marrowgate?", "Marrowgate was founded in 1412 by salt traders."),
+]
+RADAR_TEXT = "The capital of France is"
+
+
+def _run_arrays(prefix: str, res) -> dict[str, np.ndarray]:
+    return {
+        f"{prefix}.z": np.array([res.repcs_score], np.float64),
+        f"{prefix}.token_kl": np.asarray(res.token_kl, np.float64),
+        f"{prefix}.ids": np.asarray(res.answer_token_ids, np.float64),
+        f"{prefix}.entropy_rag": np.asarray(res.retrieval.entropy, np.float64),
+        f"{prefix}.entropy_para": np.asarray(res.parametric.entropy, np.float64),
+        f"{prefix}.topk_probs_para": np.asarray(res.parametric.topk_probs, np.float64),
+        f"{prefix}.para_ids": np.asarray(res.parametric.token_ids, np.float64),
+    }
+
+
+def compute_pins(handle, *, embedded: bool = False) -> dict[str, np.ndarray]:
+    """Every pinned number for ``handle``, through the public entry points of each reader."""
+    from core.audit.forward import capture_pairs
+    from core.engine import DualPathSettings, prepare_prompts, run_dual_path, score_batch
+    from core.methods.ablation import last_token_states
+    from core.methods.crm.calibration import calibration_displacements
+    from core.methods.crm.prompts import CalibrationPrompt
+    from core.methods.internals import displacement, instrumented_forward
+    from core.methods.radar.trace import extract_features
+
+    rows = EMBEDDED_ROWS if embedded else ROWS
+    out: dict[str, np.ndarray] = {}
+    settings = DualPathSettings(max_new_tokens=5, score_window=5)
+    prepared = [prepare_prompts(handle, q, c, settings) for q, c in rows]
+
+    # internals: hidden states, attention entropy, segment mass, one head's pattern
+    ids = list(prepared[0].retrieval.ids)
+    seg = [i % 3 for i in range(len(ids))]
+    cap = instrumented_forward(
+        handle, ids, positions=[0, 3, -1], attention=True, rows=[-1, -2], segment_ids=seg, n_segments=3, head=(1, 1)
+    )
+    out["internals.states"] = cap.states
+    out["internals.entropy"] = cap.entropy
+    out["internals.mass"] = cap.mass
+    out["internals.pattern"] = cap.pattern
+
+    # the engine: one row streamed (free parametric answer), many rows batched with noisy Z
+    res = run_dual_path(handle, *rows[0], settings)
+    out.update(_run_arrays("run", res))
+    batch = score_batch(handle, rows, settings, free_parametric=True, noise_sigmas=(0.0, 0.5), noise_seed=7)
+    for i, r in enumerate(batch):
+        out.update(_run_arrays(f"batch{i}", r))
+        out[f"batch{i}.noisy_z"] = np.asarray(r.extras["noisy_repcs"]["z"], np.float64)
+
+    # CRM: the displacement of a result, the calibration inputs
+    out["crm.displacement"] = displacement(handle, res)
+    prompts = [CalibrationPrompt(id=str(i), label="grounded", query=q, context=c) for i, (q, c) in enumerate(rows)]
+    d, kl = calibration_displacements(handle, prompts)
+    out["crm.calibration_d"] = d
+    out["crm.calibration_kl"] = kl
+
+    # the audit: one left-padded pass per path (rows of different lengths)
+    for i, c in enumerate(capture_pairs(handle, prepared)):
+        out[f"audit{i}.displacement"] = c.displacement
+        out[f"audit{i}.first"] = np.array(
+            [c.first_token_kl, c.entropy_retrieval, c.entropy_parametric, c.top_retrieval, c.top_parametric],
+            np.float64,
+        )
+
+    # ablation: patch sources (decoder-layer outputs at the last token)
+    states = last_token_states(handle, ids, [0, handle.info.n_layers - 1])
+    for layer, h in states.items():
+        out[f"ablation.layer{layer}"] = h.float().cpu().numpy()
+
+    # RADAR: the trace and the 37 features
+    features, trace = extract_features(handle, RADAR_TEXT)
+    out["radar.features"] = np.array(list(features.values()), np.float64)
+    for name in ("confidence", "entropy", "head_entropy", "layer_variance", "layer_norm", "layer_rank"):
+        out[f"radar.{name}"] = np.asarray(getattr(trace, name), np.float64)
+    out["radar.top_ids"] = np.asarray(trace.top_token_ids, np.float64)
+    if embedded:  # the CRM detectors on the bundled basis
+        from core.detectors import DetectorInput, resolve
+
+        inp = DetectorInput(handle=handle, result=res, settings=settings)
+        out["crm.detectors"] = np.array([d.score(inp) for d in resolve(["crm_lts", "crm_l2", "crm_lr"])], np.float64)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _check(got: dict[str, np.ndarray], path: Path) -> None:
+    with np.load(path, allow_pickle=False) as stored:
+        expected = {k: stored[k] for k in stored.files}
+    assert sorted(got) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-6, atol=1e-6, err_msg=key)
+
+
+def test_tiny_model_numbers_are_unchanged(tiny_handle) -> None:
+    _check(compute_pins(tiny_handle), TINY_PINS)
+
+
+@pytest.mark.slow
+def test_embedded_model_numbers_are_unchanged(embedded_handle) -> None:
+    _check(compute_pins(embedded_handle, embedded=True), EMBEDDED_PINS)
+
+
+if __name__ == "__main__":  # pragma: no cover - regenerates the pins (on purpose only)
+    sys.path.insert(0, str(HERE.parents[2]))
+    torch.set_num_threads(1)
+    if "--embedded" in sys.argv:
+        from core.model.loading import load_model
+
+        np.savez(EMBEDDED_PINS, **compute_pins(load_model(device="cpu"), embedded=True))
+    else:
+        from core.model.loading import handle_from_model
+        from tests.conftest import make_byte_tokenizer, make_tiny_llama
+
+        tok = make_byte_tokenizer()
+        model = make_tiny_llama(len(tok))
+        model.generation_config.eos_token_id = tok.eos_token_id
+        model.generation_config.pad_token_id = tok.pad_token_id
+        handle = handle_from_model(model, tok, name="tiny-random-llama", source="tests/conftest.py")
+        np.savez(TINY_PINS, **compute_pins(handle))
