@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from components.figures import escape_label
+from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH
 
 PALETTE = (
     "#2f5d8a",
@@ -87,8 +88,28 @@ def roc_figure(detectors: dict[str, dict[str, Any]], *, height: int = 520) -> go
     return fig
 
 
+ORIENTATION = (
+    "Every score is oriented so that higher means memorized (the positive class): a detector whose raw score is "
+    "higher for grounded answers (RePCS's Z, for one) is negated, and the AUC, CI, FPR and precision are computed "
+    "on that oriented score."
+)
+"""The one convention of the metrics table, stated once above it (:func:`metrics_table` follows it)."""
+ORIENTATION_COLUMN = "scored as"
+
+
+def oriented_as(higher_means: str | None) -> str:
+    """How a detector's raw score enters the table: ``"raw score"`` (higher already means memorized) or
+    ``"− raw score"`` (its raw score is higher for grounded answers); ``""`` when unknown."""
+    if higher_means == MEMORIZED_HIGH:
+        return "raw score"
+    if higher_means == GROUNDED_HIGH:
+        return "− raw score"
+    return ""
+
+
 def metrics_table(detectors: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One row per detector: AUC, CI, FPR@95%TPR, Precision@10, rows scored, direction, cost, source."""
+    """One row per detector: AUC, CI, FPR@95%TPR, Precision@10, rows scored, how the score is oriented
+    (:data:`ORIENTATION`: higher = memorized for every row), cost, source."""
     rows = []
     for name, e in detectors.items():
         lo, hi = e.get("auc_ci") or (None, None)
@@ -102,7 +123,7 @@ def metrics_table(detectors: dict[str, dict[str, Any]]) -> pd.DataFrame:
                 "FPR @ 95% TPR": e.get("fpr_at_95tpr"),
                 "Precision@10": e.get("precision_at_10"),
                 "rows scored": e.get("n"),
-                "higher means": e.get("higher_means"),
+                ORIENTATION_COLUMN: oriented_as(e.get("higher_means")),
                 "cost": e.get("cost"),
                 "note": e.get("note") or e.get("first_error") or "",
                 "source": e.get("source", ""),

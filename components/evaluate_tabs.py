@@ -93,9 +93,9 @@ def detector_label(name: str) -> str:
 
 def draw_detectors_tab(main_job: EvaluationJob, summary: dict, rows: list) -> None:
     st.caption(
-        "Each detector's score is oriented so that higher = more likely memorized (e.g. −Z for RePCS). Fitted "
-        "detectors are scored out of fold (stratified 5-fold, seed 42): no row is scored by a model that saw "
-        "its label. The CI is a percentile bootstrap over rows (1,000 resamples, seed 42)."
+        f"{ef.ORIENTATION} Fitted detectors are scored out of fold (stratified 5-fold, seed 42): no row is "
+        "scored by a model that saw its label. The CI is a percentile bootstrap over rows (1,000 resamples, "
+        "seed 42)."
     )
     detectors = summary["detectors"]
     n_mem = sum(r.get("label") == "memorized" for r in rows)

@@ -76,7 +76,8 @@ def is_example_input(example: Example, query: str, context: str) -> bool:
 
 
 STYLE = asset_path("static", "app.css")
-"""The app's static style rules (lighter placeholders); no user text ever goes into it."""
+"""The app's static style rules (lighter placeholders, metric values that wrap instead of being cut); no user
+text ever goes into it. Every page injects it (:func:`components.page.open_page`)."""
 
 
 def use_app_style() -> None:
@@ -93,7 +94,6 @@ def input_area(name: str, label: str, **kwargs: Any) -> str:
 
 def query_and_context() -> tuple[str, str]:
     """The shared query and context text areas; returns their current values."""
-    use_app_style()
     query = input_area(
         keys.QUERY,
         "Query",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from components import queue, state, url_state, widgets
+from components import inputs, queue, state, url_state, widgets
 from components.state import AppConfig
 from components.text import escape_markdown, plain_message
 from core.engine.result import DualPathResult
@@ -85,6 +85,7 @@ def open_page(title: str | None = None) -> PageContext:
         is shown as plain text (no server paths) and the page stops here.
     """
     st.set_page_config(page_title=page_title(title), layout="wide")
+    inputs.use_app_style()
     state.begin_run()
     queue.watch()  # this run's model calls: "queued: N runs ahead", cancelled when the tab closes
     url_state.restore()  # a reload or a shared link: the last run's inputs and settings, before any widget

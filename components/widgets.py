@@ -188,6 +188,10 @@ MIME_TYPES = {".csv": "text/csv", ".json": "application/json"}
 """The exports' MIME types, by file ending."""
 
 
+SMALL_HEADER_CHARS = 8
+"""The longest header a "small" table column shows whole; numeric columns with longer headers size to them."""
+
+
 def fitted_columns(
     frame: Any,
     *,
@@ -212,8 +216,9 @@ def fitted_columns(
         if name in present:
             config[name] = st.column_config.TextColumn(name, width=text_width)
     for name, fmt in (numbers or {}).items():
-        if name in present:
-            config[name] = st.column_config.NumberColumn(name, format=fmt, width="small")
+        if name in present:  # a small column cuts a long header ("AUC 95% CI low" and "… high" both read "AUC 95% CI")
+            width = "small" if len(name) <= SMALL_HEADER_CHARS else None
+            config[name] = st.column_config.NumberColumn(name, format=fmt, width=width)
     return config
 
 

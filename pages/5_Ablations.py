@@ -30,7 +30,7 @@ from core.engine.result import DualPathResult
 from core.engine.verdict import display
 from core.methods import ablation
 from core.methods.ablation import format_layers
-from core.methods.ablation.degenerate import degeneracy
+from core.methods.ablation.degenerate import path_degeneracy
 from core.model.handle import ModelHandle
 
 MAX_CACHED = 32
@@ -181,16 +181,20 @@ def draw_comparison(
         delta_color="off",
         help="Log-probability the retrieval path gives the clean answer's first token, perturbed (delta vs clean).",
     )
-    broken = degeneracy(perturbed.retrieval.answer)
+    flags = path_degeneracy(perturbed)
+    broken = [name for name, flag in flags.items() if flag.degenerate]
     c4.metric(
         "Verdict",
-        display(perturbed.verdict) + (" (degenerate answer)" if broken.degenerate else ""),
+        display(perturbed.verdict),
+        delta="degenerate answer" if broken else None,
+        delta_color="inverse" if broken else "off",
+        delta_arrow="off",
         help=f"clean: {display(clean.verdict)}",
     )
-    if broken.degenerate:
+    for name in broken:
         st.warning(
-            f"The perturbed retrieval answer is {broken.summary}. Its Z and verdict describe broken text, not a "
-            "change in where the answer comes from: lower ε or perturb fewer layers for a graded effect.",
+            f"The perturbed {name} answer is {flags[name].summary}. Its Z and verdict describe broken text, not "
+            "a change in where the answer comes from: lower ε or perturb fewer layers for a graded effect.",
             icon=":material/warning:",
         )
 

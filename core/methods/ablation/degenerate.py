@@ -15,9 +15,16 @@ an answer with three standard surface statistics and flags it when any crosses a
   letters, or a number, with punctuation around it (a token of punctuation alone is not a word); no
   replacement character "�", no control character, at most
   :data:`MAX_WORD_LENGTH` characters. Flag at ≥ :data:`MAX_NON_WORD` (0.3) with at least
-  :data:`MIN_TOKENS` (4) tokens.
+  :data:`MIN_TOKENS` (4) tokens; a **short answer** (fewer tokens) is flagged when most of its tokens are not
+  words ("Paris", "1969", "Lyon." pass; a single token of symbols and letters such as
+  ``paralleled>"…‹/了`` does not).
+* **mixed scripts** — a token whose letters come from more than one script (Latin and CJK, "ЖизнTor") is not
+  a word, and is named in the reasons.
+* **loops** — a stretch of at least two characters (not digits alone) repeated :data:`MIN_LOOP_REPEATS` (4)
+  times in a row, spaces or not ("planet-sized planet-sized …", "abcabcabcabc").
 
-An empty answer is flagged too. The thresholds are deliberately loose: the flag is there to stop a reader from
+An empty answer is flagged too. A run has two answers (retrieval and parametric): :func:`path_degeneracy`
+checks both. The thresholds are deliberately loose: the flag is there to stop a reader from
 taking gibberish as a finding, not to grade fluent text. It cannot tell a fluent wrong answer from a right one.
 """
 
@@ -35,10 +42,13 @@ MIN_BIGRAMS = 8
 MAX_NON_WORD = 0.3
 MIN_TOKENS = 4
 MAX_WORD_LENGTH = 20
+MIN_LOOP_REPEATS = 4
 
 _WORDS = re.compile(r"\w+", re.UNICODE)
 _NUMBER = re.compile(r"^[-+]?\d[\d.,:/%-]*$")
 _PUNCT = "\"'“”‘’()[]{}.,;:!?-–—…*"
+_BEFORE, _AFTER = "$€£¥#", "+%°"  # currency, #1, C++, percent, degrees: allowed around a word or number
+_LOOP = re.compile(r"(.{2,}?)\1{" + str(MIN_LOOP_REPEATS - 1) + ",}", re.DOTALL)
 _VOWELS = set("aeiouyAEIOUY")
 
 
@@ -50,11 +60,35 @@ def _script(ch: str) -> str:
         return "?"
 
 
+def _mixed_scripts(letters: str) -> bool:
+    """Whether the letters of one token come from more than one script."""
+    return len({_script(c) for c in letters if c.isalpha()}) > 1
+
+
+def _scripts_mixed_in(token: str) -> bool:
+    """Whether a token's letters (symbols aside) come from more than one script: "paralleled>…了"."""
+    return _mixed_scripts("".join(c for c in token if c.isalpha()))
+
+
+def loop_length(text: str) -> int:
+    """The most times a stretch of ≥ 2 characters (not digits or spaces alone) repeats back to back in
+    ``text`` (1 when nothing repeats :data:`MIN_LOOP_REPEATS` times)."""
+    best = 1
+    for match in _LOOP.finditer(text or ""):
+        unit = match.group(1)
+        if not unit.strip() or unit.strip().isdigit():
+            continue
+        best = max(best, len(match.group(0)) // len(unit))
+    return best
+
+
 def is_word(token: str) -> bool:
     """Whether a whitespace-separated token is word-like (see the module docstring)."""
     if not token or "\ufffd" in token or any(unicodedata.category(c).startswith("C") for c in token):
         return False
-    core = token.strip(_PUNCT)
+    core = token.strip(_PUNCT).lstrip(_BEFORE).rstrip(_AFTER)
+    if core.endswith("#") and core[:-1].isalpha():
+        core = core[:-1]  # C#, F#
     if not core:
         return False  # punctuation alone: a list of "-" or "," is what broken generations look like
     if _NUMBER.match(core):
@@ -64,7 +98,7 @@ def is_word(token: str) -> bool:
     letters = core.replace("'", "").replace("’", "").replace("-", "")
     if not letters.isalpha():
         return False
-    if len({_script(c) for c in letters}) > 1:
+    if _mixed_scripts(letters):
         return False
     return not (letters.isascii() and len(letters) > 3 and not set(letters) & _VOWELS)
 
@@ -118,6 +152,8 @@ def degeneracy(text: str) -> Degeneracy:
     distinct_2 = len(set(bigrams)) / len(bigrams) if bigrams else 1.0
     run = _longest_run(words)
     non_word = sum(not is_word(t) for t in tokens) / len(tokens) if tokens else 0.0
+    loops = loop_length(text)
+    mixed = [t for t in tokens if _scripts_mixed_in(t)]
     reasons = []
     if not tokens:
         reasons.append("empty answer")
@@ -129,6 +165,12 @@ def degeneracy(text: str) -> Degeneracy:
         reasons.append(f"few distinct word pairs (distinct-2 {distinct_2:.2f})")
     if len(tokens) >= MIN_TOKENS and non_word >= MAX_NON_WORD:
         reasons.append(f"{non_word:.0%} of its tokens are not words")
+    elif tokens and len(tokens) < MIN_TOKENS and non_word > 0.5:
+        reasons.append(f"a short answer of non-words ({non_word:.0%} of {len(tokens)} tokens)")
+    if mixed:
+        reasons.append(f"mixes scripts in {len(mixed)} token{'s' if len(mixed) > 1 else ''}")
+    if loops >= MIN_LOOP_REPEATS and not any(r.startswith(("repeats", f"{run} identical")) for r in reasons):
+        reasons.append(f"loops (a stretch repeated {loops} times)")
     return Degeneracy(
         repetition=round(repetition, 4),
         distinct_2=round(distinct_2, 4),
@@ -137,6 +179,22 @@ def degeneracy(text: str) -> Degeneracy:
         degenerate=bool(reasons),
         reasons=reasons,
     )
+
+
+def path_degeneracy(result: Any) -> dict[str, Degeneracy]:
+    """Both answers of a dual-path run checked: ``{"retrieval": …, "parametric": …}`` (paths without an
+    answer are left out)."""
+    flags = {}
+    for name in ("retrieval", "parametric"):
+        path = getattr(result, name, None)
+        if path is not None and getattr(path, "answer", None) is not None:
+            flags[name] = degeneracy(str(path.answer))
+    return flags
+
+
+def degenerate_paths(result: Any) -> list[str]:
+    """The names of a run's paths whose answer is degenerate (``[]`` when both look like text)."""
+    return [name for name, flags in path_degeneracy(result).items() if flags.degenerate]
 
 
 def annotate_report(report: dict[str, Any]) -> dict[str, Any]:

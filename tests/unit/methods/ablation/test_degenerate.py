@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from core.methods.ablation.degenerate import annotate_report, degeneracy, is_word
+from core.methods.ablation.degenerate import (
+    annotate_report,
+    degeneracy,
+    degenerate_paths,
+    is_word,
+    loop_length,
+    path_degeneracy,
+)
 
 
 @pytest.mark.parametrize(
@@ -51,3 +60,41 @@ def test_annotate_report_adds_flags_of_the_same_shape():
     assert report["degenerate_count"] == [1, 0] and report["clean"]["degenerate"]["degenerate"] is False
     patched = annotate_report({"patched": {"answer": "zzzz qqqq xxxx wwww"}})
     assert patched["patched"]["degenerate"]["degenerate"] is True
+
+
+# Issue 26: measured answers the flag missed (Ablations → Veltria, dose–response at ε = 1, and the parametric
+# answer at the default ε = 0.05), and short answers that must still pass.
+BROKEN_AT_EPS_1 = '||$broken\\`):paralleled>"riculaahusemasaensely‹/了'
+PARAMETRIC_LOOP = " ".join(["planet-sized"] * 9) + " …"
+
+
+@pytest.mark.parametrize("text", [BROKEN_AT_EPS_1, PARAMETRIC_LOOP, "planet-sized" * 5, "了broken", "zzkq#@"])
+def test_short_gibberish_mixed_scripts_and_loops_are_flagged(text):
+    flags = degeneracy(text)
+    assert flags.degenerate, text
+    assert flags.summary.startswith("degenerate: ")
+
+
+def test_the_reasons_name_what_is_wrong():
+    reasons = degeneracy(BROKEN_AT_EPS_1).reasons
+    assert any("short answer of non-words" in r for r in reasons) and any("mixes scripts" in r for r in reasons)
+    assert loop_length("abcabcabcabc") == 4 and loop_length("Mississippi") == 1 and loop_length("1000000000") == 1
+    assert any(r.startswith("loops") for r in degeneracy("hahahahaha").reasons)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Paris", "1969", "Lyon.", "Paris, France.", "C++", "C#", "#1", "$100", "100%", "Tokyo (東京)", "It costs €5."],
+)
+def test_short_normal_answers_are_not_flagged(text):
+    assert not degeneracy(text).degenerate, degeneracy(text).reasons
+
+
+def test_both_paths_of_a_run_are_checked():
+    run = SimpleNamespace(
+        retrieval=SimpleNamespace(answer="Veltria's capital is Marrowgate."),
+        parametric=SimpleNamespace(answer=PARAMETRIC_LOOP),
+    )
+    flags = path_degeneracy(run)
+    assert set(flags) == {"retrieval", "parametric"} and not flags["retrieval"].degenerate
+    assert degenerate_paths(run) == ["parametric"]
