@@ -6,9 +6,9 @@ State (persistent values, the result cache) lives in :mod:`components.state`; th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -28,10 +28,11 @@ from core.engine import (
     run_dual_path,
 )
 from core.engine.result import DualPathResult
+from core.engine.settings import SLIDER, setting_defaults, setting_specs
 from core.io import csv_safe_text
 from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle
-from core.model.prompts import TEMPLATE_CHOICES, TEMPLATES
-from core.public import PublicPolicy, current_policy
+from core.model.prompts import TEMPLATES
+from core.public import Caps, PublicPolicy, current_policy
 
 logger = logging.getLogger(__name__)
 
@@ -112,47 +113,71 @@ def template_label(key: str) -> str:
     return TEMPLATES[key].label
 
 
-_SETTINGS: dict[str, Callable[[], Any]] = {
-    "score_window": partial(
-        controls.number,
-        "Score window T (answer tokens)",
-        keys.SCORE_WINDOW,
-        _DEFAULTS.score_window,
-        (1, 4096, 8),
-        help="RePCS sums KL over the first T answer tokens: Z = Σ_{t<T} KL_t.",
-    ),
-    "max_new_tokens": lambda: controls.number(
-        "Max new tokens per answer",
-        keys.MAX_NEW_TOKENS,
-        _DEFAULTS.max_new_tokens,
-        (1, current_policy().limit("max_new_tokens", 1024), 8),
-        help="Greedy decoding stops at end-of-sequence or after this many tokens.",
-    ),
-    "template": partial(
-        controls.choice,
-        st.selectbox,
-        "Prompt template",
-        keys.TEMPLATE,
-        {key: template_label(key) for key in TEMPLATE_CHOICES},
-        _DEFAULTS.template,
-        help="Both paths use the same template; the parametric prompt only leaves the context out.",
-    ),
-    "top_k": partial(controls.number, "Top-k candidates shown", keys.TOP_K, _DEFAULTS.top_k, (1, 50), widget=st.slider),
-    "kl_split": partial(
-        controls.number,
-        "Early/late split (tokens)",
-        keys.KL_SPLIT,
-        _DEFAULTS.kl_split,
-        (1, 4096, 4),
-        help="CRM level-2 statistics compare the mean KL of the first tokens with the rest.",
-    ),
-}
-"""The run settings shared by every page: :class:`DualPathSettings` field → its sidebar control."""
+SIDEBAR_ORDER = ("score_window", "max_new_tokens", "template", "top_k", "kl_split")
+"""The sidebar's run settings, top to bottom (each drawn from its :class:`~core.engine.settings.Setting`)."""
+
+_CAPS = {f.name for f in dataclasses.fields(Caps)}
+
+
+@dataclass(frozen=True)
+class WidgetSpec:
+    """One sidebar control, generated from a :class:`~core.engine.settings.Setting` (pure data, nothing drawn).
+
+    Attributes:
+        kind: ``"slider"``, ``"number"`` or ``"select"``.
+        label: the widget's label; ``key``: its persistent value's name (:mod:`components.keys`).
+        default: the first-time value (the :class:`DualPathSettings` default).
+        low, high, step: a number's bounds (``high`` lowered by a public-mode cap) and step; ``None`` for a select.
+        options: a select's ``{value: label}``; ``None`` for a number.
+        help: the tooltip (with the unit).
+    """
+
+    kind: str
+    label: str
+    key: str
+    default: Any
+    low: int | None
+    high: int | None
+    step: int | None
+    options: dict[str, str] | None
+    help: str
+
+
+def settings_widget_specs(policy: PublicPolicy | None = None) -> dict[str, WidgetSpec]:
+    """``{field: its sidebar control}`` in :data:`SIDEBAR_ORDER`, from the settings' one definition.
+
+    The persistent value of each control is named after its field (``keys.TOP_K == "top_k"``). A field with a
+    public-mode cap of the same name (:class:`core.public.Caps`) gets the lower of its bound and the cap.
+    """
+    policy = current_policy() if policy is None else policy
+    specs, defaults = setting_specs(), setting_defaults()
+    out: dict[str, WidgetSpec] = {}
+    for name in SIDEBAR_ORDER:
+        spec = specs[name]
+        tip = spec.help + (f" ({spec.unit})" if spec.unit else "")
+        if spec.choices is not None:
+            options = {key: template_label(key) for key in spec.choices}
+            out[name] = WidgetSpec("select", spec.label, name, defaults[name], None, None, None, options, tip)
+            continue
+        high = policy.limit(name, spec.high) if name in _CAPS else spec.high
+        kind = str(spec.widget)
+        out[name] = WidgetSpec(kind, spec.label, name, defaults[name], spec.low, high, spec.step, None, tip)
+    return out
+
+
+def _draw_setting(spec: WidgetSpec) -> Any:
+    """Draw one control of :func:`settings_widget_specs` and return its value."""
+    if spec.options is not None:
+        return controls.choice(st.selectbox, spec.label, spec.key, spec.options, spec.default, help=spec.help)
+    widget = st.slider if spec.kind == SLIDER else st.number_input
+    bounds = (spec.low, spec.high) if spec.step in (None, 1) else (spec.low, spec.high, spec.step)
+    return controls.number(spec.label, spec.key, spec.default, bounds, widget=widget, help=spec.help)
 
 
 def _draw_settings() -> DualPathSettings:
     """The run settings shared by every page."""
-    return controls.settings_from(_DEFAULTS, controls.draw_controls(_SETTINGS))
+    values = {name: _draw_setting(spec) for name, spec in settings_widget_specs().items()}
+    return controls.settings_from(_DEFAULTS, values)
 
 
 def draw_model_facts(handle: ModelHandle) -> None:

@@ -24,11 +24,11 @@ import torch
 from tqdm import tqdm
 
 from core.engine import DualPathResult, DualPathSettings, run_dual_path
+from core.engine.settings import setting_defaults, setting_specs
 from core.maths.metrics import MAX_BOOTSTRAP, MIN_BOOTSTRAP
 from core.methods.repcs import DEFAULT_TAU_MODE, TAU_MODES, Threshold, threshold_for
 from core.model.handle import ModelHandle
 from core.model.loading import EMBEDDED_NAME, load_model
-from core.model.prompts import TEMPLATE_CHOICES
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 """The ``--dtype`` choices."""
@@ -76,7 +76,8 @@ def check_args(args: argparse.Namespace) -> None:
 
     * text that is not valid UTF-8 (bytes that Python turned into lone surrogates) in any argument;
     * ``--model ""``: an empty name is refused, not read as "the embedded model" (leave ``--model`` out for it);
-    * ``--window`` below 1 is refused, not replaced by the default.
+    * a settings flag out of its bounds (``--window 0``) is refused, not replaced by the default
+      (:func:`check_setting_flags`).
 
     Raises:
         ValueError: the message names the argument.
@@ -95,9 +96,47 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(
             "--model is empty: give a Hugging Face id or a local folder, or leave it out for the embedded model."
         )
-    window = getattr(args, "window", None)
-    if window is not None and window < 1:
-        raise ValueError(f"--window must be at least 1 answer token, got {window}")
+    check_setting_flags(args)
+
+
+def check_setting_flags(args: argparse.Namespace) -> None:
+    """Check the :class:`DualPathSettings` flags a command has, before anything loads: each against its
+    :class:`~core.engine.settings.Setting`, so the message is :meth:`DualPathSettings.validate`'s word for word.
+
+    Raises:
+        ValueError: e.g. ``score_window must be between 1 and 4096, got 0`` for ``--window 0``.
+    """
+    for name, spec in setting_specs().items():
+        value = getattr(args, spec.dest, None) if spec.dest else None
+        if value is not None:
+            spec.check(name, value)
+
+
+def add_setting_args(p: argparse.ArgumentParser) -> None:
+    """One flag per :class:`DualPathSettings` field that has one, generated from its
+    :class:`~core.engine.settings.Setting` (flag, type, default, help with unit, bounds and choices).
+
+    Bounds are not argparse's business: :func:`check_args` checks them with the same message as
+    :meth:`DualPathSettings.validate`. A command may change a default with ``set_defaults`` (``--help`` shows it).
+    """
+    defaults = setting_defaults()
+    for name, spec in setting_specs().items():
+        if spec.flag is None:
+            continue
+        default = defaults[name]
+        known = "default %(default)s" if spec.follows is None else f"default: {spec.follows.replace('_', ' ')}"
+        if spec.choices is not None:
+            allowed = f"one of {', '.join(spec.choices)}"
+        else:
+            allowed = f"{spec.low}–{spec.high}" + (f" {spec.unit}" if spec.unit else "")
+        p.add_argument(
+            spec.flag,
+            dest=spec.dest,
+            type=type(default),
+            default=None if spec.follows is not None else default,
+            metavar=spec.dest.upper() if spec.dest else None,
+            help=f"{spec.help} ({allowed}; {known})",
+        )
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -111,12 +150,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype", choices=list(DTYPES), default=None, help="weights' dtype (default: float16 on CUDA, float32 on CPU)"
     )
-    p.add_argument("--max-new-tokens", type=int, default=64, help="most answer tokens per path (default 64)")
-    p.add_argument(
-        "--window", type=int, default=None, help="RePCS T: answer tokens summed into Z (default = max new tokens)"
-    )
-    p.add_argument("--template", default="auto", choices=TEMPLATE_CHOICES)
-    p.add_argument("--top-k", type=int, default=10)
+    add_setting_args(p)
     p.add_argument(
         "--threshold-file", default=None, help="JSON file with a calibrated τ (see `calibrate --write-threshold`)"
     )
@@ -129,17 +163,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> DualPathSettings:
-    """The validated :class:`DualPathSettings` of the flags (``--window`` defaults to ``--max-new-tokens``).
+    """The validated :class:`DualPathSettings` of the flags (a flag left out that ``follows`` another field,
+    ``--window``, takes that field's value: ``--max-new-tokens``).
 
     Raises:
         ValueError: a value out of range (the message names it).
     """
-    settings = DualPathSettings(
-        max_new_tokens=args.max_new_tokens,
-        score_window=args.max_new_tokens if args.window is None else args.window,
-        top_k=args.top_k,
-        template=args.template,
-    )
+    specs = setting_specs()
+    values = {name: getattr(args, spec.dest) for name, spec in specs.items() if spec.dest}
+    for name, spec in specs.items():
+        if spec.follows is not None and values.get(name) is None:
+            values[name] = values[spec.follows]
+    settings = DualPathSettings(**values)
     settings.validate()
     return settings
 

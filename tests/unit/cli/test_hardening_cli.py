@@ -96,7 +96,7 @@ def test_the_cli_and_the_metrics_share_one_bound():
         (["--sigmas", "0,nan"], "--sigmas must be finite numbers >= 0"),
         (["--sample", "0"], "--sample must be at least 1"),
         (["--batch-size", "0"], "--batch-size must be at least 1"),
-        (["--window", "0"], "--window must be at least 1"),
+        (["--window", "0"], "score_window must be between 1 and 4096, got 0"),
         (["--max-new-tokens", "0"], "max_new_tokens"),
         (["--model", ""], "--model is empty"),
         (["--model", "  "], "--model is empty"),
@@ -125,7 +125,7 @@ def test_evaluate_refuses_a_file_with_one_label_before_the_model_loads(tmp_path,
         (["--epsilon", "0"], "--epsilon"),
         (["--calibration-fraction", "0"], "--calibration-fraction"),
         (["--calibration-rows", "1,x"], "--calibration-rows"),
-        (["--window", "0"], "--window"),
+        (["--window", "0"], "score_window must be between 1 and 4096"),
     ],
 )
 def test_calibrate_checks_values_before_the_model_loads(data, no_model, extra, message, capsys):
@@ -168,7 +168,7 @@ def test_probe_and_ablate_check_their_values_before_the_model_loads(no_model, ca
 def test_window_zero_and_empty_model_are_refused_by_every_command(command, no_model, capsys):
     base = [command, "--query", "Q?", "--context", "C."] + (["--layers", "0"] if command == "ablate" else [])
     assert main([*base, "--window", "0"]) == 2
-    assert "--window must be at least 1" in _error_line(capsys)
+    assert "score_window must be between 1 and 4096, got 0" in _error_line(capsys)
     assert main([*base, "--model", ""]) == 2
     assert "--model is empty" in _error_line(capsys)
     assert no_model == []
