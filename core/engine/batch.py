@@ -57,8 +57,8 @@ from core.engine.scoring import (
     score_paths,
 )
 from core.engine.settings import DualPathSettings
+from core.engine.threshold import Threshold
 from core.maths.noise import noisy_repcs_scores, row_seed
-from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle, check_cancelled
 
 logger = logging.getLogger(__name__)

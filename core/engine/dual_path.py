@@ -25,7 +25,7 @@ from core.engine.prepare import prepare_prompts
 from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
 from core.engine.scoring import NOT_GENERATED, Answer, build_result, resolve_threshold, score_paths
 from core.engine.settings import DualPathSettings
-from core.methods.repcs import Threshold
+from core.engine.threshold import Threshold
 from core.model.handle import ModelHandle
 
 
@@ -46,7 +46,7 @@ def run_dual_path(
         handle: the shared model.
         query, context: user text (validated; see :func:`core.engine.prepare.prepare_prompts`).
         settings: :class:`DualPathSettings` (defaults if ``None``).
-        threshold: τ to apply; default: :func:`core.methods.repcs.threshold_for` the model.
+        threshold: τ to apply; default: :func:`core.engine.threshold.threshold_for` the model.
         on_event: called with a :class:`StreamEvent` after every generated token of either path, then twice
             for the scoring step (``path == "scoring"``: once when it starts, once with ``done=True``).
         free_parametric: also generate the parametric path's own answer (batched with the retrieval

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from core.engine.settings import DualPathSettings
+from core.engine.threshold import TAU_PAPER
 from core.engine.verdict import normalize_verdict
-from core.methods.repcs import TAU_PAPER
 
 SCHEMA_VERSION = 3
 """2: the in-memory result groups each path's fields in a :class:`PathOutput`; the JSON keys are schema 1's.
@@ -138,7 +138,7 @@ class DualPathResult:
             constant τ — ``None`` when no threshold is known.
         verdict: ``"recalled"`` (Z below τ, outside the band), ``"read"``, ``"inconclusive"`` (Z within the
             band of τ(L), L outside the calibration's lengths, or an empty answer) or ``"uncalibrated"``
-            (:mod:`core.engine.verdict`; :func:`core.methods.repcs.decide`).
+            (:mod:`core.engine.verdict`; :func:`core.engine.verdict.decide`).
         verdict_reason: one sentence saying why.
         tau_band: ``[low, high]`` of the inconclusive band at this L (length-aware τ), else ``None``.
         tau_mode: ``"length"`` (τ(L) with the band) or ``"paper"`` (one constant τ); ``None`` uncalibrated.

@@ -4,14 +4,16 @@
   over the full vocabulary (nats, float32 log-space), each path's entropy, the log-probability of the answer
   token and the top-k candidates.
 * :func:`build_result` — the result of one row from its parts, with Z = Σ_{t<T} KL_t (RePCS eq. 2), the
-  verdict (:func:`core.methods.repcs.decide`: τ(L) with its inconclusive band, or the paper's constant τ)
+  verdict (:func:`core.engine.verdict.decide`: τ(L) with its inconclusive band, or the paper's constant τ)
   and the CRM level-2 statistics. :func:`core.engine.dual_path.run_dual_path` and the
   batched :func:`core.engine.batch.score_batch` both build their results here, so they agree by construction.
+* :func:`rejudge` — the same result under another τ: the verdict re-decided from the Z and L it already
+  holds (no model call), with exactly the fields :func:`build_result` would have written under that τ.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -20,9 +22,9 @@ import torch
 from core.engine.prepare import PreparedPrompts, Prompt
 from core.engine.result import DualPathResult, PathOutput
 from core.engine.settings import DualPathSettings
-from core.engine.verdict import UNCALIBRATED
+from core.engine.threshold import TAU_PAPER, Threshold, repcs_score, threshold_for
+from core.engine.verdict import UNCALIBRATED, decide
 from core.maths.divergence import entropy, kl_divergence, kl_statistics, log_probs
-from core.methods.repcs import TAU_PAPER, Threshold, decide, repcs_score, threshold_for
 from core.model.handle import ModelHandle
 from core.model.prompts import resolve_template
 
@@ -120,6 +122,10 @@ def _resolved_template(key: str, tokenizer: Any) -> str:
         return key
 
 
+MISMATCH_OPENINGS = ("τ was calibrated with", "This τ has no length-aware calibration")
+"""How every warning of :func:`calibration_mismatch` begins (:func:`rejudge` replaces them for the new τ)."""
+
+
 def calibration_mismatch(threshold: Threshold, settings: DualPathSettings, tokenizer: Any = None) -> list[str]:
     """Warnings when a run's settings differ from those τ was calibrated with (τ is then not comparable).
 
@@ -152,7 +158,7 @@ def calibration_mismatch(threshold: Threshold, settings: DualPathSettings, token
 def resolve_threshold(
     handle: ModelHandle, threshold: Threshold | None, threshold_source: str | None
 ) -> tuple[Threshold | None, str | None]:
-    """The τ to apply: the given one, else :func:`core.methods.repcs.threshold_for` the handle's model."""
+    """The τ to apply: the given one, else :func:`core.engine.threshold.threshold_for` the handle's model."""
     if threshold is not None:
         return threshold, threshold_source
     default, default_source = threshold_for(handle.info.name)
@@ -200,7 +206,6 @@ def build_result(
     """
     window = min(settings.score_window, len(retrieval.token_ids))
     z = repcs_score(scores.token_kl, settings.score_window)
-    decision = decide(z, window, threshold)
     warnings = list(prepared.warnings)
     if threshold is not None:
         warnings += calibration_mismatch(threshold, settings, handle.tokenizer)
@@ -217,12 +222,7 @@ def build_result(
         token_kl=scores.token_kl,
         score_window=settings.score_window,
         repcs_score=z,
-        threshold=decision.tau if threshold is not None else None,
-        threshold_source=threshold_source or ("given" if threshold is not None else "no threshold available"),
-        verdict=decision.verdict if threshold is not None else UNCALIBRATED,
-        verdict_reason=decision.reason,
-        tau_band=None if decision.band is None else [float(decision.band[0]), float(decision.band[1])],
-        tau_mode=decision.mode,
+        **judgement(z, window, threshold, threshold_source),
         n_scored=window,
         kl_stats=kl_statistics(scores.token_kl[:window], settings.kl_split),
         max_abs_log_ratio=float(log_ratio.max()) if log_ratio.size else 0.0,
@@ -232,3 +232,34 @@ def build_result(
         warnings=warnings,
         timings=timings,
     )
+
+
+def judgement(z: float, n_scored: int, threshold: Threshold | None, source: str | None) -> dict[str, Any]:
+    """The verdict fields of a result (``threshold``, ``threshold_source``, ``verdict``, ``verdict_reason``,
+    ``tau_band``, ``tau_mode``) for Z over L scored tokens under ``threshold`` (:func:`decide`)."""
+    decision = decide(z, n_scored, threshold)
+    return {
+        "threshold": decision.tau if threshold is not None else None,
+        "threshold_source": source or ("given" if threshold is not None else "no threshold available"),
+        "verdict": decision.verdict if threshold is not None else UNCALIBRATED,
+        "verdict_reason": decision.reason,
+        "tau_band": None if decision.band is None else [float(decision.band[0]), float(decision.band[1])],
+        "tau_mode": decision.mode,
+    }
+
+
+def rejudge(
+    result: DualPathResult, threshold: Threshold | None, source: str | None, tokenizer: Any = None
+) -> DualPathResult:
+    """``result`` as if it had been run under ``threshold``: the verdict re-decided in place from its own Z and
+    L (no model call), the τ warnings replaced by the new τ's, everything else shared with ``result``.
+
+    Under the τ it was run with, the verdict fields come out exactly as :func:`build_result` wrote them.
+    """
+    fields_now = judgement(result.repcs_score, result.n_scored, threshold, source)
+    warnings = [w for w in result.warnings if not w.startswith(MISMATCH_OPENINGS)]
+    if threshold is not None:
+        warnings += calibration_mismatch(threshold, result.run_settings, tokenizer)
+    if warnings == result.warnings and all(getattr(result, k) == v for k, v in fields_now.items()):
+        return result
+    return replace(result, warnings=warnings, **fields_now)

@@ -4,34 +4,37 @@ Z sums one non-negative KL term per scored answer token, so it grows with the nu
 of scored tokens. :class:`LengthTau` is the conditional α-quantile of Z given L, fitted by linear quantile
 regression (Koenker–Bassett check loss) of ln Z on ln L over clean rows, τ(L) = e^a · L^b with 0 ≤ b ≤ 1,
 with a percentile-bootstrap band (the fit redone on each resample). Pure numpy: no model, no IO.
+
+This module fits τ(L); :class:`LengthTau` itself (what a run applies: τ(L), its band, its range, the file
+form) lives in :mod:`core.engine.threshold` and is re-exported here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 
-BAND_LEVEL = 0.90
-"""Coverage of the bootstrap band around τ(L)."""
+from core.engine.threshold import BAND_LEVEL, BOOT_SEED, LengthTau, finite_number
+
 N_BOOT_TAU = 200
 """Bootstrap refits behind the band (stored in the threshold file: the band is exact at any L)."""
-BOOT_SEED = 0
+__all__ = [
+    "BAND_LEVEL",
+    "BOOT_SEED",
+    "N_BOOT_TAU",
+    "Z_FLOOR",
+    "LengthTau",
+    "check_length_calibration",
+    "finite_number",
+    "fit_length_tau",
+    "fit_quantile_line",
+    "length_buckets_of_calibration",
+    "min_rows_per_bucket",
+]
+
 Z_FLOOR = 1e-6
 """Z is floored here (nats) before its logarithm; a clean row has Z far above it."""
-
-
-def finite_number(value: Any, name: str) -> float:
-    """``value`` as a float, for a threshold file's field ``name``.
-
-    Raises:
-        ValueError: not a finite int or float (a bool is refused too).
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ValueError(f"{name!r} must be a finite number, got {value!r}")
-    return float(value)
 
 
 def _check_loss_fit(x: np.ndarray, y: np.ndarray, alpha: float, slope_bounds: tuple[float, float]) -> np.ndarray:
@@ -142,98 +145,6 @@ def check_length_calibration(lengths: np.ndarray, alpha: float) -> None:
         f"{span(long)}. Add at least {2 * need - L.size} clean rows ({2 * need} in all), raise α, or use the "
         "paper's constant τ (--tau-mode paper)."
     )
-
-
-@dataclass(frozen=True)
-class LengthTau:
-    """τ(L) = exp(a + b · ln L): the α-quantile of Z given L scored answer tokens, with a bootstrap band.
-
-    Attributes:
-        intercept, slope: a and b of the fit of ln Z on ln L (0 ≤ b ≤ 1), :func:`fit_length_tau`.
-        alpha: the quantile (target false-positive rate at every length).
-        L_min, L_max: the range of scored lengths among the clean rows; outside it τ(L) is extrapolated and
-            the verdict is inconclusive.
-        n: clean rows fitted.
-        band_level: coverage of the percentile bootstrap band (e.g. 0.9 → the 5th–95th percentiles).
-        boot_intercept, boot_slope: the fit redone on each bootstrap resample of the clean rows; the band at
-            any L is computed from them (:meth:`band`).
-        seed: the resampling seed.
-    """
-
-    intercept: float
-    slope: float
-    alpha: float
-    L_min: int
-    L_max: int
-    n: int
-    band_level: float = BAND_LEVEL
-    boot_intercept: tuple[float, ...] = ()
-    boot_slope: tuple[float, ...] = ()
-    seed: int = BOOT_SEED
-    form: str = "tau(L) = exp(intercept + slope * ln L); alpha-quantile regression of ln Z on ln L, 0 <= slope <= 1"
-
-    def tau(self, n_scored: int | float) -> float:
-        """τ(L) in nats (L < 1 is read as 1)."""
-        return float(math.exp(self.intercept + self.slope * math.log(max(float(n_scored), 1.0))))
-
-    def band(self, n_scored: int | float) -> tuple[float, float]:
-        """The (low, high) percentile bootstrap band of τ(L) at ``band_level``; it always contains τ(L).
-
-        Without bootstrap fits (a hand-written file) the band is the single point τ(L).
-        """
-        tau = self.tau(n_scored)
-        if not self.boot_intercept:
-            return tau, tau
-        log_l = math.log(max(float(n_scored), 1.0))
-        taus = np.exp(np.asarray(self.boot_intercept) + np.asarray(self.boot_slope) * log_l)
-        tail = (1.0 - self.band_level) / 2.0
-        low, high = np.quantile(taus, [tail, 1.0 - tail])
-        return float(min(low, tau)), float(max(high, tau))
-
-    def covers(self, n_scored: int) -> bool:
-        """Whether L lies inside the calibration's length range [L_min, L_max]."""
-        return self.L_min <= n_scored <= self.L_max
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["boot_intercept"] = list(self.boot_intercept)
-        out["boot_slope"] = list(self.boot_slope)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Any) -> LengthTau:
-        """Read the ``length_tau`` object of a threshold file, field by field (``ValueError`` names the field)."""
-        if not isinstance(data, dict):
-            raise ValueError("'length_tau' must be a JSON object")
-        for name in ("intercept", "slope", "alpha", "L_min", "L_max", "n"):
-            if name not in data:
-                raise ValueError(f"'length_tau' needs a {name!r} entry")
-        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        for name in ("intercept", "slope", "alpha", "band_level"):
-            if name in values:
-                values[name] = finite_number(values[name], f"length_tau.{name}")
-        if not 0.0 < values["alpha"] < 1.0 or not 0.0 < values.get("band_level", BAND_LEVEL) < 1.0:
-            raise ValueError("'length_tau.alpha' and 'length_tau.band_level' must lie in (0, 1)")
-        if not 0.0 <= values["slope"] <= 1.0:
-            raise ValueError(f"'length_tau.slope' must lie in [0, 1] (τ(L) monotone), got {values['slope']}")
-        for name in ("L_min", "L_max", "n", "seed"):
-            value = values.get(name, 0)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"'length_tau.{name}' must be a non-negative integer, got {value!r}")
-        if not 1 <= values["L_min"] <= values["L_max"]:
-            raise ValueError(f"'length_tau' needs 1 <= L_min <= L_max, got {values['L_min']}, {values['L_max']}")
-        boots = []
-        for name in ("boot_intercept", "boot_slope"):
-            raw = values.get(name, [])
-            if not isinstance(raw, (list, tuple)) or len(raw) > 10_000:
-                raise ValueError(f"'length_tau.{name}' must be a list of at most 10,000 numbers")
-            values[name] = tuple(finite_number(v, f"length_tau.{name}") for v in raw)
-            boots.append(len(values[name]))
-        if boots[0] != boots[1]:
-            raise ValueError("'length_tau.boot_intercept' and 'boot_slope' differ in length")
-        if "form" in values and not isinstance(values["form"], str):
-            raise ValueError("'length_tau.form' must be a string")
-        return cls(**values)
 
 
 def fit_length_tau(
