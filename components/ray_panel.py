@@ -111,7 +111,7 @@ def _run(handle: ModelHandle, job_key: str, spec: JobSpec, rows: Sequence[Row]) 
     bar = st.progress(0.0, text=f"0 / {len(rows)} rows scored on the cluster · starting the workers…")
     t0 = time.perf_counter()
 
-    def progress(done: int, total: int) -> None:
+    def progress(done: int, total: int, _text: str = "") -> None:
         rate = done / max(1e-9, time.perf_counter() - t0) * 60
         bar.progress(done / max(1, total), text=f"{done} / {total} rows scored on the cluster · {rate:.1f} rows/min")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
@@ -29,6 +29,7 @@ from core.maths.metrics import MAX_BOOTSTRAP, MIN_BOOTSTRAP
 from core.methods.repcs import DEFAULT_TAU_MODE, TAU_MODES, Threshold, threshold_for
 from core.model.handle import ModelHandle
 from core.model.loading import EMBEDDED_NAME, load_model
+from core.model.progress import Progress
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 """The ``--dtype`` choices."""
@@ -237,7 +238,11 @@ def write_result(result: DualPathResult, as_json: bool, details: list[str]) -> i
 
 
 @contextmanager
-def row_progress(total: int, desc: str = "scoring rows") -> Iterator[Callable[[int, int], None]]:
-    """A progress bar on stderr; yields a ``progress(done, total)`` callback for the scoring functions."""
+def row_progress(total: int, desc: str = "scoring rows") -> Iterator[Progress]:
+    """A progress bar on stderr; yields a :class:`~core.model.progress.Progress` for the scoring functions."""
     with tqdm(total=total, desc=desc, unit="row", file=sys.stderr) as bar:
-        yield lambda done, _total: bar.update(done - bar.n)
+
+        def update(done: int, _total: int, _text: str = "") -> None:
+            bar.update(done - bar.n)
+
+        yield update

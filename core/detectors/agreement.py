@@ -50,6 +50,7 @@ from core.engine.estimate import describe_estimate, estimate_seconds, observe_re
 from core.engine.verdict import DISPLAY, READ, RECALLED, UNCALIBRATED, normalize_verdict
 from core.io import asset_path
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -366,7 +367,7 @@ def assess(
     *,
     names: Iterable[str] | None = None,
     inp: DetectorInput | None = None,
-    on_detector: Callable[[int, int, str], None] | None = None,
+    on_detector: Progress | None = None,
 ) -> Agreement:
     """Score every cheap detector on one run and list the costly ones with their estimates.
 

@@ -15,7 +15,7 @@ The Evaluate page runs the same job batch by batch, so a stopped run keeps its r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from core.detectors.registry import Detector
@@ -27,6 +27,7 @@ from core.evaluation.scheduler import EvaluationJob, JobSpec
 from core.evaluation.scoring import resolve_detectors
 from core.methods.repcs import Threshold, threshold_for
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 
 def plan_job(
@@ -84,7 +85,7 @@ def evaluate_rows(
     *,
     threshold: Threshold | None = None,
     detectors: list[str] | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     noise_sigmas: Sequence[float] = DEFAULT_SIGMAS,
     noise_seed: int = 0,

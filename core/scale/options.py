@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from tqdm import tqdm
 
 from core.engine import DualPathSettings
+from core.model.progress import Progress
 from core.scale.cluster import AUTO
 from core.scale.spec import ModelSpec
 
@@ -61,18 +62,19 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
 
 
 @contextmanager
-def progress_bar(total: int, unit: str = "row", desc: str = "ray") -> Iterator[Callable[[int, int], None]]:
-    """A tqdm bar on stderr showing done / total and the rate per minute; yields ``progress(done, total)``
-    (a ``total`` that differs from the bar's replaces it)."""
+def progress_bar(total: int, unit: str = "row", desc: str = "ray") -> Iterator[Progress]:
+    """A tqdm bar on stderr showing done / total and the rate per minute; yields a
+    :class:`~core.model.progress.Progress` (a ``total`` that differs from the bar's replaces it)."""
     t0 = time.perf_counter()
     with tqdm(total=total, desc=desc, unit=unit, file=sys.stderr) as bar:
 
-        def update(done: int, total_now: int) -> None:
+        def update(done: int, total_now: int, text: str = "") -> None:
             if bar.total != total_now:  # a total known only once the run is planned
                 bar.total = total_now
             elapsed = time.perf_counter() - t0
             if elapsed > 0:
-                bar.set_postfix_str(f"{done / elapsed * 60:.1f} {unit}s/min", refresh=False)
+                rate = f"{done / elapsed * 60:.1f} {unit}s/min"
+                bar.set_postfix_str(f"{text} · {rate}" if text else rate, refresh=False)
             bar.update(done - bar.n)
 
         yield update

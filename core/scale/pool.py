@@ -29,19 +29,18 @@ import importlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import ray
 
+from core.model.progress import Progress
 from core.scale.cluster import ClusterError, default_workers, resources
 from core.scale.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-Progress = Callable[[int, int], None]
-"""``progress(done, total)``: items (rows, runs) finished so far, after each result block arrives."""
 
 JOBS = {
     "evaluate": "core.scale.ray_eval:EvaluateHandler",

@@ -34,7 +34,8 @@ from core.evaluation.scheduler import EvaluationJob
 from core.evaluation.scoring import resolve_detectors, score_records
 from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle
-from core.scale.pool import Progress, RunStats, run_items
+from core.model.progress import Progress
+from core.scale.pool import RunStats, run_items
 from core.scale.spec import ModelSpec, planning_handle
 
 

@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.engine import DualPathSettings
-from core.methods.sma import ProgressCallback, SMAResult, SMASettings, greedy_answers, run_sma
+from core.methods.sma import SMAResult, SMASettings, greedy_answers, run_sma
 from core.model.handle import ModelHandle
-from core.scale.pool import Progress, RunStats, run_items
+from core.model.progress import Progress
+from core.scale.pool import RunStats, run_items
 from core.scale.spec import ModelSpec
 
 Batch = tuple[tuple[int, ...], ...]
@@ -86,7 +87,7 @@ def run_sma_on_ray(
     *,
     workers: int | None = None,
     progress: Progress | None = None,
-    on_progress: ProgressCallback | None = None,
+    on_progress: Progress | None = None,
 ) -> tuple[SMAResult, RunStats, int]:
     """:func:`core.methods.sma.run_sma` with its generations on the connected Ray cluster.
 
@@ -143,7 +144,7 @@ class RaySMARunner:
         context: str,
         settings: SMASettings | None = None,
         *,
-        on_progress: ProgressCallback | None = None,
+        on_progress: Progress | None = None,
     ) -> SMAResult:
         result, self.stats, self.local_batches = run_sma_on_ray(
             handle,

@@ -30,7 +30,8 @@ from core.methods.ablation import (
     sweep_settings,
 )
 from core.model.handle import ModelHandle
-from core.scale.pool import Progress, RunStats, run_items
+from core.model.progress import Progress
+from core.scale.pool import RunStats, run_items
 from core.scale.spec import ModelSpec, planning_handle
 
 CLEAN = -1

@@ -27,6 +27,7 @@ from core.engine import run_dual_path
 from core.methods.crm import PC1, SUPERVISED, CrmBasis, cache_basis_path, compute_basis, crm_report, load_basis
 from core.methods.internals import RADAR_TAU, analyze
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,8 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     basis.set_defaults(func=_cmd_basis)
 
 
-def _progress(label: str) -> Any:
-    def report(done: int, total: int) -> None:
+def _progress(label: str) -> Progress:
+    def report(done: int, total: int, _text: str = "") -> None:
         sys.stderr.write(f"\r{label}: {done}/{total}")
         if done >= total:
             sys.stderr.write("\n")

@@ -18,7 +18,7 @@ while the block is not).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,14 +30,12 @@ from core.methods.ablation.layers import format_layers, parse_layers
 from core.methods.ablation.scoring import SWEEP_MAX_NEW_TOKENS, ScoredRun, score_run, sweep_settings
 from core.methods.ablation.specs import NoiseSpec
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 DEFAULT_EPS_GRID = (0.0, 0.1, 0.25, 0.5, 1.0)
 DEFAULT_SEEDS = (0, 1, 2)
 MAX_RUNS = 2000
 """Refuse sweeps with more scoring runs than this (a typo guard)."""
-
-ProgressCallback = Callable[[int, int, str], None]
-"""``progress(done, total, label)`` after each scoring run."""
 
 
 @dataclass
@@ -172,7 +170,7 @@ def dose_response(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     *,
     max_new_tokens: int = SWEEP_MAX_NEW_TOKENS,
-    progress: ProgressCallback | None = None,
+    progress: Progress | None = None,
 ) -> NoiseGrid:
     """Z and log P(first clean answer token) against ε for noise on one block of layers.
 
@@ -205,7 +203,7 @@ def layer_sweep(
     *,
     layers: str | Sequence[int] | None = None,
     max_new_tokens: int = SWEEP_MAX_NEW_TOKENS,
-    progress: ProgressCallback | None = None,
+    progress: Progress | None = None,
 ) -> NoiseGrid:
     """Noise on one decoder layer at a time at a fixed ε: ΔZ per layer (CRM appendix J, Table 16).
 
@@ -335,7 +333,7 @@ def _noise_grid(
     eps: list[float],
     seeds: list[int],
     max_new_tokens: int,
-    progress: ProgressCallback | None,
+    progress: Progress | None,
 ) -> NoiseGrid:
     """The clean reference, then one scoring run per (condition, seed) with ε > 0 (ε = 0 reuses the clean run)."""
     s = sweep_settings(settings, max_new_tokens)

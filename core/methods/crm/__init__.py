@@ -39,7 +39,7 @@ generation used.
 """
 
 from core.methods.crm.basis import BASIS_VERSION, CrmBasis, crm_report, fit_basis, supervised_score
-from core.methods.crm.calibration import Progress, calibration_displacements, compute_basis
+from core.methods.crm.calibration import calibration_displacements, compute_basis
 from core.methods.crm.classifier import CV_FOLDS, CV_SEED, N_BOOTSTRAP, crm_classifier
 from core.methods.crm.maths import (
     AUDIT_K,
@@ -85,7 +85,6 @@ __all__ = [
     "WITHIN_LAYER",
     "CalibrationPrompt",
     "CrmBasis",
-    "Progress",
     "anomaly_score",
     "audit_flags",
     "back_projection",

@@ -8,7 +8,7 @@ logit-lens KL per layer feed :func:`core.methods.crm.basis.fit_basis`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +28,9 @@ from core.methods.internals.forward import instrumented_forward
 from core.methods.internals.lens import logit_lens_compare
 from core.methods.repcs import MEMORIZED
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 logger = logging.getLogger(__name__)
-
-Progress = Callable[[int, int], None]
-"""``progress(done, total)`` after each calibration prompt."""
 
 
 def calibration_displacements(

@@ -9,7 +9,6 @@ the last prompt token.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,9 +21,7 @@ from core.methods.internals.lens import LensComparison, logit_lens_compare
 from core.methods.internals.replay import prepared_for
 from core.methods.internals.segments import ANSWER, SEGMENTS, prompt_segments
 from core.model.handle import ModelHandle
-
-Progress = Callable[[int, int, str], None]
-"""``progress(done, total, label)``."""
+from core.model.progress import Progress
 
 
 @dataclass

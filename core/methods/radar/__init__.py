@@ -87,7 +87,6 @@ from core.methods.radar.prompts import (
 from core.methods.radar.store import (
     EMBEDDED_FEATURES_PATH,
     FeatureTable,
-    Progress,
     cached_feature_table,
     expected_meta,
     extract_feature_table,
@@ -133,7 +132,6 @@ __all__ = [
     "TRAIN_PATH",
     "FeatureSpec",
     "FeatureTable",
-    "Progress",
     "RadarAnalysis",
     "RadarClassifier",
     "RadarPrediction",

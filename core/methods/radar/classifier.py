@@ -19,8 +19,9 @@ import numpy as np
 
 from core.methods.radar.features import FEATURE_NAMES, RCI_FEATURES, RDS_FEATURES
 from core.methods.radar.prompts import REASONING, RECALL, TRAIN
-from core.methods.radar.store import FeatureTable, Progress, feature_table_for
+from core.methods.radar.store import FeatureTable, feature_table_for
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 
 def build_ensemble(random_state: int = 0) -> Any:

@@ -13,7 +13,7 @@ import csv
 import io
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,14 +25,12 @@ from core.methods.radar.features import FEATURE_NAMES, FEATURE_VERSION, feature_
 from core.methods.radar.prompts import RADAR_DIR, RECALL, RadarPrompt, load_prompt_sets, prompts_signature
 from core.methods.radar.trace import extract_features
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 logger = logging.getLogger(__name__)
 
 EMBEDDED_FEATURES_PATH = RADAR_DIR / "features" / f"{EMBEDDED_SLUG}.csv"
 """The embedded model's features, shipped with the app (its metadata is the ``.json`` next to it)."""
-
-Progress = Callable[[int, int], None]
-"""``progress(done, total)`` during extraction."""
 
 
 @dataclass

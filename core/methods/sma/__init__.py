@@ -73,7 +73,7 @@ from core.methods.sma.maths import (
     response_score,
 )
 from core.methods.sma.results import DETECTOR_NAME, FIRST_TIER, ContextAblation, Sample, SMAResult, SMARun
-from core.methods.sma.run import ProgressCallback, run_context_ablation, run_sma
+from core.methods.sma.run import run_context_ablation, run_sma
 from core.methods.sma.scorer import ResponseScorer, greedy_answers
 from core.methods.sma.settings import REFERENCES, SCOPES, SMASettings
 from core.methods.sma.units import (
@@ -107,7 +107,6 @@ __all__ = [
     "RETRIEVED",
     "SCOPES",
     "ContextAblation",
-    "ProgressCallback",
     "ResponseScorer",
     "SMAResult",
     "SMARun",

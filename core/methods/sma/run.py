@@ -25,10 +25,8 @@ from core.methods.sma.scorer import AnswerFn, ResponseScorer, greedy_answers
 from core.methods.sma.settings import SMASettings
 from core.methods.sma.units import CONTEXT, QUERY, Unit, baseline_of, draw_masks, split_units
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 from core.model.prompts import build_prompt, clean_inputs, encode_prompt, resolve_template
-
-ProgressCallback = Callable[[int, int, str], None]
-"""``on_progress(done, total, stage)``: generations done, generations planned, the stage's name."""
 
 
 def _prepare(
@@ -48,7 +46,7 @@ def _prepare(
 class _Progress:
     """Counts generations and reports ``on_progress(done, total, stage)``, ``done`` capped at ``total``."""
 
-    def __init__(self, total: int, on_progress: ProgressCallback | None) -> None:
+    def __init__(self, total: int, on_progress: Progress | None) -> None:
         self.total = total
         self.done = 0
         self.on_progress = on_progress
@@ -155,7 +153,7 @@ def run_sma(
     context: str,
     settings: SMASettings | None = None,
     *,
-    on_progress: ProgressCallback | None = None,
+    on_progress: Progress | None = None,
     answer_fn: AnswerFn | None = None,
 ) -> SMAResult:
     """SMA with retrieval on and off, and ADS per unit (see :mod:`core.methods.sma`).
@@ -248,7 +246,7 @@ def run_context_ablation(
     context: str,
     settings: SMASettings | None = None,
     *,
-    on_progress: ProgressCallback | None = None,
+    on_progress: Progress | None = None,
 ) -> ContextAblation:
     """The faster comparison: each context sentence removed in turn (retrieval on, query intact).
 
