@@ -32,6 +32,7 @@ from core.methods import ablation
 from core.methods.ablation import format_layers
 from core.methods.ablation.degenerate import path_degeneracy
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 MAX_CACHED = 32
 """Experiments kept per browser session (clean trajectories, perturbed runs, noise grids)."""
@@ -73,7 +74,7 @@ def _ticker(n_tokens: int, runs: int) -> StepTicker:
     return StepTicker(st.progress(0.0, text="Starting…"), steps_per_unit=n_tokens, total=runs)
 
 
-def _progress_callback(ticker: StepTicker) -> ablation.ProgressCallback:
+def _progress_callback(ticker: StepTicker) -> Progress:
     def update(done: int, total: int, label: str) -> None:
         ticker.report(done, total, f"{done} / {total} runs · {label}")
 
