@@ -1,9 +1,14 @@
-"""Read or Recall — landing page: what the tool answers, the model (sidebar) and the examples.
+"""Read or Recall — the app's navigation and its landing page (what the tool answers, the model, the examples).
 
-Run with ``streamlit run app.py``. The views live in ``pages/`` (Streamlit's multipage discovery).
+Run with ``streamlit run app.py``. The views live in ``pages/``; :func:`navigation` lists them with
+``st.navigation`` so the landing page is named :data:`LANDING_TITLE` in the sidebar instead of the script's
+file name ("app", which Streamlit's automatic ``pages/`` discovery would show). The URLs stay those of the
+discovery (``/Dual_Path``, ``/Evaluate`` …), and every page still runs on its own (``AppTest.from_file``).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import streamlit as st
 
@@ -11,6 +16,9 @@ from components import inputs, keys, state
 from components.page import open_page
 
 DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
+LANDING_TITLE = "Start"
+"""The landing page's name in the navigation."""
+PAGES_DIR = Path(__file__).resolve().parent / "pages"
 
 
 def draw_intro() -> None:
@@ -53,10 +61,27 @@ def draw_examples() -> None:
         st.page_link(DUAL_PATH_PAGE, label="Open the Dual Path view", icon=":material/compare_arrows:")
 
 
-def main() -> None:
+def landing() -> None:
+    """The landing page."""
     open_page()
     draw_intro()
     draw_examples()
+
+
+def page_scripts() -> list[str]:
+    """The views' scripts, ``pages/<n>_<Name>.py``, in their number's order (as the discovery sorted them)."""
+    scripts = [p for p in PAGES_DIR.glob("*.py") if p.stem.split("_", 1)[0].isdigit()]
+    return [f"pages/{p.name}" for p in sorted(scripts, key=lambda p: int(p.stem.split("_", 1)[0]))]
+
+
+def navigation() -> list[st.Page]:
+    """The landing page (named :data:`LANDING_TITLE`, at the root URL), then every view of ``pages/``."""
+    home = st.Page(landing, title=LANDING_TITLE, icon=":material/home:", url_path="start", default=True)
+    return [home, *(st.Page(script) for script in page_scripts())]
+
+
+def main() -> None:
+    st.navigation(navigation()).run()
 
 
 main()

@@ -141,7 +141,7 @@ def _draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | 
 def _links(agreement: Agreement) -> None:
     """One link per page, naming the detectors it explains."""
     by_page: dict[tuple[str, str], list[str]] = {}
-    for name in [v.name for v in agreement.verdicts] + [c.name for c in agreement.costly]:
+    for name in dict.fromkeys([v.name for v in agreement.verdicts] + [c.name for c in agreement.costly]):  # once each
         by_page.setdefault(page_for(name), []).append(short_name(name))
     st.caption("Each detector's page: " + " · ".join(f"{t}: {', '.join(n)}" for (_, t), n in by_page.items()))
     columns = st.columns(len(by_page) or 1)

@@ -18,7 +18,7 @@ import streamlit as st
 from components import evaluate_figures as ef
 from components import keys, state, widgets
 from components.evaluate_jobs import draw_run_controls, job, run_job
-from components.text import escape_markdown
+from components.text import count, escape_markdown
 from components.threshold_state import (
     active_threshold,
 )
@@ -77,7 +77,8 @@ def run_estimate(handle: ModelHandle, n_rows: int, batch_size: int, max_new_toke
 
     total, first = seconds(batches, n_rows), seconds(1, min(batch_size, n_rows))
     return (
-        f"{n_rows} rows in {batches} batches of up to {batch_size}: {describe_estimate(total)}. The bar moves "
+        f"{count(n_rows, 'row')} in {count(batches, 'batch')} of up to {batch_size}: {describe_estimate(total)}. "
+        "The bar moves "
         "at every generated token; the first batch's rows are stored after "
         f"{format_seconds(first) if first is not None else 'a while'}."
     )

@@ -20,6 +20,28 @@ R = TypeVar("R", bound="Storable")
 SAME_RUN_MESSAGE = "Same inputs and settings as an earlier run: showing its stored result."
 
 
+def start_hint(button: str, query: str, context: str, *, needs_context: bool, extra: str = "") -> str:
+    """What to do when this session has no run yet: fill what is missing, or press ``button`` when the boxes
+    already hold what the method needs ("Type or pick a query…" only while the query box is empty).
+
+    Args:
+        button: the Run button's label.
+        query, context: the inputs as they are now.
+        needs_context: whether the method needs a context as well as a query.
+        extra: a sentence added at the end (e.g. a faster alternative).
+    """
+    missing = [
+        name
+        for name, text, needed in (("a query", query, True), ("a context", context, needs_context))
+        if needed and not text.strip()
+    ]
+    if missing:
+        hint = f"Type or pick {' and '.join(missing)}, then press **{button}**."
+    else:
+        hint = f"Press **{button}** to analyze this query{' and context' if context.strip() else ''}."
+    return f"{hint} {extra}".strip()
+
+
 class Storable(Protocol):
     """A run that round-trips through a plain dict (what the session keeps)."""
 

@@ -57,3 +57,13 @@ def plain_message(text: str) -> str:
     """A message for ``st.error``/``st.warning``: server paths redacted, then markdown-escaped, so the user
     sees the words as written and nothing in them is rendered as markup."""
     return escape_markdown(redact_paths(text))
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 batch"``, ``"3 batches"``: ``n`` and the noun in the number it needs (``plural`` defaults to
+    ``noun + "es"`` after s, x, z, ch and sh, else ``noun + "s"``)."""
+    if n == 1:
+        return f"{n} {noun}"
+    if plural is None:
+        plural = noun + ("es" if noun.endswith(("s", "x", "z", "ch", "sh")) else "s")
+    return f"{n} {plural}"

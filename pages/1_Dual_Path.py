@@ -22,8 +22,9 @@ def draw_header() -> None:
         "much the passage changed its answer: little change suggests it answered from memory.",
         "The same model answers with the context (retrieval path) and without it (parametric path). The parametric "
         "path is then scored on the retrieval answer's own tokens, so at each position t both paths predict the "
-        "same token; KL_t = KL(P_retrieval,t ‖ P_parametric,t) in nats, and Z = Σ_{t<T} KL_t over the first T "
-        "answer tokens is compared with a calibrated threshold τ.",
+        "same token; $\\mathrm{KL}_t = \\mathrm{KL}(P_{\\text{retrieval},t} \\,\\|\\, P_{\\text{parametric},t})$ in "
+        "nats, and $Z = \\sum_{t<T} \\mathrm{KL}_t$ over the first $T$ answer tokens is compared with a calibrated "
+        "threshold $\\tau$.",
         "RePCS (2025) §III, eq. 2 and Algorithm 1; the KL statistics are CRM (2025) level 2.",
     )
 

@@ -40,7 +40,7 @@ def draw_header() -> None:
         "look at a few tokens, diffuse ones spread out; the lower chart shows how much of the answer's attention "
         "lands on the passage you gave it.",
         "For every layer and head, the entropy of the attention distribution of one query position i, "
-        "H = −Σ_j A(i, j) log A(i, j) in nats, on both paths (with and without the context), and their "
+        "$H = -\\sum_j A(i, j) \\log A(i, j)$ in nats, on both paths (with and without the context), and their "
         "difference; and the share of attention mass that answer positions put on the context tokens. Attention "
         "weights show where information can flow, not what the model used.",
         "Attention entropy as in RADAR (2025) appendix D.2.1.",

@@ -21,7 +21,7 @@ from components import detector_figures as figs
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.state import AppConfig
-from components.stored_runs import run_or_show
+from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown, plain_message
 from core.engine import StreamEvent
 from core.methods.selfcritique import (
@@ -271,7 +271,7 @@ def draw_run(
         run=run,
         compute=compute,
         button="Run Self-Critique",
-        nothing_yet="Type or pick a query, then press **Run Self-Critique**.",
+        nothing_yet=start_hint("Run Self-Critique", query, context, needs_context=False),
     )
 
 

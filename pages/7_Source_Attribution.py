@@ -26,7 +26,7 @@ from components.page import PageContext, open_page
 from components.progress import StepTicker
 from components.sma_controls import LabelThresholds
 from components.state import AppConfig
-from components.stored_runs import run_or_show
+from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown, plain_message
 from core.engine.estimate import describe_estimate, estimate_seconds
 from core.methods.sma import (
@@ -306,8 +306,9 @@ def draw_run(
         run=run,
         compute=lambda: run_with_progress(page.handle, query, context, settings),
         button="Run SMA",
-        nothing_yet="Type or pick a query and a context, then press **Run SMA** (or try the faster context "
-        "ablation below).",
+        nothing_yet=start_hint(
+            "Run SMA", query, context, needs_context=True, extra="Or try the faster context ablation below."
+        ),
     )
 
 

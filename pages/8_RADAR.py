@@ -254,8 +254,8 @@ def draw_head_entropies(analysis: radar.RadarAnalysis) -> None:
     """The attention entropy of every layer and head (folded away)."""
     with st.expander("Attention entropy per layer and head (the mechanistic features' source)"):
         st.caption(
-            "H_ℓ,h = −Σ_{i,j} A(i,j) log A(i,j), summed over the prompt's query positions as the paper writes it, "
-            "so it grows with the prompt length. Heads below τ = 1.5 nats count as specialized."
+            "$H_{\\ell,h} = -\\sum_{i,j} A(i,j) \\log A(i,j)$, summed over the prompt's query positions as the paper "
+            "writes it, so it grows with the prompt length. Heads below τ = 1.5 nats count as specialized."
         )
         st.plotly_chart(rf.head_entropy_figure(analysis.trace), key=keys.RADAR_HEADS)
 

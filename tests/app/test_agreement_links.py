@@ -1,0 +1,20 @@
+"""components.agreement's links: a costly detector that has run is named once, not twice ("CRM L1, CRM L1")."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+
+def _links_after_crm_l1_ran() -> None:
+    from components.agreement import _links
+    from core.detectors.agreement import Agreement, CostlyDetector, DetectorVerdict
+
+    ran = DetectorVerdict("crm_l1", "CRM L1", "memorized", 0.2, 0.3, "bundled", "read", "generate")
+    _links(Agreement(verdicts=[ran], costly=[CostlyDetector("crm_l1", "CRM L1", "generate", 10.0)]))
+
+
+def test_a_detector_that_ran_is_listed_once() -> None:
+    at = AppTest.from_function(_links_after_crm_l1_ran).run()
+    assert not at.exception, at.exception
+    line = next(c.value for c in at.caption if c.value.startswith("Each detector's page"))
+    assert line.count("CRM L1") == 1, line
