@@ -16,6 +16,8 @@ constant is free, changing its value is not.
 
 from __future__ import annotations
 
+import hashlib
+
 PREFIX = "ror."
 STORE_PREFIX = "ror.s."
 WIDGET_PREFIX = "ror.w."
@@ -33,12 +35,20 @@ def widget_key(name: str) -> str:
     return WIDGET_PREFIX + name
 
 
+def tag(text: str) -> str:
+    """A short stable tag of a text key (e.g. a page's run key) for :func:`scoped`: 12 hex digits of its sha1.
+
+    A :class:`~core.engine.result.DualPathResult` has its own identity, :func:`core.engine.result.result_digest`.
+    """
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
 def scoped(base: str, *parts: object) -> str:
     """``base`` followed by ``parts``, dot-separated: a key that changes with what it shows.
 
     Example::
 
-        st.plotly_chart(fig, key=keys.scoped(keys.KL_CHART, result_tag(result)))  # "ror.kl_chart.<tag>"
+        st.plotly_chart(fig, key=keys.scoped(keys.KL_CHART, result_digest(result)))  # "ror.kl_chart.<digest>"
     """
     if not base.startswith(PREFIX):
         raise ValueError(f"scoped() needs a key starting with {PREFIX!r}, got {base!r}.")
@@ -57,6 +67,8 @@ RESULTS = "ror.results"
 """The session's dual-path results (an LRU: result key → DualPathResult); see components.state."""
 LAST_RESULT = "ror.last"
 """The result key of the most recent dual-path result."""
+LAST_MODEL = "ror.model.last_loaded"
+"""The (model spec, revision) this session last loaded: the fallback while another one cannot load."""
 RUN_REQUEST = "ror.run_request"
 """Set to ask the next Dual Path page run to start a run (e.g. before ``st.switch_page``)."""
 DRAWN = "ror.drawn"

@@ -19,15 +19,16 @@ which must come from the model the sidebar selects: :meth:`PageContext.last_resu
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import streamlit as st
 
-from components import inputs, queue, state, url_state, widgets
+from components import inputs, keys, queue, state, url_state, widgets
 from components.state import AppConfig
 from components.text import escape_markdown, plain_message
 from core.engine.result import DualPathResult
-from core.model.loading import ModelHandle, ModelLoadError, load_model
+from core.model.loading import EMBEDDED_MODEL, ModelHandle, ModelLoadError, load_model
 from core.public import current_policy
 
 APP_TITLE = "Read or Recall"
@@ -82,7 +83,9 @@ def open_page(title: str | None = None) -> PageContext:
 
     Returns:
         The sidebar's selection and the loaded model. When the model cannot be loaded, the loader's message
-        is shown as plain text (no server paths) and the page stops here.
+        is shown as plain text (no server paths) at the top of the page, and the page goes on with the model
+        this session loaded last (else the embedded one), so its inputs stay where they were; the returned
+        ``config`` names that model. Only when no model loads at all does the page stop after the message.
     """
     st.set_page_config(page_title=page_title(title), layout="wide")
     inputs.use_app_style()
@@ -90,10 +93,43 @@ def open_page(title: str | None = None) -> PageContext:
     queue.watch()  # this run's model calls: "queued: N runs ahead", cancelled when the tab closes
     url_state.restore()  # a reload or a shared link: the last run's inputs and settings, before any widget
     config = widgets.sidebar()
-    handle = get_handle(config.model_spec, config.revision)
+    handle, config = _handle_or_fallback(config)
     widgets.draw_model_facts(handle)
     url_state.sync()
     return PageContext(config=config, handle=handle)
+
+
+def _handle_or_fallback(config: AppConfig) -> tuple[ModelHandle, AppConfig]:
+    """The selected model, else (with its error shown above the page's inputs) the one this session loaded
+    last, else the embedded model; stops the page only when none loads."""
+    wanted = (config.model_spec, config.revision)
+    try:
+        handle = _checked_handle(*wanted)
+    except (ValueError, ModelLoadError) as exc:
+        fallbacks = [f for f in (st.session_state.get(keys.LAST_MODEL), (EMBEDDED_MODEL, None)) if f and f != wanted]
+        for spec, revision in dict.fromkeys(tuple(f) for f in fallbacks):
+            try:
+                handle = _checked_handle(spec, revision)
+            except (ValueError, ModelLoadError):
+                continue
+            st.error(
+                f"Could not load the model {escape_markdown(config.model_key)}. {plain_message(str(exc))} "
+                f"The page keeps using {escape_markdown(handle.info.name)} until a model you pick loads.",
+                icon=":material/error:",
+            )
+            return handle, dataclasses.replace(config, model_spec=spec, revision=revision)
+        st.error("Could not load the model. " + plain_message(str(exc)))
+        st.stop()
+        raise  # unreachable: st.stop() raises; keeps type checkers satisfied
+    st.session_state[keys.LAST_MODEL] = wanted
+    return handle, config
+
+
+def _checked_handle(spec: str, revision: str | None) -> ModelHandle:
+    """The shared handle of an allowed model (``ValueError`` for one the public policy refuses,
+    :class:`ModelLoadError` for one that does not load)."""
+    spec, revision = current_policy().check_model(spec, revision)
+    return _load_handle(spec, revision)
 
 
 @st.cache_resource(show_spinner="Loading the model (the first load of the embedded model converts it once)…")

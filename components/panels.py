@@ -6,14 +6,11 @@ through ``st.markdown`` after :func:`components.text.escape_markdown`.
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import streamlit as st
 
 from components import figures, keys, widgets
 from components.text import escape_markdown, plain_message
-from core.engine.result import DualPathResult
+from core.engine.result import DualPathResult, result_digest
 from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, display, normalize_verdict
 
 RESULT_FILE_NAME = "read_or_recall_result.json"
@@ -23,14 +20,6 @@ CAVEAT = (
     "tokens. A small Z says the context changed little — consistent with recall — but cannot prove that the "
     "fact was in the training data, and a single generation is not a certificate."
 )
-
-
-def result_tag(result: DualPathResult) -> str:
-    """A short stable id of a result (for widget keys that must change when the result changes)."""
-    payload = json.dumps(
-        [result.model, result.query, result.context, result.settings, result.answer_token_ids], sort_keys=True
-    )
-    return hashlib.sha1(payload.encode("utf-8")).hexdigest()[:12]
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -131,7 +120,7 @@ def draw_divergence_chart(result: DualPathResult) -> None:
         "the same retrieval-answer token). Tall bars mark tokens the context changed; the lines show how "
         "uncertain each path was."
     )
-    st.plotly_chart(figures.kl_entropy_figure_for(result), key=keys.scoped(keys.KL_CHART, result_tag(result)))
+    st.plotly_chart(figures.kl_entropy_figure_for(result), key=keys.scoped(keys.KL_CHART, result_digest(result)))
 
 
 def draw_topk(result: DualPathResult) -> None:
@@ -146,7 +135,7 @@ def draw_topk(result: DualPathResult) -> None:
         list(range(result.n_tokens)),
         index=start,
         format_func=lambda t: f"{figures.position_label(result.answer_tokens, t)}   (KL {result.token_kl[t]:.3f})",
-        key=keys.scoped(keys.TOPK_POSITION, result_tag(result)),
+        key=keys.scoped(keys.TOPK_POSITION, result_digest(result)),
     )
     retrieval, parametric = figures.topk_frames(result, int(position))
     m1, m2, m3, m4 = st.columns(4)

@@ -191,7 +191,7 @@ def results() -> SessionLRU[DualPathResult]:
     return session_lru(keys.RESULTS, MAX_CACHED_RESULTS, current=keys.LAST_RESULT)
 
 
-def result_key(config: AppConfig, query: str, context: str) -> str:
+def request_key(config: AppConfig, query: str, context: str) -> str:
     """The cache key of a run: model, revision, (stripped) inputs, every setting and the session's τ
     (choosing a τ on the Evaluate page gives new verdicts; going back to the default finds the old ones)."""
     return json.dumps(
@@ -211,13 +211,13 @@ def result_key(config: AppConfig, query: str, context: str) -> str:
 
 def cached_result(config: AppConfig, query: str, context: str) -> DualPathResult | None:
     """The stored result for exactly these inputs and settings, if this session has one."""
-    return results().get(result_key(config, query, context))
+    return results().get(request_key(config, query, context))
 
 
 def store_result(config: AppConfig, query: str, context: str, result: DualPathResult) -> None:
     """Keep a result for these inputs and settings and make it the current one."""
     cache = results()
-    key = result_key(config, query, context)
+    key = request_key(config, query, context)
     cache.put(key, result)
     cache.set_current(key)
 
@@ -230,7 +230,7 @@ def current_result() -> DualPathResult | None:
 def select_result(config: AppConfig, query: str, context: str) -> DualPathResult | None:
     """The stored result for these inputs and settings (made current), else the most recent one."""
     cache = results()
-    key = result_key(config, query, context)
+    key = request_key(config, query, context)
     result = cache.get(key)
     if result is not None:
         cache.set_current(key)
@@ -240,7 +240,7 @@ def select_result(config: AppConfig, query: str, context: str) -> DualPathResult
 
 def is_current(config: AppConfig, query: str, context: str) -> bool:
     """Whether :func:`current_result` belongs to these inputs and settings."""
-    return results().is_current(result_key(config, query, context))
+    return results().is_current(request_key(config, query, context))
 
 
 def request_run() -> None:

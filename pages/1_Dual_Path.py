@@ -11,7 +11,7 @@ import streamlit as st
 
 from components import agreement, inputs, keys, panels, state, url_state, widgets
 from components.page import PageContext, open_page
-from core.engine.result import DualPathResult
+from core.engine.result import DualPathResult, result_digest
 
 
 def draw_header() -> None:
@@ -71,7 +71,7 @@ def main() -> None:
     st.divider()
     panels.draw_verdict(result)
     panels.draw_warnings(result)
-    agreement.draw(page.handle, result, panels.result_tag(result))
+    agreement.draw(page.handle, result, result_digest(result))
     panels.draw_divergence_chart(result)
     panels.draw_topk(result)
     panels.draw_crm_statistics(result)

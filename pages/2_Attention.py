@@ -20,7 +20,7 @@ from components import internals_state as views
 from components.attention_figures import head_heatmap, pattern_heatmap, selected_cell
 from components.figures import position_label
 from components.text import plain_message
-from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
+from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult, result_digest
 from core.methods.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialization, specialized_heads
 from core.model.handle import ModelHandle
 
@@ -62,7 +62,7 @@ def draw_where(internals: Internals, result: DualPathResult) -> int | str:
             "Answer position t (the step that predicts answer token t)",
             list(range(internals.n_positions)),
             format_func=lambda i: position_label(tokens, i),
-            key=keys.scoped(keys.ATTN_POSITION, views.result_key(result)),
+            key=keys.scoped(keys.ATTN_POSITION, result_digest(result)),
         )
     return int(t)
 
@@ -97,7 +97,7 @@ def _selected() -> tuple[int, int] | None:
 
 def draw_entropy_maps(internals: Internals, result: DualPathResult, where: int | str, tau: float) -> None:
     st.subheader("Attention entropy per head")
-    tag = views.result_key(result)
+    tag = result_digest(result)
     maps = {path: internals.entropy_at(path, where) for path in (RETRIEVAL, PARAMETRIC)}
     columns = st.columns(2, gap="medium")
     for column, path in zip(columns, (RETRIEVAL, PARAMETRIC), strict=True):
@@ -153,7 +153,7 @@ def draw_context_mass(internals: Internals, result: DualPathResult, where: int |
         selected=_selected(),
         height=560,
     )
-    _chart(fig, keys.scoped(keys.ATTN_MASS, views.result_key(result)), RETRIEVAL)
+    _chart(fig, keys.scoped(keys.ATTN_MASS, result_digest(result)), RETRIEVAL)
     rows = []
     for path in (RETRIEVAL, PARAMETRIC):
         for segment in SEGMENTS:
@@ -229,7 +229,7 @@ def draw_head_pattern(handle: ModelHandle, internals: Internals, result: DualPat
         row_offset=first_row,
         title=f"Layer {layer}, head {head}: attention of each query token (rows) over the tokens (columns)",
     )
-    st.plotly_chart(fig, key=keys.scoped(keys.ATTN_PATTERN, views.result_key(result), path, layer, head, all_rows))
+    st.plotly_chart(fig, key=keys.scoped(keys.ATTN_PATTERN, result_digest(result), path, layer, head, all_rows))
     rows_text = (
         "every token" if all_rows else "the answer steps (the prompt’s last token, then each answer token fed back)"
     )

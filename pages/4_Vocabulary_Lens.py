@@ -16,7 +16,7 @@ from components import internals_state as views
 from components.figures import default_position, position_label
 from components.layer_axes import row_label
 from components.vocabulary_figures import END_COLUMNS, lens_figure, lens_frame, projection_frame
-from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
+from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult, result_digest
 from core.methods.crm import PC1, SUPERVISED, CrmBasis
 from core.methods.internals import Internals
 from core.model.handle import ModelHandle
@@ -102,7 +102,7 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
         format_func=lambda i: (
             f"{position_label(tokens, i)}   (KL {result.token_kl[i]:.3f})" if i < result.n_tokens else f"t={i}"
         ),
-        key=keys.scoped(keys.VOCAB_POSITION, views.result_key(result)),
+        key=keys.scoped(keys.VOCAB_POSITION, result_digest(result)),
     )
     lens = internals.lens
     top_retrieval, top_parametric = internals.lens_topk(RETRIEVAL, t, 5), internals.lens_topk(PARAMETRIC, t, 5)
@@ -127,7 +127,7 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
             lens.kl[:, t],
             answer_token=tokens[t],
         )
-        st.plotly_chart(fig, key=keys.scoped(keys.VOCAB_LENS, views.result_key(result), t))
+        st.plotly_chart(fig, key=keys.scoped(keys.VOCAB_LENS, result_digest(result), t))
     frame = lens_frame(
         top_retrieval,
         top_parametric,

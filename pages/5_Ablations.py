@@ -11,7 +11,6 @@ lives in :mod:`core.methods.ablation`; the controls in :mod:`components.ablation
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -26,7 +25,7 @@ from components.progress import StepTicker
 from components.text import escape_markdown, plain_message
 from core.engine import DualPathSettings
 from core.engine.estimate import describe_estimate, estimate_seconds
-from core.engine.result import DualPathResult
+from core.engine.result import DualPathResult, result_digest
 from core.engine.verdict import display
 from core.methods import ablation
 from core.methods.ablation import format_layers
@@ -66,7 +65,7 @@ def _key(*parts: Any) -> str:
 
 def _short(value: Any) -> str:
     """A short stable hash of a JSON-able value (for element keys that must change with it)."""
-    return hashlib.sha1(_key(value).encode("utf-8")).hexdigest()[:10]
+    return keys.tag(_key(value))
 
 
 def _ticker(n_tokens: int, runs: int) -> StepTicker:
@@ -148,7 +147,7 @@ def draw_clean_run(page: PageContext, query: str, context: str) -> DualPathResul
 
 def clean_trajectory(page: PageContext, clean: DualPathResult) -> ablation.Trajectory:
     """The clean per-layer trajectory (kept per result)."""
-    key = _key("trajectory", panels.result_tag(clean))
+    key = _key("trajectory", result_digest(clean))
     traj = experiments().get(key)
     if traj is None:
         with st.spinner("Computing the clean per-layer trajectory (two forward passes)…"):
@@ -170,7 +169,7 @@ def draw_comparison(
 ) -> None:
     """Answers (changed tokens marked), Z, log p of the first clean token, KL curves and the trajectory."""
     diff = ablation.compare(clean, perturbed)
-    tag = f"{tag}.{panels.result_tag(perturbed)}.{_short(perturbed.extras.get('intervention', {}).get('noise'))}"
+    tag = f"{tag}.{result_digest(perturbed)}.{_short(perturbed.extras.get('intervention', {}).get('noise'))}"
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Z clean", f"{diff['z_clean']:.3f} nats")
     c2.metric("Z perturbed", f"{diff['z_perturbed']:.3f} nats", delta=f"{diff['delta_z']:+.3f}", delta_color="off")
@@ -252,7 +251,7 @@ def draw_noise_run(
     """Both paths re-generated under noise on the chosen layers (or the last such run on this clean result)."""
     layers, eps, seed = choice
     st.caption(NOISE_CAVEAT)
-    tag = panels.result_tag(clean)
+    tag = result_digest(clean)
     key = _key("noise", tag, layers, eps, seed)
     runs = experiments(current=keys.scoped(keys.ABLATE_LAST_NOISE, tag))  # current: the last noise run on it
     if st.button(
@@ -292,7 +291,7 @@ def draw_dose_response(page: PageContext, clean: DualPathResult, layers: list[in
     with c3:
         n_tokens = ablation_controls.tokens_per_run(keys.ABLATE_GRID_TOKENS)
     runs = 1 + sum(len(seeds) for e in grid_eps if e > 0)
-    key = _key("dose", panels.result_tag(clean), layers, sorted(grid_eps), seeds, int(n_tokens))
+    key = _key("dose", result_digest(clean), layers, sorted(grid_eps), seeds, int(n_tokens))
     st.caption(f"{runs} runs of up to {int(n_tokens)} tokens: {_run_estimate(page, runs, int(n_tokens))}.")
     if st.button(f"Run the dose–response ({runs} runs)", key=keys.ABLATE_RUN_DOSE, disabled=not (layers and grid_eps)):
         ticker = _ticker(int(n_tokens), runs)
@@ -334,7 +333,7 @@ def draw_layer_sweep(page: PageContext, clean: DualPathResult, eps: float, flagg
     with c2:
         n_tokens = ablation_controls.tokens_per_run(keys.ABLATE_SWEEP_TOKENS)
     runs = 1 + page.handle.info.n_layers * len(seeds)
-    key = _key("sweep", panels.result_tag(clean), eps, seeds, int(n_tokens))
+    key = _key("sweep", result_digest(clean), eps, seeds, int(n_tokens))
     st.caption(f"{runs} runs of up to {int(n_tokens)} tokens: {_run_estimate(page, runs, int(n_tokens))}.")
     if st.button(
         f"Sweep every layer at ε = {eps:g} ({runs} runs)", key=keys.ABLATE_RUN_SWEEP, disabled=eps <= 0 or not seeds
@@ -374,7 +373,7 @@ def draw_patching(
         st.checkbox, "Also inject noise (the ε and seed above, on the same layers)", keys.ABLATE_PATCH_NOISE, False
     )
     noise = choice.noise() if combine and layers and choice.eps > 0 else None
-    key = _key("patch", panels.result_tag(clean), layers, noise.to_dict() if noise else None)
+    key = _key("patch", result_digest(clean), layers, noise.to_dict() if noise else None)
     if st.button(
         f"Patch layers {format_layers(layers) or '—'}",
         key=keys.ABLATE_RUN_PATCH,

@@ -9,9 +9,7 @@ inputs and settings show the stored run, and changing K only re-scores it. All m
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 from typing import Any
 
 import streamlit as st
@@ -20,6 +18,7 @@ from components import controls, inputs, keys, panels, state, widgets
 from components import detector_figures as figs
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
+from components.run import run_guarded
 from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown, plain_message
@@ -36,8 +35,6 @@ from core.methods.selfcritique import (
     run_self_critique,
 )
 from core.model.handle import ModelHandle
-
-logger = logging.getLogger(__name__)
 
 MAX_RESULTS = 12
 """Self-Critique runs kept per browser session (as plain dicts, :meth:`SelfCritiqueResult.to_dict`)."""
@@ -165,15 +162,12 @@ def run_live(
             text=f"{event.n_tokens} / {limit} tokens" + (" · done" if event.done else ""),
         )
 
-    try:
+    def run() -> SelfCritiqueResult:
         with st.spinner("Generating r₁, then the critique answer r₂…"):
-            result = run_self_critique(handle, query, context, settings, on_event=on_event)
-    except ValueError as exc:
-        st.error(plain_message(str(exc)))
-        return None
-    except Exception as exc:  # keep the page alive, details in the log
-        logger.exception("self-critique run failed")
-        st.error(f"The run failed ({type(exc).__name__}). Details are in the server log.")
+            return run_self_critique(handle, query, context, settings, on_event=on_event)
+
+    result = run_guarded(run, log="self-critique run failed")
+    if result is None:
         return None
     for path, text in ((FIRST, result.first_answer), (CRITIQUE, result.critique_answer)):
         widgets.show_answer(slots[path][0], text)
@@ -287,7 +281,7 @@ def main() -> None:
     shown, result, streamed = found
     if not streamed:
         draw_answers(result)
-    tag = hashlib.sha1(shown.encode("utf-8")).hexdigest()[:12]
+    tag = keys.tag(shown)
     draw_score(result, settings.top_k)
     draw_entropies(result, settings.top_k, tag)
     st.divider()

@@ -11,9 +11,7 @@ inputs and settings show the stored run, and moving a threshold only relabels it
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 from typing import Any
 
 import numpy as np
@@ -24,10 +22,11 @@ from components import inputs, keys, panels, sma_controls, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.progress import StepTicker
+from components.run import run_guarded
 from components.sma_controls import LabelThresholds
 from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
-from components.text import escape_markdown, plain_message
+from components.text import escape_markdown
 from core.engine.estimate import describe_estimate, estimate_seconds
 from core.methods.sma import (
     LABELS,
@@ -39,8 +38,6 @@ from core.methods.sma import (
     split_units,
 )
 from core.model.handle import ModelHandle
-
-logger = logging.getLogger(__name__)
 
 MAX_RESULTS = 8
 """SMA runs (and, separately, context ablations) kept per browser session, as plain dicts."""
@@ -128,17 +125,12 @@ def run_with_progress(handle: ModelHandle, query: str, context: str, settings: S
     def on_progress(done: int, total: int, stage: str) -> None:
         ticker.report(done, total, f"{stage}: {done:,} / {total:,} generations")
 
-    try:
+    def run() -> SMAResult:
         with ticker.listening():
-            result = run_sma(handle, query, context, settings, on_progress=on_progress)
-    except ValueError as exc:
-        bar.empty()
-        st.error(plain_message(str(exc)))
-        return None
-    except Exception as exc:  # keep the page alive, details in the log
-        logger.exception("SMA run failed")
-        bar.empty()
-        st.error(f"The run failed ({type(exc).__name__}). Details are in the server log.")
+            return run_sma(handle, query, context, settings, on_progress=on_progress)
+
+    result = run_guarded(run, log="SMA run failed", on_failure=lambda _: bar.empty())
+    if result is None:
         return None
     generations = result.on.generations + result.off.generations + 2
     bar.progress(1.0, text=f"Done: {generations:,} generations in {result.timings['total_s']:.1f} s")
@@ -230,27 +222,26 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     key = json.dumps([*inputs_key, *scoring, settings.template], ensure_ascii=False)
     if st.button("Run the context ablation", key=keys.SMA_ABLATE):
         ticker = StepTicker(st.progress(0.0, text="Starting…"), steps_per_unit=settings.max_new_tokens)
-        try:
+
+        def run() -> ContextAblation:
             with ticker.listening():
-                ablation = run_context_ablation(
+                return run_context_ablation(
                     page.handle,
                     query,
                     context,
                     settings,
-                    on_progress=lambda d, t, s: ticker.report(d, t, f"{d} / {t} generations"),
+                    on_progress=lambda d, t, s="": ticker.report(d, t, f"{d} / {t} generations"),
                 )
+
+        ablation = run_guarded(run, log="context ablation failed")
+        if ablation is not None:
             stored_ablations().put(key, ablation.to_dict())
-        except ValueError as exc:
-            st.error(plain_message(str(exc)))
-        except Exception as exc:  # keep the page alive, details in the log
-            logger.exception("context ablation failed")
-            st.error(f"The run failed ({type(exc).__name__}). Details are in the server log.")
         ticker.bar.empty()
     data = stored_ablations().get(key)
     if data is None:
         return
     ablation = _ablation_from_dict(data)
-    tag = hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+    tag = keys.tag(key)
     st.caption("Answer with the full context:")
     widgets.show_answer(st, ablation.reference_answer)
     st.plotly_chart(figs.context_ablation_figure(ablation), key=keys.scoped(keys.SMA_ABLATION, tag))
@@ -321,7 +312,7 @@ def main() -> None:
     found = draw_run(page, query, context, settings, run)
     if found is not None:
         shown, result, _ = found
-        tag = hashlib.sha1(shown.encode("utf-8")).hexdigest()[:12]
+        tag = keys.tag(shown)
         draw_reference_answers(result)
         thresholds = draw_thresholds()
         labels = result.labels(**thresholds.to_dict())

@@ -8,6 +8,7 @@ template without it). A :class:`DualPathResult` holds one :class:`PathOutput` fo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field, fields
@@ -286,3 +287,15 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value
+
+
+def result_digest(result: DualPathResult) -> str:
+    """A result's identity: 16 hex digits of sha1 over what makes it this result (the model, both prompts,
+    the answer's token ids and the settings). Equal results have equal digests, also after a JSON round trip;
+    the app keys its caches and widgets on it (the one digest of a :class:`DualPathResult`)."""
+    payload = json.dumps(
+        [result.model, result.retrieval.prompt, result.parametric.prompt, result.answer_token_ids, result.settings],
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha1(payload.encode("utf-8")).hexdigest()[:16]
