@@ -13,9 +13,6 @@ Session caches (:func:`components.lru.session_lru`): analyses, head patterns and
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -26,13 +23,12 @@ from components import keys
 from components.lru import SessionLRU, session_lru
 from components.page import open_page
 from components.panels import draw_run_context
+from components.run import bar_progress, run_cached, run_guarded
 from components.text import plain_message
-from core.engine.result import DualPathResult
+from core.engine.result import DualPathResult, result_digest
 from core.methods.crm import CrmBasis, compute_basis, load_basis, vocabulary_projection
 from core.methods.internals import Internals, analyze, attention_pattern, path_sequence
 from core.model.handle import ModelHandle
-
-logger = logging.getLogger(__name__)
 
 MAX_ANALYSES = 6
 """Analyses kept per browser session (each holds 2 × (L + 1) × answer-length × hidden floats, ~5 MB for the
@@ -41,16 +37,6 @@ MAX_PATTERNS = 12
 MAX_PROJECTIONS = 8
 LENS_TOP_K = 10
 DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
-
-
-def result_key(result: DualPathResult) -> str:
-    """A stable id of a result: model, both prompts, the answer's token ids and the settings."""
-    payload = json.dumps(
-        [result.model, result.retrieval.prompt, result.parametric.prompt, result.answer_token_ids, result.settings],
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-    return hashlib.sha1(payload.encode("utf-8")).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -92,7 +78,7 @@ def draw_no_result() -> None:
 
 def cached_internals(result: DualPathResult) -> Internals | None:
     """The analysis of ``result`` if this session already has it (never runs the model)."""
-    return session_lru(keys.INTERNALS_ANALYSES, MAX_ANALYSES).get(result_key(result))
+    return session_lru(keys.INTERNALS_ANALYSES, MAX_ANALYSES).get(result_digest(result))
 
 
 def internals_for(handle: ModelHandle, result: DualPathResult) -> Internals | None:
@@ -100,27 +86,15 @@ def internals_for(handle: ModelHandle, result: DualPathResult) -> Internals | No
 
     Returns ``None`` (after an error box) when the analysis fails, e.g. for a model without eager attention.
     """
-    found = cached_internals(result)
-    if found is not None:
-        return found
-    bar = st.progress(0.0, text="Looking inside the model: one instrumented forward pass per path…")
-
-    def progress(done: int, total: int, label: str) -> None:
-        bar.progress(min(1.0, done / total), text=f"{label} ({done}/{total})")
-
-    try:
-        internals = analyze(handle, result, top_k=LENS_TOP_K, progress=progress)
-    except ValueError as exc:
-        bar.empty()
-        st.error(plain_message(str(exc)))
-        return None
-    except Exception as exc:  # keep the page alive; details go to the log
-        logger.exception("internals analysis failed")
-        bar.empty()
-        st.error(f"The analysis failed ({type(exc).__name__}). Details are in the server log.")
-        return None
-    bar.empty()
-    return session_lru(keys.INTERNALS_ANALYSES, MAX_ANALYSES).put(result_key(result), internals)
+    return run_cached(
+        session_lru(keys.INTERNALS_ANALYSES, MAX_ANALYSES),
+        result_digest(result),
+        lambda progress: analyze(handle, result, top_k=LENS_TOP_K, progress=progress),
+        start="Looking inside the model: one instrumented forward pass per path…",
+        describe=lambda done, total, label: f"{label} ({done}/{total})",
+        what="analysis",
+        log="internals analysis failed",
+    )
 
 
 def head_pattern(
@@ -133,7 +107,7 @@ def head_pattern(
             ids, tokens, prompt_len = path_sequence(handle, result, path)
             return attention_pattern(handle, ids, layer, head), tokens, prompt_len
 
-    key = f"{result_key(result)}|{path}|{layer}|{head}"
+    key = f"{result_digest(result)}|{path}|{layer}|{head}"
     return session_lru(keys.INTERNALS_PATTERNS, MAX_PATTERNS).get_or_put(key, compute)
 
 
@@ -160,17 +134,17 @@ def draw_compute_basis(handle: ModelHandle, template: str, *, key: str) -> CrmBa
     if not st.button("Compute the CRM calibration", key=key, icon=":material/calculate:"):
         return None
     bar = st.progress(0.0, text="Calibration prompts…")
-
-    def progress(done: int, total: int) -> None:
-        bar.progress(done / total, text=f"Calibration prompts: {done}/{total} (then the classifier's cross-validation)")
-
-    try:
-        basis = compute_basis(handle, progress=progress, template=template)
-    except ValueError as exc:
-        bar.empty()
-        st.error(plain_message(str(exc)))
-        return None
+    progress = bar_progress(
+        bar, lambda done, total, _: f"Calibration prompts: {done}/{total} (then the classifier's cross-validation)"
+    )
+    basis = run_guarded(
+        lambda: compute_basis(handle, progress=progress, template=template),
+        what="calibration",
+        log="CRM calibration failed",
+    )
     bar.empty()
+    if basis is None:
+        return None
     st.success("Calibration computed and cached for this model.")
     return basis
 
@@ -194,4 +168,4 @@ def run_projection_for(handle: ModelHandle, internals: Internals, result: DualPa
         norms = np.linalg.norm(d0, axis=1, keepdims=True)
         return vocabulary_projection(handle, np.divide(d0, norms, out=np.zeros_like(d0), where=norms > 0), k)
 
-    return _projections().get_or_put(f"run|{result_key(result)}|{k}", compute)
+    return _projections().get_or_put(f"run|{result_digest(result)}|{k}", compute)

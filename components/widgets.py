@@ -7,7 +7,6 @@ State (persistent values, the result cache) lives in :mod:`components.state`; th
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import streamlit as st
 
 from components import controls, keys, state
+from components.run import run_guarded
 from components.state import AppConfig
 from components.text import plain_message
 from components.threshold_state import active_threshold
@@ -33,8 +33,6 @@ from core.io import csv_safe_text
 from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle
 from core.model.prompts import TEMPLATES
 from core.public import Caps, PublicPolicy, current_policy
-
-logger = logging.getLogger(__name__)
 
 RETRIEVAL_TITLE = "Retrieval path (query + context)"
 PARAMETRIC_TITLE = "Parametric path (query only)"
@@ -322,19 +320,17 @@ def run_live(handle: ModelHandle, query: str, context: str, settings: DualPathSe
             min(1.0, event.n_tokens / max(1, event.max_tokens)) if not event.done else 1.0, text=_progress_text(event)
         )
 
-    try:
+    def run() -> DualPathResult:
         threshold, source = active_threshold(handle.info.name)
-        result = run_dual_path(
+        return run_dual_path(
             handle, query, context, settings, threshold=threshold, threshold_source=source, on_event=on_event
         )
-    except ValueError as exc:
-        status.update(label="Not run", state="error")
-        st.error(plain_message(str(exc)))
-        return None
-    except Exception as exc:  # report any model failure without losing the page
-        logger.exception("dual-path run failed")
-        status.update(label="Failed", state="error")
-        st.error(f"The run failed ({type(exc).__name__}). Details are in the server log.")
+
+    def failed(exc: Exception) -> None:
+        status.update(label="Not run" if isinstance(exc, ValueError) else "Failed", state="error")
+
+    result = run_guarded(run, log="dual-path run failed", on_failure=failed)
+    if result is None:
         return None
     for path, answer in ((RETRIEVAL, result.retrieval.answer), (PARAMETRIC, result.parametric.answer)):
         show_answer(slots[path][0], answer)  # the final, stripped answer

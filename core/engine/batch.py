@@ -60,6 +60,7 @@ from core.engine.settings import DualPathSettings
 from core.engine.threshold import Threshold
 from core.maths.noise import noisy_repcs_scores, row_seed
 from core.model.handle import ModelHandle, check_cancelled
+from core.model.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -255,7 +256,7 @@ def score_rows(
     free_parametric: bool = False,
     noise_sigmas: Sequence[float] = (),
     noise_seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> list[DualPathResult | None]:
     """Score many rows in length-sorted batches (see :func:`plan_batches`); results come back in input order.
