@@ -33,6 +33,9 @@ class ModelParts:
         attentions: each layer's self-attention module (eager attention returns ``(output, weights)``).
         final_norm: the norm applied after the last decoder layer.
         unembed: the output projection (``lm_head``); its weight is ``W_U`` of shape ``(V, d)``.
+        logit_scale: the factor the model multiplies its logits by after the unembedding (Cohere's
+            ``logit_scale``, Granite's ``1 / logits_scaling``; 1.0 for most families).
+        logit_softcap: the final soft-capping ``c`` of ``c · tanh(z / c)`` (Gemma 2/3), or ``None``.
     """
 
     decoder: torch.nn.Module
@@ -40,6 +43,8 @@ class ModelParts:
     attentions: tuple[torch.nn.Module, ...]
     final_norm: torch.nn.Module
     unembed: torch.nn.Module
+    logit_scale: float = 1.0
+    logit_softcap: float | None = None
 
     @property
     def n_layers(self) -> int:
@@ -65,6 +70,19 @@ def _first_module(obj: Any, names: tuple[str, ...], kind: type = torch.nn.Module
         if isinstance(value, kind) and (kind is not torch.nn.ModuleList or len(value) > 0):
             return value
     return None
+
+
+def _logit_transform(model: torch.nn.Module, text_config: Any) -> tuple[float, float | None]:
+    """What the model does to ``lm_head``'s output before returning logits: a scale and a soft-cap."""
+    scale = 1.0
+    own = getattr(model, "logit_scale", None)  # Cohere / Cohere 2: logits * self.logit_scale
+    if isinstance(own, (int, float)) and not isinstance(own, bool):
+        scale *= float(own)
+    divisor = getattr(text_config, "logits_scaling", None)  # Granite: logits / config.logits_scaling
+    if isinstance(divisor, (int, float)) and not isinstance(divisor, bool) and divisor:
+        scale /= float(divisor)
+    cap = getattr(text_config, "final_logit_softcapping", None)  # Gemma 2 / 3: cap * tanh(logits / cap)
+    return scale, float(cap) if isinstance(cap, (int, float)) and cap else None
 
 
 def _decoder_candidates(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -110,7 +128,8 @@ def find_parts(model: torch.nn.Module) -> ModelParts:
             if attn is None:
                 raise ValueError(f"Decoder layer {i} of {type(model).__name__} has no self-attention module.")
             attentions.append(attn)
-        return ModelParts(decoder, tuple(layers), tuple(attentions), norm, unembed)
+        scale, cap = _logit_transform(model, text_config)
+        return ModelParts(decoder, tuple(layers), tuple(attentions), norm, unembed, scale, cap)
     raise ValueError(
         f"Cannot find decoder layers, a final norm and an unembedding in {type(model).__name__}: Read or Recall "
         "supports decoder-only causal LMs laid out like Llama (model.model.layers, model.model.norm, lm_head) "
