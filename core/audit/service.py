@@ -10,37 +10,56 @@ Endpoints (all but ``/health`` and the OpenAPI pages need ``Authorization: Beare
 * ``GET /history`` (paged; ``flag``, ``since``, ``until``), ``GET /records/{id}``, ``GET /stats``,
   ``GET /calibration``, ``GET /health``.
 
-A client may send ``request_id`` (letters, digits, ``._:-``): a request whose id is already in the log is not
-scored again — the stored record comes back (header ``X-Audit-Replay: true``), so retrying after a dropped
-connection never duplicates a record. The model runs only through the handle (its lock serializes the
-forward passes of concurrent requests); nothing is generated unless a request sets ``generate``.
+A client may send ``request_id`` (letters, digits, ``._:-``). The id is bound to its request: the endpoint and
+the SHA-256 of the validated body (every field but ``request_id``), kept in each record's ``request`` field in
+the chain. The same id with the same body on the same endpoint is not scored again — the stored records come
+back (header ``X-Audit-Replay: true``), so retrying after a dropped connection never duplicates a record; the
+same id with another body or on the other endpoint is **409** naming the conflict. The lookup and the insert
+share one write transaction, so concurrent requests sharing an id store one set of records.
+
+Inputs are validated strictly (no type coercion: ``"generate": "yes"`` and ``"max_new_tokens": "8"`` are 422;
+every number is bounded; a query or context of whitespace and zero-width characters only is 422), and a
+validation error never echoes the input. When the log's last row is not its stored head (newest records
+deleted) the service refuses to append: 503, logged (:class:`core.audit.chain.ChainHeadError`). The model runs
+only through the handle (its lock serializes the forward passes of concurrent requests); nothing is generated
+unless a request sets ``generate``. The Swagger UI at ``/docs`` (which loads its scripts from a CDN) is off
+unless ``create_app(docs=True)`` (``serve --docs``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.audit.auth import AuditLimits, GuardCounters, GuardMiddleware
 from core.audit.calibration import AuditCalibration
+from core.audit.chain import ChainHeadError, canonical_json
 from core.audit.forward import model_fingerprint
 from core.audit.scoring import AuditInputError, AuditOptions, audit_pairs, prepare_pairs
-from core.audit.store import AuditStore, Entry, text_sha256
+from core.audit.store import AuditStore, Entry, RequestConflict, conflict_message, text_sha256
 from core.model.handle import ModelHandle
-from core.model.prompts import resolve_template
+from core.model.prompts import has_visible_text, resolve_template
 
 SERVICE_VERSION = "1"
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+MAX_NEW_TOKENS_BOUND = 65_536
+"""Static bound of ``max_new_tokens`` (the server's own limit, :class:`AuditLimits`, is usually far lower)."""
+MAX_PAGE_BOUND = 100_000
+MAX_OFFSET = 10**12
+"""Largest ``/history`` offset (SQLite's integers overflow at 2**63)."""
 
-PageSize = Annotated[int, Query(ge=1, description="records per page (at most 500 by default)")]
-PageOffset = Annotated[int, Query(ge=0, description="records to skip (newest first)")]
+PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_BOUND, description="records per page (at most 500 by default)")]
+PageOffset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="records to skip (newest first)")]
 FlagFilter = Annotated[bool | None, Query(description="only flagged (true) or unflagged (false) audits")]
 Since = Annotated[datetime | None, Query(description="ISO 8601, inclusive; UTC when no zone is given")]
 Until = Annotated[datetime | None, Query(description="ISO 8601, exclusive; UTC when no zone is given")]
@@ -49,15 +68,19 @@ _bearer = HTTPBearer(auto_error=False, description="The service's token (READ_OR
 
 
 def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be empty or only whitespace")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"is not valid Unicode text (a lone surrogate at character {exc.start})") from None
+    if not has_visible_text(value):
+        raise ValueError("must contain visible text (whitespace and zero-width characters alone do not count)")
     return value
 
 
 class Pair(BaseModel):
     """One (query, context) pair to screen before generation."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     query: str = Field(min_length=1, description="The user's question.")
     context: str = Field(min_length=1, description="The retrieved passage the answer should be read from.")
 
@@ -70,20 +93,49 @@ class AuditRequest(Pair):
     request_id: str | None = Field(
         default=None,
         pattern=REQUEST_ID_PATTERN,
-        description="Idempotency key: a repeated id returns the stored record.",
+        description="Idempotency key, bound to this body: the same id and body return the stored record; the same "
+        "id with another body is 409.",
     )
     generate: bool = Field(default=False, description="Also generate the answer and score RePCS (costs a generate).")
-    max_new_tokens: int = Field(default=32, ge=1, description="Most answer tokens when generate is true.")
+    max_new_tokens: int = Field(
+        default=32, ge=1, le=MAX_NEW_TOKENS_BOUND, description="Most answer tokens when generate is true."
+    )
 
 
 class BatchRequest(BaseModel):
     """``POST /audit/batch``'s body."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     items: list[Pair] = Field(min_length=1, description="The pairs, scored in padded batches.")
-    request_id: str | None = Field(default=None, pattern=REQUEST_ID_PATTERN, description="Idempotency key.")
+    request_id: str | None = Field(
+        default=None, pattern=REQUEST_ID_PATTERN, description="Idempotency key, bound to this body (see /audit)."
+    )
     generate: bool = False
-    max_new_tokens: int = Field(default=32, ge=1)
+    max_new_tokens: int = Field(default=32, ge=1, le=MAX_NEW_TOKENS_BOUND)
+
+
+def _safe_text(value: object, limit: int = 200) -> str:
+    """Text that always encodes (lone surrogates escaped), cut to ``limit`` characters."""
+    text = str(value)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """FastAPI's validation errors without the offending input (never echoed: it may be huge, secret, NaN or not
+    encodable) — each keeps where (``loc``), what (``msg``) and the error ``type``."""
+    out = []
+    for error in exc.errors():
+        loc = [part if isinstance(part, int) else _safe_text(part, 64) for part in error.get("loc", ())]
+        out.append({"loc": loc, "msg": _safe_text(error.get("msg", "invalid")), "type": str(error.get("type", ""))})
+    return out
+
+
+def request_fingerprint(endpoint: str, request: BaseModel, n_items: int) -> dict[str, Any]:
+    """What a ``request_id`` is bound to: the endpoint, the SHA-256 of the validated body's canonical JSON (every
+    field but ``request_id``; defaults filled in) and the number of pairs."""
+    body = canonical_json(request.model_dump(mode="json", exclude={"request_id"}))
+    return {"endpoint": endpoint, "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(), "items": n_items}
 
 
 def _validation_error(loc: list[Any], message: str) -> HTTPException:
@@ -95,6 +147,10 @@ def _input_error(exc: AuditInputError, batch: bool) -> HTTPException:
     if exc.kind == "token_budget":
         return HTTPException(413, detail={"msg": str(exc), "loc": loc, "type": "token_budget"})
     return _validation_error(loc, str(exc))
+
+
+def _conflict(message: str) -> dict[str, Any]:
+    return {"msg": message, "loc": ["body", "request_id"], "type": "request_id_conflict"}
 
 
 def _public(record: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +183,7 @@ def create_app(
     *,
     template: str = "auto",
     calibration_note: str = "",
+    docs: bool = False,
 ) -> FastAPI:
     """Build the audit service around a loaded model.
 
@@ -138,6 +195,8 @@ def create_app(
         limits: body size, batch size, token and page limits.
         template: the prompt template (``"auto"`` or a key); must be the calibration's.
         calibration_note: a sentence saying where the calibration came from (``/calibration``, ``/stats``).
+        docs: serve the Swagger UI at ``/docs`` and ReDoc at ``/redoc`` (their scripts come from a CDN); off by
+            default. ``/openapi.json`` is always served.
 
     Raises:
         ValueError: a calibration made for another model or template.
@@ -145,9 +204,10 @@ def create_app(
     limits = limits or AuditLimits()
     fingerprint = model_fingerprint(handle)
     template_key = resolve_template(template, handle.tokenizer).key
+    calibration_hash = None
     if calibration is not None:
         calibration.check_for(handle, fingerprint, template_key)
-        store.register_calibration(calibration.describe())
+        calibration_hash = store.register_calibration(calibration.describe())
     options = AuditOptions(template=template_key, max_prompt_tokens=limits.max_prompt_tokens)
     model_facts = {
         "name": handle.info.name,
@@ -165,10 +225,18 @@ def create_app(
         description=(
             "Screens (context, query) pairs before generation with CRM's latent trajectory shift (one forward "
             "pass per path, no generation), keeps every audit in a hash-chained SQLite log. Send "
-            "`Authorization: Bearer <token>` on every endpoint but /health."
+            "`Authorization: Bearer <token>` on every endpoint but /health. Never paste the token into a web page "
+            "you did not write; use curl or your own client."
         ),
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
     )
     app.add_middleware(GuardMiddleware, token=token, max_body_bytes=limits.max_body_bytes, counters=counters)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": _validation_errors(exc)})
+
     protected = [Depends(_bearer)]
 
     def need_calibration() -> AuditCalibration:
@@ -190,6 +258,7 @@ def create_app(
         request_id: str | None,
         batch_id: str | None,
         batch_size: int,
+        fingerprint_of_request: dict[str, Any] | None = None,
     ) -> Entry:
         inputs: dict[str, Any] = {"query_sha256": text_sha256(pair.query), "context_sha256": text_sha256(pair.context)}
         if store.store_text:
@@ -199,9 +268,16 @@ def create_app(
             "inputs": inputs,
             "result": {**result, "latency_ms": latency, "batch_size": batch_size},
             "model": model_facts,
-            "calibration": {"id": calib.calibration_id, "template": calib.template, "k_sigma": calib.k},
+            "calibration": {
+                "id": calib.calibration_id,
+                "template": calib.template,
+                "k_sigma": calib.k,
+                "content_hash": calibration_hash,
+            },
             "service": {"version": SERVICE_VERSION, "store_text": store.store_text},
         }
+        if fingerprint_of_request is not None:
+            body["request"] = fingerprint_of_request
         return Entry(
             body=body,
             anomaly_flag=bool(result["anomaly_flag"]),
@@ -213,23 +289,34 @@ def create_app(
             batch_id=batch_id,
         )
 
-    def replayed(request_id: str | None, response: Response) -> list[dict[str, Any]] | None:
-        if request_id is None:
+    def replayed(
+        request_id: str | None, request_fp: dict[str, Any] | None, response: Response
+    ) -> list[dict[str, Any]] | None:
+        """The stored records of a retried request; 409 when the id was used for another request."""
+        if request_id is None or request_fp is None:
             return None
         found = store.find_request(request_id)
         if not found:
             return None
+        if not (all(r.get("request") == request_fp for r in found) and len(found) == request_fp["items"]):
+            raise HTTPException(409, detail=_conflict(conflict_message(request_id, found)))
         response.headers["X-Audit-Replay"] = "true"
         served["replays"] += 1
         return found
 
     def score(
-        pairs: list[Pair], request_id: str | None, generate: bool, max_new_tokens: int, batch: bool, response: Response
+        pairs: list[Pair],
+        request_id: str | None,
+        generate: bool,
+        max_new_tokens: int,
+        batch: bool,
+        response: Response,
+        request_fp: dict[str, Any] | None,
     ) -> list[dict[str, Any]]:
         t0 = time.perf_counter()
         calib = need_calibration()
         check_new_tokens(generate, max_new_tokens)
-        stored = replayed(request_id, response)
+        stored = replayed(request_id, request_fp, response)
         if stored is not None:
             return stored
         opts = replace(options, generate=generate, max_new_tokens=max_new_tokens)
@@ -244,23 +331,34 @@ def create_app(
         ids = [None] * len(pairs)
         if request_id is not None:
             ids = [f"{request_id}#{i}" for i in range(len(pairs))] if batch else [request_id]
-        entries = [entry(calib, p, r, latency, rid, batch_id, len(pairs)) for p, r, rid in zip(pairs, results, ids)]
+        fp = request_fp if request_id is not None else None
+        entries = [entry(calib, p, r, latency, rid, batch_id, len(pairs), fp) for p, r, rid in zip(pairs, results, ids)]
         try:
-            records = store.append(entries)
-        except ValueError:  # the same request_id committed by a concurrent request meanwhile
-            found = replayed(request_id, response)
-            if not found:
-                raise
-            return found
+            if request_id is None or request_fp is None:
+                records, again = store.append(entries), False
+            else:  # the lookup and the insert in one transaction: concurrent retries store one set
+                records, again = store.append_request(request_id, request_fp, entries)
+        except RequestConflict as exc:
+            raise HTTPException(409, detail=_conflict(str(exc))) from None
+        except ChainHeadError:
+            raise HTTPException(
+                503,
+                detail="The audit log failed its integrity check (its newest records are missing or its head was "
+                "edited), so this service refuses to record anything; nothing was stored. The operator must run "
+                "`python -m core audit verify`.",
+            ) from None
+        if again:
+            response.headers["X-Audit-Replay"] = "true"
+            served["replays"] += 1
+            return records
         served["audits"] += len(records)
         return records
 
     @app.post("/audit", dependencies=protected, summary="Audit one (query, context) pair")
     def audit(request: AuditRequest, response: Response) -> dict[str, Any]:
         """CRM's trajectory and the audit rule for one pair; committed to the log before this returns."""
-        records = score(
-            [request], request.request_id, request.generate, request.max_new_tokens, batch=False, response=response
-        )
+        fp = request_fingerprint("POST /audit", request, 1)
+        records = score([request], request.request_id, request.generate, request.max_new_tokens, False, response, fp)
         return _public(records[0])
 
     @app.post("/audit/batch", dependencies=protected, summary="Audit many pairs in padded batches")
@@ -276,9 +374,8 @@ def create_app(
                 },
             )
         t0 = time.perf_counter()
-        records = score(
-            request.items, request.request_id, request.generate, request.max_new_tokens, batch=True, response=response
-        )
+        fp = request_fingerprint("POST /audit/batch", request, len(request.items))
+        records = score(request.items, request.request_id, request.generate, request.max_new_tokens, True, response, fp)
         return {
             "batch_id": records[0].get("batch_id"),
             "n": len(records),

@@ -151,10 +151,17 @@ def clean_text(text: str) -> tuple[str, int]:
     return "".join(kept), len(text) - len(kept)
 
 
+def has_visible_text(text: str) -> bool:
+    """Whether ``text`` has a character that is neither whitespace nor an invisible format character (zero-width
+    space/joiners, word joiner, BOM, bidi marks: Unicode category Cf)."""
+    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
+
+
 def clean_inputs(query: str, context: str) -> tuple[str, str, int]:
     """The query and context cleaned (:func:`clean_text`) and stripped, and how many characters were removed.
 
-    Each caller has its own rule for an empty context; an empty query is never valid.
+    Each caller has its own rule for an empty context; an empty query is never valid. A query or context of
+    whitespace and zero-width characters only counts as empty (the context comes back as ``""``).
 
     Raises:
         ValueError: a non-text input, or a query that is empty or only whitespace.
@@ -171,8 +178,12 @@ def clean_inputs(query: str, context: str) -> tuple[str, str, int]:
     query, removed_q = clean_text(query)
     context, removed_c = clean_text(context)
     query, context = query.strip(), context.strip()
-    if not query:
-        raise ValueError("The query is empty. Type a question (whitespace alone does not count).")
+    if not has_visible_text(context):
+        context = ""
+    if not has_visible_text(query):
+        raise ValueError(
+            "The query is empty. Type a question (whitespace and zero-width characters alone do not count)."
+        )
     return query, context, removed_q + removed_c
 
 

@@ -34,7 +34,7 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("serve", help="start the CRM audit service (POST /audit, /audit/batch; docs at /docs)")
+    p = subparsers.add_parser("serve", help="start the CRM audit service (POST /audit, /audit/batch)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8600, help="TCP port (default 8600)")
     p.add_argument("--db", default=None, help=f"audit database (default ${DB_ENV}, else {default_db_path()})")
@@ -52,6 +52,11 @@ def register(subparsers: Any) -> None:
         help="most tokens per retrieval prompt (default: the model's budget)",
     )
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument(
+        "--docs",
+        action="store_true",
+        help="also serve the Swagger UI at /docs and ReDoc at /redoc (their scripts load from a CDN; off by default)",
+    )
     add_model_args(p)
     p.set_defaults(func=_cmd_serve)
 
@@ -82,9 +87,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     template_key = resolve_template(args.template, handle.tokenizer).key
     calibration, note = resolve_calibration(handle, template_key, args.calibration)
     store = AuditStore(db, store_text=not args.no_store_text)
-    app = create_app(handle, store, calibration, token, limits, template=args.template, calibration_note=note)
+    app = create_app(
+        handle, store, calibration, token, limits, template=args.template, calibration_note=note, docs=args.docs
+    )
+    docs = "docs at /docs: never paste the token there" if args.docs else "schema at /openapi.json"
     sys.stderr.write(
-        f"audit service: {handle.info.name} on http://{args.host}:{args.port} (OpenAPI docs at /docs)\n"
+        f"audit service: {handle.info.name} on http://{args.host}:{args.port} ({docs})\n"
         f"  database:    {db}{' (hashes only, no texts)' if args.no_store_text else ''}\n"
         f"  calibration: {note}\n"
     )

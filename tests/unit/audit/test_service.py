@@ -236,3 +236,152 @@ def test_stats_and_calibration(client, tiny_calibration, tiny_handle):
     )
     calib = client.get("/calibration", headers=AUTH).json()
     assert calib["id"] == tiny_calibration.calibration_id and len(calib["mu"]) == tiny_handle.info.n_layers + 1
+
+
+# -- issue 25: the second audit's attacks on the service ----------------------------------------------------------
+
+
+def _raw(client, path, text):
+    return client.post(path, content=text.encode("utf-8"), headers={**AUTH, "Content-Type": "application/json"})
+
+
+def test_a_reused_request_id_with_another_body_is_409_and_nothing_is_stored(client, store):
+    """Item 3: two different questions under one request_id used to return the first one's result (200, replay)."""
+    first = client.post("/audit", json={**PAIR, "request_id": "r1"}, headers=AUTH)
+    other = {"query": "Who founded Marrowgate?", "context": "Salt traders founded Marrowgate in 1412."}
+    r = client.post("/audit", json={**other, "request_id": "r1"}, headers=AUTH)
+    assert first.status_code == 200 and r.status_code == 409 and "x-audit-replay" not in r.headers
+    detail = r.json()["detail"]
+    assert detail["type"] == "request_id_conflict" and detail["loc"] == ["body", "request_id"]
+    assert "'r1'" in detail["msg"] and "POST /audit with 1 item" in detail["msg"] and "seq 1" in detail["msg"]
+    # the same body with another setting is another request too
+    assert (
+        client.post("/audit", json={**PAIR, "request_id": "r1", "max_new_tokens": 8}, headers=AUTH).status_code == 409
+    )
+    again = client.post(
+        "/audit", json={"context": PAIR["context"], "request_id": "r1", "query": PAIR["query"]}, headers=AUTH
+    )
+    assert again.status_code == 200 and again.headers["x-audit-replay"] == "true"  # same body, keys in another order
+    assert again.json()["id"] == first.json()["id"] and _count(store) == 1
+    assert store.get(first.json()["id"])["request"]["endpoint"] == "POST /audit"
+    assert verify_chain(store.path).ok
+
+
+def test_single_and_batch_requests_never_collide_on_one_id(client, store):
+    """Item 3: a single after a batch got item 0; a 3-item batch after a single got ``n: 1``."""
+    items = [PAIR, {"query": "Who?", "context": "Nobody."}, {"query": "When?", "context": "In 1412."}]
+    assert client.post("/audit/batch", json={"items": items, "request_id": "b1"}, headers=AUTH).status_code == 200
+    r = client.post("/audit", json={**PAIR, "request_id": "b1"}, headers=AUTH)
+    assert r.status_code == 409 and "POST /audit/batch with 3 item(s)" in r.json()["detail"]["msg"]
+    assert client.post("/audit", json={**PAIR, "request_id": "s1"}, headers=AUTH).status_code == 200
+    r = client.post("/audit/batch", json={"items": items, "request_id": "s1"}, headers=AUTH)
+    assert r.status_code == 409 and "POST /audit with 1 item(s)" in r.json()["detail"]["msg"]
+    r = client.post("/audit/batch", json={"items": items[:2], "request_id": "b1"}, headers=AUTH)
+    assert r.status_code == 409  # fewer items: another body
+    replay = client.post("/audit/batch", json={"items": items, "request_id": "b1"}, headers=AUTH)
+    assert replay.status_code == 200 and replay.json()["n"] == 3 and replay.headers["x-audit-replay"] == "true"
+    assert _count(store) == 4
+
+
+def test_ten_concurrent_requests_sharing_one_id_store_one_record(client, store):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def send(_: int):
+        r = client.post("/audit", json={**PAIR, "request_id": "burst"}, headers=AUTH)
+        return r.status_code, r.json()["id"], r.headers.get("x-audit-replay")
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        out = list(pool.map(send, range(10)))
+    assert {code for code, _, _ in out} == {200}
+    assert len({rid for _, rid, _ in out}) == 1 and _count(store) == 1
+    assert sum(replay == "true" for _, _, replay in out) == 9
+    assert verify_chain(store.path).ok
+
+
+def test_a_log_missing_its_newest_records_refuses_new_audits(client, store, caplog):
+    """Item 2: after a DELETE of the newest rows the next POST /audit reused their seq and the chain verified."""
+    import sqlite3
+
+    for i in range(4):
+        assert client.post("/audit", json={**PAIR, "query": f"Question {i}?"}, headers=AUTH).status_code == 200
+    conn = sqlite3.connect(store.path)
+    conn.execute("DELETE FROM audits WHERE seq >= 2")
+    conn.commit()
+    conn.close()
+    with caplog.at_level(logging.ERROR):
+        r = client.post("/audit", json=PAIR, headers=AUTH)
+    assert r.status_code == 503 and "audit verify" in r.json()["detail"]
+    assert "Refusing to append" in caplog.text
+    report = verify_chain(store.path)
+    assert report.problem == "deleted" and "2–4" in report.message and report.n_records == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "loc"),
+    [
+        ('{"query": "q", "context": "c", "max_new_tokens": NaN}', "/audit", ["body", "max_new_tokens"]),
+        ('{"query": "q", "context": "c", "max_new_tokens": Infinity}', "/audit", ["body", "max_new_tokens"]),
+        ('{"query": "caf\\ud800?", "context": 5}', "/audit", ["body", "context"]),
+        ('{"query": "caf\\ud800?", "context": "c"}', "/audit", ["body", "query"]),
+        ('{"query": "q", "context": "c", "caf\\ud800": 1}', "/audit", ["body"]),  # a key pydantic cannot read
+        ('{"items": [{"query": "caf\\ud800?", "context": "c"}]}', "/audit/batch", ["body", "items", 0, "query"]),
+        (
+            '{"query": "q", "context": "c", "generate": true, "max_new_tokens": 1e400}',
+            "/audit",
+            ["body", "max_new_tokens"],
+        ),
+        (
+            '{"query": "q", "context": "c", "max_new_tokens": 99999999999999999999999}',
+            "/audit",
+            ["body", "max_new_tokens"],
+        ),
+    ],
+)
+def test_bad_numbers_and_lone_surrogates_are_422_never_500(client, store, text, path, loc):
+    """Item 4: NaN, and an error that echoed a lone surrogate, were HTTP 500 with a traceback."""
+    r = _raw(client, path, text)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert any(d["loc"] == loc for d in detail), detail
+    assert all(set(d) == {"loc", "msg", "type"} for d in detail)  # the input is never echoed
+    assert _count(store) == 0
+
+
+@pytest.mark.parametrize("query", ["offset=99999999999999999999", "offset=-1", "limit=99999999999999999999"])
+def test_history_bounds_its_numbers(client, query):
+    r = client.get(f"/history?{query}", headers=AUTH)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][0] == "query"
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"query": "\u200b\u200b", "context": "c"}, ["body", "query"]),
+        ({"query": "q", "context": "\u200b\u200c\u200d\u2060\ufeff \n"}, ["body", "context"]),
+        ({**PAIR, "generate": "yes"}, ["body", "generate"]),
+        ({**PAIR, "generate": 1}, ["body", "generate"]),
+        ({**PAIR, "max_new_tokens": "8"}, ["body", "max_new_tokens"]),
+        ({**PAIR, "max_new_tokens": 8.0}, ["body", "max_new_tokens"]),
+    ],
+)
+def test_invisible_texts_and_loose_types_are_422(client, store, body, loc):
+    """Item 12: zero-width-only texts and ``"generate": "yes"`` / ``"max_new_tokens": "8"`` were accepted."""
+    r = client.post("/audit", json=body, headers=AUTH)
+    assert r.status_code == 422, r.text
+    assert any(d["loc"] == loc for d in r.json()["detail"]), r.json()
+    r = client.post("/audit/batch", json={"items": [PAIR, {k: body[k] for k in ("query", "context")}]}, headers=AUTH)
+    assert r.status_code == (422 if loc[1] in ("query", "context") else 200)
+    assert _count(store) == (0 if loc[1] in ("query", "context") else 2)
+
+
+def test_the_swagger_page_is_off_unless_asked(make_client, tiny_handle, tiny_calibration, store):
+    """Item 11: /docs loads Swagger UI from a CDN without integrity; the service told users to paste the token there."""
+    from fastapi.testclient import TestClient
+
+    client = make_client()
+    assert client.get("/docs").status_code in (401, 404) and client.get("/redoc").status_code in (401, 404)
+    assert client.get("/openapi.json").status_code == 200
+    described = client.get("/openapi.json").json()["info"]["description"]
+    assert "Never paste the token" in described
+    with_docs = TestClient(create_app(tiny_handle, store, tiny_calibration, TOKEN, docs=True))
+    assert with_docs.get("/docs").status_code == 200

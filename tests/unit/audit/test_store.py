@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
-from core.audit.store import GENESIS, AuditReader, AuditStore, Entry, verify_chain
+from core.audit.store import GENESIS, AuditReader, AuditStore, ChainHeadError, Entry, verify_chain
 from core.cli import main
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def entry(i: int, flag: bool = False) -> Entry:
@@ -202,3 +205,138 @@ def test_concurrent_appends_and_verifies_stay_consistent(tmp_path):
     assert all(r.ok for r in reports), [r.message for r in reports if not r.ok]
     final = verify_chain(path)
     assert final.ok and final.n_records == 45 and final.head_seq == 45
+
+
+# -- issue 25: the second audit's attacks on the chain -------------------------------------------------------------
+
+
+def test_deleting_the_newest_records_is_not_hidden_by_the_next_append(filled, caplog):
+    """Item 2: DELETE the last three rows while the server runs; the next append used to reuse seq 3–5 and
+    leave a chain that verified as intact. Now the append is refused, logged, and verify still says deleted."""
+    import logging
+
+    path, _ = filled
+    store = AuditStore(path)  # the running server's store
+    _edit(path, "DELETE FROM audits WHERE seq >= 3")
+    assert verify_chain(path).problem == "deleted"
+    with caplog.at_level(logging.ERROR), pytest.raises(ChainHeadError, match="Refusing to append"):
+        store.append([entry(7)])
+    assert "records 3–5 were deleted" in caplog.text
+    store.close()
+    report = verify_chain(path)
+    assert not report.ok and report.problem == "deleted" and "3–5" in report.message
+    conn = sqlite3.connect(path)
+    assert [r[0] for r in conn.execute("SELECT seq FROM audits ORDER BY seq")] == [1, 2]  # nothing reused
+    conn.close()
+
+
+def test_an_edited_head_refuses_appends_and_breaks_verify(filled):
+    path, _ = filled
+    _edit(path, "UPDATE meta SET value = 'x' WHERE key = 'head_seq'")
+    report = verify_chain(path)  # used to raise ValueError (exit 2, "no database")
+    assert not report.ok and report.problem == "changed" and "head_seq" in report.message
+    store = AuditStore(path)
+    with pytest.raises(ChainHeadError):
+        store.append([entry(8)])
+    store.close()
+    assert main(["audit", "verify", "--db", str(path)]) == 1
+
+
+@pytest.mark.parametrize(
+    ("sql", "column"),
+    [
+        ("UPDATE audits SET ts = 'yesterday' WHERE seq = 2", "ts"),
+        ("UPDATE audits SET anomaly_score = 'high' WHERE seq = 2", "anomaly_score"),
+        ("UPDATE audits SET latency_ms = NULL WHERE seq = 2", None),  # NOT NULL: refused by SQLite itself
+    ],
+)
+def test_text_in_numeric_columns_is_reported_as_changed(filled, sql, column, capsys):
+    """Item 8: text in ts or anomaly_score made verify raise and the CLI exit 2 ("no database")."""
+    path, records = filled
+    if column is None:
+        with pytest.raises(sqlite3.IntegrityError):
+            _edit(path, sql)
+        return
+    _edit(path, sql)
+    report = verify_chain(path)
+    assert report.problem == "changed" and report.record_id == records[1]["id"] and column in report.message
+    assert main(["audit", "verify", "--db", str(path)]) == 1
+    assert "BROKEN (changed)" in capsys.readouterr().out
+
+
+def test_a_deleted_calibration_row_is_found_through_the_chain(tmp_path):
+    """Item 8: a record carries its calibration's content hash, so deleting the calibration row breaks verify."""
+    store = AuditStore(tmp_path / "c.sqlite3")
+    content_hash = store.register_calibration({"id": "cal", "mu": [0.0, 1.0], "sigma": [0.0, 1.0]})
+    base = entry(1)
+    store.append(
+        [Entry(**{**base.__dict__, "body": {**base.body, "calibration": {"id": "cal", "content_hash": content_hash}}})]
+    )
+    store.close()
+    assert verify_chain(tmp_path / "c.sqlite3").ok
+    _edit(tmp_path / "c.sqlite3", "DELETE FROM calibrations")
+    report = verify_chain(tmp_path / "c.sqlite3")
+    assert report.problem == "deleted" and "calibration cal" in report.message and report.seq == 1
+
+
+@pytest.mark.parametrize("head", ["", "   ", "abc", "g" * 64])
+def test_a_malformed_expected_head_is_a_usage_error_not_a_rewritten_history(filled, head, capsys):
+    """Item 8: ``--expect-head ""`` was reported as "history rewritten"."""
+    path, _ = filled
+    with pytest.raises(ValueError, match="64 hex"):
+        verify_chain(path, expect_head=head)
+    assert main(["audit", "verify", "--db", str(path), "--expect-head", head]) == 2
+    captured = capsys.readouterr()
+    assert "64 hex" in captured.err and "rewritten" not in captured.out + captured.err
+
+
+def test_an_older_copy_restored_is_caught_by_the_published_head(filled, tmp_path):
+    """Item 2: restoring an older backup leaves a consistent chain; only a head kept elsewhere catches it."""
+    import shutil
+
+    path, _ = filled
+    backup = tmp_path / "backup.sqlite3"
+    shutil.copy(path, backup)
+    store = AuditStore(path)
+    head = store.append([entry(5)])[-1]["chain"]["hash"]
+    store.close()
+    shutil.copy(backup, path)
+    assert verify_chain(path).ok  # consistent on its own …
+    report = verify_chain(path, expect_head=head.upper())
+    assert report.problem == "head" and "older copy" in report.message  # … but not the published head
+
+
+def _verify_without_write_access(path) -> tuple[int, str]:
+    """``verify_chain`` in a process that cannot write the database's folder (the folder made read-only; as root,
+    the process also loses the capabilities that override file permissions)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys; from core.audit.store import verify_chain; r = verify_chain(sys.argv[1]); "
+        "print(json.dumps(r.to_dict()))"
+    )
+    command = [sys.executable, "-c", code, str(path)]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: cannot take away write access")
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
+    os.chmod(path.parent, 0o555)
+    try:
+        out = subprocess.run(
+            command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False
+        )
+    finally:
+        os.chmod(path.parent, 0o755)
+    return out.returncode, out.stdout + out.stderr
+
+
+def test_the_read_only_open_needs_no_write_access_to_the_folder(filled):
+    """Item 7: with no -wal/-shm and a folder this user cannot write, verify failed with "not an audit database"."""
+    path, _ = filled
+    assert not (path.parent / f"{path.name}-shm").exists()
+    code, out = _verify_without_write_access(path)
+    assert code == 0, out
+    assert '"ok": true' in out and '"n_records": 5' in out
