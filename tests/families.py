@@ -1,0 +1,212 @@
+"""Tiny random models of every decoder family the pinned transformers ships, saved as user folders.
+
+Each builder returns a transformers config with the family's real quirks switched on (fewer key/value heads
+than query heads, a sliding window shorter than the prompt, soft-capping, parallel residual, ALiBi, fused QKV,
+tied and untied embeddings, logit scaling) at 2 layers and hidden size 32. :func:`save_family` writes the
+random model as safetensors with the byte-level tokenizer of ``tests/conftest.py`` into a folder, which the
+tests load through :func:`core.model.loading.load_model` — the ``--model FOLDER`` path a user takes. Nothing is
+downloaded. The family keys are those of :data:`core.model.families.FAMILIES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tests.conftest import make_byte_tokenizer
+
+D, FF, HEADS, KV, LAYERS, HEAD_DIM, MAX_POS = 32, 64, 4, 2, 2, 8, 512
+INIT = 0.2
+"""Weight init std: logits of a few nats (the default 0.02 gives logits below 1, where soft-capping is the identity)."""
+WINDOW = 4
+"""Sliding window (tokens), much shorter than any prompt of the tests."""
+
+
+def _ids(vocab: int) -> dict[str, int]:
+    """Special-token ids inside the tiny vocabulary (many configs default to ids of the real vocabularies)."""
+    last = vocab - 1
+    return {"bos_token_id": last - 1, "eos_token_id": last, "pad_token_id": last}
+
+
+def _llama_like(cls_name: str, vocab: int, **extra: Any) -> Any:
+    import transformers
+
+    base = {
+        "vocab_size": vocab,
+        "hidden_size": D,
+        "intermediate_size": FF,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV,
+        "max_position_embeddings": MAX_POS,
+        **_ids(vocab),
+    }
+    return getattr(transformers, cls_name)(**{**base, **extra})
+
+
+def _gpt2(vocab: int) -> Any:
+    from transformers import GPT2Config
+
+    return GPT2Config(vocab_size=vocab, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_positions=MAX_POS, **_ids(vocab))
+
+
+def _gptj(vocab: int) -> Any:
+    from transformers import GPTJConfig
+
+    return GPTJConfig(
+        vocab_size=vocab, n_embd=D, n_layer=LAYERS, n_head=HEADS, rotary_dim=4, n_positions=MAX_POS, **_ids(vocab)
+    )
+
+
+def _gpt_neox(vocab: int) -> Any:
+    from transformers import GPTNeoXConfig
+
+    return GPTNeoXConfig(
+        vocab_size=vocab,
+        hidden_size=D,
+        intermediate_size=FF,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        max_position_embeddings=MAX_POS,
+        use_parallel_residual=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        tie_word_embeddings=False,
+        **_ids(vocab),
+    )
+
+
+def _falcon(vocab: int) -> Any:
+    from transformers import FalconConfig
+
+    return FalconConfig(
+        vocab_size=vocab,
+        hidden_size=D,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        multi_query=True,
+        parallel_attn=True,
+        alibi=False,
+        max_position_embeddings=MAX_POS,
+        **_ids(vocab),
+    )
+
+
+def _opt(vocab: int) -> Any:
+    from transformers import OPTConfig
+
+    return OPTConfig(
+        vocab_size=vocab,
+        hidden_size=D,
+        ffn_dim=FF,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        word_embed_proj_dim=D,
+        max_position_embeddings=MAX_POS,
+        do_layer_norm_before=True,
+        **_ids(vocab),
+    )
+
+
+def _bloom(vocab: int) -> Any:
+    from transformers import BloomConfig
+
+    return BloomConfig(vocab_size=vocab, hidden_size=D, n_layer=LAYERS, n_head=HEADS, **_ids(vocab))
+
+
+def _mpt(vocab: int) -> Any:
+    from transformers import MptConfig
+
+    return MptConfig(
+        vocab_size=vocab,
+        d_model=D,
+        n_heads=HEADS,
+        n_layers=LAYERS,
+        expansion_ratio=2,
+        max_seq_len=MAX_POS,
+        **_ids(vocab),
+    )
+
+
+FAMILY_CONFIGS: dict[str, Callable[[int], Any]] = {
+    "llama": lambda v: _llama_like("LlamaConfig", v, tie_word_embeddings=False),
+    "mistral": lambda v: _llama_like("MistralConfig", v, sliding_window=WINDOW, head_dim=HEAD_DIM),
+    "qwen2": lambda v: _llama_like(
+        "Qwen2Config", v, tie_word_embeddings=True, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1
+    ),
+    "qwen3": lambda v: _llama_like("Qwen3Config", v, head_dim=HEAD_DIM, tie_word_embeddings=True),
+    "gemma": lambda v: _llama_like("GemmaConfig", v, head_dim=HEAD_DIM),
+    "gemma2": lambda v: _llama_like(
+        "Gemma2Config",
+        v,
+        head_dim=HEAD_DIM,
+        sliding_window=WINDOW,
+        final_logit_softcapping=3.0,
+        attn_logit_softcapping=5.0,
+        query_pre_attn_scalar=HEAD_DIM,
+    ),
+    "gemma3_text": lambda v: _llama_like(
+        "Gemma3TextConfig",
+        v,
+        head_dim=HEAD_DIM,
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        final_logit_softcapping=3.0,
+        query_pre_attn_scalar=HEAD_DIM,
+    ),
+    "phi3": lambda v: _llama_like("Phi3Config", v, tie_word_embeddings=False),
+    "gpt2": _gpt2,
+    "gptj": _gptj,
+    "gpt_neox": _gpt_neox,
+    "falcon": _falcon,
+    "opt": _opt,
+    "bloom": _bloom,
+    "mpt": _mpt,
+    "olmo2": lambda v: _llama_like("Olmo2Config", v),
+    "stablelm": lambda v: _llama_like(
+        "StableLmConfig", v, use_parallel_residual=True, qk_layernorm=True, tie_word_embeddings=False
+    ),
+    "granite": lambda v: _llama_like(
+        "GraniteConfig",
+        v,
+        embedding_multiplier=4.0,
+        logits_scaling=2.0,
+        residual_multiplier=0.5,
+        attention_multiplier=0.2,
+    ),
+    "cohere": lambda v: _llama_like("CohereConfig", v, logit_scale=0.5, use_qk_norm=False, tie_word_embeddings=True),
+}
+
+NO_CHAT_TEMPLATE = frozenset({"gpt2", "gptj", "opt", "bloom"})
+"""Families whose tiny tokenizer is saved without a chat template (as their base checkpoints ship)."""
+
+
+def save_family(family: str, folder: Path, seed: int = 0) -> Path:
+    """Build ``family``'s tiny random model and write it, with a byte-level tokenizer, to ``folder``.
+
+    Returns:
+        ``folder``, holding ``config.json``, ``model.safetensors`` and the tokenizer files.
+    """
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = make_byte_tokenizer()
+    if family in NO_CHAT_TEMPLATE:
+        tokenizer.chat_template = None
+    config = FAMILY_CONFIGS[family](len(tokenizer))
+    config.bos_token_id = tokenizer.bos_token_id
+    config.eos_token_id = tokenizer.eos_token_id
+    config.pad_token_id = tokenizer.pad_token_id
+    for name in ("initializer_range", "init_std"):  # larger weights: logits of a few nats, so soft-capping bites
+        if hasattr(config, name):
+            setattr(config, name, INIT)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return folder

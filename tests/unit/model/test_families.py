@@ -1,0 +1,337 @@
+"""The family matrix: every method on a tiny random model of every decoder family in core.model.families.
+
+Each family's model (2 layers, hidden size 32, its quirks switched on: ``tests/families.py``) is saved once per
+session as safetensors with a byte-level tokenizer and loaded through :func:`core.model.loading.load_model`,
+the ``--model FOLDER`` path a user takes. On each family the tests check the invariants that catch a wrong
+locator or a wrong hook: the logit lens of the last layer is the model's own distribution (final norm, logit
+scale and soft-capping included); hidden-state row ℓ + 1 is transformers' ``hidden_states[ℓ + 1]``; attention
+rows sum to 1 and the reductions equal transformers' attentions; teacher forcing reproduces the generation's
+logits; ε = 0 noise and patching a layer with its own activations change nothing (bit-identical); batched and
+single-row scores agree; no hook is left behind. Then every method runs on each family: the dual path, the
+internals analysis, CRM LTS, RADAR, SMA, the audit service's forward and ``evaluate``. What a family cannot do
+is a stated refusal, checked here against the model itself.
+
+Issue 24's two lenses (Lookback Lens, ReDeEP) do not exist yet. Their place in the matrix:
+:data:`PENDING_LENSES`; ReDeEP's PKS needs the ``mlp_split`` view, which parallel-residual families refuse
+(:func:`test_stated_refusals_match_the_model`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from core.engine import DualPathSettings, generate_greedy, prepare_prompts, run_dual_path, teacher_forced_logits
+from core.engine.batch import score_batch
+from core.model import families
+from core.model.families import FAMILIES, support
+from core.model.lens import lens_log_probs, lens_logits
+from core.model.parts import model_parts
+from tests.families import FAMILY_CONFIGS, NO_CHAT_TEMPLATE, save_family
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+KEYS = sorted(FAMILIES)
+PENDING_LENSES = ("lookback_lens", "redeep")
+"""Issue 24's lenses: add one test per lens below (run on every family of ``KEYS``) when they exist."""
+
+Q, C = "Where is the tower?", "The tower stands in Quillmere, by the river."
+ROWS = [(Q, C), ("Who keeps the bees?", "Old Mara keeps the bees behind the chapel.")]
+SETTINGS = DualPathSettings(max_new_tokens=4, score_window=4, top_k=3)
+TEXT = "The tower stands in Quillmere, by the river. Where is it?"
+
+
+@pytest.fixture(scope="session")
+def family_folders(tmp_path_factory):
+    """``folder(key)``: the family's saved tiny model (built once per session)."""
+    root = tmp_path_factory.mktemp("families")
+    built: dict[str, object] = {}
+
+    def folder(key: str):
+        if key not in built:
+            built[key] = save_family(key, root / key)
+        return built[key]
+
+    return folder
+
+
+@pytest.fixture(scope="session")
+def family_handles(family_folders):
+    """``handle(key)``: the family's model loaded as a user loads a folder (CPU, fp32), with its hook baseline."""
+    from core.methods.ablation import count_hooks
+    from core.model.loading import load_model
+
+    loaded: dict[str, tuple[object, int]] = {}
+
+    def handle(key: str):
+        if key not in loaded:
+            h = load_model(str(family_folders(key)), device="cpu")
+            with torch.inference_mode():  # transformers installs its own output-capturing hooks once
+                h.model(input_ids=torch.tensor([[1, 2, 3]]), output_hidden_states=True, output_attentions=True)
+            loaded[key] = (h, count_hooks(h.model))
+        return loaded[key][0]
+
+    handle.baseline = lambda key: loaded[key][1]  # type: ignore[attr-defined]
+    return handle
+
+
+@pytest.fixture(params=KEYS)
+def fam(request, family_handles):
+    """``(key, handle)`` of each family; after the test, no hook of ours is left on the model."""
+    from core.methods.ablation import count_hooks
+
+    key = request.param
+    h = family_handles(key)
+    yield key, h
+    assert count_hooks(h.model) == family_handles.baseline(key), f"{key}: a hook was left behind"
+
+
+def _ids(handle, text: str = TEXT) -> list[int]:
+    return list(handle.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _hf(handle, ids, **kw):
+    with torch.inference_mode():
+        return handle.model(input_ids=torch.tensor([ids]), use_cache=False, **kw)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The table itself
+
+
+def test_the_table_covers_the_matrix_and_the_docs_render_it():
+    assert len(FAMILIES) >= 14
+    assert set(FAMILY_CONFIGS) == set(FAMILIES), "every family of the table has a tiny model, and only those"
+    from core.io import REPO_ROOT
+
+    doc = (REPO_ROOT / "docs" / "families.md").read_text(encoding="utf-8")
+    assert families.markdown_table() in doc, "docs/families.md is stale: paste families.markdown_table()"
+    caption = families.picker_caption()
+    assert all(f.name in caption for f in FAMILIES.values())
+
+
+def test_stated_refusals_match_the_model(fam):
+    key, handle = fam
+    family = FAMILIES[key]
+    found = support(handle.model, handle.tokenizer)
+    assert found.family is family
+    assert set(family.quirks) <= found.quirks, f"{key}: the tiny model lacks a quirk of the table"
+    # a refusal of the table is a refusal of the model, and the mlp split is refused exactly where the layers
+    # add attention and MLP to one input
+    assert set(family.refusals) <= set(found.unavailable)
+    assert ("mlp_split" in found.unavailable) == (families.PARALLEL in found.quirks)
+    assert ("chat_template" in found.unavailable) == (key in NO_CHAT_TEMPLATE)
+    for line in found.lines():
+        assert "\n" not in line and "is unavailable:" in line
+    assert found.summary().startswith(family.name)
+
+
+def test_a_tokenizer_without_chat_template_refuses_it_in_one_line_and_auto_works(fam):
+    key, handle = fam
+    if key not in NO_CHAT_TEMPLATE:
+        assert handle.info.has_chat_template
+        assert prepare_prompts(handle, Q, C, DualPathSettings(template="chat")).retrieval.ids
+        return
+    with pytest.raises(ValueError, match="no chat template") as err:
+        prepare_prompts(handle, Q, C, DualPathSettings(template="chat"))
+    assert "\n" not in str(err.value)
+    assert prepare_prompts(handle, Q, C, DualPathSettings(template="auto")).template_key == "A"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Locator, hooks and lens
+
+
+def test_hidden_state_rows_and_the_last_layer_lens(fam):
+    from core.methods.internals.forward import layer_states
+
+    key, handle = fam
+    parts = model_parts(handle)
+    assert parts.n_layers == handle.info.n_layers == 2
+    ids = _ids(handle)
+    T, L = len(ids), parts.n_layers
+    ours = layer_states(handle, ids, positions=list(range(T)))  # (L + 1, T, d)
+    out = _hf(handle, ids, output_hidden_states=True)
+    hf = [h[0].numpy() for h in out.hidden_states]
+    for row in range(L):  # 0 = embeddings, ℓ + 1 = output of layer ℓ
+        np.testing.assert_allclose(ours[row], hf[row], rtol=0, atol=1e-5, err_msg=f"{key} row {row}")
+    with torch.inference_mode():
+        normed = parts.final_norm(torch.from_numpy(ours[L])).numpy()
+        lens = lens_logits(parts, torch.from_numpy(ours[L]))
+    # transformers' last row is the normed state for most families, the raw one for a few: ours is raw
+    last_ok = np.allclose(hf[L], normed, atol=1e-5) or np.allclose(hf[L], ours[L], atol=1e-5)
+    assert last_ok, f"{key}: the last hidden-state row is neither the raw nor the normed output of the last layer"
+    logits = out.logits[0]
+    np.testing.assert_allclose(lens.numpy(), logits.numpy(), rtol=0, atol=1e-4, err_msg=key)
+    logp = lens_log_probs(handle, ours[L]).numpy()
+    np.testing.assert_allclose(logp, torch.log_softmax(logits.double(), -1).numpy(), rtol=0, atol=1e-4)
+    # without the family's logit transform the lens would be wrong wherever the family has one
+    if parts.logit_softcap is not None or parts.logit_scale != 1.0:
+        with torch.inference_mode():
+            plain = parts.unembed(parts.final_norm(torch.from_numpy(ours[L]))).numpy()
+        assert np.abs(plain - logits.numpy()).max() > 1e-2, f"{key}: the tiny model does not exercise the transform"
+
+
+def test_attention_reductions_rows_and_one_head(fam):
+    from core.methods.internals.forward import instrumented_forward
+    from core.methods.internals.segments import SEGMENTS
+
+    key, handle = fam
+    ids = _ids(handle)
+    T = len(ids)
+    segments = (np.arange(T) * len(SEGMENTS) // T).tolist()
+    rows = [3, T // 2, T - 1]
+    cap = instrumented_forward(
+        handle, ids, positions=rows, attention=True, rows=rows, segment_ids=segments, head=(1, 1)
+    )
+    A = np.stack([a[0].double().numpy() for a in _hf(handle, ids, output_attentions=True).attentions])  # (L,H,T,T)
+    assert A.shape[1] == handle.info.n_heads
+    np.testing.assert_allclose(A.sum(-1), 1.0, atol=1e-5, err_msg=f"{key}: attention rows sum to 1")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.where(A > 0, A * np.log(A), 0.0).sum(-1)
+    np.testing.assert_allclose(cap.entropy, entropy, rtol=1e-4, atol=1e-5, err_msg=key)
+    np.testing.assert_allclose(cap.mass.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(cap.pattern, A[1, 1], atol=1e-6)
+    np.testing.assert_allclose(cap.pattern.sum(-1), 1.0, atol=1e-5)
+    assert np.all(np.triu(cap.pattern, k=1) == 0), f"{key}: causal"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The dual path
+
+
+def test_dual_path_and_teacher_forcing_reproduce_the_generation(fam):
+    key, handle = fam
+    result = run_dual_path(handle, Q, C, SETTINGS)
+    assert result.n_tokens >= 1 and np.isfinite(result.repcs_score)
+    assert np.all(result.token_kl >= -1e-6)
+    prep = prepare_prompts(handle, Q, C, SETTINGS)
+    ((answer, logits, _),) = generate_greedy(handle, [prep.retrieval.ids], SETTINGS)
+    assert answer == result.answer_token_ids
+    forced = teacher_forced_logits(handle, prep.retrieval.ids, answer)
+    np.testing.assert_allclose(forced.float().numpy(), logits.float().numpy(), rtol=0, atol=1e-4, err_msg=key)
+    # the retrieval path's answer log-probs are those of the generation
+    lp = torch.log_softmax(logits.double(), -1)[torch.arange(len(answer)), torch.tensor(answer)].numpy()
+    np.testing.assert_allclose(result.retrieval.logprob, lp, atol=1e-4)
+
+
+def test_batched_and_single_row_scores_agree(fam):
+    key, handle = fam
+    batched = score_batch(handle, ROWS, SETTINGS)
+    for (q, c), row in zip(ROWS, batched, strict=True):
+        single = run_dual_path(handle, q, c, SETTINGS)
+        assert row.answer_token_ids == single.answer_token_ids, key
+        np.testing.assert_allclose(row.token_kl, single.token_kl, rtol=1e-3, atol=1e-4, err_msg=key)
+        np.testing.assert_allclose(row.parametric.logprob, single.parametric.logprob, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Ablations
+
+
+def _identical(a, b) -> bool:
+    return (
+        a.answer_token_ids == b.answer_token_ids
+        and np.array_equal(a.token_kl, b.token_kl)
+        and np.array_equal(a.retrieval.logprob, b.retrieval.logprob)
+        and np.array_equal(a.parametric.logprob, b.parametric.logprob)
+    )
+
+
+def test_zero_noise_and_self_patching_change_nothing(fam):
+    from core.methods.ablation import activation_patching, noise_injection
+
+    key, handle = fam
+    clean = run_dual_path(handle, Q, C, SETTINGS)
+    layers = list(range(handle.info.n_layers))
+    with noise_injection(handle, layers, 0.0, seed=3) as active:
+        zero = run_dual_path(handle, Q, C, SETTINGS)
+    assert active.stats.noised_forwards, f"{key}: the noise hooks ran"
+    assert _identical(clean, zero), f"{key}: ε = 0 changed the run"
+    prep = prepare_prompts(handle, Q, C, SETTINGS)
+    for layer in layers:
+        with activation_patching(handle, [layer], prep.retrieval.ids, prep.retrieval.ids) as active:
+            patched = run_dual_path(handle, Q, C, SETTINGS)
+        # one site per forward over the whole prompt: the prefill (MPT's generate re-runs the whole sequence at
+        # every step in the pinned transformers — no KV cache — so each step patches the same position again)
+        assert active.stats.patched_sites >= 1, key
+        assert _identical(clean, patched), f"{key}: patching layer {layer} with its own state changed the run"
+    with noise_injection(handle, layers, 1.0, seed=3):
+        noisy = run_dual_path(handle, Q, C, SETTINGS)
+    assert not _identical(clean, noisy), f"{key}: ε = 1 noise did nothing (the hooks miss the residual stream)"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The methods on top
+
+
+def test_internals_lens_and_crm_lts(fam):
+    from core.methods import crm
+    from core.methods.crm.calibration import calibration_displacements
+    from core.methods.crm.prompts import load_calibration_prompts
+    from core.methods.internals.analysis import analyze
+
+    key, handle = fam
+    result = run_dual_path(handle, Q, C, SETTINGS)
+    internals = analyze(handle, result, top_k=3)
+    L = handle.info.n_layers
+    # the lens of the last row at the last prompt token is the model's first-token distribution, on both paths
+    assert internals.lens.retrieval.target_logprob[L, 0] == pytest.approx(result.retrieval.logprob[0], abs=1e-4)
+    assert internals.lens.parametric.target_logprob[L, 0] == pytest.approx(result.parametric.logprob[0], abs=1e-4)
+    assert internals.retrieval.entropy.shape[:2] == (L, handle.info.n_heads)
+    prompts = load_calibration_prompts()
+    chosen = [p for p in prompts if p.label == "memorized"][:3] + [p for p in prompts if p.label != "memorized"][:3]
+    D, lens_kl = calibration_displacements(handle, chosen)
+    labels = [1 if p.label == "memorized" else 0 for p in chosen]
+    basis = crm.fit_basis(D, labels, lens_kl=lens_kl, model=handle.info.name, template="chat", classifier=False)
+    report = crm.crm_report(basis, internals.displacement)
+    assert report["available"] and np.isfinite(report["crm_lts_score"]), key
+    lts = np.asarray(report["per_answer_position"]["lts_pc1"])
+    assert lts.shape == (internals.displacement.shape[1], L + 1) and np.all(np.isfinite(lts)), key
+
+
+def test_radar_features(fam):
+    from core.methods import radar
+
+    key, handle = fam
+    values, trace = radar.extract_features(handle, TEXT)
+    assert trace.n_layers == handle.info.n_layers
+    vec = radar.feature_vector(values)
+    assert vec.shape == (37,) and np.all(np.isfinite(vec)), key
+
+
+def test_sma_with_a_few_masks(fam):
+    from core.methods.sma import SMASettings, run_sma
+
+    key, handle = fam
+    result = run_sma(handle, Q, C, SMASettings(n_samples=3, max_new_tokens=2, batch_size=4))
+    assert len(result.ads) == len(result.units) and np.all(np.isfinite(result.ads)), key
+
+
+def test_audit_forward_batched_matches_single(fam):
+    from core.audit.forward import capture_pairs
+
+    key, handle = fam
+    prepared = [prepare_prompts(handle, q, c, SETTINGS) for q, c in ROWS]
+    together = capture_pairs(handle, prepared, batch_size=2)
+    for prep, cap in zip(prepared, together, strict=True):
+        (alone,) = capture_pairs(handle, [prep], batch_size=1)
+        np.testing.assert_allclose(cap.displacement, alone.displacement, rtol=1e-4, atol=1e-4, err_msg=key)
+        assert cap.first_token_kl == pytest.approx(alone.first_token_kl, abs=1e-4)
+    first = run_dual_path(handle, *ROWS[0], SETTINGS)
+    assert together[0].first_token_kl == pytest.approx(float(first.token_kl[0]), abs=1e-4), key
+
+
+def test_evaluate_on_a_few_rows(fam):
+    from core.evaluation.data import LabeledRow
+    from core.evaluation.evaluate import evaluate_rows
+
+    key, handle = fam
+    rows = [
+        LabeledRow(i + 1, q, c, label)
+        for i, ((q, c), label) in enumerate(zip(ROWS * 2, ["memorized"] * 2 + ["grounded"] * 2))
+    ]
+    report = evaluate_rows(handle, rows, SETTINGS, batch_size=4, noise_sigmas=(), n_boot=20)
+    assert report["n"] == 4 and len(report["rows"]) == 4
+    assert all(np.isfinite(r["scores"]["repcs"]) for r in report["rows"]), key
