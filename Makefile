@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Where `make screenshots` lets the browser tests write before copying the README images into docs/.
 SHOTS  := out/screenshots
 
-.PHONY: run serve test test-fast lint bench install install-dev browser screenshots threshold clean
+.PHONY: run serve test test-fast lint bench install install-dev browser screenshots threshold space-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,13 @@ bench: $(STAMP)
 
 threshold: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) scripts/calibrate_threshold.py
+
+# Build the Hugging Face Space image from the Dockerfile (the committed tree; podman), start it and check what a
+# visitor gets (scripts/space_check.py; docs/public.md). Prints one `skipped` line where no runtime can run.
+# Not part of `make test`: a cold build takes minutes. Extra flags with SPACE_ARGS, e.g. SPACE_ARGS=--worktree.
+SPACE_ARGS ?=
+space-check: $(DEVSTAMP) browser
+	$(PY) scripts/space_check.py $(SPACE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .import_linter_cache out *.egg-info

@@ -1,4 +1,5 @@
-"""The Dockerfile, checked the way CI can without a container runtime (none is available here).
+"""The Dockerfile, checked the way CI can without a container runtime (``make space-check``, outside the suite,
+builds the image with podman, runs it and checks what a visitor gets; docs/public.md).
 
 * Its install steps are parsed from the ``RUN`` lines: every pin equals ``requirements.txt`` and the Makefile's
   (so the image runs what the tests ran), nothing names a package index (pip's default index is used; another
@@ -7,6 +8,7 @@
   pip finds a distribution of every pin for this Python on the default index without installing anything
   (about a minute; the full dependency resolution is what ``make install`` does). Skipped when PyPI cannot be
   reached.
+* The layer order that keeps a rebuild fast, the Space's uid 1000, port 8501 and health check.
 """
 
 from __future__ import annotations
@@ -130,3 +132,31 @@ def test_every_pin_of_the_install_commands_is_on_the_default_index(tmp_path) -> 
         if done.returncode != 0 or version not in versions:
             missing.append(f"{name}=={version}: {done.stdout[-200:]}{done.stderr[-300:]}")
     assert not missing, "\n".join(missing)
+
+
+def test_layer_order_keeps_the_installs_and_the_converted_model_cached() -> None:
+    """requirements.txt alone before the installs; the model converted (as the Space's user) after copying only
+    ``core/``, and everything else copied last, so an edit to a page reuses both the installs and the model."""
+    steps = [(w, r) for w, r in _instructions() if w in ("COPY", "RUN", "USER")]
+    copies = [r for w, r in steps if w == "COPY"]
+    assert copies[0].endswith("requirements.txt ./"), copies
+    assert copies[-1].endswith(". ."), "the whole tree is copied last"
+    order = [f"{w} {r}" for w, r in steps]
+    install = next(i for i, s in enumerate(order) if "pip install -r requirements.txt" in s)
+    core_copy = next(i for i, s in enumerate(order) if s.startswith("COPY") and s.endswith("core/ core/"))
+    warmup = order.index("RUN python -m core warmup")
+    user = order.index("USER user")
+    assert install < core_copy < warmup < len(order) - 1, order
+    assert user < warmup, "the model is converted into the Space user's cache, not root's"
+
+
+def test_the_image_runs_as_uid_1000_on_the_spaces_port_with_a_health_check() -> None:
+    instructions = _instructions()
+    text = "\n".join(f"{w} {r}" for w, r in instructions)
+    assert "useradd --create-home --uid 1000 user" in text
+    assert ("EXPOSE", "8501") in instructions
+    assert "/_stcore/health" in dict(instructions)["HEALTHCHECK"]
+    front_matter = (ROOT / "README.md").read_text(encoding="utf-8").split("\n---\n", 1)[0]
+    assert re.search(r"^app_port: 8501$", front_matter, flags=re.M)
+    assert re.search(r"^sdk: docker$", front_matter, flags=re.M)
+    assert "HF_HUB_OFFLINE" not in text, "allow-listed hub models must stay loadable; the embedded model needs no hub"
