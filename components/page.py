@@ -94,6 +94,7 @@ def open_page(title: str | None = None) -> PageContext:
     url_state.restore()  # a reload or a shared link: the last run's inputs and settings, before any widget
     config = widgets.sidebar()
     handle, config = _handle_or_fallback(config)
+    url_state.restore_result(config, handle)  # a reload: this server's run of the restored inputs, if any
     widgets.draw_model_facts(handle)
     url_state.sync()
     return PageContext(config=config, handle=handle)

@@ -4,7 +4,11 @@ Streamlit keeps a session's state only while its browser tab is connected: a rel
 every page run writes the last dual-path run's query, context and run settings to ``st.query_params``
 (:func:`sync`), and the first page run of a new session reads them back into the shared inputs and the sidebar
 settings (:func:`restore`) before any widget is drawn. Nothing runs by itself: the restored inputs wait for
-the user's **Run**.
+the user's **Run** — unless this server process already ran them: every synced run is also kept in a small
+process-wide cache keyed by the model and the inputs and settings (:func:`run_key`; a greedy run is the same
+for everyone who asks it), and :func:`restore_result` puts that run back into the new session, so a reload
+shows the result again. When the restored inputs are a bundled example's, the example is picked again too (with
+its "what to expect" box).
 
 Parameters: ``q`` (query), ``c`` (context), ``T`` (score window), ``n`` (max new tokens), ``tpl`` (template),
 ``k`` (top-k), ``split`` (early/late split). Values are checked by :class:`~core.engine.DualPathSettings`; a bad
@@ -15,12 +19,18 @@ are left out of the URL (browsers and servers limit URL length), and the page sa
 from __future__ import annotations
 
 import dataclasses
+import json
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import streamlit as st
 
 from components import keys, state
 from core.engine import DualPathSettings
+from core.engine.result import DualPathResult
+from core.examples import load_examples
+from core.model.handle import ModelHandle
 from core.model.prompts import TEMPLATE_CHOICES
 
 QUERY, CONTEXT = "q", "c"
@@ -28,6 +38,43 @@ SETTINGS = {"T": "score_window", "n": "max_new_tokens", "tpl": "template", "k": 
 """URL parameter → :class:`DualPathSettings` field (the persistent value of the same name in the sidebar)."""
 MAX_URL_TEXT = 6000
 """Most characters of query + context written to the URL."""
+SHARED_RUNS = 64
+"""Most runs the process-wide cache behind a reload keeps (the least recently used go first)."""
+
+
+class SharedRuns:
+    """A small thread-safe LRU of dual-path results shared by every session of this server process."""
+
+    def __init__(self, most: int = SHARED_RUNS) -> None:
+        self._most = most
+        self._runs: OrderedDict[str, DualPathResult] = OrderedDict()
+        self._lock = threading.Lock()  # a bookkeeping lock: it never wraps a model call
+
+    def get(self, key: str) -> DualPathResult | None:
+        with self._lock:
+            result = self._runs.get(key)
+            if result is not None:
+                self._runs.move_to_end(key)
+            return result
+
+    def put(self, key: str, result: DualPathResult) -> None:
+        with self._lock:
+            self._runs[key] = result
+            self._runs.move_to_end(key)
+            while len(self._runs) > self._most:
+                self._runs.popitem(last=False)
+
+
+@st.cache_resource(show_spinner=False)
+def shared_runs() -> SharedRuns:
+    """The process-wide cache behind a reload (one per server process)."""
+    return SharedRuns()
+
+
+def run_key(model: str, query: str, context: str, settings: dict[str, Any]) -> str:
+    """The shared cache's key: the model's name, the stripped inputs and every run setting."""
+    checked = DualPathSettings.from_dict(settings).to_dict()
+    return json.dumps([model, query.strip(), context.strip(), checked], sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _setting(field: str, raw: str) -> Any:
@@ -53,6 +100,8 @@ def restore() -> bool:
     query, context = params.get(QUERY), params.get(CONTEXT)
     if (query or context) and not any(state.current_inputs()):
         state.set_inputs(query or "", context or "")
+        _pick_example(query or "", context or "")
+        st.session_state[keys.URL_RESULT_PENDING] = True
         restored = True
     for name, field in SETTINGS.items():
         raw = params.get(name)
@@ -61,6 +110,30 @@ def restore() -> bool:
             state.set_stored(field, value)
             restored = True
     return restored
+
+
+def _pick_example(query: str, context: str) -> None:
+    """Pick the bundled example whose query and context these are (nothing when none is, or they cannot be
+    read)."""
+    try:
+        found = [e for e in load_examples() if (e.query.strip(), e.context.strip()) == (query.strip(), context.strip())]
+    except (OSError, ValueError):
+        return
+    if found:
+        state.set_stored(keys.EXAMPLE, found[0].id)
+
+
+def restore_result(config: state.AppConfig, handle: ModelHandle) -> bool:
+    """After a restore from the URL, put this server's stored run of the restored inputs and settings (on the
+    model now selected) into the session, as if it had run here. Returns whether a run was found."""
+    if not st.session_state.pop(keys.URL_RESULT_PENDING, False):
+        return False
+    query, context = state.current_inputs()
+    found = shared_runs().get(run_key(handle.info.name, query, context, config.settings.to_dict()))
+    if found is None or found.model != handle.info.name:
+        return False
+    state.store_result(config, query, context, found)
+    return True
 
 
 def desired(query: str, context: str, settings: dict[str, Any]) -> dict[str, str]:
@@ -80,6 +153,7 @@ def sync() -> None:
     result = state.current_result()
     if result is None:
         return
+    shared_runs().put(run_key(result.model, result.query, result.context, result.settings), result)
     wanted = desired(result.query, result.context, result.settings)
     if QUERY not in wanted:
         st.caption("The last run's texts are too long for the page's link: a reload keeps only its settings.")

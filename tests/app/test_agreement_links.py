@@ -6,11 +6,16 @@ from streamlit.testing.v1 import AppTest
 
 
 def _links_after_crm_l1_ran() -> None:
+    from unittest.mock import patch
+
+    import streamlit as st
+
     from components.agreement import _links
     from core.detectors.agreement import Agreement, CostlyDetector, DetectorVerdict
 
     ran = DetectorVerdict("crm_l1", "CRM L1", "memorized", 0.2, 0.3, "bundled", "read", "generate")
-    _links(Agreement(verdicts=[ran], costly=[CostlyDetector("crm_l1", "CRM L1", "generate", 10.0)]))
+    with patch.object(st, "page_link"):  # a function script has no pages/ folder beside it to link to
+        _links(Agreement(verdicts=[ran], costly=[CostlyDetector("crm_l1", "CRM L1", "generate", 10.0)]))
 
 
 def test_a_detector_that_ran_is_listed_once() -> None:
