@@ -30,6 +30,7 @@ from core.engine import (
 from core.engine.result import DualPathResult
 from core.engine.settings import SLIDER, setting_defaults, setting_specs
 from core.io import csv_safe_text
+from core.model import families
 from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle
 from core.model.prompts import TEMPLATES
 from core.public import Caps, PublicPolicy, current_policy
@@ -78,6 +79,7 @@ def _draw_model_picker() -> tuple[str, str | None]:
         placeholder="e.g. HuggingFaceTB/SmolLM2-360M-Instruct or /models/my-llm",
         help="Any causal language model with safetensors weights; remote code is never run.",
     )
+    st.caption(families.picker_caption())
     rev = state.persistent(
         st.text_input,
         "Revision (optional)",
@@ -188,6 +190,9 @@ def draw_model_facts(handle: ModelHandle) -> None:
             f"{info.n_layers} layers · {info.n_heads} heads · vocabulary {info.vocab_size:,} · "
             f"{info.device} / {info.dtype} · up to {info.max_tokens:,} tokens"
         )
+        found = families.handle_support(handle)
+        for line in [found.summary(), *found.lines()]:
+            st.caption(line)
 
 
 # ----------------------------------------------------------------------------------------------------------

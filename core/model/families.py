@@ -235,6 +235,11 @@ def support(model: Any, tokenizer: Any = None) -> Support:
     return Support(family, frozenset(detect_quirks(model)), unavailable)
 
 
+def handle_support(handle: Any) -> Support:
+    """:func:`support` of a :class:`~core.model.handle.ModelHandle`'s model and tokenizer."""
+    return support(handle.model, handle.tokenizer)
+
+
 def picker_caption() -> str:
     """The model picker's one-line caption: the families the test matrix covers."""
     names = ", ".join(f.name for f in FAMILIES.values())

@@ -31,6 +31,7 @@ def test_landing_page_opens_with_the_sidebar_and_the_model_facts(tiny_app) -> No
     assert at.title[0].value == "Read or Recall"
     assert [t.value for t in at.sidebar.text] == ["tiny-random-llama"], "the sidebar names the loaded model"
     assert any("3 layers · 4 heads" in c.value for c in at.sidebar.caption)
+    assert any(c.value.startswith("Llama 2/3: grouped-query attention") for c in at.sidebar.caption), "its family"
     assert at.radio(key=keys.widget_key(keys.MODEL_CHOICE)).value == "embedded"
 
 
