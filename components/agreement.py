@@ -4,7 +4,9 @@ All scoring is :func:`core.detectors.agreement.assess` (the registry's cheap det
 :func:`core.detectors.agreement.judge` (a costly one, on request); this module only draws: the one-line
 summary, a table (score, threshold, where it came from, verdict in the shared wording of
 :mod:`core.engine.verdict`), a link to each detector's page, and a button per costly detector with its time
-estimate. Results are kept per run in a session LRU, so redrawing never re-scores.
+estimate. Results are kept per run in a session LRU, so redrawing never re-scores; when the τ in force
+changes, RePCS' row follows the run's re-decided verdict (:func:`core.detectors.agreement.with_result`) and
+RADAR's row keeps its own recall-vs-reasoning words.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from components import keys
 from components.lru import session_lru
 from components.text import redact_paths
 from core.detectors import get
-from core.detectors.agreement import Agreement, DetectorVerdict, assess, detector_input, judge, short_name
+from core.detectors.agreement import (
+    Agreement,
+    DetectorVerdict,
+    assess,
+    detector_input,
+    judge,
+    short_name,
+    verdict_words,
+    with_result,
+)
 from core.detectors.registry import DetectorInput
 from core.engine.result import DualPathResult
-from core.engine.verdict import display
 from core.model.handle import ModelHandle
 
 MAX_KEPT = 8
@@ -67,7 +77,7 @@ def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
         rows.append(
             {
                 "detector": short_name(v.name),
-                "verdict": display(v.verdict),
+                "verdict": verdict_words(v.verdict),
                 "score": _fmt(v.score),
                 "threshold": _fmt(v.threshold),
                 "direction": "↑ recalled" if v.higher_means == "memorized" else "↑ read",
@@ -130,6 +140,9 @@ def _draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | 
         entry = _compute(handle, result)
         store.put(tag, entry)
     agreement, inp = entry
+    if inp.result is not result:  # the same run under another τ: keep every score, follow the τ in force
+        agreement = with_result(agreement, inp, result)
+        store.put(tag, (agreement, inp))
     st.info(agreement.summary)
     frame = table(agreement.verdicts)
     st.dataframe(frame, hide_index=True, column_config=COLUMNS, height=ROW_PX * (len(frame) + 1) + 3)

@@ -22,6 +22,14 @@ from components.threshold_state import (
     set_active_threshold,
     tau_mode,
 )
+from core.engine.threshold import (
+    DEFAULT_TAU_MODE,
+    TAU_LENGTH,
+    TAU_MODE_LABELS,
+    TAU_PAPER,
+    describe_in_force,
+    threshold_for,
+)
 from core.evaluation import (
     DEFAULT_ALPHA,
     DEFAULT_EPSILON,
@@ -29,7 +37,7 @@ from core.evaluation import (
     calibrate_records,
 )
 from core.evaluation.length_rates import length_report
-from core.methods.repcs import DEFAULT_TAU_MODE, TAU_LENGTH, TAU_MODE_LABELS, TAU_PAPER, threshold_for
+from core.methods.repcs_length import min_rows_per_bucket
 from core.model.handle import ModelHandle
 
 
@@ -168,15 +176,13 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
     confirmed = True
     if problems:
         st.warning(
-            "This τ does not hold up on the held-out rows: "
+            "This τ does not hold up on the held-out rows, or was set on too few: "
             + "; ".join(problems)
             + ". Using it for the whole app would change every page's verdict. Keep it for a look, or adopt it "
             "only deliberately.",
             icon=":material/warning:",
         )
-        confirmed = st.checkbox(
-            "I understand these held-out figures and still want this τ for the whole app", key=keys.EVAL_TAU_CONFIRM
-        )
+        confirmed = st.checkbox("Use this τ anyway: I have read why it may not hold (above)", key=keys.EVAL_TAU_CONFIRM)
     left, mid, right = st.columns([1.3, 1, 1.2])
     left.button(
         "Use this τ for the whole app",
@@ -196,11 +202,7 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         help="Use it from the command line: python -m core run … --threshold-file threshold.json",
     )
     draw_reset_threshold(right, model, key=keys.EVAL_RESET_TAU)
-    st.caption(
-        "In force now: "
-        + ("no τ" if current is None else f"τ = {current.tau:.3f} (T = {current.T})")
-        + f" — {escape_markdown(source)}"
-    )
+    st.caption(f"In force now: {describe_in_force(current)} — {escape_markdown(source)}")
 
 
 def _pct(value: float | None) -> str:
@@ -249,9 +251,17 @@ def draw_length_rates_in_force(records: list[dict[str, Any]], model: str, T: int
 
 
 def adoption_problems(report: Any, alpha: float) -> list[str]:
-    """Why a calibrated τ should not be adopted without a second thought (empty when its held-out figures are
-    fine): no held-out grounded row, a held-out FPR above max(2α, α + 0.1), or a held-out FNR above 50 %."""
+    """Why a calibrated τ should not be adopted without a second thought (empty when it is fine): fewer clean
+    calibration rows than ⌈1/α⌉ (an α-quantile of fewer rows is the smallest value seen, not an estimate), no
+    held-out grounded row, a held-out FPR above max(2α, α + 0.1), or a held-out FNR above 50 %."""
     problems = []
+    need = min_rows_per_bucket(alpha)
+    if report.n_calibration < need:
+        problems.append(
+            f"it was set on only {report.n_calibration} clean row{'s' if report.n_calibration != 1 else ''}, "
+            f"fewer than the ⌈1/α⌉ = {need} an α = {alpha:g} quantile needs (with fewer, τ is just the smallest "
+            "Z seen, not an estimate of the α-quantile)"
+        )
     if report.fpr_heldout is None:
         problems.append("no grounded row was held out, so its false-positive rate is unknown")
     elif report.fpr_heldout > max(2 * alpha, alpha + 0.1):

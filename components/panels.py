@@ -11,6 +11,7 @@ import streamlit as st
 from components import figures, keys, widgets
 from components.text import escape_markdown, plain_message
 from core.engine.result import DualPathResult, result_digest
+from core.engine.threshold import TAU_LENGTH
 from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, display, normalize_verdict
 
 RESULT_FILE_NAME = "read_or_recall_result.json"
@@ -82,10 +83,15 @@ def draw_verdict(result: DualPathResult) -> None:
         f"{result.repcs_score:.3f} nats",
         help=f"Sum of KL_t over the first T = {result.score_window} answer tokens ({window} here).",
     )
+    length_aware = result.tau_mode == TAU_LENGTH
     c2.metric(
-        "Threshold τ",
+        f"Threshold τ({window}), length-aware" if length_aware else "Threshold τ (one constant)",
         "none" if result.threshold is None else f"{result.threshold:.3f} nats",
-        help=f"Flag “{display(RECALLED)}” when Z < τ.",
+        help=(
+            f"τ(L) at this answer's L = {window} scored tokens; flag “{display(RECALLED)}” when Z < τ(L)."
+            if length_aware
+            else f"One τ for every answer length (RePCS, paper); flag “{display(RECALLED)}” when Z < τ."
+        ),
     )
     c3.metric("Tokens scored", f"{window} of {result.n_tokens}", help=f"T = {result.score_window}")
     verdict = normalize_verdict(result.verdict)

@@ -10,9 +10,10 @@ Every key is a constant of :mod:`components.keys`.
   draw (only when the widget lacks that value: see :func:`seed_widget`), copied back into the store by its
   ``on_change`` callback.
 * **Results**: a :func:`~components.lru.session_lru` under ``ror.results`` maps a key made of (model,
-  revision, query, context, settings, the session's τ) to a :class:`~core.engine.result.DualPathResult`;
-  ``ror.last`` is the key of the most recent one. Re-rendering or switching pages therefore never re-runs
-  the model, and the same inputs and settings are never run twice.
+  revision, query, context, settings) to a :class:`~core.engine.result.DualPathResult`; ``ror.last`` is the
+  key of the most recent one. Re-rendering or switching pages therefore never re-runs the model, and the same
+  inputs and settings are never run twice. The τ is not part of the key: every stored run is read through
+  :func:`components.threshold_state.in_force`, which re-decides its verdict under the τ in force now.
 
 Changing a stored value (:func:`set_inputs`, :func:`set_stored`) shows in its widget from the widget's next
 draw, so do it in ``on_change``/``on_click`` callbacks (which run before the page) or before the widget.
@@ -30,7 +31,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from components import keys
 from components.lru import SessionLRU, session_lru
-from components.threshold_state import session_thresholds
+from components.threshold_state import in_force
 from core.engine import DualPathSettings
 from core.engine.result import DualPathResult
 
@@ -192,8 +193,8 @@ def results() -> SessionLRU[DualPathResult]:
 
 
 def request_key(config: AppConfig, query: str, context: str) -> str:
-    """The cache key of a run: model, revision, (stripped) inputs, every setting and the session's τ
-    (choosing a τ on the Evaluate page gives new verdicts; going back to the default finds the old ones)."""
+    """The cache key of a run: model, revision, (stripped) inputs and every setting (not the τ: a stored run is
+    re-decided under the τ in force when it is read, :func:`components.threshold_state.in_force`)."""
     return json.dumps(
         [
             config.model_spec,
@@ -201,7 +202,6 @@ def request_key(config: AppConfig, query: str, context: str) -> str:
             query.strip(),
             context.strip(),
             config.settings.to_dict(),
-            session_thresholds(),
         ],
         sort_keys=True,
         ensure_ascii=False,
@@ -211,7 +211,7 @@ def request_key(config: AppConfig, query: str, context: str) -> str:
 
 def cached_result(config: AppConfig, query: str, context: str) -> DualPathResult | None:
     """The stored result for exactly these inputs and settings, if this session has one."""
-    return results().get(request_key(config, query, context))
+    return in_force(results().get(request_key(config, query, context)))
 
 
 def store_result(config: AppConfig, query: str, context: str, result: DualPathResult) -> None:
@@ -224,7 +224,7 @@ def store_result(config: AppConfig, query: str, context: str, result: DualPathRe
 
 def current_result() -> DualPathResult | None:
     """The most recent result of this session (whatever the current inputs are)."""
-    return results().current()
+    return in_force(results().current())
 
 
 def select_result(config: AppConfig, query: str, context: str) -> DualPathResult | None:
@@ -234,8 +234,8 @@ def select_result(config: AppConfig, query: str, context: str) -> DualPathResult
     result = cache.get(key)
     if result is not None:
         cache.set_current(key)
-        return result
-    return cache.current()
+        return in_force(result)
+    return in_force(cache.current())
 
 
 def is_current(config: AppConfig, query: str, context: str) -> bool:

@@ -1,51 +1,51 @@
 """The session's RePCS threshold τ: "use this τ" on the Evaluate page sets it for the whole app.
 
-Order of precedence in :func:`active_threshold`:
+Which τ is in force is :func:`core.engine.threshold.resolve_tau` (the one resolver, the CLI's too): the τ the
+user chose in this browser session (``st.session_state``, per model name), else the bundled calibration of the
+embedded model, or its labeled fallback. :func:`active_threshold` asks it with this session's τ.
 
-1. a τ the user chose in this browser session (``st.session_state``, per model name), e.g. calibrated on the
-   Evaluate page;
-2. :func:`core.methods.repcs.threshold_for` — the bundled calibration of the embedded model, or its labeled
-   fallback.
-
-The shared live run (:func:`components.widgets.run_live`) passes ``active_threshold(handle.info.name)`` to
-``run_dual_path``, and the session's τ is part of the result cache key, so every page applies the same τ.
+**One τ in force, everywhere, at every moment.** A stored run is never shown with the τ it was run with when
+another is in force now: :func:`in_force` re-decides its verdict from the Z and L it already holds
+(:func:`core.engine.scoring.rejudge`, no model call), and every stored run the pages read goes through it
+(:mod:`components.state`). So changing τ — on the Evaluate page, or the τ setting — changes the verdict at
+once, without a new run, and the τ is not part of a run's cache key.
 
 How τ is applied is the session's τ setting (:func:`tau_mode`, the persistent value :data:`keys.TAU_MODE`,
 chosen on the Evaluate page): ``"length"`` (default) applies τ(L) with the inconclusive band, ``"paper"`` the
-paper's one constant τ (:meth:`core.methods.repcs.Threshold.for_mode`). It is part of the cache key too.
+paper's one constant τ (:meth:`core.engine.threshold.Threshold.for_mode`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 import streamlit as st
 
 from components import keys
-from core.methods.repcs import DEFAULT_TAU_MODE, TAU_MODES, Threshold, threshold_for
+from core.engine.result import DualPathResult
+from core.engine.scoring import rejudge
+from core.engine.threshold import DEFAULT_TAU_MODE, TAU_MODES, Threshold, check_model, resolve_tau
 
 
-def _store() -> dict[str, dict[str, Any]]:
+def _store() -> dict[str, dict]:
     if keys.THRESHOLDS not in st.session_state:
         st.session_state[keys.THRESHOLDS] = {}
     return st.session_state[keys.THRESHOLDS]
 
 
 def set_active_threshold(model_name: str, threshold: Threshold, source: str) -> None:
-    """Use ``threshold`` for ``model_name`` for the rest of this session (a JSON-ready copy is stored)."""
+    """Use ``threshold`` for ``model_name`` for the rest of this session (a JSON-ready copy is stored).
+
+    Raises:
+        ValueError: the τ was calibrated for another model (:func:`core.engine.threshold.check_model`).
+    """
+    check_model(threshold, model_name)
     _store()[model_name] = {"threshold": asdict(threshold), "source": source}
 
 
 def clear_active_threshold(model_name: str) -> None:
     """Forget the session's τ for ``model_name`` (back to the bundled/default one)."""
     _store().pop(model_name, None)
-
-
-def session_thresholds() -> dict[str, Any]:
-    """Every τ set in this session, by model name, and the τ setting under :data:`keys.TAU_MODE` (JSON-ready;
-    part of the result cache key)."""
-    return {**st.session_state.get(keys.THRESHOLDS, {}), keys.TAU_MODE: tau_mode()}
 
 
 def tau_mode() -> str:
@@ -64,7 +64,13 @@ def session_threshold(model_name: str) -> tuple[Threshold | None, str | None]:
 
 def active_threshold(model_name: str) -> tuple[Threshold | None, str]:
     """The τ in force for ``model_name``, as the session's τ setting applies it, and where it came from."""
-    threshold, source = session_threshold(model_name)
-    if threshold is not None:
-        return threshold.for_mode(tau_mode()), source or "set in this session"
-    return threshold_for(model_name, mode=tau_mode())
+    own, source = session_threshold(model_name)
+    session = None if own is None else (own, source or "set in this session")
+    return resolve_tau(model_name, session=session, mode=tau_mode()).pair()
+
+
+def in_force(result: DualPathResult | None) -> DualPathResult | None:
+    """``result`` with its verdict under the τ in force now for its model (itself when that is the τ it has)."""
+    if result is None:
+        return None
+    return rejudge(result, *active_threshold(result.model))

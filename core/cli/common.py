@@ -25,8 +25,15 @@ from tqdm import tqdm
 
 from core.engine import DualPathResult, DualPathSettings, run_dual_path
 from core.engine.settings import setting_defaults, setting_specs
+from core.engine.threshold import (
+    DEFAULT_TAU_MODE,
+    TAU_MODES,
+    Threshold,
+    load_threshold,
+    resolve_tau,
+    threshold_for,
+)
 from core.maths.metrics import MAX_BOOTSTRAP, MIN_BOOTSTRAP
-from core.methods.repcs import DEFAULT_TAU_MODE, TAU_MODES, Threshold, threshold_for
 from core.model.handle import ModelHandle
 from core.model.loading import EMBEDDED_NAME, load_model
 from core.model.progress import Progress
@@ -180,30 +187,44 @@ def settings_from_args(args: argparse.Namespace) -> DualPathSettings:
     return settings
 
 
-def threshold_from_args(args: argparse.Namespace) -> tuple[Threshold | None, str | None]:
+def threshold_from_args(args: argparse.Namespace, model_name: str | None = None) -> tuple[Threshold | None, str | None]:
     """The τ of ``--threshold-file`` as ``--tau-mode`` applies it and a sentence saying where it came from, or
     ``(None, None)`` (the engine's default τ); with ``--tau-mode paper`` and no file, the default τ made constant.
 
+    The file is read by :func:`core.engine.threshold.load_threshold`, the loader the app's upload uses (one set
+    of checks: τ a positive number of nats, T, α …). Given ``model_name`` (the loaded model's name), a τ of
+    another model is refused; :func:`load_handle` makes that check as soon as the model is loaded, so no command
+    applies a τ calibrated for another model.
+
     Raises:
-        ValueError: the file cannot be read or is not a valid threshold.
+        ValueError: the file cannot be read, is not a valid threshold, or belongs to another model.
     """
     mode = getattr(args, "tau_mode", DEFAULT_TAU_MODE)
     if not args.threshold_file:
         if mode == DEFAULT_TAU_MODE:
             return None, None  # the engine applies threshold_for(the model) in the default setting
-        return threshold_for(getattr(args, "model", None) or EMBEDDED_NAME, mode=mode)
-    return Threshold.load(args.threshold_file).for_mode(mode), f"from {args.threshold_file}"
+        return threshold_for(model_name or getattr(args, "model", None) or EMBEDDED_NAME, mode=mode)
+    if model_name is not None:
+        return resolve_tau(model_name, file=args.threshold_file, mode=mode).pair()
+    return load_threshold(args.threshold_file).for_mode(mode), f"from {args.threshold_file}"
 
 
 def load_handle(args: argparse.Namespace) -> ModelHandle:
     """The model of ``--model`` / ``--revision`` on ``--device`` in ``--dtype`` (defaults: the embedded model,
     CUDA when available, float16 on CUDA and float32 on CPU). Every command loads it here.
 
+    A ``--threshold-file`` calibrated for another model is refused here, before anything is scored (the app
+    refuses such a τ too).
+
     Raises:
         core.model.handle.ModelLoadError: the model cannot be loaded (the message says why).
+        ValueError: ``--threshold-file`` holds the τ of another model.
     """
     dtype = DTYPES[args.dtype] if args.dtype else None
-    return load_model(args.model, revision=args.revision, device=args.device, dtype=dtype)
+    handle = load_model(args.model, revision=args.revision, device=args.device, dtype=dtype)
+    if getattr(args, "threshold_file", None):
+        load_threshold(args.threshold_file, handle.info.name)
+    return handle
 
 
 def run_from_args(args: argparse.Namespace, settings: DualPathSettings) -> tuple[ModelHandle, DualPathResult]:
@@ -212,8 +233,9 @@ def run_from_args(args: argparse.Namespace, settings: DualPathSettings) -> tuple
     Raises:
         ValueError: bad input or threshold file; core.model.handle.ModelLoadError: see :func:`load_handle`.
     """
-    threshold, source = threshold_from_args(args)
+    threshold_from_args(args)  # a bad file fails before the model loads
     handle = load_handle(args)
+    threshold, source = threshold_from_args(args, handle.info.name)
     result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
     return handle, result
 

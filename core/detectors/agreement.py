@@ -9,7 +9,7 @@ detector registered later (the combined detector, say) appears without a change 
 * **costly** — cost ``"generate"`` or ``"heavy"`` (Self-Critique, SMA, CRM L1): listed with a time estimate
   (:mod:`core.engine.estimate`) and scored only on request (:func:`judge`).
 
-Where a detector's threshold comes from (:func:`threshold_for`), first match wins:
+Where a detector's threshold comes from (:func:`detector_threshold`), first match wins:
 
 1. ``repcs``: the τ in force for the run (the result's ``threshold`` and ``threshold_source``: a τ chosen
    in this session, the bundled calibration, or its labeled fallback);
@@ -26,6 +26,12 @@ A verdict is ``"recalled"`` when the score lies on the memorized side of the thr
 detector where higher means grounded, as RePCS' Z < τ; above it otherwise), else ``"read"``. The verdict
 strings are those of :mod:`core.engine.verdict`.
 
+RePCS' row is the run's own verdict under the one τ in force (:func:`with_result` keeps it so when the τ
+changes after the scores were computed). RADAR reads the query alone and answers another question —
+does the query look like a recall or a reasoning task? — so its row is never translated into read/recalled:
+it carries RADAR's own label (:data:`RECALL_TYPE` / :data:`REASONING_TYPE`, the RADAR page's majority vote)
+and stays out of the read/recalled counts of the summary.
+
 What this can and cannot conclude: detectors measure different things (how far the context moved the
 answer's distributions, how familiar the context text is to the model, what the query alone looks like); a
 disagreement is information about the example, not an error, and agreement is not proof of memorization.
@@ -37,13 +43,14 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from core.detectors import keys as detector_keys
 from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, available
 from core.engine import DualPathResult, DualPathSettings
 from core.engine.estimate import describe_estimate, estimate_seconds, observe_result
@@ -67,9 +74,21 @@ PROBABILITY_RULES = {
 }
 """Detectors whose score is a fitted probability: their own decision rule is the fallback threshold."""
 
+RECALL_TYPE = "recall-type"
+"""RADAR's label for a query that looks like recall (its own axis: not a read/recalled verdict)."""
+REASONING_TYPE = "reasoning-type"
+"""RADAR's label for a query that looks like reasoning."""
+OTHER_AXIS_DISPLAY = {
+    RECALL_TYPE: "Recall-type query (RADAR)",
+    REASONING_TYPE: "Reasoning-type query (RADAR)",
+}
+"""How a page shows the labels of a detector that answers another question than read/recalled."""
+RECALL_VS_REASONING = ("radar",)
+"""Detectors on RADAR's recall-vs-reasoning axis: their label is shown in their own words, never as a verdict."""
+
 NOTES = {
-    "radar": "reads the query alone: below the threshold RADAR calls it reasoning, which need not mean the "
-    "context was read",
+    "radar": "reads the query alone and says whether it looks like recall or reasoning — another question than "
+    "whether this answer read the context",
     "ppl": "scores the context text, not the answer",
     "zlib": "scores the context text, not the answer",
 }
@@ -208,7 +227,7 @@ def _bundled_source(data: dict[str, Any], entry: dict[str, Any], settings: DualP
     return " · ".join(parts)
 
 
-def threshold_for(detector: Detector, inp: DetectorInput) -> DetectorThreshold:
+def detector_threshold(detector: Detector, inp: DetectorInput) -> DetectorThreshold:
     """The threshold of ``detector`` for this example and where it came from (see the module's list)."""
     if detector.name == "repcs":
         source = inp.result.threshold_source or "no threshold available"
@@ -305,7 +324,7 @@ PREREQUISITES: dict[str, Prerequisite] = {"radar": _radar_ready}
 
 def judge(detector: Detector, inp: DetectorInput) -> DetectorVerdict:
     """Score ``detector`` on the example and read its verdict; a failure becomes ``error`` (never raised)."""
-    threshold = threshold_for(detector, inp)
+    threshold = detector_threshold(detector, inp)
     score: float | None = None
     error = None
     try:
@@ -320,11 +339,11 @@ def judge(detector: Detector, inp: DetectorInput) -> DetectorVerdict:
     except Exception as exc:  # noqa: BLE001 - one detector failing must not lose the others
         logger.info("detector %s unavailable: %s", detector.name, exc)
         error = str(exc) or type(exc).__name__
-    if detector.name == "repcs" and score is not None and inp.result.verdict is not None:
-        verdict = normalize_verdict(inp.result.verdict)  # the engine's own verdict (it may add an inconclusive band)
+    if detector.name in RECALL_VS_REASONING:
+        verdict, threshold = _recall_or_reasoning(inp, score)
     else:
         verdict = verdict_for(score, threshold.value, detector.higher_means)
-    return DetectorVerdict(
+    found = DetectorVerdict(
         name=detector.name,
         label=detector.label,
         higher_means=detector.higher_means,
@@ -336,6 +355,38 @@ def judge(detector: Detector, inp: DetectorInput) -> DetectorVerdict:
         error=error,
         note=NOTES.get(detector.name),
     )
+    return _repcs_row(found, inp.result) if detector.name == "repcs" else found
+
+
+def _recall_or_reasoning(inp: DetectorInput, score: float | None) -> tuple[str, DetectorThreshold]:
+    """RADAR's own label for the query (the majority vote the RADAR page shows), never read/recalled."""
+    details = inp.cache.get(detector_keys.RADAR_DETAILS) or {}
+    label = ((details.get("prediction") or {}).get("label") or "").lower()
+    rule = DetectorThreshold(None, "RADAR's own rule: a majority of its four classifiers (as on the RADAR page)")
+    if score is None or label not in ("recall", "reasoning"):
+        return UNCALIBRATED, rule
+    return (RECALL_TYPE if label == "recall" else REASONING_TYPE), rule
+
+
+def _repcs_row(row: DetectorVerdict, result: DualPathResult) -> DetectorVerdict:
+    """RePCS' row as the run says it: the τ in force, where it came from, the engine's verdict (with its
+    inconclusive band)."""
+    verdict = normalize_verdict(result.verdict) if row.score is not None else UNCALIBRATED
+    source = result.threshold_source or "no threshold available"
+    return replace(row, threshold=result.threshold, source=source, verdict=verdict)
+
+
+def with_result(agreement: Agreement, inp: DetectorInput, result: DualPathResult) -> Agreement:
+    """The agreement of a run whose verdict was re-decided under another τ (:func:`core.engine.scoring.rejudge`):
+    every score is kept, RePCS' row follows ``result`` (so the table, the summary and the headline show one τ),
+    and ``inp`` now holds ``result`` for the detectors run later."""
+    inp.result = result
+    return Agreement([_repcs_row(v, result) if v.name == "repcs" else v for v in agreement.verdicts], agreement.costly)
+
+
+def verdict_words(verdict: str) -> str:
+    """The words a page shows for a row's verdict: the shared wording, or RADAR's own labels."""
+    return OTHER_AXIS_DISPLAY.get(verdict) or DISPLAY[normalize_verdict(verdict)]
 
 
 def estimate_cost(handle: ModelHandle, detector: Detector, settings: DualPathSettings) -> float | None:

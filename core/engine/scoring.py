@@ -111,11 +111,12 @@ def score_paths(
     )
 
 
-def _resolved_template(key: str, tokenizer: Any) -> str:
-    """The template key ``key`` resolves to for ``tokenizer`` (``"auto"`` → ``"chat"`` or ``"A"``); ``key`` itself
-    when there is no tokenizer or it cannot be resolved."""
+def _resolved_template(key: str, tokenizer: Any, auto: str | None = None) -> str:
+    """The template key ``key`` resolves to for ``tokenizer`` (``"auto"`` → ``"chat"`` or ``"A"``); without a
+    tokenizer, ``"auto"`` is ``auto`` when given (the key a run of that model resolved it to), and any other key
+    is itself; a key that cannot be resolved is itself."""
     if tokenizer is None:
-        return key
+        return auto if key == "auto" and auto else key
     try:
         return resolve_template(key, tokenizer).key
     except ValueError:
@@ -126,12 +127,14 @@ MISMATCH_OPENINGS = ("τ was calibrated with", "This τ has no length-aware cali
 """How every warning of :func:`calibration_mismatch` begins (:func:`rejudge` replaces them for the new τ)."""
 
 
-def calibration_mismatch(threshold: Threshold, settings: DualPathSettings, tokenizer: Any = None) -> list[str]:
+def calibration_mismatch(
+    threshold: Threshold, settings: DualPathSettings, tokenizer: Any = None, *, auto: str | None = None
+) -> list[str]:
     """Warnings when a run's settings differ from those τ was calibrated with (τ is then not comparable).
 
     Templates are compared as resolved for ``tokenizer`` (the run's model): a τ calibrated with ``"auto"`` and a
     run with ``"chat"`` explicitly, which ``"auto"`` resolves to, do not warn. Without a tokenizer the setting
-    strings are compared.
+    strings are compared, ``"auto"`` read as ``auto`` when given.
     """
     out = []
     if settings.score_window != threshold.T:
@@ -145,8 +148,8 @@ def calibration_mismatch(threshold: Threshold, settings: DualPathSettings, token
             "constant τ and no inconclusive band — recalibrate to get τ(L)."
         )
     calibrated_template = (threshold.extra or {}).get("template")
-    if calibrated_template and _resolved_template(calibrated_template, tokenizer) != _resolved_template(
-        settings.template, tokenizer
+    if calibrated_template and _resolved_template(calibrated_template, tokenizer, auto) != _resolved_template(
+        settings.template, tokenizer, auto
     ):
         out.append(
             f"τ was calibrated with template {calibrated_template!r}, this run uses {settings.template!r}; "
@@ -254,12 +257,13 @@ def rejudge(
     """``result`` as if it had been run under ``threshold``: the verdict re-decided in place from its own Z and
     L (no model call), the τ warnings replaced by the new τ's, everything else shared with ``result``.
 
-    Under the τ it was run with, the verdict fields come out exactly as :func:`build_result` wrote them.
+    Under the τ it was run with, the verdict fields come out exactly as :func:`build_result` wrote them. Without
+    ``tokenizer``, a template ``"auto"`` is read as the key the run resolved it to (``result.template``).
     """
     fields_now = judgement(result.repcs_score, result.n_scored, threshold, source)
     warnings = [w for w in result.warnings if not w.startswith(MISMATCH_OPENINGS)]
     if threshold is not None:
-        warnings += calibration_mismatch(threshold, result.run_settings, tokenizer)
+        warnings += calibration_mismatch(threshold, result.run_settings, tokenizer, auto=result.template)
     if warnings == result.warnings and all(getattr(result, k) == v for k, v in fields_now.items()):
         return result
     return replace(result, warnings=warnings, **fields_now)

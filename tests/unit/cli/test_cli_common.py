@@ -57,3 +57,41 @@ def test_load_handle_forwards_model_revision_device_and_dtype(monkeypatch, argv,
     args = _parse("--model", "owner/name", "--revision", "v1", *argv)
     assert load_handle(args) == "handle"
     assert calls == [(("owner/name",), {"revision": "v1", "device": device, "dtype": dtype})]
+
+
+def _threshold_file(tmp_path, **fields):
+    import json
+
+    path = tmp_path / "tau.json"
+    path.write_text(json.dumps({"tau": 4.0, "T": 8, "model": "tiny-random-llama", **fields}), encoding="utf-8")
+    return str(path)
+
+
+def test_a_threshold_file_of_another_model_is_refused_once_the_model_is_loaded(monkeypatch, tmp_path, tiny_handle):
+    """Issue 25 item 6: the CLI applied another model's τ without a word (the app refuses it)."""
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
+    args = _parse("--threshold-file", _threshold_file(tmp_path, model="SmolLM2 something else"))
+    with pytest.raises(ValueError, match=r"calibrated for SmolLM2 something else, not for the loaded model"):
+        load_handle(args)
+    own = _parse("--threshold-file", _threshold_file(tmp_path))
+    assert load_handle(own) is tiny_handle
+    threshold, source = core.cli.common.threshold_from_args(own, tiny_handle.info.name)
+    assert threshold.tau == 4.0 and source == f"from {own.threshold_file}"
+
+
+def test_run_refuses_another_models_tau_before_scoring(monkeypatch, tmp_path, tiny_handle):
+    from core.cli.common import run_from_args, settings_from_args
+
+    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
+    args = _parse("--threshold-file", _threshold_file(tmp_path, model="another/model"), "--max-new-tokens", "4")
+    args.query, args.context = "Who?", "Ada."
+    monkeypatch.setattr(core.cli.common, "run_dual_path", lambda *a, **k: pytest.fail("scored with a foreign τ"))
+    with pytest.raises(ValueError, match="calibrated for another/model"):
+        run_from_args(args, settings_from_args(args))
+
+
+@pytest.mark.parametrize("tau", [-1.0, 0.0])
+def test_a_threshold_file_with_a_tau_that_is_not_positive_is_refused(tmp_path, tau):
+    args = _parse("--threshold-file", _threshold_file(tmp_path, tau=tau))
+    with pytest.raises(ValueError, match="'tau' must be a positive number of nats"):
+        core.cli.common.threshold_from_args(args)

@@ -55,11 +55,21 @@ def test_explicit_other_T_warns_loudly(tmp_path, data, captured, capsys):
     assert err.count("WARNING: T = 32") >= 1
 
 
-def test_threshold_files_T_is_used(tmp_path, data, captured):
-    tau = Threshold(tau=3.0, alpha=0.05, T=16, model=EMBEDDED_NAME, source="test")
+def test_threshold_files_T_is_used(tmp_path, data, captured, cli_model):
+    tau = Threshold(tau=3.0, alpha=0.05, T=16, model=cli_model.info.name, source="test")  # the loaded model's τ
     path = tmp_path / "tau.json"
     tau.save(path)
     out = tmp_path / "r.json"
     assert main(["evaluate", str(data), "--out", str(out), "--threshold-file", str(path)]) == 0
     assert captured["settings"].score_window == 16 and captured["settings"].max_new_tokens == 16
     assert json.loads(out.read_text())["tau_T"] == 16
+
+
+def test_a_threshold_file_of_another_model_is_refused(tmp_path, data, captured, capsys):
+    """Issue 25 item 6: the CLI applied a τ calibrated for another model without a word (the app refuses it)."""
+    tau = Threshold(tau=3.0, alpha=0.05, T=16, model=EMBEDDED_NAME, source="test")
+    path = tmp_path / "tau.json"
+    tau.save(path)
+    out = tmp_path / "r.json"
+    assert main(["evaluate", str(data), "--out", str(out), "--threshold-file", str(path)]) == 2
+    assert "calibrated for SmolLM2" in capsys.readouterr().err and "settings" not in captured and not out.exists()

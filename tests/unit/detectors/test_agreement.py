@@ -74,7 +74,7 @@ def test_alpha_threshold_is_the_quantile_on_the_memorized_side():
 
 
 def test_summary_line_says_where_they_agree_and_conflict():
-    assert summary_line([_v("repcs", RECALLED), _v("radar", RECALLED)]).startswith("They agree: all 2")
+    assert summary_line([_v("repcs", RECALLED), _v("crm_lts", RECALLED)]).startswith("They agree: all 2")
     conflict = summary_line([_v("repcs", RECALLED), _v("crm_lts", READ), _v("ppl", READ), _v("zlib", UNCALIBRATED)])
     assert conflict.startswith("They conflict: 1 says “Recalled from memory” (RePCS) and 2 say “Read from the context”")
     assert "(CRM LTS and perplexity)" in conflict and "1 more gives no verdict" in conflict
@@ -107,7 +107,8 @@ def test_assess_scores_the_run_and_picks_up_a_newly_registered_detector(tiny_han
     assert by_name["crm_lts"].score is None and "No CRM basis" in by_name["crm_lts"].error
     radar = by_name["radar"]  # scored from cached features, or skipped (never a 130-prompt build here)
     assert radar.score is not None or "RADAR page" in radar.error
-    assert all(v.verdict in VERDICTS for v in result.verdicts)
+    assert all(v.verdict in VERDICTS for v in result.verdicts if v.name != "radar")
+    assert radar.verdict in (agreement.RECALL_TYPE, agreement.REASONING_TYPE, UNCALIBRATED)
     document = json.loads(json.dumps(result.to_dict()))
     assert set(document["repcs"]) >= {"score", "threshold", "verdict", "source"}
     assert {c.name for c in result.costly} >= {"selfcritique", "sma"}
@@ -161,7 +162,7 @@ def test_cost_meter_moving_average_and_estimates():
 def test_a_detectors_own_threshold_hook_is_used_and_named(tiny_handle, tiny_result):
     from dataclasses import dataclass
 
-    from core.detectors.agreement import threshold_for
+    from core.detectors.agreement import detector_threshold
     from core.detectors.registry import DetectorInput
 
     @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def test_a_detectors_own_threshold_hook_is_used_and_named(tiny_handle, tiny_resu
 
     detector = WithTau("zz_tau", "with τ", MEMORIZED_HIGH, lambda inp: 0.3)
     inp = DetectorInput(tiny_handle, tiny_result, tiny_result.run_settings)
-    found = threshold_for(detector, inp)
+    found = detector_threshold(detector, inp)
     assert (found.value, found.source) == (0.25, "its own calibration")
     assert agreement.judge(detector, inp).verdict == RECALLED, "0.3 > τ = 0.25 on the memorized side"
 
@@ -188,3 +189,54 @@ def test_the_bundled_detector_calibration_agrees_with_the_bundled_repcs_tau():
     assert document["detectors"]["repcs"]["fnr"] == pytest.approx(tau.fnr, abs=1e-4)
     for name, entry in document["detectors"].items():
         assert entry["fpr"] <= 0.1, f"{name}: about α of the clean prompts are flagged"
+
+
+def _radar_input(tiny_handle, tiny_result, label: str, p_recall: float):
+    from core.detectors import keys
+    from core.detectors.registry import DetectorInput
+
+    inp = DetectorInput(tiny_handle, tiny_result, tiny_result.run_settings)
+    inp.cache[keys.RADAR_DETAILS] = {"prediction": {"p_recall": p_recall, "label": label}}
+    return inp
+
+
+@pytest.mark.parametrize(("label", "p_recall"), [("recall", 0.9265), ("reasoning", 0.31), ("recall", 0.97)])
+def test_radar_is_never_translated_into_read_or_recalled(tiny_handle, tiny_result, monkeypatch, label, p_recall):
+    """Issue 26 item 3: RADAR said "recall, confidence 0.93" while the table read 0.9265 as "Read from the
+    context" (threshold 0.9553). Its row carries RADAR's own label, in its own words, out of the summary."""
+    from core.detectors import get
+
+    monkeypatch.setattr(agreement, "PREREQUISITES", {})
+    document = {"model": tiny_handle.info.name, "detectors": {"radar": {"threshold": 0.9553, "fpr": 0.05}}}
+    monkeypatch.setattr(agreement, "bundled_thresholds", lambda handle: document)
+    row = agreement.judge(get("radar"), _radar_input(tiny_handle, tiny_result, label, p_recall))
+    assert row.score == pytest.approx(p_recall)
+    assert row.verdict not in (READ, RECALLED)
+    assert row.verdict == (agreement.RECALL_TYPE if label == "recall" else agreement.REASONING_TYPE)
+    words = agreement.verdict_words(row.verdict)
+    assert words.startswith("Recall" if label == "recall" else "Reasoning") and "RADAR" in words
+    assert "context" not in words and "memory" not in words
+    line = summary_line([_v("repcs", READ), row])
+    assert line.startswith("Only RePCS has a verdict here") and "RADAR" not in line.split("(")[0]
+
+
+def test_the_repcs_row_follows_the_tau_in_force_after_a_change(tiny_handle, tiny_result):
+    """Issue 26 item 1: after "Back to the default τ" the headline said Inconclusive (τ = 4.275) while the table's
+    RePCS row still said Recalled (τ 15.11) and the summary counted it. The row follows the re-decided run."""
+    from core.engine.scoring import rejudge
+    from core.engine.threshold import Threshold
+
+    name = tiny_handle.info.name
+    high = Threshold(tau=tiny_result.repcs_score + 15.0, alpha=0.05, T=5, model=name, source="x")
+    before = rejudge(tiny_result, high, "calibrated on the Evaluate page")
+    inp = agreement.detector_input(tiny_handle, before)
+    view = assess(tiny_handle, before, names=["repcs", "repcs_mean"], inp=inp)
+    repcs = next(v for v in view.verdicts if v.name == "repcs")
+    assert repcs.verdict == RECALLED and repcs.source == "calibrated on the Evaluate page"
+    low = Threshold(tau=tiny_result.repcs_score / 2, alpha=0.05, T=5, model=name, source="y")
+    after = rejudge(tiny_result, low, "bundled calibration")
+    again = agreement.with_result(view, inp, after)
+    repcs = next(v for v in again.verdicts if v.name == "repcs")
+    assert (repcs.verdict, repcs.threshold, repcs.source) == (after.verdict, after.threshold, "bundled calibration")
+    assert repcs.verdict == READ and "Recalled" not in again.summary and inp.result is after
+    assert [v.score for v in again.verdicts] == [v.score for v in view.verdicts], "no detector re-scored"

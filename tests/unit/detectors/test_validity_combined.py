@@ -131,7 +131,7 @@ def test_bundled_model_is_trained_on_the_calibration_sets_not_the_probes():
 
 
 def test_threshold_hook_gives_the_models_tau(tiny_handle, tmp_path, monkeypatch):
-    from core.detectors.agreement import threshold_for
+    from core.detectors.agreement import detector_threshold
 
     monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path))
     X, y = _synthetic()
@@ -141,5 +141,5 @@ def test_threshold_hook_gives_the_models_tau(tiny_handle, tmp_path, monkeypatch)
     model.save(cache_model_path(tiny_handle, "chat"))
     settings = DualPathSettings(max_new_tokens=2, score_window=2)
     res = run_dual_path(tiny_handle, "Q?", "Ada.", settings, free_parametric=False)
-    found = threshold_for(get(NAME), DetectorInput(handle=tiny_handle, result=res, settings=settings))
+    found = detector_threshold(get(NAME), DetectorInput(handle=tiny_handle, result=res, settings=settings))
     assert found.value == pytest.approx(model.tau) and "out-of-fold" in found.source
