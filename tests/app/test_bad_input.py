@@ -69,6 +69,8 @@ REFUSED = [
     pytest.param("\x00\x07\x1b", "Some context.", "The query is empty", id="control-only-query"),
     pytest.param("Where is it?", "", "The context is empty", id="empty-context"),
     pytest.param("Where is it?", " \n \t ", "The context is empty", id="whitespace-context"),
+    pytest.param("\u200b\u200d\u2060", "Some context.", "The query is empty", id="zero-width-query"),  # issue 25
+    pytest.param("Where is it?", "\u200b \ufeff\u200c", "The context is empty", id="zero-width-context"),
     pytest.param("Where is it?", "word " * 600, "Too long for this model", id="over-budget-context"),
     pytest.param("Where is it?", "x" * 3000, "Too long for this model", id="one-very-long-token"),
     pytest.param("Q" * 3000, "Short.", "Too long for this model", id="over-budget-query"),
@@ -254,6 +256,9 @@ TAU_FILES = [
     pytest.param(lambda: b"{not json", "The τ was not loaded", id="tau-not-json"),
     pytest.param(lambda: b"", "The τ was not loaded", id="tau-empty"),
     pytest.param(lambda: b'{"tau": NaN, "T": 64, "model": "x"}', "must be a finite number", id="tau-nan"),
+    pytest.param(
+        lambda: _tau_file("tiny-random-llama").replace(b'"tau": 7.5', b'"tau": -2.0'), "positive", id="tau-negative"
+    ),
 ]
 
 
