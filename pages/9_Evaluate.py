@@ -30,6 +30,7 @@ from components.text import escape_markdown
 from components.threshold_state import active_threshold, set_active_threshold
 from core.detectors import available, get
 from core.engine import DEFAULT_BATCH_SIZE, calibration_mismatch
+from core.engine.threshold import describe_in_force, load_threshold
 from core.evaluation import (
     CONFIRMED_COLUMN,
     DEFAULT_SIGMAS,
@@ -44,7 +45,6 @@ from core.evaluation import (
 )
 from core.evaluation.data import bundled_sets
 from core.methods.baselines import DEFAULT_KS
-from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle
 from core.public import current_policy
 
@@ -88,11 +88,7 @@ def draw_threshold_in_force(model: str) -> None:
     a τ saved earlier (``threshold.json``)."""
     ec.draw_tau_setting()
     current, source = active_threshold(model)
-    in_force = "no τ (uncalibrated)" if current is None else f"τ = {current.tau:.3f} nats (T = {current.T})"
-    if current is not None and current.length_tau is not None:
-        lt = current.length_tau
-        in_force = f"τ(L) from {lt.tau(lt.L_min):.2f} to {lt.tau(lt.L_max):.2f} nats (L = {lt.L_min}–{lt.L_max})"
-    with st.expander(f"Threshold in force: {in_force} — load a saved τ", icon=":material/tune:"):
+    with st.expander(f"Threshold in force: {describe_in_force(current)} — load a saved τ", icon=":material/tune:"):
         st.caption(f"Source: {escape_markdown(source)}")
         upload = st.file_uploader(
             "A τ saved from this page (τ as JSON) or by `python -m core calibrate --write-threshold`",
@@ -106,7 +102,7 @@ def draw_threshold_in_force(model: str) -> None:
         if upload is None:
             return
         try:
-            loaded = Threshold.from_json_bytes(upload.getvalue())
+            loaded = load_threshold(upload.getvalue(), model)  # the CLI's loader: same checks, this model's τ only
         except ValueError as exc:
             st.error(f"The τ was not loaded. {escape_markdown(str(exc))}")
             return
@@ -116,12 +112,6 @@ def draw_threshold_in_force(model: str) -> None:
             + ("" if loaded.fnr is None else f" · FNR {loaded.fnr:.1%}")
             + f" · model {escape_markdown(loaded.model)} · {escape_markdown(loaded.source)}"
         )
-        if loaded.model != model:
-            st.error(
-                f"This τ was calibrated for {escape_markdown(loaded.model)}, not for the loaded model "
-                f"({escape_markdown(model)}): a τ is specific to one model, so it is not applied."
-            )
-            return
         left.button(
             "Use the loaded τ for the whole app",
             type="primary",
