@@ -34,6 +34,7 @@ from core.engine.threshold import (
     threshold_for,
 )
 from core.maths.metrics import MAX_BOOTSTRAP, MIN_BOOTSTRAP
+from core.model.families import handle_support
 from core.model.handle import ModelHandle
 from core.model.loading import EMBEDDED_NAME, load_model
 from core.model.progress import Progress
@@ -222,6 +223,8 @@ def load_handle(args: argparse.Namespace) -> ModelHandle:
     """
     dtype = DTYPES[args.dtype] if args.dtype else None
     handle = load_model(args.model, revision=args.revision, device=args.device, dtype=dtype)
+    for line in handle_support(handle).lines():  # what this model's family cannot do, one line each
+        sys.stderr.write(f"note: {line}\n")
     if getattr(args, "threshold_file", None):
         load_threshold(args.threshold_file, handle.info.name)
     return handle

@@ -335,3 +335,22 @@ def test_evaluate_on_a_few_rows(fam):
     report = evaluate_rows(handle, rows, SETTINGS, batch_size=4, noise_sigmas=(), n_boot=20)
     assert report["n"] == 4 and len(report["rows"]) == 4
     assert all(np.isfinite(r["scores"]["repcs"]) for r in report["rows"]), key
+
+
+@pytest.mark.parametrize("key", ["gptj", "llama"])
+def test_the_cli_says_what_a_family_cannot_do_in_one_line_each(key, family_folders, capsys):
+    import json
+
+    from core.cli import main
+
+    folder = str(family_folders(key))
+    args = ["run", "--model", folder, "--device", "cpu", "--query", Q, "--context", C, "--max-new-tokens", "2"]
+    assert main([*args, "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["model"] == folder
+    notes = [line for line in out.err.splitlines() if line.startswith("note: ")]
+    if key == "llama":
+        assert notes == []
+    else:  # GPT-J: a parallel residual and a tokenizer saved without a chat template
+        assert len(notes) == 2
+        assert any("parallel residual" in n for n in notes) and any("no chat template" in n for n in notes)
