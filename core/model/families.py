@@ -236,8 +236,12 @@ def support(model: Any, tokenizer: Any = None) -> Support:
 
 
 def handle_support(handle: Any) -> Support:
-    """:func:`support` of a :class:`~core.model.handle.ModelHandle`'s model and tokenizer."""
-    return support(handle.model, handle.tokenizer)
+    """:func:`support` of a :class:`~core.model.handle.ModelHandle`'s model and tokenizer (nothing to say, i.e. an
+    empty :class:`Support`, for a stand-in without a model, such as the CLI tests' stubs)."""
+    model = getattr(handle, "model", None)
+    if model is None or not hasattr(model, "config"):
+        return Support(None, frozenset(), {})
+    return support(model, getattr(handle, "tokenizer", None))
 
 
 def picker_caption() -> str:
