@@ -74,9 +74,17 @@ def load_token(token_file: str | Path | None = None) -> str:
     if token_file is not None:
         try:
             raw = read_user_file(token_file, 4 * KiB, "token file")
-            token = raw.decode("utf-8").strip().splitlines()[0].strip()
-        except (OSError, IndexError, UnicodeDecodeError) as exc:
-            raise ValueError(f"Cannot read a token from {token_file}: {exc or 'empty file'}") from exc
+            lines = raw.decode("utf-8").strip().splitlines()
+        except UnicodeDecodeError:
+            raise ValueError(f"The token file {token_file} is not UTF-8 text.") from None
+        except OSError as exc:
+            raise ValueError(f"Cannot read a token from {token_file}: {exc}") from exc
+        if not lines:
+            raise ValueError(
+                f"The token file {token_file} is empty: put the token on its first line (e.g. `python -c 'import "
+                f"secrets; print(secrets.token_urlsafe(32))' > {token_file}`)."
+            )
+        token = lines[0].strip()
         source = str(token_file)
     else:
         token = os.environ.get(TOKEN_ENV, "").strip()

@@ -181,6 +181,11 @@ def load_model(
         path = str(Path(spec).expanduser())
         check_model_folder(path, spec)
         name, source = spec, f"local folder {path}"
+    elif Path(spec).expanduser().exists():
+        raise ModelLoadError(
+            f"{spec!r} is a file, not a model folder: give the folder that holds config.json, the tokenizer and "
+            "the *.safetensors weights."
+        )
     elif _looks_like_path(spec):
         raise ModelLoadError(f"{spec!r} is not a model folder: there is no such folder.")
     else:

@@ -82,6 +82,24 @@ def _rows_arg(text: str | None) -> set[int] | None:
         raise ValueError(f"--calibration-rows must be comma-separated row numbers, got {text!r}") from None
 
 
+def _check_rows(wanted: set[int] | None, labels: dict[int, str], source: str) -> None:
+    """``--calibration-rows`` must name grounded rows of the data (τ is set on grounded rows only)."""
+    if not wanted:
+        return
+    missing = sorted(wanted - set(labels))
+    if missing:
+        shown = ", ".join(str(n) for n in missing[:8]) + (" …" if len(missing) > 8 else "")
+        span = f"rows {min(labels)}–{max(labels)}" if labels else "no rows"
+        raise ValueError(f"--calibration-rows: row(s) {shown} are not in {source} (it has {span}).")
+    memorized = sorted(n for n in wanted if labels[n] != "grounded")
+    if memorized:
+        shown = ", ".join(str(n) for n in memorized[:8]) + (" …" if len(memorized) > 8 else "")
+        raise ValueError(
+            f"--calibration-rows: row(s) {shown} of {source} are labeled {labels[memorized[0]]}; τ is calibrated "
+            "on grounded rows only."
+        )
+
+
 def _records_from_report(path: Path) -> tuple[list[dict[str, Any]], int, str, str | None]:
     data = read_user_file(path, REPORT_MAX_BYTES, "report file")
     try:
@@ -119,8 +137,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     given, _ = threshold_from_args(args) if args.threshold_file else (None, None)
     if path.suffix.lower() == ".json":
         records, T, model, template = _records_from_report(path)
+        _check_rows(_rows_arg(args.calibration_rows), {int(r["row"]): str(r["label"]) for r in records}, path.name)
     else:
         rows = read_labeled_csv(path)
+        _check_rows(_rows_arg(args.calibration_rows), {r.row: r.label for r in rows}, path.name)
         for note in getattr(rows, "notes", ()):
             sys.stderr.write(f"note: {note}\n")
         settings = settings_from_args(args)
