@@ -1,13 +1,10 @@
 """The audit's model calls: one forward pass per path over a left-padded batch of prompts, nothing generated.
 
 For B (query, context) pairs the audit runs **two** forward passes — the B retrieval prompts (with the context)
-in one left-padded batch, then the B parametric prompts (without it) — through
-:meth:`core.model.handle.ModelHandle.hooked` with the project's residual hooks
-(:func:`core.model.hooks.residual_hooks`), keeping only each row's hidden states at its last prompt token
-(CRM §2: ``h_ℓ^c`` and ``h_ℓ^0``) and the next-token logits there (``logits_to_keep=1``). Left padding puts
-every row's last prompt token at the last column; the padding, mask and explicit ``position_ids`` come from
-:func:`core.engine.generation.left_pad`, the same helper the engine's batched passes use. When all rows have
-the same length (one pair, say) no mask is passed, so the computation is exactly
+in one left-padded batch, then the B parametric prompts (without it) — through :func:`core.model.trace.trace`,
+keeping only each row's residual stream at its last prompt token (CRM §2: ``h_ℓ^c`` and ``h_ℓ^0``) and the
+next-token logits there. The trace pads, masks and passes explicit ``position_ids`` once for every reader; when
+all rows have the same length (one pair, say) it passes no mask, so the computation is exactly
 :func:`core.methods.internals.layer_states`'.
 
 What one pass per path gives for free, besides CRM's displacement d_ℓ = h_ℓ^c − h_ℓ^0 (eq. 1): the two paths'
@@ -25,12 +22,10 @@ import numpy as np
 import torch
 
 from core.engine.batch import plan_batches
-from core.engine.generation import left_pad
 from core.engine.prepare import PreparedPrompts
 from core.maths.divergence import entropy, kl_divergence, log_probs
 from core.model.handle import ModelHandle
-from core.model.hooks import residual_hooks
-from core.model.parts import model_parts
+from core.model.trace import displacement, trace
 
 DEFAULT_AUDIT_BATCH = 16
 """Most pairs per padded forward of ``/audit/batch``."""
@@ -61,35 +56,6 @@ class PairCapture:
     n_parametric: int
 
 
-def _last_token_pass(handle: ModelHandle, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, torch.Tensor]:
-    """One forward pass over B prompts: ``(B, L1, d)`` float32 states at each last token and ``(B, V)`` log-probs.
-
-    Raises:
-        ValueError: no prompt, an empty prompt, or a model whose layers the hooks did not reach.
-    """
-    parts = model_parts(handle)
-    ids, mask, positions = left_pad(prompts, handle.pad_token_id)
-    device = handle.device
-    inputs: dict[str, torch.Tensor] = {"input_ids": ids.to(device)}
-    if bool((mask == 0).any()):
-        inputs["attention_mask"] = mask.to(device)
-        inputs["position_ids"] = positions.to(device)
-    states: list[torch.Tensor | None] = [None] * (parts.n_layers + 1)
-
-    def on_state(index: int, hidden: torch.Tensor) -> None:
-        states[index] = hidden[:, -1].float().cpu()
-
-    with handle.hooked(residual_hooks(parts, on_state)) as model:
-        try:
-            out = model(**inputs, use_cache=False, logits_to_keep=1)
-        except TypeError:  # a model class without logits_to_keep
-            out = model(**inputs, use_cache=False)
-        logp = log_probs(out.logits[:, -1]).cpu()
-    if any(s is None for s in states):
-        raise ValueError("The forward pass did not reach every decoder layer (unsupported model layout).")
-    return torch.stack(states, dim=1).numpy(), logp  # type: ignore[arg-type]
-
-
 def capture_pairs(
     handle: ModelHandle,
     prepared: Sequence[PreparedPrompts],
@@ -116,12 +82,13 @@ def capture_pairs(
     chunks = plan_batches([len(p.retrieval.ids) for p in prepared], batch_size, 0, max_batch_tokens)
     for chunk in chunks:
         with handle.session():
-            h_c, logp_c = _last_token_pass(handle, [prepared[i].retrieval.ids for i in chunk])
-            h_0, logp_0 = _last_token_pass(handle, [prepared[i].parametric.ids for i in chunk])
+            with_context = trace(handle, [prepared[i].retrieval.ids for i in chunk], logits=1)
+            without = trace(handle, [prepared[i].parametric.ids for i in chunk], logits=1)
+        logp_c, logp_0 = log_probs(with_context.logits[:, -1]).cpu(), log_probs(without.logits[:, -1]).cpu()
+        disp = displacement(with_context, without)
         kl = kl_divergence(logp_c, logp_0).tolist()
         ent_c, ent_0 = entropy(logp_c).tolist(), entropy(logp_0).tolist()
         top_c, top_0 = logp_c.argmax(-1).tolist(), logp_0.argmax(-1).tolist()
-        disp = (h_c.astype(np.float64) - h_0.astype(np.float64)).astype(np.float32)
         for j, i in enumerate(chunk):
             out[i] = PairCapture(
                 displacement=disp[j],

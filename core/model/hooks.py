@@ -38,8 +38,8 @@ def attention_hooks(
 
     Args:
         parts: the model's parts.
-        on_weights: called as ``on_weights(layer, w)`` with ``w`` the float32 weights of the first sequence in
-            the batch, shape ``(H, T_q, T_k)``; reduce them there (they are freed when the hook returns).
+        on_weights: called as ``on_weights(layer, w)`` with ``w`` the weights of the whole batch, shape
+            ``(B, H, T_q, T_k)`` in the model's dtype; reduce them there (they are freed when the hook returns).
         layers: the decoder layers to hook (default: all).
         require: raise ``ValueError`` when a layer returns no weights (else skip that layer silently).
     """
@@ -52,7 +52,7 @@ def attention_hooks(
                 if require:
                     raise ValueError(NO_WEIGHTS_MESSAGE)
                 return
-            on_weights(index, weights[0].float())
+            on_weights(index, weights)
 
         return hook
 
@@ -62,12 +62,19 @@ def attention_hooks(
 def residual_hooks(
     parts: ModelParts,
     on_state: Callable[[int, torch.Tensor], None],
+    rows: Sequence[int] | None = None,
 ) -> list[HookRegistration]:
     """Hooks that hand the residual stream to ``on_state(index, h)`` with ``h`` of shape ``(B, T, d)``.
 
     ``index`` 0 is the input of decoder layer 0 (the embedding output), ``ℓ + 1`` the output of layer ℓ
-    (before the final norm) — the project's hidden-state numbering.
+    (before the final norm) — the project's hidden-state numbering. ``rows`` limits the hooks to those indices
+    (default: all ``n_layers + 1``). The hooks are appended after any already registered (an intervention's
+    hooks are prepended), so they read the state the next layer receives.
     """
+    chosen = set(range(parts.n_layers + 1) if rows is None else rows)
+    bad = sorted(i for i in chosen if not 0 <= i <= parts.n_layers)
+    if bad:
+        raise ValueError(f"residual row(s) {bad[:5]} out of range 0 … {parts.n_layers}")
 
     def input_hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         on_state(0, args[0] if args else kwargs["hidden_states"])
@@ -78,8 +85,40 @@ def residual_hooks(
 
         return hook
 
-    regs: list[HookRegistration] = [lambda: parts.layers[0].register_forward_pre_hook(input_hook, with_kwargs=True)]
-    regs += [lambda i=i: parts.layers[i].register_forward_hook(make(i)) for i in range(parts.n_layers)]
+    regs: list[HookRegistration] = []
+    if 0 in chosen:
+        regs.append(lambda: parts.layers[0].register_forward_pre_hook(input_hook, with_kwargs=True))
+    regs += [
+        lambda i=i: parts.layers[i].register_forward_hook(make(i)) for i in range(parts.n_layers) if i + 1 in chosen
+    ]
+    return regs
+
+
+def module_io_hooks(
+    modules: Sequence[torch.nn.Module], on_io: Callable[[str, int, torch.Tensor], None]
+) -> list[HookRegistration]:
+    """Hooks that hand each module's first input and its output to ``on_io(kind, index, h)``.
+
+    ``kind`` is ``"in"`` (the first positional input, from a pre-hook) or ``"out"`` (the output's hidden states);
+    ``index`` the module's place in ``modules`` (e.g. the decoder layer of an MLP).
+    """
+
+    def make_pre(index: int) -> Callable[..., None]:
+        def pre_hook(module: torch.nn.Module, args: Any, kwargs: dict) -> None:
+            on_io("in", index, args[0] if args else next(iter(kwargs.values())))
+
+        return pre_hook
+
+    def make_post(index: int) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+            on_io("out", index, first_tensor(output))
+
+        return hook
+
+    regs: list[HookRegistration] = []
+    for i, module in enumerate(modules):
+        regs.append(lambda m=module, i=i: m.register_forward_pre_hook(make_pre(i), with_kwargs=True))
+        regs.append(lambda m=module, i=i: m.register_forward_hook(make_post(i)))
     return regs
 
 

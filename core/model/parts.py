@@ -21,6 +21,7 @@ DECODER_OWNERS = ("model", "transformer", "gpt_neox", "base_model")
 LAYER_LISTS = ("layers", "h", "blocks", "layer")
 FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f", "final_norm")
 ATTENTIONS = ("self_attn", "attn", "self_attention", "attention")
+MLPS = ("mlp", "feed_forward", "ffn")
 
 
 @dataclass(frozen=True)
@@ -146,3 +147,17 @@ def layers_take_position_ids(parts: ModelParts) -> bool:
     """Whether the decoder layers receive ``position_ids`` (interventions read token positions from it)."""
     params = inspect.signature(parts.layers[0].forward).parameters
     return "position_ids" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+def layer_mlps(parts: ModelParts) -> tuple[torch.nn.Module, ...]:
+    """Each decoder layer's MLP (the first of :data:`MLPS` the layer has), for hooks on its input and output.
+
+    Raises:
+        ValueError: a layer with none of those modules (the message names the layer and the names tried).
+    """
+    out = []
+    for i, layer in enumerate(parts.layers):
+        mlp = _first_module(layer, MLPS)
+        if mlp is None:
+            raise ValueError(f"Decoder layer {i} has no MLP module (tried {', '.join(MLPS)}).")
+        out.append(mlp)
+    return tuple(out)

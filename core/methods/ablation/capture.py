@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 
-from core.methods.ablation.hooks import mark
-from core.model.handle import HookRegistration, ModelHandle
-from core.model.hooks import first_tensor
+from core.model.handle import ModelHandle
+from core.model.hooks import residual_hooks
 from core.model.parts import model_parts
+from core.model.trace import trace
 
 
 @contextmanager
@@ -34,16 +33,10 @@ def capture_layer_outputs(handle: ModelHandle, layers: Sequence[int]) -> Iterato
     chosen = parts.check_layers(layers)
     records: dict[int, list[torch.Tensor]] = {x: [] for x in chosen}
 
-    def make(layer: int) -> Any:
-        def hook(module: Any, args: Any, output: Any) -> None:
-            records[layer].append(first_tensor(output).detach().to("cpu").clone())
+    def on_state(index: int, hidden: torch.Tensor) -> None:
+        records[index - 1].append(hidden.detach().to("cpu").clone())
 
-        return mark(hook)
-
-    registrations: list[HookRegistration] = [
-        lambda layer=layer: parts.layers[layer].register_forward_hook(make(layer)) for layer in chosen
-    ]
-    with handle.hooked(registrations):
+    with handle.hooked(residual_hooks(parts, on_state, rows=[x + 1 for x in chosen])):
         yield records
 
 
@@ -58,10 +51,7 @@ def last_token_states(handle: ModelHandle, ids: Sequence[int], layers: Sequence[
     """
     if not ids:
         raise ValueError("ids is empty")
-    x = torch.tensor([list(ids)], dtype=torch.long, device=handle.device)
-    with capture_layer_outputs(handle, layers) as rec:
-        try:
-            handle.forward(input_ids=x, use_cache=False, logits_to_keep=1)
-        except TypeError:  # a model class without logits_to_keep
-            handle.forward(input_ids=x, use_cache=False)
-    return {layer: rec[layer][-1][0, -1].to(handle.device) for layer in rec}
+    chosen = model_parts(handle).check_layers(layers)
+    states = trace(handle, [ids]).residual[0][:, 0]  # (n_layers + 1, d) float32, row ℓ + 1 = layer ℓ
+    dtype = next(handle.model.parameters()).dtype
+    return {layer: states[layer + 1].to(device=handle.device, dtype=dtype) for layer in chosen}

@@ -24,11 +24,11 @@ from core.methods.crm.prompts import (
     prompt_set_digest,
 )
 from core.methods.crm.store import cache_basis_path, template_key
-from core.methods.internals.forward import instrumented_forward
 from core.methods.internals.lens import logit_lens_compare
 from core.methods.repcs import MEMORIZED
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
+from core.model.trace import displacement, trace
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +54,12 @@ def calibration_displacements(
     for i, prompt in enumerate(prompts):
         prepared = prepare_prompts(handle, prompt.query, prompt.context, settings)
         with handle.session():
-            retrieval = instrumented_forward(handle, prepared.retrieval.ids).states
-            parametric = instrumented_forward(handle, prepared.parametric.ids).states
-            kl[i] = logit_lens_compare(handle, retrieval, parametric, top_k=1).kl[:, 0]
-        D[i] = (retrieval[:, 0].astype(np.float64) - parametric[:, 0].astype(np.float64)).astype(np.float32)
+            retrieval = trace(handle, [prepared.retrieval.ids])
+            parametric = trace(handle, [prepared.parametric.ids])
+            kl[i] = logit_lens_compare(
+                handle, retrieval.residual[0].numpy(), parametric.residual[0].numpy(), top_k=1
+            ).kl[:, 0]
+        D[i] = displacement(retrieval, parametric)[0]
         if progress is not None:
             progress(i + 1, len(prompts))
     return D, kl

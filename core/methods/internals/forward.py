@@ -19,12 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from core.methods.internals.segments import SEGMENTS
 from core.model.handle import ModelHandle
-from core.model.hooks import attention_hooks, residual_hooks
-from core.model.parts import model_parts
+from core.model.trace import AttentionReducer, check_positions, head_pattern, query_entropy, segment_mass, trace
 
 
 @dataclass
@@ -45,37 +43,6 @@ class ForwardCapture:
     pattern: np.ndarray | None = None
 
 
-def _check_ids(handle: ModelHandle, ids: Sequence[int]) -> list[int]:
-    ids = [int(i) for i in ids]
-    if not ids:
-        raise ValueError("ids is empty: the forward pass needs at least one token")
-    vocab = int(handle.model.get_input_embeddings().weight.shape[0])
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if bad:
-        raise ValueError(f"token ids out of the vocabulary range [0, {vocab}): {bad[:5]}")
-    return ids
-
-
-def _check_positions(positions: Sequence[int], length: int, name: str) -> list[int]:
-    out = []
-    for p in positions:
-        p = int(p)
-        if not -length <= p < length:
-            raise ValueError(f"{name} {p} is outside a sequence of {length} tokens")
-        out.append(p % length)
-    if not out:
-        raise ValueError(f"{name} is empty")
-    return out
-
-
-def _forward(model: torch.nn.Module, input_ids: torch.Tensor) -> None:
-    """One forward pass whose logits are not needed (only the last row is materialized)."""
-    try:
-        model(input_ids=input_ids, use_cache=False, logits_to_keep=1)
-    except TypeError:  # a model class without logits_to_keep
-        model(input_ids=input_ids, use_cache=False)
-
-
 def instrumented_forward(
     handle: ModelHandle,
     ids: Sequence[int],
@@ -87,7 +54,7 @@ def instrumented_forward(
     n_segments: int = len(SEGMENTS),
     head: tuple[int, int] | None = None,
 ) -> ForwardCapture:
-    """One forward pass over ``ids`` with hooks that reduce as they go.
+    """One forward pass over ``ids`` (:func:`core.model.trace.trace`) with attention reduced as it goes.
 
     Args:
         handle: the shared model (must use eager attention for the attention reductions).
@@ -106,13 +73,13 @@ def instrumented_forward(
         ValueError: bad ids, positions, rows, segments or head; or a model that returns no attention weights
             (load it with ``attn_implementation="eager"``).
     """
-    ids = _check_ids(handle, ids)
+    ids = [int(i) for i in ids]
+    if not ids:
+        raise ValueError("ids is empty: the forward pass needs at least one token")
     T = len(ids)
-    positions = _check_positions(positions if positions is not None else [-1], T, "position")
-    parts = model_parts(handle)
-    n_layers = parts.n_layers
+    n_layers = handle.info.n_layers
     if rows is not None:
-        rows = _check_positions(rows, T, "row")
+        rows = check_positions(rows, T, "row")
         if segment_ids is None:
             raise ValueError("rows need segment_ids (the segment of every token)")
     if segment_ids is not None:
@@ -127,47 +94,28 @@ def instrumented_forward(
             raise ValueError(f"head {head} is outside {n_layers} layers × {handle.info.n_heads} heads")
         head = (layer_i, head_i)
 
-    device = handle.device
-    pos_t = torch.tensor(positions, dtype=torch.long, device=device)
-    states: list[torch.Tensor | None] = [None] * (n_layers + 1)
-    entropies: list[np.ndarray | None] = [None] * n_layers
-    masses: list[np.ndarray | None] = [None] * n_layers
-    pattern: list[np.ndarray] = []
-    rows_t = torch.tensor(rows, dtype=torch.long, device=device) if rows is not None else None
-    onehot = None
-    if rows is not None and segment_ids is not None:
-        onehot = torch.nn.functional.one_hot(
-            torch.as_tensor(np.asarray(segment_ids), device=device), n_segments
-        ).float()
-
-    def on_state(index: int, hidden: torch.Tensor) -> None:
-        states[index] = hidden[0, pos_t].float().cpu()
-
-    def on_weights(index: int, w: torch.Tensor) -> None:  # w: (H, T, T), this layer only
-        if attention:
-            entropies[index] = torch.special.entr(w).sum(dim=-1).cpu().numpy()
-            if rows_t is not None and onehot is not None:
-                masses[index] = torch.einsum("hrt,ts->hrs", w[:, rows_t, :], onehot).cpu().numpy()
-        if head is not None and head[0] == index:
-            pattern.append(w[head[1]].cpu().numpy().astype(np.float32, copy=True))
-
-    attention_layers = list(range(n_layers)) if attention else [head[0]] if head is not None else []
-    registrations = residual_hooks(parts, on_state)
-    if attention_layers:
-        registrations += attention_hooks(parts, on_weights, attention_layers)
-
-    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
-    with handle.hooked(registrations) as model:
-        _forward(model, input_ids)
-    if any(s is None for s in states):
-        raise ValueError("The forward pass did not reach every decoder layer (unsupported model layout).")
-    out = ForwardCapture(states=torch.stack(states).numpy().astype(np.float32, copy=False))  # type: ignore[arg-type]
+    reducers: dict[str, AttentionReducer] = {}
     if attention:
-        out.entropy = np.stack(entropies).astype(np.float32, copy=False)  # type: ignore[arg-type]
+        reducers["entropy"] = query_entropy()
+        if rows is not None and segment_ids is not None:
+            reducers["mass"] = segment_mass(rows, segment_ids, n_segments)
+    if head is not None:
+        reducers["pattern"] = head_pattern(*head)
+    layers = list(range(n_layers)) if attention else [head[0]] if head is not None else None
+    t = trace(
+        handle,
+        [ids],
+        positions=positions if positions is not None else [-1],
+        attention=reducers or None,
+        attention_layers=layers,
+    )
+    out = ForwardCapture(states=t.residual[0].numpy().astype(np.float32, copy=False))
+    if attention:
+        out.entropy = np.stack(t.attention["entropy"][0]).astype(np.float32, copy=False)
         if rows is not None:
-            out.mass = np.stack(masses).astype(np.float32, copy=False)  # type: ignore[arg-type]
-    if pattern:
-        out.pattern = pattern[0]
+            out.mass = np.stack(t.attention["mass"][0]).astype(np.float32, copy=False)
+    if head is not None:
+        out.pattern = t.attention["pattern"][0][head[0]]
     return out
 
 

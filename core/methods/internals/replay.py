@@ -12,8 +12,9 @@ import numpy as np
 
 from core.engine.prepare import PreparedPrompts, prepare_prompts
 from core.engine.result import PARAMETRIC, PATHS, RETRIEVAL, DualPathResult
-from core.methods.internals.forward import layer_states
 from core.model.handle import ModelHandle
+from core.model.trace import displacement as trace_displacement
+from core.model.trace import trace
 
 
 def prepared_for(handle: ModelHandle, result: DualPathResult) -> PreparedPrompts:
@@ -59,6 +60,6 @@ def displacement(handle: ModelHandle, result: DualPathResult) -> np.ndarray:
     """
     prepared = prepared_for(handle, result)
     with handle.session():
-        retrieval = layer_states(handle, prepared.retrieval.ids)[:, 0]
-        parametric = layer_states(handle, prepared.parametric.ids)[:, 0]
-    return (retrieval.astype(np.float64) - parametric.astype(np.float64)).astype(np.float32)
+        retrieval = trace(handle, [prepared.retrieval.ids])
+        parametric = trace(handle, [prepared.parametric.ids])
+    return trace_displacement(retrieval, parametric)[0]

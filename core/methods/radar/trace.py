@@ -1,17 +1,14 @@
 """RADAR's one instrumented forward pass over a prompt, and the 37 features read off it (appendix A.1, D).
 
 One forward pass over the prompt tokens only — appendix A.1 "Analysis focused on input prompt tokens"; no
-answer is generated, no gradients (appendix F.2):
+answer is generated, no gradients (appendix F.2) — through :func:`core.model.trace.trace`:
 
-* the residual stream after each decoder layer (``output_hidden_states``; the final norm's *input*, captured
-  by a pre-hook, replaces the last one, which transformers returns already normed);
-* each layer's attention weights, reduced to per-head entropies inside forward hooks
-  (:func:`core.model.hooks.attention_hooks`; no layers × heads × T × T stack is kept);
+* the residual stream after each decoder layer at every prompt position (the trace's rows 1 … L; the last one
+  is the final norm's input, not the normed state transformers returns as its last hidden state);
+* each layer's attention weights, reduced to per-head entropies inside the trace's hooks (no layers × heads ×
+  T × T stack is kept);
 * the logit lens ``W_U · norm(h_ℓ)`` at the last prompt position (:func:`core.model.lens.lens_logits`); for the
   last layer it equals the model's own output distribution.
-
-The model's parts come from :func:`core.model.parts.model_parts`; the pass runs inside the handle's session,
-which owns the lock and removes every hook in ``finally``.
 """
 
 from __future__ import annotations
@@ -27,9 +24,9 @@ from core.maths.divergence import entropy, log_probs
 from core.methods.radar.features import FEATURE_NAMES
 from core.methods.radar.maths import head_entropies, mechanistic_features, residual_statistics, surface_features
 from core.model.handle import ModelHandle
-from core.model.hooks import NO_WEIGHTS_MESSAGE, attention_hooks, input_hook
 from core.model.lens import lens_logits
 from core.model.parts import model_parts
+from core.model.trace import ALL, trace
 
 
 @dataclass(frozen=True)
@@ -113,45 +110,17 @@ def trace_prompt(handle: ModelHandle, text: str) -> RadarTrace:
     n_layers = parts.n_layers
     if n_layers < 2:
         raise ValueError(f"RADAR's trajectory features need at least 2 decoder layers; this model has {n_layers}.")
-    head_entropy: list[np.ndarray | None] = [None] * n_layers
-    final_in: list[torch.Tensor] = []
-
-    def on_weights(layer: int, weights: torch.Tensor) -> None:
-        head_entropy[layer] = head_entropies(weights)
-
-    def on_final_input(h: torch.Tensor) -> None:
-        final_in[:] = [h]
-
-    registrations = [*attention_hooks(parts, on_weights), input_hook(parts.final_norm, on_final_input)]
-    input_ids = torch.tensor([ids], dtype=torch.long, device=handle.device)
+    t = trace(handle, [ids], positions=ALL, attention={"head_entropy": lambda layer, w: head_entropies(w)})
+    layers = list(t.residual[0][1:])  # each (T, d) float32: decoder layer ℓ's output, the last one un-normed
+    head_entropy = t.attention["head_entropy"][0]
+    param = next(handle.model.parameters())
+    last = torch.stack([h[-1] for h in layers]).to(device=param.device, dtype=param.dtype)  # (L, d)
     with handle.session():
-        with handle.hooked(registrations) as model:
-            out = model(input_ids=input_ids, output_hidden_states=True, use_cache=False)
-        hidden = out.hidden_states
-        if hidden is None or len(hidden) != n_layers + 1:
-            raise ValueError(
-                f"Expected {n_layers + 1} hidden states (embeddings + one per decoder layer), got "
-                f"{0 if hidden is None else len(hidden)}."
-            )
-        if not final_in:
-            raise ValueError("The final norm was not called during the forward pass; cannot apply the logit lens.")
-        layers = [hidden[i][0] for i in range(1, n_layers)] + [final_in[0][0]]  # each (T, d)
-        last = torch.stack([h[-1] for h in layers])  # (L, d)
         logp = log_probs(lens_logits(parts, last))  # (L, V), float32
         confidence = logp.max(dim=-1).values.exp().double().cpu().numpy()
         top_ids = logp.argmax(dim=-1).cpu().tolist()
         lens_entropy = entropy(logp).double().cpu().numpy()
-        stats = np.array([residual_statistics(h) for h in layers], dtype=np.float64)  # (L, 3)
-        del out, hidden, layers
-        final_in.clear()
-    missing = [i for i, e in enumerate(head_entropy) if e is None]
-    if missing:
-        raise ValueError(
-            f"{NO_WEIGHTS_MESSAGE} (no weights from layers "
-            + ", ".join(map(str, missing[:5]))
-            + ("…" if len(missing) > 5 else "")
-            + ")."
-        )
+    stats = np.array([residual_statistics(h) for h in layers], dtype=np.float64)  # (L, 3)
     return RadarTrace(
         text=text,
         token_ids=[int(i) for i in ids],

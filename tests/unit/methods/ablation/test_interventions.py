@@ -334,8 +334,8 @@ def test_no_hook_remains_after_an_exception_inside_a_hooked_forward(tiny_handle,
     # an exception in the caller's own code inside the block
     with pytest.raises(KeyError), noise_injection(tiny_handle, [0, 2], 0.5, 0):
         raise KeyError("caller")
-    # an exception while entering (the patch source forward fails on an out-of-vocabulary id)
-    with pytest.raises(IndexError), activation_patching(tiny_handle, [1], [10**6], [1, 2, 3]):
+    # an exception while entering (the patch source's trace refuses an out-of-vocabulary id)
+    with pytest.raises(ValueError, match="vocabulary"), activation_patching(tiny_handle, [1], [10**6], [1, 2, 3]):
         pass
     assert count_hooks(tiny_handle.model) == warm
     assert count_intervention_hooks(tiny_handle.model) == 0

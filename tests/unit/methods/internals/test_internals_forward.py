@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.methods.internals import forward
 from core.methods.internals.forward import attention_pattern, instrumented_forward, layer_states
 from core.methods.internals.segments import SEGMENTS
+from core.model import trace as model_trace
 from core.model.parts import model_parts
 
 
@@ -75,10 +75,10 @@ def test_hooks_are_removed_even_when_the_forward_fails(tiny_handle, tiny_ids, mo
     instrumented_forward(tiny_handle, tiny_ids("hooks"), attention=True, head=(0, 0))
     assert count() == before
 
-    def boom(model, ids):
+    def boom(model, keep, **inputs):
         raise RuntimeError("forward failed")
 
-    monkeypatch.setattr(forward, "_forward", boom)
+    monkeypatch.setattr(model_trace, "run_model", boom)
     with pytest.raises(RuntimeError, match="forward failed"):
         instrumented_forward(tiny_handle, tiny_ids("hooks"), attention=True)
     assert count() == before
