@@ -148,6 +148,7 @@ def layers_take_position_ids(parts: ModelParts) -> bool:
     params = inspect.signature(parts.layers[0].forward).parameters
     return "position_ids" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
+
 def layer_mlps(parts: ModelParts) -> tuple[torch.nn.Module, ...]:
     """Each decoder layer's MLP (the first of :data:`MLPS` the layer has), for hooks on its input and output.
 
