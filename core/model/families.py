@@ -10,7 +10,8 @@ Views a family can lack (:data:`VIEWS`):
 
 * ``mlp_split`` — a residual state *between* a layer's attention and its MLP (ReDeEP's parametric knowledge
   score reads it). Families with a parallel residual (GPT-J, Cohere, GPT-NeoX / Falcon / StableLM when
-  configured so) add attention and MLP to the same input, so no such state exists;
+  configured so) add attention and MLP to the same input, so no such state exists; OPT runs its MLP inline in
+  the decoder layer (``fc1``, ``fc2``), with no module whose input a hook could read;
 * ``chat_template`` — the ``chat`` prompt template; a tokenizer without one gets the plain templates A–D.
 
 This module imports no torch: it reads configs and module attributes only, so the app's components may use it.
@@ -47,6 +48,9 @@ family of the table."""
 PARALLEL_REASON = (
     "{name} adds attention and MLP to the same input (parallel residual), so there is no state between them"
 )
+INLINE_MLP_REASON = "{name}'s decoder layers run their MLP inline (no MLP module whose input a hook could read)"
+MLP_MODULES = ("mlp", "feed_forward", "ffn")
+"""The names of a decoder layer's MLP module (as the trace API's locator reads them)."""
 NO_CHAT_REASON = "the tokenizer has no chat template: the plain templates A–D are used instead"
 
 
@@ -102,7 +106,9 @@ FAMILIES: dict[str, Family] = {
             (MQA, FUSED_QKV, PARALLEL, TIED),
             notes="parallel residual (parallel_attn) and ALiBi (alibi) are config switches",
         ),
-        Family("opt", "OPT", "facebook/opt-125m", (LEARNED_POS, TIED)),
+        Family(
+            "opt", "OPT", "facebook/opt-125m", (LEARNED_POS, TIED), {"mlp_split": INLINE_MLP_REASON.format(name="OPT")}
+        ),
         Family("bloom", "BLOOM", "bigscience/bloomz-560m", (ALIBI, FUSED_QKV, TIED)),
         Family(
             "mpt",
@@ -226,10 +232,15 @@ def support(model: Any, tokenizer: Any = None) -> Support:
         model: a transformers causal LM (the handle's ``model``).
         tokenizer: its tokenizer; ``None`` leaves the chat template out of the answer.
     """
+    from core.model.parts import find_parts  # torch only when asked about a loaded model
+
     family = family_of(model.config)
+    name = family.name if family else "this model"
     unavailable: dict[str, str] = {}
     if parallel_residual(model.config):
-        unavailable["mlp_split"] = PARALLEL_REASON.format(name=family.name if family else "this model")
+        unavailable["mlp_split"] = PARALLEL_REASON.format(name=name)
+    elif not all(any(hasattr(layer, m) for m in MLP_MODULES) for layer in find_parts(model).layers):
+        unavailable["mlp_split"] = INLINE_MLP_REASON.format(name=name)
     if tokenizer is not None and not getattr(tokenizer, "chat_template", None):
         unavailable["chat_template"] = NO_CHAT_REASON
     return Support(family, frozenset(detect_quirks(model)), unavailable)
