@@ -11,6 +11,8 @@ import streamlit as st
 
 from components import agreement, inputs, keys, panels, state, url_state, widgets
 from components.page import PageContext, open_page
+from components.stored_runs import start_hint
+from core.engine.estimate import describe_estimate, dual_path_estimate
 from core.engine.result import DualPathResult, result_digest
 
 
@@ -29,11 +31,13 @@ def draw_header() -> None:
     )
 
 
-def draw_inputs() -> tuple[str, str, bool]:
-    """Example picker, query, context and the Run button; returns (query, context, run requested)."""
+def draw_inputs(page: PageContext) -> tuple[str, str, bool]:
+    """Example picker, query, context and the Run button with its time estimate; returns (query, context, run
+    requested)."""
     inputs.example_picker()
     query, context = inputs.query_and_context()
     clicked = st.button("Run both paths", type="primary", key=keys.RUN, icon=":material/play_arrow:")
+    st.caption(describe_estimate(dual_path_estimate(page.handle, page.config.settings.max_new_tokens)))
     return query, context, clicked or state.pop_run_request()
 
 
@@ -61,12 +65,12 @@ def draw_answers(page: PageContext, query: str, context: str, run: bool) -> Dual
 def main() -> None:
     page = open_page("Dual Path")
     draw_header()
-    query, context, run = draw_inputs()
+    query, context, run = draw_inputs(page)
     st.divider()
     result = draw_answers(page, query, context, run)
     url_state.sync()  # the run just made goes into the page's link (a reload restores it)
     if result is None:
-        st.info("Pick an example or type a query and a context, then press **Run both paths**.")
+        st.info(start_hint("Run both paths", query, context, needs_context=True))
         return
     st.divider()
     panels.draw_verdict(result)

@@ -24,7 +24,7 @@ from components.page import PageContext, open_page
 from components.progress import StepTicker
 from components.text import escape_markdown, plain_message
 from core.engine import DualPathSettings
-from core.engine.estimate import describe_estimate, estimate_seconds
+from core.engine.estimate import describe_estimate, estimate
 from core.engine.result import DualPathResult, result_digest
 from core.engine.verdict import display
 from core.methods import ablation
@@ -87,7 +87,13 @@ def _clean_inputs(page: PageContext, clean: DualPathResult) -> tuple[ModelHandle
 
 def _run_estimate(page: PageContext, runs: int, tokens: int) -> str:
     """``"≈ 40 s on this machine"`` for ``runs`` scoring runs of ``tokens`` answer tokens each (measured cost)."""
-    return describe_estimate(estimate_seconds(page.handle, generated_tokens=runs * tokens, forwards=3 * runs))
+    return describe_estimate(estimate(page.handle, generated_tokens=runs * tokens, forwards=3 * runs))
+
+
+def _one_run_estimate(page: PageContext) -> str:
+    """Before a noise or patching run: both answers again, then the scoring and the trajectory."""
+    most = int(page.config.settings.max_new_tokens)
+    return f"Both answers again, up to {most} tokens each: {_run_estimate(page, 1, most)}."
 
 
 def _perturbed_run(page: PageContext, clean: DualPathResult, status: str, **intervention: Any) -> DualPathResult:
@@ -254,9 +260,11 @@ def draw_noise_run(
     tag = result_digest(clean)
     key = _key("noise", tag, layers, eps, seed)
     runs = experiments(current=keys.scoped(keys.ABLATE_LAST_NOISE, tag))  # current: the last noise run on it
-    if st.button(
+    clicked = st.button(
         "Run with noise", type="primary", key=keys.ABLATE_RUN_NOISE, disabled=not layers, icon=":material/blur_on:"
-    ):
+    )
+    st.caption(_one_run_estimate(page))
+    if clicked:
         status = f"Both paths under noise ε = {eps:g} on layers {format_layers(layers)}, seed {seed}…"
         runs.put(key, _perturbed_run(page, clean, status, noise=choice.noise()))
         runs.set_current(key)
@@ -374,12 +382,14 @@ def draw_patching(
     )
     noise = choice.noise() if combine and layers and choice.eps > 0 else None
     key = _key("patch", result_digest(clean), layers, noise.to_dict() if noise else None)
-    if st.button(
+    clicked = st.button(
         f"Patch layers {format_layers(layers) or '—'}",
         key=keys.ABLATE_RUN_PATCH,
         disabled=not layers,
         icon=":material/swap_horiz:",
-    ):
+    )
+    st.caption(_one_run_estimate(page))
+    if clicked:
         status = "Generating with patched states…"
         experiments().put(key, _perturbed_run(page, clean, status, noise=noise, patch_layers=layers))
     result = experiments().get(key)

@@ -23,6 +23,7 @@ from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown, plain_message
 from core.engine import StreamEvent
+from core.engine.estimate import describe_estimate, estimate
 from core.methods.selfcritique import (
     CRITIQUE,
     DEFAULT_INSTRUCTION,
@@ -71,8 +72,8 @@ def reset_instruction() -> None:
     state.set_stored(keys.SC_INSTRUCTION, DEFAULT_INSTRUCTION)
 
 
-def draw_controls(config: AppConfig) -> tuple[SelfCritiqueSettings, bool]:
-    """Path, K, instruction and the Run button; returns (settings, run clicked)."""
+def draw_controls(config: AppConfig, handle: ModelHandle) -> tuple[SelfCritiqueSettings, bool]:
+    """Path, K, instruction and the Run button with its time estimate; returns (settings, run clicked)."""
     left, right = st.columns([1, 1], gap="medium")
     with left:
         path = controls.choice(st.radio, "Answer", keys.SC_PATH, PATH_LABELS)
@@ -109,6 +110,8 @@ def draw_controls(config: AppConfig) -> tuple[SelfCritiqueSettings, bool]:
         "(twice as many, as in the authors' code); both are greedy."
     )
     clicked = st.button("Run Self-Critique", type="primary", key=keys.SC_RUN, icon=":material/play_arrow:")
+    budget = settings.max_new_tokens + settings.critique_tokens  # r₁ then r₂, one after the other
+    st.caption(describe_estimate(estimate(handle, generated_tokens=budget, forwards=2)))
     return settings, clicked
 
 
@@ -273,7 +276,7 @@ def main() -> None:
     page = open_page("Self-Critique")
     draw_header()
     query, context = inputs.draw_inputs()
-    settings, run = draw_controls(page.config)
+    settings, run = draw_controls(page.config, page.handle)
     st.divider()
     found = draw_run(page, query, context, settings, run)
     if found is None:

@@ -25,6 +25,8 @@ def test_defaults_flags_progress_and_estimates(tiny_app) -> None:
     assert DEFAULT_GRID == [0.0, 0.02, 0.05, 0.1, 0.25]
     captions = [c.value for c in at.caption]
     assert sum("on this machine" in c for c in captions) >= 2, "estimates before the dose–response and the sweep"
+    before_noise = [c for c in captions if c.startswith("Both answers again, up to 6 tokens each: ")]
+    assert len(before_noise) == 2 and all("on this machine" in c for c in before_noise), "noise and patching too"
 
     ok(at.button(key=keys.ABLATE_RUN_NOISE).click().run())
     bars = [p.proto.text for p in at.get("progress")]

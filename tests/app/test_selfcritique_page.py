@@ -73,3 +73,16 @@ def test_instruction_without_slot_is_refused_and_script_text_stays_literal() -> 
     ok(at)
     assert not at.error, [e.value for e in at.error]
     assert any(SCRIPT in c.value for c in at.code), "the prompts show the input literally"
+
+
+def test_the_run_button_has_an_estimate_of_both_generations(tiny_app, monkeypatch) -> None:
+    from core.engine import estimate
+
+    meter = estimate.CostMeter()
+    meter.observe(tiny_app, estimate.GENERATED_TOKEN, 0.9, 9)  # 0.1 s per step, as if a Dual Path run had been measured
+    monkeypatch.setattr(estimate, "METER", meter)
+    at = open_script(PAGE, TIMEOUT)
+    at.number_input(key="ror.w.max_new_tokens").set_value(10).run()
+    caption = next(c.value for c in at.caption if "on this machine" in c.value)
+    # r₁ (10 tokens) then r₂ (20) at 0.1 s each, plus 2 forwards at the per-token cost: 3.2 s; one run measured
+    assert caption == "≈ 3 s on this machine (rough: one run measured; if every answer uses its whole token budget)"
