@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import json
 import time
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ import numpy as np
 from core.audit.forward import DEFAULT_AUDIT_BATCH, capture_pairs, model_fingerprint
 from core.engine.prepare import prepare_prompts
 from core.engine.settings import DualPathSettings
-from core.evaluation.data import MAX_BYTES, MAX_ROWS, DataError, decode_csv_bytes
+from core.evaluation.data import MAX_BYTES, MAX_ROWS, DataError, csv_rows, decode_csv_bytes, open_csv
 from core.io import atomic_write, cache_dir
 from core.methods.crm import PC1, CrmBasis, load_basis
 from core.methods.crm.maths import AUDIT_K, anomaly_score, audit_flags, pc1_directions, project
@@ -320,8 +319,11 @@ def parse_clean_csv(text: str, *, max_rows: int = MAX_ROWS) -> tuple[list[tuple[
     Raises:
         DataError: a missing column, an empty query or context (named by row and column), too many or no rows.
     """
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in (reader.fieldnames or [])]
+    reader = open_csv(text)  # line endings normalized, field limit raised
+    try:
+        header = [h.strip() for h in (reader.fieldnames or [])]
+    except csv.Error as exc:
+        raise DataError(f"Line 1: the header is not valid CSV ({exc}).") from None
     missing = [c for c in ("query", "context") if c not in header]
     if not header or missing:
         raise DataError(f"Missing column(s) {', '.join(missing or ['query', 'context'])} in the header.")
@@ -329,7 +331,7 @@ def parse_clean_csv(text: str, *, max_rows: int = MAX_ROWS) -> tuple[list[tuple[
     labeled = "label" in header
     rows: list[tuple[str, str]] = []
     skipped = 0
-    for number, raw in enumerate(reader, start=1):
+    for number, raw in enumerate(csv_rows(reader), start=1):
         if number > max_rows:
             raise DataError(f"Too many rows: the limit is {max_rows:,}.")
         if None in raw:

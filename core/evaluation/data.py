@@ -6,13 +6,19 @@ nothing before any model call: a bad row is reported by number and column (:clas
 is never closed is reported with its line. Files are read through :func:`core.io.read_user_file` (regular
 files only, at most :data:`MAX_BYTES`). What parsing changes or notices without refusing (NUL characters
 removed, duplicate rows) is returned as ``notes`` on the rows (:class:`ParsedRows`).
+
+Line endings are normalized first (``\r\n`` and a bare ``\r`` both become ``\n``, so files saved by old Mac
+tools or with mixed endings read like any other), the csv module's field limit (131,072 characters by default)
+is raised to the file's size, and any ``csv.Error`` that still occurs becomes a :class:`DataError` naming the
+line — the Evaluate page, the command line and ``audit calibrate`` (:func:`open_csv`, :func:`csv_rows`) all
+show that message.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +100,38 @@ def _rows_list(numbers: Sequence[int], limit: int = 8) -> str:
     return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
 
 
+def normalize_newlines(text: str) -> str:
+    """``\r\n`` and bare ``\r`` → ``\n`` (inside quoted fields too)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _allow_fields(n_chars: int) -> None:
+    """Raise the csv module's process-wide field limit to ``n_chars`` (never lower it): no field of a file
+    accepted under the upload cap can then be over the limit."""
+    if csv.field_size_limit() < n_chars:
+        csv.field_size_limit(n_chars)
+
+
+def open_csv(text: str) -> csv.DictReader:
+    """A ``csv.DictReader`` over ``text`` with its line endings normalized and the field limit raised to its size
+    (iterate it with :func:`csv_rows`)."""
+    text = normalize_newlines(text)
+    _allow_fields(max(len(text), MAX_BYTES) + 1)
+    return csv.DictReader(io.StringIO(text))
+
+
+def csv_rows(reader: csv.DictReader) -> Iterator[dict[str, Any]]:
+    """The reader's rows; a ``csv.Error`` becomes a :class:`DataError` naming the line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise DataError(f"Line {reader.line_num}: the file is not valid CSV ({exc}).") from None
+        yield row
+
+
 def _unclosed_quote_line(text: str) -> int | None:
     """The line on which a quoted field opens and is never closed, or ``None``.
 
@@ -115,14 +153,20 @@ def _unclosed_quote_line(text: str) -> int | None:
 
 
 def _reader(text: str, required: Sequence[str]) -> tuple[csv.DictReader, list[str]]:
+    text = normalize_newlines(text)
+    _allow_fields(max(len(text), MAX_BYTES) + 1)
     line = _unclosed_quote_line(text)
     if line is not None:
         raise DataError(
             f'Line {line}: a quoted field opens here and is never closed (an unterminated quote "); close it, '
             'or double the quote inside a quoted field ("").'
         )
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in (reader.fieldnames or [])]
+    reader = open_csv(text)
+    try:
+        fieldnames = reader.fieldnames
+    except csv.Error as exc:
+        raise DataError(f"Line 1: the header is not valid CSV ({exc}).") from None
+    header = [h.strip() for h in (fieldnames or [])]
     if not header:
         raise DataError(f"The file is empty: expected a header row with columns {', '.join(required)}.")
     missing = [c for c in required if c not in header]
@@ -183,7 +227,7 @@ def parse_labeled_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
     reader, _ = _reader(text, REQUIRED_COLUMNS)
     rows: list[LabeledRow] = []
     nul_rows: list[int] = []
-    for number, raw in enumerate(reader, start=1):
+    for number, raw in enumerate(csv_rows(reader), start=1):
         if number > max_rows:
             raise DataError(f"Too many rows: the limit is {max_rows:,}.")
         values = _values(number, raw, ("query", "context"), nul_rows)
@@ -206,7 +250,7 @@ def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
     reader, _ = _reader(text, CONFLICT_COLUMNS)
     rows: list[ConflictRow] = []
     nul_rows: list[int] = []
-    for number, raw in enumerate(reader, start=1):
+    for number, raw in enumerate(csv_rows(reader), start=1):
         if number > max_rows:
             raise DataError(f"Too many rows: the limit is {max_rows:,}.")
         v = _values(number, raw, CONFLICT_COLUMNS, nul_rows)

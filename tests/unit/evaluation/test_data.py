@@ -115,3 +115,76 @@ def test_unknown_detector_is_refused(tiny_handle):
             DualPathSettings(),
             detectors=["nope"],
         )
+
+
+# -- issue 25 item 5: CSVs that crashed the Evaluate page, the CLI and `audit calibrate` ---------------------------
+
+ODD_LINE_ENDINGS = [
+    pytest.param("query,context,label\rq1,c1,memorized\rq2,c2,grounded\r", id="bare-cr"),
+    pytest.param("query,context,label\r\nq1,c1,memorized\rq2,c2,grounded\n", id="mixed"),
+    pytest.param('query,context,label\r"q1","c1",memorized\r"q2","c\r2",grounded', id="bare-cr-quoted"),
+]
+
+
+@pytest.mark.parametrize("text", ODD_LINE_ENDINGS)
+def test_bare_cr_and_mixed_line_endings_parse(text):
+    rows = parse_labeled_csv(text)
+    assert [(r.query, r.label) for r in rows] == [("q1", "memorized"), ("q2", "grounded")]
+
+
+def test_a_field_over_the_default_csv_limit_parses(tmp_path):
+    """Python's csv refuses fields over 131,072 characters unless the limit is raised: the upload cap sets it."""
+    long_context = "word " * 40_000  # 200,000 characters
+    text = f'query,context,label\nq1,"{long_context}",grounded\nq2,c2,memorized\n'
+    rows = parse_labeled_csv(text)
+    assert len(rows[0].context) == len(long_context)
+    path = tmp_path / "long.csv"
+    path.write_text(text)
+    assert len(read_labeled_csv(path)) == 2
+
+
+def test_a_lower_process_wide_field_limit_is_raised_to_the_file_size():
+    import csv
+
+    real = csv.field_size_limit()
+    try:
+        csv.field_size_limit(1000)  # another library lowered it
+        rows = parse_labeled_csv('query,context,label\nq,"' + "x" * 5000 + '",grounded\n')
+        assert len(rows[0].context) == 5000
+    finally:
+        csv.field_size_limit(real)
+
+
+def test_every_csv_parse_error_becomes_a_data_error_naming_the_line(monkeypatch, tmp_path, capsys):
+    """Whatever ``_csv.Error`` the reader still raises comes back as a :class:`DataError` naming the line: the page
+    shows it, and the CLI prints it as one ``error:`` line instead of "unexpected Error"."""
+    import csv
+
+    class Failing(csv.DictReader):
+        def __next__(self):
+            if self.line_num >= 2:
+                raise csv.Error("a parse error")
+            return super().__next__()
+
+    monkeypatch.setattr("core.evaluation.data.csv.DictReader", Failing)
+    text = "query,context,label\nq1,c1,memorized\nq2,c2,grounded\n"
+    with pytest.raises(DataError, match=r"Line \d+: the file is not valid CSV \(a parse error\)"):
+        parse_labeled_csv(text)
+    path = tmp_path / "d.csv"
+    path.write_text(text)
+    assert main(["evaluate", str(path), "--out", str(tmp_path / "out.json")]) == 2
+    err = capsys.readouterr().err
+    assert "the file is not valid CSV (a parse error)" in err and "unexpected" not in err
+
+
+@pytest.mark.parametrize("text", [p.values[0] for p in ODD_LINE_ENDINGS])
+def test_the_cli_and_audit_calibrate_read_odd_line_endings(tmp_path, text, capsys):
+    from core.audit.calibration import read_clean_csv
+
+    path = tmp_path / "odd.csv"
+    path.write_bytes(text.encode())
+    rows, note, _ = read_clean_csv(path)
+    assert rows == [("q2", rows[0][1])] and "grounded" in note
+    big = tmp_path / "big.csv"
+    big.write_text('query,context\nq1,"' + "w " * 70_000 + '"\n')
+    assert len(read_clean_csv(big)[0][0][1]) == 140_000
