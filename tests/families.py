@@ -78,6 +78,14 @@ def _gpt_neox(vocab: int) -> Any:
     )
 
 
+def _gpt_bigcode(vocab: int) -> Any:
+    from transformers import GPTBigCodeConfig
+
+    return GPTBigCodeConfig(
+        vocab_size=vocab, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_positions=MAX_POS, multi_query=True, **_ids(vocab)
+    )
+
+
 def _falcon(vocab: int) -> Any:
     from transformers import FalconConfig
 
@@ -177,6 +185,21 @@ FAMILY_CONFIGS: dict[str, Callable[[int], Any]] = {
         attention_multiplier=0.2,
     ),
     "cohere": lambda v: _llama_like("CohereConfig", v, logit_scale=0.5, use_qk_norm=False, tie_word_embeddings=True),
+    "cohere2": lambda v: _llama_like(
+        "Cohere2Config",
+        v,
+        logit_scale=0.5,
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        tie_word_embeddings=True,
+    ),
+    "phi": lambda v: _llama_like("PhiConfig", v, num_key_value_heads=HEADS, tie_word_embeddings=False),
+    "gpt_bigcode": _gpt_bigcode,
+    "starcoder2": lambda v: _llama_like("Starcoder2Config", v, sliding_window=WINDOW, tie_word_embeddings=True),
+    "mixtral": lambda v: _llama_like(
+        "MixtralConfig", v, num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW, head_dim=HEAD_DIM
+    ),
+    "smollm3": lambda v: _llama_like("SmolLM3Config", v, no_rope_layer_interval=2, tie_word_embeddings=True),
 }
 
 NO_CHAT_TEMPLATE = frozenset({"gpt2", "gptj", "opt", "bloom"})

@@ -36,6 +36,8 @@ ALIBI = "ALiBi (no rotary)"
 LEARNED_POS = "learned positions"
 LOGIT_SCALE = "logit scaling"
 TIED = "tied embeddings"
+MOE = "mixture of experts"
+NOPE = "layers without positions (NoPE)"
 
 VIEWS: dict[str, str] = {
     "mlp_split": "the residual state between attention and MLP (ReDeEP's PKS, issue 24)",
@@ -127,6 +129,20 @@ FAMILIES: dict[str, Family] = {
         ),
         Family("granite", "Granite", "ibm-granite/granite-3.1-2b-instruct", (GQA, LOGIT_SCALE)),
         Family("cohere", "Cohere (Command R)", "CohereForAI/c4ai-command-r-v01", (GQA, PARALLEL, LOGIT_SCALE, TIED)),
+        Family(
+            "cohere2",
+            "Cohere 2 (Command R7B)",
+            "CohereLabs/c4ai-command-r7b-12-2024",
+            (GQA, SLIDING, PARALLEL, LOGIT_SCALE, TIED),
+            _parallel("Cohere 2"),
+        ),
+        Family("phi", "Phi-1/2", "microsoft/phi-2", (PARALLEL,), _parallel("Phi-2")),
+        Family(
+            "gpt_bigcode", "GPT-BigCode (StarCoder)", "bigcode/tiny_starcoder_py", (MQA, FUSED_QKV, LEARNED_POS, TIED)
+        ),
+        Family("starcoder2", "StarCoder2", "bigcode/starcoder2-3b", (GQA, SLIDING, TIED)),
+        Family("mixtral", "Mixtral", "mistralai/Mixtral-8x7B-Instruct-v0.1", (GQA, SLIDING, MOE)),
+        Family("smollm3", "SmolLM3", "HuggingFaceTB/SmolLM3-3B", (GQA, NOPE, TIED)),
     )
 }
 
@@ -152,7 +168,7 @@ def parallel_residual(config: Any) -> bool:
     """Whether the decoder layers add attention and MLP to the same input (no state between them)."""
     cfg = _text_config(config)
     kind = getattr(cfg, "model_type", "")
-    if kind in {"gptj", "cohere", "cohere2"}:
+    if kind in {"gptj", "cohere", "cohere2", "phi"}:
         return True
     if kind == "falcon":
         return bool(getattr(cfg, "parallel_attn", False) or getattr(cfg, "new_decoder_architecture", False))
@@ -194,6 +210,10 @@ def detect_quirks(model: Any) -> set[str]:
         out.add(SANDWICH)
     if names & {"wpe", "embed_positions"}:
         out.add(LEARNED_POS)
+    if names & {"experts", "block_sparse_moe"}:
+        out.add(MOE)
+    if any(not flag for flag in getattr(cfg, "no_rope_layers", None) or ()):
+        out.add(NOPE)
     return out
 
 
