@@ -219,6 +219,9 @@ NOTED_FILES = [
     pytest.param(HEADER + GOOD_ROWS + GOOD_ROWS, "repeat", 4, id="duplicates"),
     pytest.param(HEADER + b"Q1?,C1.,memorized\nQ2?,C2.,memorized\n", "need rows of both labels", 2, id="one-class"),
     pytest.param(HEADER.replace(b"\n", b"\r\n") + GOOD_ROWS.replace(b"\n", b"\r\n"), "", 2, id="crlf-file"),
+    pytest.param(HEADER.replace(b"\n", b"\r") + GOOD_ROWS.replace(b"\n", b"\r"), "", 2, id="bare-cr-file"),  # issue 25
+    pytest.param(HEADER + GOOD_ROWS.replace(b"\n", b"\r", 1), "", 2, id="mixed-endings"),
+    pytest.param(HEADER + b'Long?,"' + b"w " * 70_000 + b'",grounded\n' + GOOD_ROWS, "", 3, id="field-over-131072"),
 ]
 
 
