@@ -340,15 +340,15 @@ def describe_in_force(threshold: Threshold | None, n_scored: int | None = None) 
     """Which τ is in force, in words that never call a constant τ length-aware, and its value for an answer of
     ``n_scored`` scored tokens when given.
 
-    E.g. "τ(L) = 2.07 · L^0.31 nats (L = 3–64; τ(12) = 4.275 for this answer)" or "one constant τ = 6.712
-    nats (T = 64)".
+    E.g. "length-aware τ(L) from 2.07 to 6.90 nats (L = 3–64; τ(12) = 4.275 nats for this answer)" or
+    "τ = 6.712 nats (T = 64), one constant τ".
     """
     if threshold is None:
         return "no τ (uncalibrated)"
     lt = threshold.length_tau
     if lt is None:
-        return f"one constant τ = {threshold.tau:.3f} nats (T = {threshold.T})"
-    text = f"length-aware τ(L) = {math.exp(lt.intercept):.3f} · L^{lt.slope:.3f} nats (L = {lt.L_min}–{lt.L_max}"
+        return f"τ = {threshold.tau:.3f} nats (T = {threshold.T}), one constant τ"
+    text = f"length-aware τ(L) from {lt.tau(lt.L_min):.2f} to {lt.tau(lt.L_max):.2f} nats (L = {lt.L_min}–{lt.L_max}"
     if n_scored is not None:
         text += f"; τ({int(n_scored)}) = {lt.tau(max(int(n_scored), 1)):.3f} nats for this answer"
     return text + ")"

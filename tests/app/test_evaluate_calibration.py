@@ -62,7 +62,8 @@ def test_adopting_a_tau_from_two_clean_rows_needs_use_anyway(tiny_app) -> None:
     assert not at.button(key=keys.EVAL_USE_TAU).disabled
 
     (in_force,) = [c.value for c in at.caption if c.value.startswith("In force now:")]
-    assert in_force.startswith("In force now: length-aware τ(L) = "), in_force  # the fallback τ(L), as it is
+    assert in_force.startswith("In force now: length-aware τ(L) from "), in_force  # the fallback τ(L), as it is
     at.radio(key=keys.widget_key(keys.TAU_MODE)).set_value("paper").run()
     (in_force,) = [c.value for c in at.caption if c.value.startswith("In force now:")]
-    assert in_force.startswith("In force now: one constant τ = ") and "length-aware τ(L)" not in in_force, in_force
+    assert in_force.startswith("In force now: τ = ") and "one constant τ" in in_force, in_force
+    assert "length-aware τ(L)" not in in_force, in_force

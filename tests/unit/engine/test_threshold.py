@@ -83,12 +83,12 @@ def test_resolve_tau_goes_session_then_file_then_user_folder_then_bundled(tmp_pa
 def test_the_tau_in_force_is_never_called_length_aware_when_it_is_constant():
     bundled = Threshold.load(EMBEDDED_THRESHOLD)
     constant = bundled.for_mode(TAU_PAPER)
-    assert describe_in_force(constant) == f"one constant τ = {bundled.tau:.3f} nats (T = {bundled.T})"
+    assert describe_in_force(constant) == f"τ = {bundled.tau:.3f} nats (T = {bundled.T}), one constant τ"
     assert "length-aware" not in describe_in_force(constant)
     lt = bundled.length_tau
     text = describe_in_force(bundled, 12)
     assert text.startswith("length-aware τ(L)") and f"τ(12) = {lt.tau(12):.3f} nats for this answer" in text
-    assert f"L = {lt.L_min}–{lt.L_max}" in text
+    assert f"from {lt.tau(lt.L_min):.2f} to {lt.tau(lt.L_max):.2f} nats (L = {lt.L_min}–{lt.L_max}" in text
     assert describe_in_force(None) == "no τ (uncalibrated)"
 
 
