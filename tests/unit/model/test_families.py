@@ -355,3 +355,57 @@ def test_the_cli_says_what_a_family_cannot_do_in_one_line_each(key, family_folde
     else:  # GPT-J: a parallel residual and a tokenizer saved without a chat template
         assert len(notes) == 2
         assert any("parallel residual" in n for n in notes) and any("no chat template" in n for n in notes)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The fp16 path on a GPU (skipped without CUDA): the same invariants at fp16 tolerance
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the fp16 path)")
+
+
+def _fp16_invariants(handle) -> None:
+    from core.methods.ablation import activation_patching, count_hooks, noise_injection
+    from core.methods.internals.forward import instrumented_forward
+
+    assert handle.info.dtype == "float16"
+    ids = _ids(handle)
+    L = handle.info.n_layers
+    with torch.inference_mode():
+        out = handle.model(input_ids=torch.tensor([ids], device=handle.device), use_cache=False)
+    before = count_hooks(handle.model)
+    cap = instrumented_forward(handle, ids, positions=[len(ids) - 1], attention=True, head=(0, 0))
+    model_logp = torch.log_softmax(out.logits[0, -1].float(), -1).cpu().numpy()
+    lens_logp = lens_log_probs(handle, cap.states[L, 0]).cpu().numpy()
+    np.testing.assert_allclose(lens_logp, model_logp, rtol=0, atol=5e-2)  # fp16 rounding of the state and logits
+    np.testing.assert_allclose(cap.pattern.sum(-1), 1.0, atol=1e-2)
+    result = run_dual_path(handle, Q, C, SETTINGS)
+    prep = prepare_prompts(handle, Q, C, SETTINGS)
+    ((answer, logits, _),) = generate_greedy(handle, [prep.retrieval.ids], SETTINGS)
+    forced = teacher_forced_logits(handle, prep.retrieval.ids, answer)
+    np.testing.assert_allclose(
+        torch.log_softmax(forced.float(), -1).cpu().numpy(),
+        torch.log_softmax(logits.float(), -1).cpu().numpy(),
+        atol=5e-2,
+    )
+    with noise_injection(handle, list(range(L)), 0.0, seed=3):
+        zero = run_dual_path(handle, Q, C, SETTINGS)
+    with activation_patching(handle, [L - 1], prep.retrieval.ids, prep.retrieval.ids):
+        patched = run_dual_path(handle, Q, C, SETTINGS)
+    assert _identical(result, zero) and _identical(result, patched)
+    assert count_hooks(handle.model) == before
+
+
+@CUDA
+@pytest.mark.parametrize("key", ["llama", "gemma2"])
+def test_fp16_on_cuda_keeps_the_invariants(key, family_folders):
+    from core.model.loading import load_model
+
+    _fp16_invariants(load_model(str(family_folders(key)), device="cuda", dtype=torch.float16))
+
+
+@CUDA
+@pytest.mark.slow
+def test_fp16_on_cuda_keeps_the_invariants_on_the_embedded_model():
+    from core.model.loading import load_model
+
+    _fp16_invariants(load_model(device="cuda", dtype=torch.float16))
