@@ -54,12 +54,26 @@ def _nodes_table(nodes: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
+def loaded_revision(handle: ModelHandle) -> str | None:
+    """The hub revision the sidebar's model was loaded at (the allow-list's pinned one in public mode), or ``None``.
+
+    The loader (:func:`core.model.loading.load_model`) names it in the handle's source: ``huggingface hub
+    ID@REVISION``.
+    """
+    prefix = f"huggingface hub {handle.info.name}@"
+    source = handle.info.source or ""
+    return (source[len(prefix) :].strip() or None) if source.startswith(prefix) else None
+
+
 def _model_spec(handle: ModelHandle) -> Any:
-    """What each worker loads: the sidebar's model (the embedded one by its loader name), device chosen by the
-    cluster (a GPU per worker when there are GPUs)."""
+    """What each worker loads: the sidebar's model (the embedded one by its loader name) at the revision the app
+    loaded — never the hub's default branch instead of a pinned revision — device chosen by the cluster (a GPU
+    per worker when there are GPUs)."""
     from core.scale.spec import ModelSpec
 
-    return ModelSpec(model=None if handle.info.name == EMBEDDED_NAME else handle.info.name)
+    if handle.info.name == EMBEDDED_NAME:
+        return ModelSpec(model=None)
+    return ModelSpec(model=handle.info.name, revision=loaded_revision(handle))
 
 
 def draw_ray_panel(handle: ModelHandle, job_key: str, spec: JobSpec, rows: Sequence[Row]) -> None:

@@ -70,3 +70,22 @@ def test_panel_lists_workers_and_runs_on_the_cluster(monkeypatch, ray_session, f
     job = at.session_state[MAIN]
     assert job.status == "done" and job.n_done == 4
     assert any("rows scored by" in s.value for s in at.success)
+
+
+def test_workers_load_the_revision_the_app_loaded(tiny_handle):
+    """Issue 25 item 9: the panel built the workers' spec without the revision, so they loaded the hub's default
+    branch instead of the allow-listed (pinned) revision."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from components.ray_panel import _model_spec, loaded_revision
+
+    def handle(name: str, source: str):
+        return SimpleNamespace(info=replace(tiny_handle.info, name=name, source=source))
+
+    pinned = handle("org/a", "huggingface hub org/a@v2")
+    assert loaded_revision(pinned) == "v2"
+    spec = _model_spec(pinned)
+    assert (spec.model, spec.revision) == ("org/a", "v2")
+    assert _model_spec(handle("org/a", "huggingface hub org/a")).revision is None
+    assert _model_spec(handle("/models/x", "local folder /models/x")).revision is None
