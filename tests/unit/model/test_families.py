@@ -300,6 +300,9 @@ def test_radar_features(fam):
     assert trace.n_layers == handle.info.n_layers
     vec = radar.feature_vector(values)
     assert vec.shape == (37,) and np.all(np.isfinite(vec)), key
+    # the last layer's lens confidence is the model's own top next-token probability
+    probs = torch.softmax(_hf(handle, trace.token_ids).logits[0, -1].double(), -1)
+    assert trace.confidence[-1] == pytest.approx(float(probs.max()), abs=1e-4), key
 
 
 def test_sma_with_a_few_masks(fam):
