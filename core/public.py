@@ -10,6 +10,9 @@ mode:
 * **Caps** on the settings that set the cost of a run (each overridable by the operator, see :data:`CAP_ENV`):
   new tokens per answer, SMA masks, layers × seeds of a single-layer sweep, rows scored by the Evaluate page,
   and the size of an uploaded file. The app lowers each widget's maximum to its cap and says so on the page.
+* **Run budget**: one click may generate at most ``Caps.run_tokens`` tokens in all (rows × generations per row ×
+  tokens per generation, :func:`evaluate_run_tokens`); :meth:`PublicPolicy.run_budget` says so before the run
+  and refuses a run over it — the other caps alone let one Evaluate click with SMA generate millions of tokens.
 * **Audit log**: the Audit log page (which shows every query and context the audit service stored) is off
   unless the operator sets ``READ_OR_RECALL_PUBLIC_AUDIT_LOG=1`` (:attr:`PublicPolicy.shows_audit_log`).
 
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -49,6 +52,7 @@ class Caps:
         sweep_layers: layers × seeds of one single-layer sweep on the Ablations page.
         evaluate_rows: rows the Evaluate page scores in one run.
         upload_mb: size of an uploaded file, in MiB.
+        run_tokens: generated tokens in all for one run (one click), across every other cap.
     """
 
     max_new_tokens: int = 128
@@ -56,6 +60,7 @@ class Caps:
     sweep_layers: int = 32
     evaluate_rows: int = 200
     upload_mb: int = 2
+    run_tokens: int = 50_000
 
     def lines(self) -> list[str]:
         """One readable line per cap (for the page and the docs)."""
@@ -65,6 +70,7 @@ class Caps:
             f"at most {self.sweep_layers} layer runs (layers × seeds) per single-layer sweep",
             f"at most {self.evaluate_rows} rows per evaluation",
             f"uploads up to {self.upload_mb} MiB",
+            f"at most {self.run_tokens:,} generated tokens per run",
         ]
 
 
@@ -74,6 +80,7 @@ CAP_ENV: dict[str, str] = {
     "sweep_layers": "READ_OR_RECALL_MAX_SWEEP_LAYERS",
     "evaluate_rows": "READ_OR_RECALL_MAX_EVAL_ROWS",
     "upload_mb": "READ_OR_RECALL_MAX_UPLOAD_MB",
+    "run_tokens": "READ_OR_RECALL_MAX_RUN_TOKENS",
 }
 """:class:`Caps` field → the environment variable that overrides its default (a positive integer)."""
 
@@ -156,6 +163,24 @@ class PublicPolicy:
             return most
         return max(0, min(most, self.caps.sweep_layers // max(1, n_layers)))
 
+    def run_budget(self, tokens: int) -> RunBudget:
+        """Whether a run that generates up to ``tokens`` tokens may start, with the sentence the page shows
+        before the run (outside public mode every run may start; the sentence still gives the count)."""
+        tokens = max(0, int(tokens))
+        if not self.public:
+            return RunBudget(tokens, None, True, f"This run generates up to {tokens:,} tokens.")
+        budget = int(self.caps.run_tokens)
+        if tokens <= budget:
+            note = f"This run generates up to {tokens:,} tokens (this app's budget: {budget:,} per run)."
+            return RunBudget(tokens, budget, True, note)
+        return RunBudget(
+            tokens,
+            budget,
+            False,
+            f"This run would generate up to {tokens:,} tokens, over this public app's budget of {budget:,} per run: "
+            "choose fewer rows, fewer generation-based detectors, or fewer new tokens.",
+        )
+
     # -- models ---------------------------------------------------------------------------------------------
 
     def model_choices(self) -> list[AllowedModel]:
@@ -192,6 +217,37 @@ class PublicPolicy:
             " and " + ", ".join(e.label for e in self.allowed) if self.allowed else " only"
         )
         return [f"Public mode: {models}; " + "; ".join(self.caps.lines()) + "."]
+
+
+@dataclass(frozen=True)
+class RunBudget:
+    """The token budget's verdict on one run: ``tokens`` it may generate, the ``budget`` (``None`` outside public
+    mode), whether it may start (``ok``) and the sentence to show before it."""
+
+    tokens: int
+    budget: int | None
+    ok: bool
+    message: str
+
+
+SMA_GENERATIONS_PER_MASK_SET = 2
+"""SMA runs its masks with the context on and off (:func:`core.methods.sma.run_sma`)."""
+
+
+def evaluate_run_tokens(
+    n_rows: int, max_new_tokens: int, costs: Sequence[str], *, sma_masks: int = 64, sma_tokens: int = 32
+) -> int:
+    """Upper bound of the tokens one Evaluate run generates.
+
+    Per row: the retrieval answer (``max_new_tokens``; the parametric path is teacher-forced); one more answer
+    per ``"generate"`` detector (Self-Critique, CRM L1); per ``"heavy"`` detector (SMA) the reference answer and
+    ``sma_masks`` masked answers on each of its two paths, of at most ``min(sma_tokens, max_new_tokens)`` tokens.
+    ``costs`` are the chosen detectors' ``cost`` values (:class:`core.detectors.registry.Detector`).
+    """
+    new = max(0, int(max_new_tokens))
+    per_row = new + sum(c == "generate" for c in costs) * new
+    per_row += sum(c == "heavy" for c in costs) * SMA_GENERATIONS_PER_MASK_SET * (sma_masks + 1) * min(sma_tokens, new)
+    return max(0, int(n_rows)) * per_row
 
 
 def parse_allow_list(text: str) -> tuple[AllowedModel, ...]:

@@ -46,7 +46,7 @@ from core.evaluation import (
 from core.evaluation.data import bundled_sets
 from core.methods.baselines import DEFAULT_KS
 from core.model.handle import ModelHandle
-from core.public import current_policy
+from core.public import current_policy, evaluate_run_tokens
 
 MAX_UPLOAD_MB = 5
 SIGMA_CHOICES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -342,6 +342,10 @@ def main() -> None:
         st.info("Choose at least one detector.")
     elif rows:
         st.caption(et.run_estimate(handle, len(rows), options.batch_size, s.max_new_tokens, options.detectors))
+        costs = [available()[n].cost for n in options.detectors if n in available()]
+        budget = current_policy().run_budget(evaluate_run_tokens(len(rows), s.max_new_tokens, costs))
+        (st.caption if budget.ok else st.error)(budget.message)  # the public per-run token budget (issue 25)
+        rows = rows if budget.ok else []
     draw_run_controls(keys.EVAL_JOB_MAIN, spec, rows if options.detectors else [], run_label="Run the evaluation")
     draw_ray_panel(handle, keys.EVAL_JOB_MAIN, spec, rows if options.detectors else [])  # READ_OR_RECALL_RAY_ADDRESS
     run_job(handle, keys.EVAL_JOB_MAIN)

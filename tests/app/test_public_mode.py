@@ -304,3 +304,16 @@ def _wait(condition, timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.02)
+
+
+def test_an_evaluate_run_over_the_token_budget_is_refused_before_it_starts(tiny_app, public) -> None:
+    """Issue 25 item 10: Evaluate with SMA on the capped rows fitted every cap and still cost ~10^6 tokens."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[keys.store_key(keys.EVAL_DETECTORS)] = ["repcs", "sma"]
+    at = ok(at.run().switch_page(EVALUATE).run())
+    assert any("over this public app's budget of 50,000" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.button(key=keys.scoped(keys.EVAL_JOB_MAIN, "run")).disabled
+    at.session_state[keys.store_key(keys.EVAL_DETECTORS)] = ["repcs"]
+    at = ok(at.run())
+    assert any("this app's budget: 50,000 per run" in c.value for c in at.caption)
+    assert not at.button(key=keys.scoped(keys.EVAL_JOB_MAIN, "run")).disabled
