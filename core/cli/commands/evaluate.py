@@ -30,7 +30,8 @@ from core.cli.common import (
 )
 from core.detectors import available, resolve
 from core.engine import DEFAULT_BATCH_SIZE
-from core.evaluation import LABELS, evaluate_rows, read_labeled_csv, stratified_sample
+from core.evaluation import LABELS, evaluate_rows, read_labeled_csv, resolve_detectors, stratified_sample
+from core.evaluation.behavior import behavior_lines, behavior_report, select_split
 from core.io import atomic_write_json, check_output_path
 from core.methods.repcs import Threshold, threshold_for
 from core.model.loading import EMBEDDED_NAME
@@ -67,6 +68,12 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="N",
         help="score a stratified sample of N rows (label proportions kept, seed 42) instead of all",
+    )
+    p.add_argument(
+        "--split",
+        default=None,
+        metavar="NAME",
+        help="score only the rows whose 'split' column is NAME (behavior sets: calibration or report)",
     )
     p.add_argument(
         "--bootstrap",
@@ -163,6 +170,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     rows = read_labeled_csv(args.data)
     for note in getattr(rows, "notes", ()):
         sys.stderr.write(f"note: {note}\n")
+    if args.split is not None:
+        rows = select_split(rows, args.split, args.data)
     if args.sample is not None:
         if args.sample > len(rows):
             sys.stderr.write(f"note: --sample {args.sample} is more than the file's {len(rows)} rows; scoring all.\n")
@@ -187,6 +196,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                 progress=progress,
             )
     report["dataset"] = os.path.splitext(os.path.basename(args.data))[0]  # the set's name: the file's stem
+    behavior = behavior_report(report["rows"], resolve_detectors(names), n_boot=args.bootstrap)
+    if behavior is not None:  # a behavior-labeled set: AUCs against the labels of this run's own answers
+        report["behavior"] = behavior
+    if args.split is not None:
+        report["split"] = args.split
     report["tau_T"] = tau_T
     if t_warnings:
         report["warnings"] = [*report.get("warnings", []), *t_warnings]
@@ -199,6 +213,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         )
         if m.get("note"):
             line += f"  ({m['note']})"
+        sys.stderr.write(line + "\n")
+    for line in behavior_lines(behavior):
         sys.stderr.write(line + "\n")
     sys.stderr.write(f"set={report['dataset']} n={report['n']} → {written}\n")
     for warning in t_warnings:
