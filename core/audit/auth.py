@@ -8,7 +8,8 @@ The guard is a plain ASGI middleware that runs **before** routing and body parsi
 * a body over ``max_body_bytes`` gets 413 before it is parsed (``Content-Length`` is checked first, and a
   body sent without one is counted as it arrives and cut off at the limit).
 
-``/health`` and the OpenAPI pages (``/docs``, ``/redoc``, ``/openapi.json``) are open: they reveal no audit.
+``/health`` and the OpenAPI pages (``/openapi.json``; ``/docs`` and ``/redoc`` only when the app serves them,
+``serve --docs``) are open: they reveal no audit.
 Tokens are compared in constant time (:func:`hmac.compare_digest`).
 """
 
