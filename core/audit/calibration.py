@@ -39,10 +39,11 @@ from core.audit.forward import DEFAULT_AUDIT_BATCH, capture_pairs, model_fingerp
 from core.engine.prepare import prepare_prompts
 from core.engine.settings import DualPathSettings
 from core.evaluation.data import MAX_BYTES, MAX_ROWS, DataError, csv_rows, decode_csv_bytes, open_csv
-from core.io import atomic_write, cache_dir
+from core.io import atomic_write
 from core.methods.crm import PC1, CrmBasis, load_basis
 from core.methods.crm.maths import AUDIT_K, anomaly_score, audit_flags, pc1_directions, project
 from core.methods.repcs import GROUNDED, MEMORIZED
+from core.model import artifacts
 from core.model.handle import ModelHandle
 
 CALIBRATION_VERSION = 1
@@ -429,9 +430,19 @@ def calibrate(
     return calib, report
 
 
+AUDIT_CALIBRATION = artifacts.ArtifactKind(
+    name="audit-calibration",
+    read=lambda path: AuditCalibration.load(path),
+    cache=lambda slug, key: Path("audit") / "calibrations" / f"{slug}-{key}.npz",
+    memo=False,
+)
+"""An audit calibration per (model, template), written by ``audit calibrate`` (no bundled one: a server without
+it uses the model's CRM basis, :func:`resolve_calibration`)."""
+
+
 def default_calibration_path(handle: ModelHandle, template_key: str) -> Path:
     """Where ``audit calibrate`` writes by default: ``<cache_dir>/audit/calibrations/<slug>-<template>.npz``."""
-    return cache_dir() / "audit" / "calibrations" / f"{handle.slug}-{template_key}.npz"
+    return artifacts.cache_path(AUDIT_CALIBRATION, handle, template_key)
 
 
 def resolve_calibration(

@@ -44,7 +44,6 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +55,7 @@ from core.engine import DualPathResult, DualPathSettings
 from core.engine.estimate import describe_estimate, estimate_seconds, observe_result
 from core.engine.verdict import DISPLAY, READ, RECALLED, UNCALIBRATED, normalize_verdict
 from core.io import asset_path
+from core.model import artifacts
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
 
@@ -192,25 +192,26 @@ def bundled_path(handle: ModelHandle) -> Path:
     return THRESHOLD_DIR / f"detectors-{handle.slug}.json"
 
 
-@lru_cache(maxsize=8)
-def _read_bundled(path: str, mtime: float) -> dict[str, Any] | None:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        logger.warning("cannot read the detector calibration %s: %s", path, exc)
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("detectors"), dict) else None
+def _read_bundled(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("detectors"), dict):
+        raise ValueError("not a per-detector calibration (no 'detectors' object)")
+    return data
+
+
+DETECTOR_THRESHOLDS = artifacts.ArtifactKind(
+    name="detector-thresholds",
+    read=_read_bundled,
+    bundled=lambda slug, variant: THRESHOLD_DIR / f"detectors-{slug}.json",
+    bundled_embedded_only=False,
+    fresh=lambda data, handle, variant: None if data.get("model") == handle.info.name else "another model's",
+)
+"""The bundled per-detector calibration (``scripts/calibrate_detectors.py``), by the model's slug."""
 
 
 def bundled_thresholds(handle: ModelHandle) -> dict[str, Any] | None:
     """The bundled per-detector calibration of the handle's model, or ``None`` (no file, or another model's)."""
-    path = bundled_path(handle)
-    if not path.is_file():
-        return None
-    data = _read_bundled(str(path), path.stat().st_mtime)
-    if data is None or data.get("model") != handle.info.name:
-        return None
-    return data
+    return artifacts.find(DETECTOR_THRESHOLDS, handle)
 
 
 def _bundled_source(data: dict[str, Any], entry: dict[str, Any], settings: DualPathSettings) -> str:

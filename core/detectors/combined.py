@@ -32,7 +32,6 @@ leans on.
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,15 +45,13 @@ from core.detectors.baselines import context_stats
 from core.detectors.crm import basis_for, displacement_for
 from core.detectors.radar import score as radar_score
 from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
-from core.io import asset_path, atomic_write_json, cache_dir
+from core.io import asset_path, atomic_write_json
 from core.maths.divergence import kl_statistics
 from core.methods.baselines import min_k_plus_plus, min_k_prob, zlib_ratio
 from core.methods.crm import SUPERVISED, supervised_score
+from core.model import artifacts
 from core.model.handle import ModelHandle
-from core.model.loading import EMBEDDED_NAME
 from core.model.prompts import resolve_template
-
-logger = logging.getLogger(__name__)
 
 NAME = "combined"
 CV_NAME = "combined_cv"
@@ -242,31 +239,31 @@ def bundled_model_path(template_key: str) -> Path:
     return asset_path("combined", f"embedded-{template_key}.json")
 
 
+def _unfit(model: CombinedModel, handle: ModelHandle, template_key: str) -> str | None:
+    if model.model == handle.info.name and model.template == template_key:
+        return None
+    return f"made for {model.model!r} / {model.template!r}"
+
+
+COMBINED_MODEL = artifacts.ArtifactKind(
+    name="combined-detector",
+    read=CombinedModel.load,
+    bundled=lambda slug, key: bundled_model_path(key),
+    cache=lambda slug, key: Path("combined") / slug / f"{key}.json",
+    fresh=_unfit,
+)
+"""The combined detector per (model, resolved template): bundled for the embedded model, else built and cached."""
+
+
 def cache_model_path(handle: ModelHandle, template_key: str) -> Path:
     """``<cache_dir>/combined/<slug>/<template>.json``: a combined detector built for another model."""
-    return cache_dir() / "combined" / handle.slug / f"{template_key}.json"
-
-
-_LOADED: dict[tuple[str, float], CombinedModel] = {}
+    return artifacts.cache_path(COMBINED_MODEL, handle, template_key)
 
 
 def load_model_for(handle: ModelHandle, template: str) -> CombinedModel | None:
-    """The combined model of this language model and (resolved) template, or ``None`` when none was built."""
-    key = resolve_template(template, handle.tokenizer).key
-    paths = [cache_model_path(handle, key)]
-    if handle.info.name == EMBEDDED_NAME:
-        paths.insert(0, bundled_model_path(key))
-    for path in paths:
-        if not path.is_file():
-            continue
-        stamp = (str(path), path.stat().st_mtime)
-        if stamp not in _LOADED:
-            _LOADED[stamp] = CombinedModel.load(path)
-        model = _LOADED[stamp]
-        if model.model == handle.info.name and model.template == key:
-            return model
-        logger.info("Ignoring combined model %s: made for %r / %r", path, model.model, model.template)
-    return None
+    """The combined model of this language model and (resolved) template, or ``None`` when none was built
+    (the artifact store's lookup: :func:`core.model.artifacts.find`)."""
+    return artifacts.find(COMBINED_MODEL, handle, resolve_template(template, handle.tokenizer).key)
 
 
 def _model(inp: DetectorInput) -> CombinedModel:

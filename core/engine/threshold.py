@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from core.io import asset_path, atomic_write_text, model_slug, read_user_file
+from core.model import artifacts
 from core.model.loading import EMBEDDED_NAME
 
 THRESHOLD_DIR = asset_path("thresholds")
@@ -428,7 +429,7 @@ def resolve_tau(
             return TauInForce(th, f"calibrated by you ({path.name}; {describe_mode(th)})", ORIGIN_USER)
     if not EMBEDDED_THRESHOLD.is_file():
         return TauInForce(None, "no threshold available", ORIGIN_NONE)
-    th = _bundled(EMBEDDED_THRESHOLD.stat().st_mtime).for_mode(mode)
+    th = artifacts.read(BUNDLED_TAU, EMBEDDED_THRESHOLD).for_mode(mode)
     if model_name == EMBEDDED_NAME:
         return TauInForce(
             th, f"bundled calibration: {describe_mode(th)} over {th.n_clean} clean prompts", ORIGIN_BUNDLED
@@ -438,16 +439,12 @@ def resolve_tau(
     )
 
 
-def _bundled(mtime: float) -> Threshold:
-    """The bundled τ file, read once per modification time."""
-    key = (str(EMBEDDED_THRESHOLD), mtime)
-    if key not in _BUNDLED:
-        _BUNDLED.clear()
-        _BUNDLED[key] = Threshold.load(EMBEDDED_THRESHOLD)
-    return _BUNDLED[key]
-
-
-_BUNDLED: dict[tuple[str, float], Threshold] = {}
+BUNDLED_TAU = artifacts.ArtifactKind(
+    name="repcs-tau",
+    read=lambda path: Threshold.load(path),
+    bundled=lambda slug, variant: EMBEDDED_THRESHOLD,
+)
+"""The embedded model's bundled τ (read once per modification time by the artifact store)."""
 
 
 def threshold_for(

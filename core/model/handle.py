@@ -274,6 +274,14 @@ class ModelInfo:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def is_embedded(self) -> bool:
+        """Whether this is the embedded model (the one whose calibrated files ship in ``assets/``): the one way
+        to ask, used by every per-model file lookup (:mod:`core.model.artifacts`) and :attr:`ModelHandle.slug`."""
+        from core.model.loading import EMBEDDED_NAME  # loading imports this module
+
+        return self.name == EMBEDDED_NAME
+
 
 class ModelHandle:
     """A loaded model shared by many sessions.
@@ -387,9 +395,8 @@ class ModelHandle:
     def slug(self) -> str:
         """The file-name-safe key of this model for every per-model cache file (:func:`core.io.model_slug`)."""
         from core.io import model_slug
-        from core.model.loading import EMBEDDED_NAME
 
-        return model_slug(self.info.name, self.info.source, embedded=self.info.name == EMBEDDED_NAME)
+        return model_slug(self.info.name, self.info.source, embedded=self.info.is_embedded)
 
     def decode_tokens(self, ids: list[int]) -> list[str]:
         """Each id as its own readable string (byte-level pieces decoded one by one)."""

@@ -4,7 +4,8 @@
 * computed: ``<cache_dir>/crm/<handle.slug>/<template>.npz`` (:func:`cache_basis_path`, :func:`core.io.cache_dir`).
 
 A stored basis made for another model, template or version of the bundled calibration prompts is ignored.
-Loaded bases are kept in memory per (path, modification time), so the app reads each file once.
+The lookup, the memo (per path and modification time) and the lock are the artifact store's
+(:data:`CRM_BASIS`, :func:`core.model.artifacts.find`).
 """
 
 from __future__ import annotations
@@ -13,16 +14,15 @@ import logging
 import threading
 from pathlib import Path
 
-from core.io import asset_path, cache_dir
+from core.io import asset_path
 from core.methods.crm.basis import CrmBasis
 from core.methods.crm.prompts import CALIBRATION_PROMPTS, load_calibration_prompts, prompt_set_digest
+from core.model import artifacts
 from core.model.handle import ModelHandle
-from core.model.loading import EMBEDDED_NAME
 from core.model.prompts import resolve_template
 
 logger = logging.getLogger(__name__)
 
-_LOADED: dict[tuple[str, float], CrmBasis] = {}
 _DIGESTS: dict[tuple[str, float], str | None] = {}
 _LOCK = threading.Lock()
 
@@ -39,15 +39,7 @@ def bundled_basis_path(template_key: str) -> Path:
 
 def cache_basis_path(handle: ModelHandle, template: str = "auto") -> Path:
     """The per-model disk cache of a computed basis: ``<cache_dir>/crm/<handle.slug>/<template>.npz``."""
-    return cache_dir() / "crm" / handle.slug / f"{template_key(handle, template)}.npz"
-
-
-def _read_cached(path: Path) -> CrmBasis:
-    key = (str(path), path.stat().st_mtime)
-    with _LOCK:
-        if key not in _LOADED:
-            _LOADED[key] = CrmBasis.load(path)
-        return _LOADED[key]
+    return artifacts.cache_path(CRM_BASIS, handle, template_key(handle, template))
 
 
 def _bundled_digest() -> str | None:
@@ -78,27 +70,20 @@ def unusable_reason(basis: CrmBasis, handle: ModelHandle, template_key: str, dig
     return None
 
 
+CRM_BASIS = artifacts.ArtifactKind(
+    name="crm-basis",
+    read=CrmBasis.load,
+    bundled=lambda slug, key: bundled_basis_path(key),
+    cache=lambda slug, key: Path("crm") / slug / f"{key}.npz",
+    fresh=lambda basis, handle, key: unusable_reason(basis, handle, key, _bundled_digest()),
+)
+"""A CRM basis per (model, resolved template): bundled for the embedded model, else computed and cached."""
+
+
 def load_basis(handle: ModelHandle, template: str = "auto") -> CrmBasis | None:
     """The CRM basis of this model and template, or ``None`` when none has been computed.
 
     Looks at the bundled NPZ for the embedded model, then at the per-model disk cache. A stored basis made
     for another model, template or version of the bundled calibration prompts is ignored (with a log message).
     """
-    key = template_key(handle, template)
-    digest = _bundled_digest()
-    paths = [cache_basis_path(handle, key)]
-    if handle.info.name == EMBEDDED_NAME:
-        paths.insert(0, bundled_basis_path(key))
-    for path in paths:
-        if not path.is_file():
-            continue
-        try:
-            basis = _read_cached(path)
-        except (OSError, ValueError, KeyError) as exc:
-            logger.warning("Ignoring unreadable CRM basis %s: %s", path, exc)
-            continue
-        reason = unusable_reason(basis, handle, key, digest)
-        if reason is None:
-            return basis
-        logger.info("Ignoring CRM basis %s: %s", path, reason)
-    return None
+    return artifacts.find(CRM_BASIS, handle, template_key(handle, template))

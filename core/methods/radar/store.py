@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from core.io import EMBEDDED_SLUG, atomic_write_json, atomic_write_text, cache_dir
+from core.io import EMBEDDED_SLUG, atomic_write_json, atomic_write_text
 from core.methods.radar.features import FEATURE_NAMES, FEATURE_VERSION, feature_vector
 from core.methods.radar.prompts import RADAR_DIR, RECALL, RadarPrompt, load_prompt_sets, prompts_signature
 from core.methods.radar.trace import extract_features
+from core.model import artifacts
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
 
@@ -75,7 +76,7 @@ class FeatureTable:
 
 def feature_cache_path(handle: ModelHandle) -> Path:
     """Where this model's features are cached on disk (CSV; its metadata sits next to it as JSON)."""
-    return cache_dir() / "radar" / f"{handle.slug}.csv"
+    return artifacts.cache_path(RADAR_FEATURES, handle)
 
 
 def _meta_path(csv_path: Path) -> Path:
@@ -135,27 +136,31 @@ def _meta_matches(meta: dict[str, Any], expected: dict[str, Any]) -> bool:
     return all(meta.get(k) == expected.get(k) for k in keys)
 
 
+def _stale(table: FeatureTable, handle: ModelHandle, _variant: str) -> str | None:
+    if _meta_matches(table.meta, expected_meta(handle, table.prompts)):
+        return None
+    return "stale (model, version or prompt sets changed)"
+
+
+RADAR_FEATURES = artifacts.ArtifactKind(
+    name="radar-features",
+    read=lambda path: read_feature_table(path, load_prompt_sets()),
+    bundled=lambda slug, variant: EMBEDDED_FEATURES_PATH,
+    cache=lambda slug, variant: Path("radar") / f"{slug}.csv",
+    fresh=_stale,
+    memo=False,
+)
+"""RADAR's feature table of the bundled prompts: shipped for the embedded model, else extracted and cached."""
+
+
 def cached_feature_table(handle: ModelHandle, prompts: Sequence[RadarPrompt] | None = None) -> FeatureTable | None:
     """This model's features of the bundled sets if they are on disk and current, else ``None``.
 
-    The embedded model's ship in ``assets/radar/features``; any model's are looked up in the user cache.
+    The embedded model's ship in ``assets/radar/features``; any model's are looked up in the user cache
+    (:data:`RADAR_FEATURES`, :func:`core.model.artifacts.find`).
     """
-    prompts = list(prompts) if prompts is not None else load_prompt_sets()
-    expected = expected_meta(handle, prompts)
-    candidates = [EMBEDDED_FEATURES_PATH] if handle.slug == EMBEDDED_SLUG else []
-    candidates.append(feature_cache_path(handle))
-    for path in candidates:
-        if not path.is_file():
-            continue
-        try:
-            table = read_feature_table(path, prompts)
-        except ValueError as exc:
-            logger.warning("Ignoring RADAR feature cache %s: %s", path, exc)
-            continue
-        if _meta_matches(table.meta, expected):
-            return table
-        logger.info("RADAR feature cache %s is stale (model, version or prompt sets changed)", path)
-    return None
+    rows = list(prompts) if prompts is not None else load_prompt_sets()
+    return artifacts.find(RADAR_FEATURES, handle, read_with=lambda path: read_feature_table(path, rows))
 
 
 def extract_feature_table(
