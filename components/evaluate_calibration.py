@@ -114,7 +114,11 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         st.error(escape_markdown(str(exc)))
         return
     m = st.columns(4)
-    m[0].metric("τ (nats)", f"{report.tau:.3f}", help=f"{alpha:g}-quantile of Z over {report.n_calibration} clean rows")
+    m[0].metric(
+        "τ (nats)",
+        f"{report.tau:.3f}",
+        help=f"{alpha:g}-quantile of Z over {report.n_calibration} clean rows (the paper's one τ; τ(L) is below)",
+    )
     m[1].metric(
         "Held-out FPR",
         "–" if report.fpr_heldout is None else f"{report.fpr_heldout:.1%}",
