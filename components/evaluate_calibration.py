@@ -117,7 +117,8 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
     m[0].metric(
         "τ (nats)",
         f"{report.tau:.3f}",
-        help=f"{alpha:g}-quantile of Z over {report.n_calibration} clean rows (the paper's one τ; τ(L) is below)",
+        help=f"{alpha:g}-quantile of Z over {report.n_calibration} clean rows (the paper's one constant τ)"
+        + ("; the length-aware τ(L) is below" if report.threshold.length_tau is not None else ""),
     )
     m[1].metric(
         "Held-out FPR",
