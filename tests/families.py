@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from core.model.families import ALIBI, FUSED_QKV, TIED
 from tests.conftest import make_byte_tokenizer
 
 D, FF, HEADS, KV, LAYERS, HEAD_DIM, MAX_POS = 32, 64, 4, 2, 2, 8, 512
@@ -201,6 +202,21 @@ FAMILY_CONFIGS: dict[str, Callable[[int], Any]] = {
     ),
     "smollm3": lambda v: _llama_like("SmolLM3Config", v, no_rope_layer_interval=2, tie_word_embeddings=True),
 }
+
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "falcon_alibi": ("falcon", (ALIBI, FUSED_QKV, TIED)),
+}
+"""Second configurations of a family whose quirks are config switches: key → (family key, the quirks it has).
+Falcon-RW uses ALiBi and a sequential residual where Falcon-7B/40B use rotary, multi-query and a parallel one."""
+
+
+def _falcon_alibi(vocab: int) -> Any:
+    config = _falcon(vocab)
+    config.alibi, config.parallel_attn, config.multi_query, config.bias = True, False, False, True
+    return config
+
+
+FAMILY_CONFIGS["falcon_alibi"] = _falcon_alibi
 
 NO_CHAT_TEMPLATE = frozenset({"gpt2", "gptj", "opt", "bloom"})
 """Families whose tiny tokenizer is saved without a chat template (as their base checkpoints ship)."""

@@ -104,9 +104,9 @@ FAMILIES: dict[str, Family] = {
         Family(
             "falcon",
             "Falcon",
-            "tiiuae/falcon-rw-1b",
+            "tiiuae/falcon-7b-instruct",
             (MQA, FUSED_QKV, PARALLEL, TIED),
-            notes="parallel residual (parallel_attn) and ALiBi (alibi) are config switches",
+            notes="parallel residual (parallel_attn) and ALiBi (alibi, Falcon-RW) are config switches, both tested",
         ),
         Family(
             "opt", "OPT", "facebook/opt-125m", (LEARNED_POS, TIED), {"mlp_split": INLINE_MLP_REASON.format(name="OPT")}

@@ -28,11 +28,11 @@ from core.model import families
 from core.model.families import FAMILIES, support
 from core.model.lens import lens_log_probs, lens_logits
 from core.model.parts import model_parts
-from tests.families import FAMILY_CONFIGS, NO_CHAT_TEMPLATE, save_family
+from tests.families import FAMILY_CONFIGS, NO_CHAT_TEMPLATE, VARIANTS, save_family
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-KEYS = sorted(FAMILIES)
+KEYS = sorted(FAMILIES) + sorted(VARIANTS)
 PENDING_LENSES = ("lookback_lens", "redeep")
 """Issue 24's lenses: add one test per lens below (run on every family of ``KEYS``) when they exist."""
 
@@ -102,7 +102,8 @@ def _hf(handle, ids, **kw):
 
 def test_the_table_covers_the_matrix_and_the_docs_render_it():
     assert len(FAMILIES) >= 14
-    assert set(FAMILY_CONFIGS) == set(FAMILIES), "every family of the table has a tiny model, and only those"
+    assert set(FAMILY_CONFIGS) == set(FAMILIES) | set(VARIANTS), "every family of the table has a tiny model"
+    assert {family for family, _ in VARIANTS.values()} <= set(FAMILIES)
     from core.io import REPO_ROOT
 
     doc = (REPO_ROOT / "docs" / "families.md").read_text(encoding="utf-8")
@@ -113,10 +114,11 @@ def test_the_table_covers_the_matrix_and_the_docs_render_it():
 
 def test_stated_refusals_match_the_model(fam):
     key, handle = fam
-    family = FAMILIES[key]
+    family_key, quirks = VARIANTS.get(key, (key, None))
+    family = FAMILIES[family_key]
     found = support(handle.model, handle.tokenizer)
     assert found.family is family
-    assert set(family.quirks) <= found.quirks, f"{key}: the tiny model lacks a quirk of the table"
+    assert set(quirks or family.quirks) <= found.quirks, f"{key}: the tiny model lacks a quirk of the table"
     # a refusal of the table is a refusal of the model, and the mlp split is refused exactly where the layers
     # add attention and MLP to one input or have no MLP module
     assert set(family.refusals) <= set(found.unavailable)
