@@ -222,8 +222,9 @@ def first_example(tree: Path = ROOT) -> dict[str, str]:
     return json.loads((tree / "assets" / "examples" / "examples.json").read_text(encoding="utf-8"))[0]
 
 
-def browser_checks(url: str) -> tuple[str, str, float]:
-    """Landing title, then the first example on the Dual Path page to a verdict; returns (title, verdict, s)."""
+def browser_checks(url: str) -> tuple[str, float, str, float]:
+    """Landing title, then the first example on the Dual Path page to a verdict; returns (title, seconds to
+    paint it, verdict, seconds from the click on Run to the verdict)."""
     chromium = shutil.which("chromium")
     if chromium is None:
         raise RuntimeError("Debian's chromium is not on PATH (`make browser`)")
@@ -235,9 +236,11 @@ def browser_checks(url: str) -> tuple[str, str, float]:
         try:
             page = browser.new_context(viewport={"width": 1440, "height": 1100}).new_page()
             page.set_default_timeout(300_000)
+            opened = time.monotonic()
             page.goto(url)
             heading = page.get_by_role("heading", name="Read or Recall").first
             heading.wait_for()
+            painted = time.monotonic() - opened
             title = heading.inner_text().strip()
             page.screenshot(path=str(OUT / "landing.png"))
 
@@ -248,7 +251,7 @@ def browser_checks(url: str) -> tuple[str, str, float]:
             sidebar = page.locator('[data-testid="stSidebar"]').inner_text()
             if "Public mode" not in sidebar:
                 raise RuntimeError("the sidebar does not say public mode")
-            page.get_by_text("Pick an example to fill in").first.click()
+            page.get_by_role("combobox", name="Example").click()  # the placeholder is an <input> attribute
             page.get_by_role("option", name=re.compile(re.escape(example["title"]))).first.click()
             page.wait_for_timeout(1500)
             page.wait_for_function(idle, timeout=120_000)
@@ -265,7 +268,7 @@ def browser_checks(url: str) -> tuple[str, str, float]:
             seconds = time.monotonic() - start
             page.wait_for_function(idle, timeout=600_000)
             page.screenshot(path=str(OUT / "dual_path.png"), full_page=True)
-            return title, verdict.inner_text().strip(), seconds
+            return title, painted, verdict.inner_text().strip(), seconds
         finally:
             browser.close()
 
@@ -305,8 +308,12 @@ def run_checks(podman: Podman, url: str, tree: Path) -> list[tuple[str, bool, st
     record("off-allow-list model refused", done.returncode == 0 and len(refused) == 3, "; ".join(lines) or done.stderr)
 
     try:
-        title, verdict, seconds = browser_checks(url)
-        record("landing page title (chromium)", title == "Read or Recall", repr(title))
+        title, painted, verdict, seconds = browser_checks(url)
+        record(
+            "landing page title (chromium)",
+            title == "Read or Recall",
+            f"{title!r} painted {painted:.1f} s after opening",
+        )
         record("Dual Path example to a verdict", True, f"{verdict!r} in {seconds:.0f} s")
     except Exception as exc:  # noqa: BLE001 - reported as a failed check with the page's own message
         record("browser (landing title, Dual Path verdict)", False, f"{type(exc).__name__}: {str(exc)[:1500]}")
