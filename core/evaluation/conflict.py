@@ -283,7 +283,7 @@ def build_conflict_set(
         facts: the fact list (may be empty when ``extra_rows`` are given).
         extra_rows: NQ-Swap rows, the project's rows (:mod:`core.evaluation.conflict_sources`).
         extra_left_out: counts of source records dropped before any model call (e.g. NQ-Swap's), by reason.
-        cache: no-context answers already generated (the retrieval answers are not cached).
+        cache: answers already generated (keyed by prompt text: no-context and with-context prompts differ).
         pool: the facts whose objects the counterfactual objects are drawn from (default: ``facts``; give the
             whole list when ``facts`` is a sample of it).
 
@@ -300,7 +300,12 @@ def build_conflict_set(
         rows, remembered = fact_rows(handle, facts, options, counts, cache=cache, progress=progress, pool=pool)
     rows += list(extra_rows)
     answers = generate_answers(
-        handle, [(r.query, r.context) for r in rows], options, stage="answers with context", progress=progress
+        handle,
+        [(r.query, r.context) for r in rows],
+        options,
+        stage="answers with context",
+        cache=cache,
+        progress=progress,
     )
     kept: list[dict[str, str]] = []
     by_kind: dict[str, dict[str, int]] = {}

@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="answers generated together (default 16)")
     p.add_argument("--seed", type=int, default=0, help="seed of the samples, the counterfactual objects and the split")
     p.add_argument("--calibration-fraction", type=float, default=0.5, help="share of subjects in the calibration split")
-    p.add_argument("--cache", default=None, help="JSON file caching the no-context answers between runs")
+    p.add_argument("--cache", default=None, help="JSON file caching the model's answers between runs")
     p.add_argument("--attribution", default=None, help="a text file appended to the README (sources and licenses)")
     p.add_argument("--model", default=None, help="hub id or local folder (default: the embedded SmolLM2)")
     p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")

@@ -94,4 +94,5 @@ def test_a_run_with_the_tiny_model_writes_the_set_and_prints_the_counts(
     counts = json.loads((out / "counts.json").read_text(encoding="utf-8"))
     assert counts["meta"]["seed"] == 2 and counts["counts"]["facts"] == 2
     assert "## Counts" in (out / "README.md").read_text(encoding="utf-8")
-    assert len(json.loads(cache.read_text(encoding="utf-8"))["answers"]) == 2
+    answered = counts["counts"]["rows_answered"]
+    assert len(json.loads(cache.read_text(encoding="utf-8"))["answers"]) == 2 + answered  # every answer cached

@@ -1,0 +1,97 @@
+"""The Evaluate page's AUCs against behavior labels (issue 23): what each detector's score says about what the
+model *did*, on a knowledge-conflict set or a behavior-labeled set.
+
+Each row's label comes from its own retrieval answer (:func:`core.evaluation.behavior.behavior_report`): the
+context's object and not the remembered one → read, the remembered one and not the context's → recalled, the
+rest left out. The maths is in :mod:`core.evaluation.behavior`; this module builds the tables and draws them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from components import widgets
+from core.evaluation import resolve_detectors
+from core.evaluation.behavior import behavior_report, behavior_table
+
+N_BOOT_PAGE = 1000
+
+
+def agreement_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
+    """One row per subset: the classes and how often the headline verdict matches the behavior."""
+    rows = []
+    for key, sub in ((report or {}).get("subsets") or {}).items():
+        v = sub["verdict"]
+        rows.append(
+            {
+                "subset": key,
+                "what": sub["description"],
+                "read": sub["n_read"],
+                "recalled": sub["n_recalled"],
+                "verdict matches": v["match_rate"],
+                "inconclusive": v["inconclusive_rate"],
+                "matches on read rows": v["per_behavior"]["read"]["match_rate"],
+                "matches on recalled rows": v["per_behavior"]["recalled"]["match_rate"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def auc_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Detectors × subsets: AUC and its 95 % CI against behavior labels (empty when there is nothing)."""
+    return pd.DataFrame(behavior_table(report))
+
+
+def draw_behavior_aucs(records: Sequence[Mapping[str, Any]], detector_names: Sequence[str], *, key: str) -> None:
+    """The AUC table and the verdict agreement of ``records`` against behavior labels (nothing to draw without
+    ``answer_context`` / ``answer_memory``). ``key`` prefixes the widget keys
+    (:data:`components.keys.EVAL_BEHAVIOR_CONFLICT` or :data:`components.keys.EVAL_BEHAVIOR_MAIN`)."""
+    report = behavior_report(records, resolve_detectors(list(detector_names)), n_boot=N_BOOT_PAGE)
+    if report is None:
+        return
+    left = ", ".join(f"{n} {k}" for k, n in sorted(report["left_out"].items())) or "none"
+    st.markdown("**AUC against the model's behavior**")
+    st.caption(
+        "Labels from each row's own retrieval answer: the context's object and not the remembered one → read, "
+        "the remembered object and not the context's → recalled (the positive class); rows whose answer names "
+        f"neither or both are left out ({left}). Conflict rows alone compare two behaviors under one kind of "
+        "context; the whole set mixes context constructions. Fitted detectors have a score only where the run "
+        "fitted them out of fold. The CI is a percentile bootstrap over rows (1,000 resamples, seed 42)."
+    )
+    agreement = agreement_frame(report)
+    if agreement.empty:
+        st.info("No row has a read/recalled label yet.")
+        return
+    st.dataframe(
+        agreement,
+        hide_index=True,
+        key=f"{key}.agreement",
+        column_config=widgets.fitted_columns(
+            agreement,
+            pinned=("subset",),
+            text=("what",),
+            numbers=dict.fromkeys(
+                ("verdict matches", "inconclusive", "matches on read rows", "matches on recalled rows"), "%.2f"
+            ),
+        ),
+    )
+    table = auc_frame(report)
+    subsets = list(dict.fromkeys(table["subset"]))
+    choice = st.selectbox("Rows", subsets, key=f"{key}.subset")
+    shown = table[table["subset"] == choice].drop(columns=["subset"])
+    st.dataframe(
+        shown,
+        hide_index=True,
+        key=f"{key}.auc",
+        column_config=widgets.fitted_columns(
+            shown,
+            pinned=("detector",),
+            text=("note",),
+            numbers=dict.fromkeys(("AUC", "AUC 95% CI low", "AUC 95% CI high"), "%.3f"),
+        ),
+    )
+    widgets.download(st, "Behavior AUCs (CSV)", table.to_csv(index=False), "behavior_aucs.csv", key=f"{key}.csv")
