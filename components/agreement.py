@@ -94,13 +94,17 @@ COLUMNS = {
     "score": st.column_config.TextColumn("score", width="small"),
     "threshold": st.column_config.TextColumn("threshold", width="small"),
     "direction": st.column_config.TextColumn("direction", width="small", help="What a higher score means"),
-    "threshold from": st.column_config.TextColumn("where the threshold comes from", width="medium"),
+    "threshold from": st.column_config.TextColumn("where the threshold comes from", width="large"),
     "measures": st.column_config.TextColumn("what it measures", width="medium"),
 }
 """Column widths that fit the page at 1280 px and more (a cut cell shows its whole text on hover, and the
 result JSON has every field)."""
-ROW_PX = 35
-"""Height of one data-grid row: the table is drawn tall enough to show every detector without scrolling."""
+ROW_PX = 72
+"""Height of one data-grid row, three lines: the grid wraps a cell's text only in rows taller than 64 px, so the
+threshold's source is read whole instead of cut ("bundled calibration: 5%-quantile o…"). The table is drawn
+tall enough to show every detector without scrolling."""
+HEADER_PX = 35
+"""Height of the grid's header row."""
 
 
 def _compute(handle: ModelHandle, result: DualPathResult) -> tuple[Agreement, DetectorInput]:
@@ -145,7 +149,9 @@ def _draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | 
         store.put(tag, (agreement, inp))
     st.info(agreement.summary)
     frame = table(agreement.verdicts)
-    st.dataframe(frame, hide_index=True, column_config=COLUMNS, height=ROW_PX * (len(frame) + 1) + 3)
+    st.dataframe(
+        frame, hide_index=True, column_config=COLUMNS, row_height=ROW_PX, height=HEADER_PX + ROW_PX * len(frame) + 3
+    )
     _links(agreement)
     _costly(agreement, inp, tag)
     return agreement

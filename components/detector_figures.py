@@ -177,6 +177,10 @@ def _rows(n: int, per_row: int) -> list[range]:
     return [range(start, min(n, start + per_row)) for start in range(0, n, per_row)]
 
 
+MIN_TEXT_FIGURE_PX = 220
+"""The colored-text figure's least height: room for its colour bar's labels and title."""
+
+
 def ads_text_figure(
     result: SMAResult, labels: Sequence[str], *, per_row: int = 10, value: str = "ads", height_per_row: int = 46
 ) -> go.Figure:
@@ -227,14 +231,21 @@ def ads_text_figure(
             zmax=limit,
             xgap=3,
             ygap=3,
-            colorbar={"title": {"text": title}},
+            # the title runs up the bar's right side and few ticks are labelled: on a short figure a title on
+            # top and a tick per step overlapped each other
+            colorbar={
+                "title": {"text": title, "side": "right"},
+                "nticks": 5,
+                "thickness": 14,
+                "tickfont": {"size": 10},
+            },
             hovertemplate="%{customdata[0]}<br>β on = %{customdata[1]}<br>β off = %{customdata[2]}"
             "<br>ADS = %{customdata[3]}<br>%{customdata[4]}<extra></extra>",
         )
     )
     set_layout(
         fig,
-        height=max(120, 70 + height_per_row * len(rows)),
+        height=max(MIN_TEXT_FIGURE_PX, 70 + height_per_row * len(rows)),
         top=30,
         bottom=10,
         left=10,

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import escape_label
+from components.figures import escape_label, top_legend
 from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH
 
 PALETTE = (
@@ -375,8 +375,12 @@ def length_rates_figure(rows: Sequence[dict[str, Any]], alpha: float, *, height:
     fig.add_hline(y=alpha, line={"color": "#c0392b", "dash": "dash"}, row=1, col=1)
     fig.update_yaxes(tickformat=".0%", range=[0, 1])
     fig.update_xaxes(title_text="scored answer tokens L")
+    # the legend goes below the x-axis titles (a horizontal legend's default spot is over them)
     fig.update_layout(
-        height=height, barmode="group", margin={"l": 20, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h"}
+        height=height + 40,
+        barmode="group",
+        margin={"l": 20, "r": 20, "t": 50, "b": 100},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0},
     )
     return fig
 
@@ -456,9 +460,9 @@ def length_tau_figure(
                 )
     fig.update_layout(
         height=height,
-        margin={"l": 20, "r": 20, "t": 30, "b": 50},
+        margin={"l": 20, "r": 20, "t": 60, "b": 50},
         xaxis={"title": "scored answer tokens L = min(T, answer length)", "type": "log"},
         yaxis={"title": "Z (nats)", "type": "log"},
-        legend={"orientation": "h"},
+        legend=top_legend(),  # above the plot: a horizontal legend's default spot is over the x-axis title
     )
     return fig

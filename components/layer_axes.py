@@ -17,8 +17,11 @@ from components.figures import KL_COLOR, two_rows
 FLAG_COLOR = "#c0392b"
 """Flagged layers and the selected head."""
 LENS_KL_TITLE = "logit-lens KL(P_rag,ℓ ‖ P_para,ℓ) (nats)"
-MAX_AXIS_LABELS = 120
-"""Above this many tokens on an axis only every k-th gets a tick label (all stay in the hover)."""
+MAX_AXIS_LABELS = 36
+"""Above this many tokens on an axis only every k-th gets a tick label (all stay in the hover): a chart at
+1,024 px has room for about 36 slanted or stacked token labels (~14 px each) before they overlap."""
+MAX_TICK_CHARS = 14
+"""A tick label longer than this is cut with "…" (the hover shows the whole token)."""
 
 
 def row_label(row: int) -> str:
@@ -36,7 +39,19 @@ def token_ticks(labels: Sequence[str]) -> dict[str, Any]:
     n = len(labels)
     stride = max(1, int(np.ceil(n / MAX_AXIS_LABELS)))
     vals = list(range(0, n, stride))
-    return {"tickmode": "array", "tickvals": vals, "ticktext": [labels[i] for i in vals]}
+    text = [_short(labels[i]) for i in vals]
+    return {"tickmode": "array", "tickvals": vals, "ticktext": text, "tickfont": {"size": 11}, "automargin": True}
+
+
+def _short(label: str) -> str:
+    """A tick label cut to :data:`MAX_TICK_CHARS` characters (an escaped entity is never cut in half)."""
+    if len(label) <= MAX_TICK_CHARS:
+        return label
+    cut = label[: MAX_TICK_CHARS - 1]
+    amp = cut.rfind("&")
+    if amp != -1 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    return cut + "…"
 
 
 def lens_kl_rows(top_title: str, lens_kl: np.ndarray, *, row_heights: Sequence[float] | None = None) -> go.Figure:

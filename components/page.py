@@ -87,6 +87,7 @@ def open_page(title: str | None = None) -> PageContext:
         this session loaded last (else the embedded one), so its inputs stay where they were; the returned
         ``config`` names that model. Only when no model loads at all does the page stop after the message.
     """
+    _use_the_apps_navigation()
     st.set_page_config(page_title=page_title(title), layout="wide")
     inputs.use_app_style()
     state.begin_run()
@@ -98,6 +99,29 @@ def open_page(title: str | None = None) -> PageContext:
     widgets.draw_model_facts(handle)
     url_state.sync()
     return PageContext(config=config, handle=handle)
+
+
+def _use_the_apps_navigation() -> None:
+    """Make sure app.py's ``st.navigation`` names the pages (the landing page "Start", not "app").
+
+    Streamlit decides once per server process whether the ``pages/`` folder is an old-style page list: it is
+    while no run has called ``st.navigation`` yet. When the first run after a start is a view's URL
+    (``/Dual_Path``), Streamlit runs that view directly, app.py's navigation is skipped and the sidebar lists
+    the folder's file names. This turns the old style off and reruns, through app.py, on the same page. It
+    does nothing under app.py's own navigation, or when the app's main script is not app.py (a test that
+    opens one page's script).
+    """
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.pages_manager import PagesManager  # Streamlit's own switch; no public equivalent
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    main = getattr(getattr(ctx, "pages_manager", None), "main_script_path", "") or ""
+    # only under a real server: AppTest re-decides the folder's style at every run (its runtime is a mock)
+    served = Runtime.exists() and type(Runtime.instance()) is Runtime
+    if served and PagesManager.uses_pages_directory and str(main).endswith("app.py"):
+        PagesManager.uses_pages_directory = False
+        st.rerun()
 
 
 def _handle_or_fallback(config: AppConfig) -> tuple[ModelHandle, AppConfig]:
