@@ -17,6 +17,7 @@ import streamlit as st
 
 from components import evaluate_figures as ef
 from components import keys, state, widgets
+from components.evaluate_behavior import draw_behavior_aucs
 from components.evaluate_jobs import draw_run_controls, job, run_job
 from components.text import count, escape_markdown
 from components.threshold_state import (
@@ -33,6 +34,7 @@ from core.evaluation import (
     build_report,
     read_conflict_csv,
 )
+from core.evaluation.behavior import has_behavior_columns
 from core.evaluation.data import CONFLICT_FILE
 from core.evaluation.sample_size import small_sample_message
 from core.model.handle import ModelHandle
@@ -191,11 +193,18 @@ def draw_robustness_tab(main_job: EvaluationJob | None, summary: dict | None) ->
     st.dataframe(ef.robustness_frame(table), hide_index=True, key=keys.EVAL_ROBUSTNESS_TABLE)
 
 
-def draw_conflict_tab(handle: ModelHandle) -> None:
+def draw_conflict_tab(handle: ModelHandle, main_rows: list[dict[str, Any]] | None = None) -> None:
+    """The conflict set's run, its follow counts and its AUCs against behavior; with ``main_rows`` (the main
+    evaluation's rows, fitted detectors' scores out of fold) from a behavior-labeled set, their AUCs too."""
+    main_job = job(keys.EVAL_JOB_MAIN)
+    if main_rows and main_job is not None and has_behavior_columns(main_rows):
+        st.markdown(f"**The evaluated set ({escape_markdown(main_job.spec.dataset or 'unnamed')})**")
+        draw_behavior_aucs(main_rows, main_job.spec.detectors, key=keys.EVAL_BEHAVIOR_MAIN)
+        st.divider()
     st.caption(
         "Each context contradicts a well-known fact. Which source does the answer repeat — the context's claim "
-        "or the remembered fact? And how does each detector score these rows? There is no ground-truth label "
-        "here: a model that follows the context *read* it; one that repeats the fact *recalled* it."
+        "or the remembered fact? And how does each detector score these rows? The label is the model's own "
+        "behavior: an answer that follows the context *read* it; one that repeats the fact *recalled* it."
     )
     if not CONFLICT_FILE.is_file():
         st.info("The bundled conflict set (assets/probes/conflict.csv) is not installed.")
@@ -225,6 +234,7 @@ def draw_conflict_tab(handle: ModelHandle) -> None:
     if not records:
         return
     st.dataframe(ef.conflict_counts(records), hide_index=True, key=keys.EVAL_CONFLICT_COUNTS)
+    draw_behavior_aucs(records, conflict_job.spec.detectors, key=keys.EVAL_BEHAVIOR_CONFLICT)
     names = [n for n in conflict_job.spec.detectors if any(r["scores"].get(n) is not None for r in records)]
     if names:
         name = st.selectbox("Detector", names, key=keys.EVAL_CONFLICT_DETECTOR, format_func=detector_label)

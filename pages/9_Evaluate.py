@@ -301,7 +301,7 @@ def draw_results(handle: ModelHandle) -> None:
     with tabs[3]:
         et.draw_robustness_tab(main_job, summary if records else None)
     with tabs[4]:
-        et.draw_conflict_tab(handle)
+        et.draw_conflict_tab(handle, rows if records else None)
 
 
 def main() -> None:
