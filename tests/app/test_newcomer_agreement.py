@@ -63,6 +63,10 @@ def test_the_dual_path_page_shows_every_cheap_detector_with_its_verdict_and_page
     ok(at.button(key=next(b.key for b in run_buttons if b.label == "Run CRM L1")).click().run())
     df = _agreement_table(at)
     assert "CRM L1" in list(df["detector"]), "a costly detector's verdict joins the table"
+    caption = next(c.value for c in at.caption if c.value.startswith("Each detector's page"))
+    assert caption.count("CRM L1") == 1, "a detector that ran is linked once (issue 26)"
+    table = next(d for d in at.dataframe if "threshold from" in d.value.columns)
+    assert table.proto.row_height > 64, "rows tall enough that the grid wraps the threshold's source (issue 26)"
     assert not any(b.label == "Run CRM L1" for b in at.button if b.key and b.key.startswith(keys.AGREEMENT_RUN))
 
 
