@@ -8,13 +8,22 @@ Modules, one layer each:
   :class:`StreamEvent`), :func:`teacher_forced_logits`, :func:`teacher_forced_logits_batch`;
 * :mod:`~core.engine.scoring` — :func:`score_paths` (KL, entropies, top-k) and :func:`build_result`;
 * :mod:`~core.engine.dual_path` — :func:`run_dual_path`, the protocol for one row;
-* :mod:`~core.engine.batch` — :func:`score_batch` / :func:`score_rows`, the same protocol for many rows;
+* :mod:`~core.engine.batch` — the one core :func:`score_prepared` (B rows: one generate, one forward) and
+  :func:`score_batch` / :func:`score_rows` with a :class:`ScoreRequest`; one row is a batch of one;
 * :mod:`~core.engine.result` — :class:`DualPathResult` and its JSON form.
 
 Import the public names from here: ``from core.engine import DualPathSettings, run_dual_path``.
 """
 
-from core.engine.batch import DEFAULT_BATCH_SIZE, MAX_BATCH_TOKENS, plan_batches, score_batch, score_rows
+from core.engine.batch import (
+    DEFAULT_BATCH_SIZE,
+    MAX_BATCH_TOKENS,
+    ScoreRequest,
+    plan_batches,
+    score_batch,
+    score_prepared,
+    score_rows,
+)
 from core.engine.dual_path import run_dual_path
 from core.engine.generation import (
     SCORING,
@@ -57,6 +66,7 @@ __all__ = [
     "PathStats",
     "PreparedPrompts",
     "Prompt",
+    "ScoreRequest",
     "StreamEvent",
     "build_result",
     "calibration_mismatch",
@@ -68,6 +78,7 @@ __all__ = [
     "run_dual_path",
     "score_batch",
     "score_paths",
+    "score_prepared",
     "score_rows",
     "teacher_forced_logits",
     "teacher_forced_logits_batch",

@@ -39,15 +39,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from core.engine.generation import generate_greedy, teacher_forced_logits_batch
-from core.engine.prepare import prepare_prompts
-from core.engine.result import DualPathResult
+from core.engine.generation import (
+    SCORING,
+    EventCallback,
+    StreamEvent,
+    generate_greedy,
+    teacher_forced_logits_batch,
+)
+from core.engine.prepare import PreparedPrompts, prepare_prompts
+from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
 from core.engine.scoring import (
     NOT_GENERATED,
     Answer,
@@ -113,67 +119,86 @@ def _score_row(
     return _concat(parts, PathScores)
 
 
-def score_batch(
-    handle: ModelHandle,
-    items: Sequence[tuple[str, str]],
-    settings: DualPathSettings | None = None,
-    *,
-    threshold: Threshold | None = None,
-    threshold_source: str | None = None,
-    free_parametric: bool = False,
-    noise_sigmas: Sequence[float] = (),
-    noise_seed: int = 0,
-) -> list[DualPathResult]:
-    """Score one batch of (query, context) rows: one batched generate + one batched teacher-forced forward.
+@dataclass(frozen=True)
+class ScoreRequest:
+    """What a scoring call is asked for, besides its rows: one object instead of a fan-out of keyword arguments.
 
-    Args:
-        items: ``(query, context)`` pairs, validated like :func:`core.engine.prepare.prepare_prompts` (a bad row raises
-            ``ValueError`` before any model call).
+    Attributes:
+        settings: the dual-path settings.
+        threshold, threshold_source: τ to apply and where it comes from (default: the τ in force for the model,
+            resolved once per call by :meth:`resolved`).
         free_parametric: also generate each row's parametric answer (its prompts join the same batched
             ``generate``); scoring never needs it, display and the conflict set do.
         noise_sigmas: σ values for the RePCS Table IV robustness scores Z_σ (see :mod:`core.maths.noise`); the
             noise of a row depends only on ``noise_seed`` and the row's text, not on the batch.
+        noise_seed: the seed of that noise.
+    """
+
+    settings: DualPathSettings = field(default_factory=DualPathSettings)
+    threshold: Threshold | None = None
+    threshold_source: str | None = None
+    free_parametric: bool = False
+    noise_sigmas: tuple[float, ...] = ()
+    noise_seed: int = 0
+
+    @classmethod
+    def of(cls, settings: DualPathSettings | ScoreRequest | None = None, **options: Any) -> ScoreRequest:
+        """A request from settings and keyword options (or the request itself, with ``options`` replaced)."""
+        if "noise_sigmas" in options:
+            options["noise_sigmas"] = tuple(float(x) for x in options["noise_sigmas"])
+        if isinstance(settings, ScoreRequest):
+            return replace(settings, **options) if options else settings
+        return cls(settings=settings or DualPathSettings(), **options)
+
+    def resolved(self, handle: ModelHandle) -> ScoreRequest:
+        """This request with τ and its source resolved (:func:`core.engine.scoring.resolve_threshold`)."""
+        threshold, source = resolve_threshold(handle, self.threshold, self.threshold_source)
+        return replace(self, threshold=threshold, threshold_source=source)
+
+
+def score_prepared(
+    handle: ModelHandle,
+    prepared: Sequence[PreparedPrompts],
+    request: ScoreRequest,
+    *,
+    on_event: EventCallback | None = None,
+) -> list[DualPathResult]:
+    """The engine's one core: B validated rows through one batched generate and one batched teacher-forced
+    forward, scored row by row in memory-bounded slices (see the module docstring).
+
+    A single row is a batch of one: :func:`core.engine.dual_path.run_dual_path` streams it with ``on_event``
+    (its paths are then named ``retrieval`` / ``parametric``; a larger batch's rows ``row<i>``).
+
+    Args:
+        prepared: the rows' prompts (:func:`core.engine.prepare.prepare_prompts`); at most
+            :func:`rows_per_batch` of them for the logits to stay within :data:`MAX_LOGITS_BYTES`.
+        request: what to compute; its τ should be resolved (:meth:`ScoreRequest.resolved`).
+        on_event: called after every generated token, then once when scoring starts (``path == "scoring"``).
 
     Returns:
-        One :class:`DualPathResult` per item, in order. ``timings`` hold the batch's times divided by its size
-        (``batch_size`` says how many rows shared them). More rows than :func:`rows_per_batch` allows are
-        scored in consecutive sub-batches (each one generate and one forward).
+        One :class:`DualPathResult` per row; ``timings`` hold the batch's times divided by its size and
+        ``batch_size``.
     """
-    settings = settings or DualPathSettings()
-    if not items:
+    settings, b = request.settings, len(prepared)
+    if b == 0:
         return []
-    prepared = [prepare_prompts(handle, q, c, settings) for q, c in items]
-    threshold, threshold_source = resolve_threshold(handle, threshold, threshold_source)
-    cap = rows_per_batch(handle, settings.max_new_tokens)
-    if len(items) > cap:
-        logger.info("batch of %d rows scored in sub-batches of %d (logit memory cap)", len(items), cap)
-        merged: list[DualPathResult] = []
-        for start in range(0, len(items), cap):
-            merged += score_batch(
-                handle,
-                items[start : start + cap],
-                settings,
-                threshold=threshold,
-                threshold_source=threshold_source,
-                free_parametric=free_parametric,
-                noise_sigmas=noise_sigmas,
-                noise_seed=noise_seed,
-            )
-        return merged
-    b = len(prepared)
+    prompts = [p.retrieval.ids for p in prepared]
+    paths = [RETRIEVAL] if b == 1 else None
+    if request.free_parametric:
+        prompts += [p.parametric.ids for p in prepared]
+        paths = [RETRIEVAL, PARAMETRIC] if b == 1 else None
     t0 = time.perf_counter()
-    with handle.session():  # the batch's generate and forward in one hold of the model
-        prompts = [p.retrieval.ids for p in prepared]
-        if free_parametric:
-            prompts += [p.parametric.ids for p in prepared]
-        generated = generate_greedy(handle, prompts, settings)
+    with handle.session():  # the batch's generate and forward in one hold of the model: no other run interleaves
+        generated = generate_greedy(handle, prompts, settings, paths=paths, on_event=on_event)
         retrieval = generated[:b]
-        if free_parametric:  # the free parametric answers' own logits are never scored: keep their ids only
-            parametric = [(ids, None, finish) for ids, _, finish in generated[b:]]
+        if request.free_parametric:  # the free parametric answers' own logits are never scored: keep their ids
+            parametric = [Answer(list(ids), finish) for ids, _, finish in generated[b:]]
         else:
-            parametric = [([], None, NOT_GENERATED.finish)] * b
+            parametric = [NOT_GENERATED] * b
         del generated
         t1 = time.perf_counter()
+        if on_event is not None:
+            on_event(StreamEvent(SCORING, "", 0, 1, False))
         parametric_logits = teacher_forced_logits_batch(
             handle, [p.parametric.ids for p in prepared], [r[0] for r in retrieval]
         )
@@ -183,44 +208,76 @@ def score_batch(
         retrieval[i] = (retrieval_ids, None, retrieval_finish)  # this row's logits are freed once it is scored
         scores = _score_row(retrieval_logits, parametric_logits[i], retrieval_ids, settings.top_k)
         extras: dict[str, Any] = {}
-        if noise_sigmas:
-            seed = row_seed(noise_seed, p.query, p.context)
+        if request.noise_sigmas:
+            seed = row_seed(request.noise_seed, p.query, p.context)
             extras["noisy_repcs"] = {
-                "sigma": [float(s) for s in noise_sigmas],
+                "sigma": [float(s) for s in request.noise_sigmas],
                 "z": noisy_repcs_scores(
-                    retrieval_logits, parametric_logits[i], settings.score_window, noise_sigmas, seed
+                    retrieval_logits, parametric_logits[i], settings.score_window, request.noise_sigmas, seed
                 ),
                 "seed": seed,
                 "space": "logits",
             }
-        scored.append((retrieval_ids, retrieval_finish, scores, extras))
+        scored.append((Answer(retrieval_ids, retrieval_finish), scores, extras))
         del retrieval_logits
-    t3 = time.perf_counter()
+    t2 = time.perf_counter()
     del retrieval, parametric_logits
-    timings = {
-        "generate_s": (t1 - t0) / b,
-        "score_s": (t3 - t1) / b,
-        "total_s": (t3 - t0) / b,
-        "batch_size": float(b),
-    }
+    timings = {"generate_s": (t1 - t0) / b, "score_s": (t2 - t1) / b, "total_s": (t2 - t0) / b, "batch_size": float(b)}
     out = []
-    for p, (retrieval_ids, retrieval_finish, scores, extras), (parametric_ids, _, parametric_finish) in zip(
-        prepared, scored, parametric
-    ):
+    for p, (answer, scores, extras), free in zip(prepared, scored, parametric, strict=True):
         res = build_result(
             handle,
             p,
             settings,
             scores,
-            retrieval=Answer(retrieval_ids, retrieval_finish),
-            parametric=Answer(list(parametric_ids), parametric_finish),
-            threshold=threshold,
-            threshold_source=threshold_source,
+            retrieval=answer,
+            parametric=free,
+            threshold=request.threshold,
+            threshold_source=request.threshold_source,
             timings=dict(timings),
         )
         res.extras.update(extras)
         out.append(res)
     return out
+
+
+def _score_capped(
+    handle: ModelHandle, prepared: Sequence[PreparedPrompts], request: ScoreRequest
+) -> list[DualPathResult]:
+    """:func:`score_prepared` in consecutive sub-batches of at most :func:`rows_per_batch` rows."""
+    cap = rows_per_batch(handle, request.settings.max_new_tokens)
+    if len(prepared) > cap:
+        logger.info("batch of %d rows scored in sub-batches of %d (logit memory cap)", len(prepared), cap)
+    out: list[DualPathResult] = []
+    for start in range(0, len(prepared), cap):
+        out += score_prepared(handle, prepared[start : start + cap], request)
+    return out
+
+
+def score_batch(
+    handle: ModelHandle,
+    items: Sequence[tuple[str, str]],
+    request: ScoreRequest | DualPathSettings | None = None,
+    **options: Any,
+) -> list[DualPathResult]:
+    """Score one batch of (query, context) rows: one batched generate + one batched teacher-forced forward.
+
+    Args:
+        items: ``(query, context)`` pairs, validated like :func:`core.engine.prepare.prepare_prompts` (a bad row
+            raises ``ValueError`` before any model call).
+        request: a :class:`ScoreRequest`, or the settings of one built from ``options`` (the request's fields:
+            ``threshold``, ``threshold_source``, ``free_parametric``, ``noise_sigmas``, ``noise_seed``).
+
+    Returns:
+        One :class:`DualPathResult` per item, in order. ``timings`` hold the batch's times divided by its size
+        (``batch_size`` says how many rows shared them). More rows than :func:`rows_per_batch` allows are
+        scored in consecutive sub-batches (each one generate and one forward).
+    """
+    request = ScoreRequest.of(request, **options)
+    if not items:
+        return []
+    prepared = [prepare_prompts(handle, q, c, request.settings) for q, c in items]
+    return _score_capped(handle, prepared, request.resolved(handle))
 
 
 def plan_batches(
@@ -248,42 +305,30 @@ def plan_batches(
 def score_rows(
     handle: ModelHandle,
     items: Sequence[tuple[str, str]],
-    settings: DualPathSettings | None = None,
+    request: ScoreRequest | DualPathSettings | None = None,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    threshold: Threshold | None = None,
-    threshold_source: str | None = None,
-    free_parametric: bool = False,
-    noise_sigmas: Sequence[float] = (),
-    noise_seed: int = 0,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
+    **options: Any,
 ) -> list[DualPathResult | None]:
     """Score many rows in length-sorted batches (see :func:`plan_batches`); results come back in input order.
 
-    Every row is validated before the first batch runs. ``progress(done, total)`` is called after each batch;
-    when ``should_stop()`` turns true the remaining rows are skipped and come back as ``None``.
+    ``request`` and ``options`` as for :func:`score_batch`. Every row is validated before the first batch runs.
+    ``progress(done, total)`` is called after each batch; when ``should_stop()`` turns true the remaining rows
+    are skipped and come back as ``None``.
     """
-    settings = settings or DualPathSettings()
-    prepared = [prepare_prompts(handle, q, c, settings) for q, c in items]
-    threshold, threshold_source = resolve_threshold(handle, threshold, threshold_source)
+    request = ScoreRequest.of(request, **options)
+    prepared = [prepare_prompts(handle, q, c, request.settings) for q, c in items]
+    request = request.resolved(handle)
     out: list[DualPathResult | None] = [None] * len(items)
     done = 0
-    for batch in plan_batches([len(p.retrieval.ids) for p in prepared], batch_size, settings.max_new_tokens):
+    lengths = [len(p.retrieval.ids) for p in prepared]
+    for batch in plan_batches(lengths, batch_size, request.settings.max_new_tokens):
         if should_stop is not None and should_stop():
             break
         check_cancelled()  # a cancelled run (closed tab, newer run of the session) ends between batches
-        results = score_batch(
-            handle,
-            [items[i] for i in batch],
-            settings,
-            threshold=threshold,
-            threshold_source=threshold_source,
-            free_parametric=free_parametric,
-            noise_sigmas=noise_sigmas,
-            noise_seed=noise_seed,
-        )
-        for i, res in zip(batch, results):
+        for i, res in zip(batch, _score_capped(handle, [prepared[i] for i in batch], request)):
             out[i] = res
         done += len(batch)
         if progress is not None:

@@ -10,20 +10,20 @@
 For the live view the parametric path's own free answer is generated in the same batched ``generate``
 call as the retrieval answer (two left-padded rows), so both stream at once; scoring never needs it.
 
-The layers: :mod:`~core.engine.settings` (what the user chose), :mod:`~core.engine.prepare` (the prompts),
-:mod:`~core.engine.generation` (the model calls), :mod:`~core.engine.scoring` (logits → result);
-:mod:`~core.engine.batch` runs many rows through the same steps.
+One row is a batch of one: :func:`run_dual_path` prepares the prompts and hands them to the engine's one core,
+:func:`core.engine.batch.score_prepared` (the same generate, forward, sliced scoring and result as many rows),
+with a token streamer for the live view. The layers: :mod:`~core.engine.settings` (what the user chose),
+:mod:`~core.engine.prepare` (the prompts), :mod:`~core.engine.generation` (the model calls),
+:mod:`~core.engine.scoring` (logits → result), :mod:`~core.engine.batch` (the core and many rows).
 """
 
 from __future__ import annotations
 
-import time
-
+from core.engine.batch import ScoreRequest, score_prepared
 from core.engine.estimate import observe_result
-from core.engine.generation import SCORING, EventCallback, StreamEvent, generate_greedy, teacher_forced_logits
+from core.engine.generation import SCORING, EventCallback, StreamEvent
 from core.engine.prepare import prepare_prompts
-from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
-from core.engine.scoring import NOT_GENERATED, Answer, build_result, resolve_threshold, score_paths
+from core.engine.result import DualPathResult
 from core.engine.settings import DualPathSettings
 from core.engine.threshold import Threshold
 from core.model.handle import ModelHandle
@@ -60,42 +60,9 @@ def run_dual_path(
     """
     settings = settings or DualPathSettings()
     prepared = prepare_prompts(handle, query, context, settings)
-    t0 = time.perf_counter()
-    with handle.session():  # both passes in one hold of the model: no other run interleaves
-        if free_parametric:
-            (retrieval_ids, retrieval_logits, retrieval_finish), (parametric_ids, _, parametric_finish) = (
-                generate_greedy(
-                    handle,
-                    [prepared.retrieval.ids, prepared.parametric.ids],
-                    settings,
-                    paths=[RETRIEVAL, PARAMETRIC],
-                    on_event=on_event,
-                )
-            )
-        else:
-            ((retrieval_ids, retrieval_logits, retrieval_finish),) = generate_greedy(
-                handle, [prepared.retrieval.ids], settings, paths=[RETRIEVAL], on_event=on_event
-            )
-            parametric_ids, parametric_finish = NOT_GENERATED
-        t1 = time.perf_counter()
-        if on_event is not None:
-            on_event(StreamEvent(SCORING, "", 0, 1, False))
-        parametric_logits = teacher_forced_logits(handle, prepared.parametric.ids, retrieval_ids)
-    scores = score_paths(retrieval_logits, parametric_logits, retrieval_ids, settings.top_k)
-    t2 = time.perf_counter()
-    del retrieval_logits, parametric_logits
-    threshold, threshold_source = resolve_threshold(handle, threshold, threshold_source)
-    result = build_result(
-        handle,
-        prepared,
-        settings,
-        scores,
-        retrieval=Answer(retrieval_ids, retrieval_finish),
-        parametric=Answer(list(parametric_ids), parametric_finish),
-        threshold=threshold,
-        threshold_source=threshold_source,
-        timings={"generate_s": t1 - t0, "score_s": t2 - t1, "total_s": t2 - t0},
-    )
+    request = ScoreRequest(settings, threshold, threshold_source, free_parametric).resolved(handle)
+    (result,) = score_prepared(handle, [prepared], request, on_event=on_event)
+    result.timings.pop("batch_size", None)  # one row: its own times, as the JSON has always said
     observe_result(handle, result)  # the measured cost behind "≈ N s on this machine" estimates
     if on_event is not None:
         on_event(StreamEvent(SCORING, "", 1, 1, True))

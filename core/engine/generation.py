@@ -2,14 +2,15 @@
 
 * :func:`generate_greedy` — one batched greedy ``generate(output_logits=True)`` over left-padded prompts; each
   answer's next-token distributions are the generation's own raw logits (DESIGN.md §4), not a second pass.
-* :func:`teacher_forced_logits` — one forward pass over ``prompt + answer[:-1]``: row t predicts ``answer[t]``.
-* :func:`teacher_forced_logits_batch` — the same for B rows in one left-padded forward.
+* :func:`teacher_forced_logits_batch` — one forward pass over B left-padded rows ``prompt + answer[:-1]``
+  (:func:`core.model.trace.trace`, which pads, passes ``position_ids`` and keeps only the answer's logits):
+  row t predicts ``answer[t]``; :func:`teacher_forced_logits` is its batch of one.
 
 Every call goes through the handle (:meth:`ModelHandle.generate` / :meth:`ModelHandle.forward`), which holds
 the model's lock and ``torch.inference_mode()``. Padding is built by hand (the tokenizer is never touched):
 ``generate`` derives ``position_ids = cumsum(mask) − 1`` from the attention mask itself (transformers 5
 ``_prepare_position_ids_for_generation``), but a plain ``model(...)`` call does **not** (``LlamaModel.forward``
-falls back to ``arange``), so the batched teacher-forced pass passes them explicitly.
+falls back to ``arange``), so the trace behind the teacher-forced pass passes them explicitly.
 
 Every generation carries :class:`CancelCriteria`, which checks the run's cancel token
 (:func:`core.model.handle.run_control`) at every generated token: a cancelled run stops within one token and
@@ -27,6 +28,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from core.engine.settings import DualPathSettings
 from core.model.handle import ModelHandle, check_cancelled, report_step
+from core.model.trace import left_pad, trace
 
 SCORING = "scoring"
 """The :attr:`StreamEvent.path` of the scoring step that follows generation."""
@@ -124,24 +126,6 @@ def _generation_config(handle: ModelHandle, settings: DualPathSettings) -> Gener
     )
 
 
-def left_pad(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-pad token rows into ``(input_ids, attention_mask, position_ids)``, each ``(B, W)`` long.
-
-    ``position_ids`` are ``cumsum(mask) − 1`` and 0 on pad positions, so a row's real tokens get positions
-    ``0 … len − 1`` whatever the padding.
-
-    Raises:
-        ValueError: no rows, or an empty row.
-    """
-    if not rows or any(len(r) == 0 for r in rows):
-        raise ValueError("every row needs at least one token")
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    return ids, mask, positions
-
-
 def generate_greedy(
     handle: ModelHandle,
     prompts: list[list[int]],
@@ -209,14 +193,6 @@ def generate_greedy(
     return [(ids, logits, finish) for (ids, finish), logits in zip(answers, row_logits, strict=True)]
 
 
-def _forward_last(handle: ModelHandle, keep: int, **inputs: torch.Tensor) -> torch.Tensor:
-    """``model(**inputs).logits`` with only the last ``keep`` positions materialized when the model allows."""
-    try:
-        return handle.forward(**inputs, logits_to_keep=keep, use_cache=False).logits
-    except TypeError:  # a model class whose forward has no logits_to_keep
-        return handle.forward(**inputs, use_cache=False).logits
-
-
 def teacher_forced_logits(handle: ModelHandle, prompt_ids: list[int], answer_ids: list[int]) -> torch.Tensor:
     """One forward pass over prompt + answer; returns the logits that predict each answer token.
 
@@ -227,12 +203,9 @@ def teacher_forced_logits(handle: ModelHandle, prompt_ids: list[int], answer_ids
     Raises:
         ValueError: an empty answer.
     """
-    n = len(answer_ids)
-    if n == 0:
+    if len(answer_ids) == 0:
         raise ValueError("answer_ids is empty")
-    ids = torch.tensor([list(prompt_ids) + list(answer_ids[:-1])], dtype=torch.long, device=handle.device)
-    logits = _forward_last(handle, n, input_ids=ids)
-    return logits[0, -n:]
+    return teacher_forced_logits_batch(handle, [prompt_ids], [answer_ids])[0]
 
 
 def teacher_forced_logits_batch(
@@ -258,13 +231,5 @@ def teacher_forced_logits_batch(
     if any(len(p) == 0 for p in prompts) or any(len(a) == 0 for a in answers):
         raise ValueError("every prompt and every answer needs at least one token")
     rows = [list(p) + list(a[:-1]) for p, a in zip(prompts, answers)]
-    ids, mask, positions = left_pad(rows, handle.pad_token_id)
-    device = handle.device
-    logits = _forward_last(
-        handle,
-        max(len(a) for a in answers),
-        input_ids=ids.to(device),
-        attention_mask=mask.to(device),
-        position_ids=positions.to(device),
-    )
+    logits = trace(handle, rows, residual=False, logits=max(len(a) for a in answers)).logits
     return [logits[i, logits.shape[1] - len(a) :] for i, a in enumerate(answers)]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from core.detectors import Detector, DetectorInput, resolve
-from core.engine import DualPathResult, DualPathSettings, score_batch
+from core.engine import DualPathResult, DualPathSettings, ScoreRequest, score_batch
 from core.evaluation.data import ConflictRow, LabeledRow, Row
 from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle
@@ -138,9 +138,7 @@ def score_records(
     """
     if not rows:
         return []
-    results = score_batch(
-        handle,
-        [(r.query, r.context) for r in rows],
+    request = ScoreRequest.of(
         settings,
         threshold=threshold,
         threshold_source=threshold_source,
@@ -148,6 +146,7 @@ def score_records(
         noise_sigmas=noise_sigmas,
         noise_seed=noise_seed,
     )
+    results = score_batch(handle, [(r.query, r.context) for r in rows], request)
     records = []
     for r, res in zip(rows, results):
         rec = record_for(handle, res, settings, detectors, _meta(r))
