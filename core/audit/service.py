@@ -411,7 +411,7 @@ def create_app(
         """The stored record: inputs (hashes, texts unless --no-store-text), result, model, calibration, chain."""
         found = store.get(record_id)
         if found is None:
-            raise HTTPException(404, detail=f"No audit record {record_id!r}.")
+            raise HTTPException(404, detail="No audit record with that id.")  # the id is not echoed
         return found
 
     @app.get("/stats", dependencies=protected, summary="Model, calibration and counters")

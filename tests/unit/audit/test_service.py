@@ -145,7 +145,8 @@ def test_an_audit_is_committed_before_the_response_with_the_papers_fields(client
     assert stored["inputs"]["context_sha256"] == hashlib.sha256(PAIR["context"].encode()).hexdigest()
     assert stored["model"]["name"] == "tiny-random-llama"
     assert client.get(f"/records/{out['id']}", headers=AUTH).json() == stored
-    assert client.get("/records/unknown", headers=AUTH).status_code == 404
+    missing = client.get("/records/unknown-\u00e9t\u00e9", headers=AUTH)
+    assert missing.status_code == 404 and "unknown" not in missing.text  # the id is not echoed
 
 
 def test_no_store_text_keeps_only_hashes(tiny_handle, tiny_calibration, tmp_path):
