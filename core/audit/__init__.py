@@ -7,9 +7,12 @@ CRM appendix V's deployment prototype made production-grade (docs/audit.md):
 * :mod:`~core.audit.calibration` — :class:`~core.audit.calibration.AuditCalibration`: PC1, μ_ℓ, σ_ℓ and the
   anomaly flag's threshold from a deployment's clean rows (or the model's CRM basis);
 * :mod:`~core.audit.scoring` — validating pairs and scoring them (the audit rule of appendix V.1);
-* :mod:`~core.audit.store` — the SQLite (WAL) log with its hash chain and :func:`~core.audit.store.verify_chain`;
+* :mod:`~core.audit.store` — the SQLite (WAL) log: appends checked against the stored head, ``request_id``s
+  bound to their request;
+* :mod:`~core.audit.chain` — the hash chain: canonical JSON, the head check, the walk behind ``verify``;
+* :mod:`~core.audit.reader` — read-only access (no write access needed) and :func:`~core.audit.reader.verify_chain`;
 * :mod:`~core.audit.auth` and :mod:`~core.audit.service` — the bearer token, the limits and
   :func:`~core.audit.service.create_app`.
 
-Nothing is imported here, so the dashboard can read the log (:mod:`core.audit.store`, no torch) cheaply.
+Nothing is imported here, so the dashboard can read the log (:mod:`core.audit.reader`, no torch) cheaply.
 """
