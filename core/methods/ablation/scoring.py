@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-import torch
 
 from core.engine import DualPathSettings, PreparedPrompts, generate_greedy, teacher_forced_logits
 from core.maths.divergence import kl_divergence, log_probs
 from core.methods.repcs import repcs_score
 from core.model.handle import ModelHandle
+from core.model.trace import trace
 
 SWEEP_MAX_NEW_TOKENS = 16
 """Answer tokens per scoring run in sweeps (and their T): affordable on a CPU."""
@@ -87,9 +87,5 @@ def score_run(
 
 def first_token_logprob(handle: ModelHandle, prompt_ids: Sequence[int], token: int) -> float:
     """log P(token | prompt) from one forward pass (under whatever interventions are active), nats."""
-    x = torch.tensor([list(prompt_ids)], dtype=torch.long, device=handle.device)
-    try:
-        logits = handle.forward(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1]
-    except TypeError:  # a model class without logits_to_keep
-        logits = handle.forward(input_ids=x, use_cache=False).logits[0, -1]
+    logits = trace(handle, [prompt_ids], residual=False, logits=1).logits[0, -1]
     return float(log_probs(logits)[int(token)].item())

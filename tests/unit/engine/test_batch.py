@@ -10,11 +10,13 @@ import torch
 
 from core.engine import (
     DualPathSettings,
+    ScoreRequest,
     generate_greedy,
     plan_batches,
     prepare_prompts,
     run_dual_path,
     score_batch,
+    score_prepared,
     score_rows,
     teacher_forced_logits,
     teacher_forced_logits_batch,
@@ -189,3 +191,24 @@ def test_batched_scores_equal_one_by_one_on_the_embedded_model(embedded_handle):
         np.testing.assert_allclose(got.token_kl, want.token_kl, rtol=1e-3, atol=1e-4, err_msg=q)
         assert got.repcs_score == pytest.approx(want.repcs_score, rel=1e-3, abs=1e-4)
         assert got.verdict == want.verdict
+
+
+def test_one_request_object_and_a_single_row_is_a_batch_of_one(tiny_handle):
+    s = _settings(max_new_tokens=3, score_window=3)
+    request = ScoreRequest.of(s, noise_sigmas=[0.0, 0.2], noise_seed=5, free_parametric=True)
+    assert request.noise_sigmas == (0.0, 0.2) and ScoreRequest.of(request) is request
+    assert ScoreRequest.of(request, noise_seed=6).noise_seed == 6
+    by_request = score_batch(tiny_handle, ROWS[:2], request)
+    by_keywords = score_batch(tiny_handle, ROWS[:2], s, noise_sigmas=(0.0, 0.2), noise_seed=5, free_parametric=True)
+    for a, b in zip(by_request, by_keywords, strict=True):
+        assert a.repcs_score == b.repcs_score and a.extras["noisy_repcs"] == b.extras["noisy_repcs"]
+    # run_dual_path is the core on a batch of one: the same numbers, its own timings (no batch_size)
+    prepared = prepare_prompts(tiny_handle, *ROWS[0], s)
+    (core,) = score_prepared(tiny_handle, [prepared], ScoreRequest.of(s, free_parametric=True).resolved(tiny_handle))
+    events = []
+    single = run_dual_path(tiny_handle, *ROWS[0], s, on_event=events.append)
+    np.testing.assert_array_equal(single.token_kl, core.token_kl)
+    assert single.answer_token_ids == core.answer_token_ids
+    assert single.parametric.token_ids == core.parametric.token_ids
+    assert "batch_size" not in single.timings and core.timings["batch_size"] == 1.0
+    assert {e.path for e in events} == {"retrieval", "parametric", "scoring"} and events[-1].done
