@@ -28,6 +28,7 @@ them run while a write is in progress); a database in a folder the reader cannot
 from __future__ import annotations
 
 import hashlib
+import logging
 import sqlite3
 import threading
 import time
@@ -68,6 +69,8 @@ __all__ = [
     "utc_iso",
     "verify_chain",
 ]
+
+logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -135,6 +138,7 @@ class AuditStore(AuditReader):
         super().__init__(path)
         self.store_text = store_text
         self._lock = threading.Lock()
+        self._written: tuple[int, str] | None = None  # the last (seq, hash) this store appended
         self._conn = _connect(self.path, readonly=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
@@ -198,7 +202,9 @@ class AuditStore(AuditReader):
             ValueError: a ``request_id`` already stored.
         """
         with self._transaction() as conn:
-            return self._append(conn, entries)
+            out = self._append(conn, entries)
+        self._committed(out)
+        return out
 
     def append_request(
         self, request_id: str, fingerprint: dict[str, Any], entries: Sequence[Entry]
@@ -222,10 +228,22 @@ class AuditStore(AuditReader):
                 if all(s == fingerprint for s in stored) and len(found) == int(fingerprint.get("items", 0)):
                     return found, True
                 raise RequestConflict(conflict_message(request_id, found))
-            return self._append(conn, entries), False
+            out = self._append(conn, entries)
+        self._committed(out)
+        return out, False
 
     def _append(self, conn: sqlite3.Connection, entries: Sequence[Entry]) -> list[dict[str, Any]]:
         seq, prev = check_head(conn, self.path)  # refuses when the newest rows are gone
+        if self._written is not None and (
+            seq < self._written[0] or (seq == self._written[0] and prev != self._written[1])
+        ):  # rows and head rolled back together while this store runs (an edit, a restored copy, a lost -wal)
+            message = (
+                f"Refusing to append to {self.path}: this server wrote seq {self._written[0]} but the log now ends "
+                f"at seq {seq}{' with another hash' if seq == self._written[0] else ''} (records deleted and the head "
+                "edited, or an older copy restored). Nothing was written; run `python -m core audit verify`."
+            )
+            logger.error(message)
+            raise ChainHeadError(message)
         out: list[dict[str, Any]] = []
         for entry in entries:
             seq += 1
@@ -268,6 +286,13 @@ class AuditStore(AuditReader):
         conn.execute("UPDATE meta SET value = ? WHERE key = 'head_seq'", (str(seq),))
         conn.execute("UPDATE meta SET value = ? WHERE key = 'head_hash'", (prev,))
         return out
+
+    def _committed(self, records: list[dict[str, Any]]) -> None:
+        """Remember the newest (seq, hash) this store committed (the check in :meth:`_append`)."""
+        if records:
+            chain = records[-1]["chain"]
+            if self._written is None or chain["seq"] > self._written[0]:
+                self._written = (int(chain["seq"]), str(chain["hash"]))
 
 
 class RequestConflict(ValueError):

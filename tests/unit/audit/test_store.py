@@ -230,6 +230,23 @@ def test_deleting_the_newest_records_is_not_hidden_by_the_next_append(filled, ca
     conn.close()
 
 
+def test_rows_and_head_rolled_back_together_are_refused_by_the_running_store(tmp_path):
+    """Item 2: deleting the newest rows *and* fixing ``meta`` leaves a chain that verifies, but the running server
+    remembers what it wrote and still refuses to reuse the sequence numbers."""
+    path = tmp_path / "log.sqlite3"
+    store = AuditStore(path)
+    kept = store.append([entry(0), entry(1)])
+    store.append([entry(2), entry(3)])
+    _edit(path, "DELETE FROM audits WHERE seq >= 3")
+    _edit(path, "UPDATE meta SET value = '2' WHERE key = 'head_seq'")
+    _edit(path, "UPDATE meta SET value = ? WHERE key = 'head_hash'", (kept[-1]["chain"]["hash"],))
+    assert verify_chain(path).ok  # consistent on its own: only a published head would show it
+    with pytest.raises(ChainHeadError, match="this server wrote seq 4 but the log now ends at seq 2"):
+        store.append([entry(5)])
+    store.close()
+    assert verify_chain(path).n_records == 2
+
+
 def test_an_edited_head_refuses_appends_and_breaks_verify(filled):
     path, _ = filled
     _edit(path, "UPDATE meta SET value = 'x' WHERE key = 'head_seq'")
