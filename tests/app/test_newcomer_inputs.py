@@ -49,7 +49,7 @@ def test_page_intro_leads_with_a_plain_sentence_then_the_definition_collapsed(ti
     first = at.main.markdown[0].value
     assert first.startswith("The model answers your question twice") and "KL" not in first, "plain words first"
     (precise,) = [e for e in at.expander if e.label == "Precisely"]
-    assert not precise.proto.expanded and "KL_t" in precise.markdown[0].value
+    assert not precise.proto.expanded and r"\mathrm{KL}_t" in precise.markdown[0].value, "rendered as math"
     assert any(c.value.startswith("RePCS (2025)") for c in at.caption), "then the citation"
 
 
