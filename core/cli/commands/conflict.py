@@ -111,11 +111,11 @@ def _cmd_conflict(args: argparse.Namespace) -> int:
     facts = sample_facts(pool, args.limit, args.seed)
     extra: list[SourceRow] = []
     left_out: dict[str, int] = {}
-    sources = [Path(args.facts).name]
+    sources = [f"{Path(args.facts).name} ({len(facts)} of its {len(pool)} facts)"]
     if args.nq:
         nq_rows, left_out = read_nq_swap(args.nq, limit=args.nq_limit, seed=args.seed, max_words=args.context_words)
         extra += nq_rows
-        sources.append(Path(args.nq).name)
+        sources.append(f"{Path(args.nq).name} (a seeded sample of up to {args.nq_limit} records)")
     if args.with_project_sets:
         extra += project_rows()
         sources.append("the project's conflict set and invented-fact probes")
