@@ -156,6 +156,36 @@ class ScoreRequest:
         return replace(self, threshold=threshold, threshold_source=source)
 
 
+def _score_rows(
+    prepared: Sequence[PreparedPrompts],
+    retrieval: list[tuple[list[int], Any, str]],
+    parametric_logits: list[torch.Tensor],
+    request: ScoreRequest,
+) -> list[tuple[Answer, PathScores, dict[str, Any]]]:
+    """Each row's scores (in slices, :func:`_score_row`) and, when asked, its noisy Z_σ; a row's retrieval
+    logits are released as soon as it is scored."""
+    settings = request.settings
+    scored = []
+    for i, p in enumerate(prepared):
+        retrieval_ids, retrieval_logits, retrieval_finish = retrieval[i]
+        retrieval[i] = (retrieval_ids, None, retrieval_finish)  # this row's logits are freed once it is scored
+        scores = _score_row(retrieval_logits, parametric_logits[i], retrieval_ids, settings.top_k)
+        extras: dict[str, Any] = {}
+        if request.noise_sigmas:
+            seed = row_seed(request.noise_seed, p.query, p.context)
+            extras["noisy_repcs"] = {
+                "sigma": [float(s) for s in request.noise_sigmas],
+                "z": noisy_repcs_scores(
+                    retrieval_logits, parametric_logits[i], settings.score_window, request.noise_sigmas, seed
+                ),
+                "seed": seed,
+                "space": "logits",
+            }
+        scored.append((Answer(retrieval_ids, retrieval_finish), scores, extras))
+        del retrieval_logits
+    return scored
+
+
 def score_prepared(
     handle: ModelHandle,
     prepared: Sequence[PreparedPrompts],
@@ -202,24 +232,7 @@ def score_prepared(
         parametric_logits = teacher_forced_logits_batch(
             handle, [p.parametric.ids for p in prepared], [r[0] for r in retrieval]
         )
-    scored = []
-    for i, p in enumerate(prepared):
-        retrieval_ids, retrieval_logits, retrieval_finish = retrieval[i]
-        retrieval[i] = (retrieval_ids, None, retrieval_finish)  # this row's logits are freed once it is scored
-        scores = _score_row(retrieval_logits, parametric_logits[i], retrieval_ids, settings.top_k)
-        extras: dict[str, Any] = {}
-        if request.noise_sigmas:
-            seed = row_seed(request.noise_seed, p.query, p.context)
-            extras["noisy_repcs"] = {
-                "sigma": [float(s) for s in request.noise_sigmas],
-                "z": noisy_repcs_scores(
-                    retrieval_logits, parametric_logits[i], settings.score_window, request.noise_sigmas, seed
-                ),
-                "seed": seed,
-                "space": "logits",
-            }
-        scored.append((Answer(retrieval_ids, retrieval_finish), scores, extras))
-        del retrieval_logits
+    scored = _score_rows(prepared, retrieval, parametric_logits, request)
     t2 = time.perf_counter()
     del retrieval, parametric_logits
     timings = {"generate_s": (t1 - t0) / b, "score_s": (t2 - t1) / b, "total_s": (t2 - t0) / b, "batch_size": float(b)}

@@ -18,7 +18,6 @@ import numpy as np
 from core.detectors import Detector, DetectorInput, resolve
 from core.engine import DualPathResult, DualPathSettings, ScoreRequest, score_batch
 from core.evaluation.data import ConflictRow, LabeledRow, Row
-from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
@@ -122,37 +121,28 @@ def _meta(row: Row) -> dict[str, Any]:
 def score_records(
     handle: ModelHandle,
     rows: Sequence[Row],
-    settings: DualPathSettings,
+    request: ScoreRequest | DualPathSettings,
     detectors: dict[str, Detector],
-    *,
-    threshold: Threshold | None = None,
-    threshold_source: str | None = None,
-    noise_sigmas: Sequence[float] = (),
-    noise_seed: int = 0,
-    free_parametric: bool = False,
+    **options: Any,
 ) -> list[dict[str, Any]]:
     """Score one batch of rows (one :func:`core.engine.batch.score_batch` call) and return their records.
 
-    Conflict rows also get ``follows`` (which source the retrieval answer repeats) and, with
-    ``free_parametric``, ``parametric_follows``.
+    ``request`` is a :class:`~core.engine.batch.ScoreRequest`, or the settings of one built from ``options``
+    (``threshold``, ``threshold_source``, ``noise_sigmas``, ``noise_seed``, ``free_parametric``). Conflict rows
+    also get ``follows`` (which source the retrieval answer repeats) and, with ``free_parametric``,
+    ``parametric_follows``.
     """
     if not rows:
         return []
-    request = ScoreRequest.of(
-        settings,
-        threshold=threshold,
-        threshold_source=threshold_source,
-        free_parametric=free_parametric,
-        noise_sigmas=noise_sigmas,
-        noise_seed=noise_seed,
-    )
+    request = ScoreRequest.of(request, **options)
+    settings = request.settings
     results = score_batch(handle, [(r.query, r.context) for r in rows], request)
     records = []
     for r, res in zip(rows, results):
         rec = record_for(handle, res, settings, detectors, _meta(r))
         if isinstance(r, ConflictRow):
             rec["follows"] = answer_follows(res.retrieval.answer, r.answer_context, r.answer_memory)
-            if free_parametric:
+            if request.free_parametric:
                 rec["parametric_follows"] = answer_follows(res.parametric.answer, r.answer_context, r.answer_memory)
         records.append(rec)
     return records

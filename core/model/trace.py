@@ -179,9 +179,8 @@ def trace(
     lengths = [len(s) for s in seqs]
     width, batch = max(lengths), len(seqs)
     pads = [width - n for n in lengths]
-    if positions is None:
-        positions = [-1]
-    keep = [list(range(n)) if positions == ALL else check_positions(positions, n) for n in lengths]  # type: ignore[arg-type]
+    wanted = [-1] if positions is None else positions
+    keep = [list(range(n)) if wanted == ALL else check_positions(wanted, n) for n in lengths]  # type: ignore[arg-type]
     parts = model_parts(handle)
     n_layers = parts.n_layers
     reducers = {name: _per_sequence(name, fn, batch) for name, fn in (attention or {}).items()}
@@ -210,13 +209,11 @@ def trace(
             for name, fns in reducers.items():
                 out.attention[name][b][layer] = fns[b](layer, row)
 
-    registrations: list[HookRegistration] = []
-    if residual:
-        registrations += residual_hooks(parts, on_state)
-    if mlp:
-        registrations += module_io_hooks(layer_mlps(parts), on_mlp)
-    if reducers:
-        registrations += attention_hooks(parts, on_weights, layers)
+    registrations: list[HookRegistration] = [
+        *(residual_hooks(parts, on_state) if residual else []),
+        *(module_io_hooks(layer_mlps(parts), on_mlp) if mlp else []),
+        *(attention_hooks(parts, on_weights, layers) if reducers else []),
+    ]
     inputs = _inputs(handle, seqs)
     with handle.hooked(registrations) as model:
         result = run_model(model, logits, **inputs)
