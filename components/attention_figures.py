@@ -57,7 +57,8 @@ def head_heatmap(
         y=list(range(n_layers)),
         colorscale=colorscale,
         zmid=zmid,
-        colorbar={"title": {"text": escape_label(colorbar)}},
+        # the title along the bar: on top it widened the bar and squeezed the heads' axis at 1,024 px
+        colorbar={"title": {"text": escape_label(colorbar), "side": "right"}, "thickness": 14},
         text=text,
         texttemplate="%{text}" if text is not None else None,
         textfont={"color": "white", "size": 9},

@@ -34,6 +34,12 @@ def top_legend(y: float = 1.02) -> dict[str, Any]:
     return {"orientation": "h", "yanchor": "bottom", "y": y, "x": 0}
 
 
+def bottom_legend() -> dict[str, Any]:
+    """A horizontal legend at the very bottom of the figure (container coordinates), under the x-axis title and
+    its tick labels whatever their height; plotly grows the bottom margin to fit it when it wraps."""
+    return {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0, "x": 0}
+
+
 def set_layout(
     fig: go.Figure, *, height: int, top: int, bottom: int, left: int = 60, right: int = 20, **layout: Any
 ) -> go.Figure:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import RETRIEVAL_COLOR, escape_label, set_layout, token_label
+from components.figures import RETRIEVAL_COLOR, bottom_legend, escape_label, set_layout, token_label
 from components.layer_axes import FLAG_COLOR, lens_kl_rows, row_axis, row_label, token_ticks
 
 KEPT_COLOR = "rgba(46, 139, 87, 0.13)"
@@ -140,7 +140,7 @@ def lts_figure(
         top=50,
         bottom=120,
         title={"text": escape_label(title)},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        legend=bottom_legend(),  # under the slanted layer labels and the axis title at any width
     )
     fig.update_xaxes(title_text="layer (emb = embeddings)", **row_axis(x.size))
     fig.update_yaxes(title_text="LTS = ⟨d_ℓ, v_ℓ⟩", zeroline=True)

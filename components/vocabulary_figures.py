@@ -20,7 +20,6 @@ from components.figures import (
     escape_label,
     set_layout,
     token_label,
-    top_legend,
 )
 from components.layer_axes import lens_kl_rows, row_label
 
@@ -51,7 +50,9 @@ def lens_figure(
             row=1,
             col=1,
         )
-    set_layout(fig, height=height, top=60, bottom=50, legend=top_legend(1.06))
+    # inside the top plot's upper left: above it, the legend ran into the subplot's title at narrow widths
+    inside = {"x": 0.01, "y": 0.99, "xanchor": "left", "yanchor": "top", "bgcolor": "rgba(255,255,255,0.75)"}
+    set_layout(fig, height=height, top=60, bottom=50, legend=inside)
     fig.update_yaxes(range=[0, 1.02], row=1, col=1)
     return fig
 
