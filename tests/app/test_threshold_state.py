@@ -47,6 +47,16 @@ def _use_tau(at, model: str, tau: float) -> None:
     at.session_state[keys.THRESHOLDS] = {model: {"threshold": asdict(threshold), "source": EVALUATE_SOURCE}}
 
 
+def _run_once():
+    """The Dual Path page after one run of (Q, C) with 4 new tokens."""
+    at = open_script(APP, TIMEOUT)
+    ok(at.switch_page(DUAL_PATH).run())
+    at.number_input(key=keys.widget_key(keys.MAX_NEW_TOKENS)).set_value(4).run()
+    at.text_area(key=keys.widget_key(keys.QUERY)).input(Q)
+    at.text_area(key=keys.widget_key(keys.CONTEXT)).input(C)
+    return ok(at.button(key=keys.RUN).click().run())
+
+
 @pytest.fixture
 def runs(monkeypatch):
     calls = []
@@ -61,12 +71,7 @@ def runs(monkeypatch):
 
 
 def test_changing_tau_re_decides_the_run_in_place_and_the_table_follows(tiny_app, runs) -> None:
-    at = open_script(APP, TIMEOUT)
-    ok(at.switch_page(DUAL_PATH).run())
-    at.number_input(key=keys.widget_key(keys.MAX_NEW_TOKENS)).set_value(4).run()
-    at.text_area(key=keys.widget_key(keys.QUERY)).input(Q)
-    at.text_area(key=keys.widget_key(keys.CONTEXT)).input(C)
-    ok(at.button(key=keys.RUN).click().run())
+    at = _run_once()
     assert len(runs) == 1
     (stored,) = at.session_state[keys.RESULTS].values()
     default_source, default_tau = stored.threshold_source, stored.threshold
@@ -99,12 +104,7 @@ def test_changing_tau_re_decides_the_run_in_place_and_the_table_follows(tiny_app
 
 
 def test_the_tau_metric_says_which_tau_is_in_force_for_this_answer(tiny_app, runs) -> None:
-    at = open_script(APP, TIMEOUT)
-    ok(at.switch_page(DUAL_PATH).run())
-    at.number_input(key=keys.widget_key(keys.MAX_NEW_TOKENS)).set_value(4).run()
-    at.text_area(key=keys.widget_key(keys.QUERY)).input(Q)
-    at.text_area(key=keys.widget_key(keys.CONTEXT)).input(C)
-    ok(at.button(key=keys.RUN).click().run())
+    at = _run_once()
     (stored,) = at.session_state[keys.RESULTS].values()
     labels = [m.label for m in at.metric]
     assert f"Threshold τ({stored.n_scored}), length-aware" in labels, labels  # the bundled τ(L), at this L
