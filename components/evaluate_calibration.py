@@ -50,16 +50,54 @@ def draw_reset_threshold(container: Any, model: str, *, key: str) -> None:
 
 
 def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: list[dict[str, Any]]) -> None:
+    """The calibration tab: choose the rows and α, see τ (and τ(L)) checked on held-out rows, adopt it."""
     st.caption(
         "RePCS (Alg. 1, Thm III.4): τ is the α-quantile of Z over clean (grounded) calibration rows; a row is "
         "flagged memorized when Z < τ. The FPR/FNR below are measured on rows *not* used to set τ. The PAC n "
         "holds only under the paper's assumptions, with γ and Δ estimated from these rows."
     )
-    spec = main_job.spec
     grounded = [r["row"] for r in records if r["label"] == "grounded"]
     if not grounded:
         st.warning("No grounded row has been scored: τ needs clean rows.")
         return
+    choice = _draw_choice(grounded)
+    if choice is None:
+        return
+    alpha, epsilon, chosen, fraction = choice
+    spec = main_job.spec
+    settings = spec.settings
+
+    def run_calibration(mode: str) -> Any:
+        return calibrate_records(
+            records,
+            chosen,
+            T=settings.score_window,
+            model=spec.model,
+            alpha=alpha,
+            epsilon=epsilon,
+            fraction=fraction,
+            template=settings.template,
+            source=f"calibrated on the Evaluate page ({spec.dataset})",
+            mode=mode,
+        )
+
+    try:
+        try:
+            report = run_calibration(tau_mode())
+        except ValueError as exc:
+            if tau_mode() != TAU_LENGTH:
+                raise
+            st.warning(f"{escape_markdown(str(exc))} Below: the paper's constant τ on these rows.")
+            report = run_calibration(TAU_PAPER)
+    except ValueError as exc:
+        st.error(escape_markdown(str(exc)))
+        return
+    _draw_report(report, records, alpha, epsilon, settings.score_window)
+    _draw_adoption(handle.info.name, spec.model, report, alpha)
+
+
+def _draw_choice(grounded: list[int]) -> tuple[float, float, set[int] | None, float] | None:
+    """α, ε and the calibration rows (picked rows, or a seeded share); ``None`` when no row is picked."""
     c1, c2, c3 = st.columns(3)
     alpha = c1.number_input(
         "Target false-positive rate α", 0.001, 0.5, DEFAULT_ALPHA, step=0.01, format="%.3f", key=keys.EVAL_ALPHA
@@ -81,38 +119,16 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         )
         if not chosen:
             st.info("Pick at least one grounded row.")
-            return
+            return None
     else:
         fraction = st.slider(
             "Share of grounded rows used to set τ (seed 42)", 0.1, 1.0, 0.5, 0.05, key=keys.EVAL_CAL_FRACTION
         )
-    settings = spec.settings
+    return float(alpha), float(epsilon), chosen, float(fraction)
 
-    def run_calibration(mode: str) -> Any:
-        return calibrate_records(
-            records,
-            chosen,
-            T=settings.score_window,
-            model=spec.model,
-            alpha=float(alpha),
-            epsilon=float(epsilon),
-            fraction=float(fraction),
-            template=settings.template,
-            source=f"calibrated on the Evaluate page ({spec.dataset})",
-            mode=mode,
-        )
 
-    try:
-        try:
-            report = run_calibration(tau_mode())
-        except ValueError as exc:
-            if tau_mode() != TAU_LENGTH:
-                raise
-            st.warning(f"{escape_markdown(str(exc))} Below: the paper's constant τ on these rows.")
-            report = run_calibration(TAU_PAPER)
-    except ValueError as exc:
-        st.error(escape_markdown(str(exc)))
-        return
+def _draw_report(report: Any, records: list[dict[str, Any]], alpha: float, epsilon: float, window: int) -> None:
+    """τ, its held-out FPR/FNR and PAC n, τ(L), the per-length rates, the warnings and both figures."""
     m = st.columns(4)
     m[0].metric(
         "τ (nats)",
@@ -134,7 +150,7 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
     st.caption(
         f"γ̂ = {report.gamma:.3f} nats (largest per-token |log P_rag − log P_para| in any row) · "
         f"Δ̂ = {'–' if report.delta is None else f'{report.delta:.3f}'} nats (mean Z grounded − mean Z memorized) · "
-        f"T = {settings.score_window} · ε = {epsilon:g} · calibration rows: {report.n_calibration}"
+        f"T = {window} · ε = {epsilon:g} · calibration rows: {report.n_calibration}"
     )
     lt = report.threshold.length_tau
     if lt is not None:
@@ -149,7 +165,7 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         )
     if report.rates_by_length:
         st.caption("Held-out rows by answer length (Wilson 95% intervals):")
-        draw_length_rates(report.rates_by_length, float(alpha), key=keys.EVAL_CAL_LENGTH_FIG)
+        draw_length_rates(report.rates_by_length, alpha, key=keys.EVAL_CAL_LENGTH_FIG)
     if report.pac:
         draw_pac_table(report.pac)
     for warning in report.warnings:
@@ -168,16 +184,20 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         st.plotly_chart(
             ef.length_tau_figure(
                 [r["repcs_score"] for r in records],
-                [min(settings.score_window, int(r["n_tokens"])) for r in records],
+                [min(window, int(r["n_tokens"])) for r in records],
                 [r["label"] for r in records],
                 lt,
                 report.tau,
             ),
             key=keys.EVAL_LENGTH_TAU_FIG,
         )
-    model = handle.info.name
+
+
+def _draw_adoption(model: str, job_model: str, report: Any, alpha: float) -> None:
+    """The button that makes this τ the app's (behind an explicit "use anyway" with the reasons when
+    :func:`adoption_problems` finds any), the download, the reset, and which τ is in force now."""
     current, source = active_threshold(model)
-    problems = adoption_problems(report, float(alpha))
+    problems = adoption_problems(report, alpha)
     confirmed = True
     if problems:
         st.warning(
@@ -195,7 +215,7 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         key=keys.EVAL_USE_TAU,
         on_click=set_active_threshold,
         args=(model, report.threshold, report.threshold.source),
-        disabled=model != spec.model or not confirmed,
+        disabled=model != job_model or not confirmed,
         icon=":material/check:",
     )
     widgets.download(

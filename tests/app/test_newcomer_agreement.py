@@ -14,7 +14,7 @@ import pytest
 import core.cli.common
 from components import keys
 from core.cli import main
-from core.detectors.agreement import cheap_detectors, short_name
+from core.detectors.agreement import OTHER_AXIS_DISPLAY, cheap_detectors, short_name
 from core.engine.verdict import DISPLAY
 from tests.app.conftest import APP, ok, open_script
 
@@ -46,7 +46,9 @@ def test_the_dual_path_page_shows_every_cheap_detector_with_its_verdict_and_page
     assert [s.value for s in at.subheader].count("Every detector on this example") == 1
     df = _agreement_table(at)
     assert list(df["detector"]) == [short_name(d.name) for d in cheap_detectors()]
-    assert set(df["verdict"]) <= set(DISPLAY.values()), "one shared wording"
+    assert set(df["verdict"]) <= set(DISPLAY.values()) | set(OTHER_AXIS_DISPLAY.values()), "one shared wording"
+    radar = df[df["detector"] == "RADAR"]["verdict"]
+    assert not set(radar) & {DISPLAY["read"], DISPLAY["recalled"]}, "RADAR is never read/recalled"
     repcs = df[df["detector"] == "RePCS"].iloc[0]
     (result,) = at.session_state[keys.RESULTS].values()
     assert float(repcs["threshold"]) == pytest.approx(result.threshold, rel=1e-3)
@@ -78,7 +80,8 @@ def test_run_json_all_detectors_returns_the_same_under_a_detectors_key(tiny_hand
     assert list(data["detectors"]) == [d.name for d in cheap_detectors()]
     for entry in data["detectors"].values():
         assert {"score", "threshold", "verdict", "source"} <= set(entry)
-        assert entry["verdict"] in ("recalled", "read", "inconclusive", "uncalibrated")
+        assert entry["verdict"] in ("recalled", "read", "inconclusive", "uncalibrated", "recall-type", "reasoning-type")
+    assert data["detectors"]["radar"]["verdict"] not in ("recalled", "read"), "RADAR keeps its own words"
     assert data["detectors"]["repcs"]["score"] == data["repcs_score"]
     assert data["detectors"]["repcs"]["threshold"] == data["threshold"]
     assert {"selfcritique", "sma"} <= set(data["detectors_not_run"])
