@@ -25,6 +25,7 @@ from components.page import open_page
 from components.panels import draw_run_context
 from components.run import bar_progress, run_cached, run_guarded
 from components.text import plain_message
+from core.engine.estimate import describe_estimate, estimate
 from core.engine.result import DualPathResult, result_digest
 from core.methods.crm import CrmBasis, compute_basis, load_basis, vocabulary_projection
 from core.methods.internals import Internals, analyze, attention_pattern, path_sequence
@@ -131,7 +132,9 @@ def draw_compute_basis(handle: ModelHandle, template: str, *, key: str) -> CrmBa
         "forward passes for each of the 120 bundled calibration prompts, then fits the directions and the "
         "classifier; the result is cached on disk for this model."
     )
-    if not st.button("Compute the CRM calibration", key=key, icon=":material/calculate:"):
+    clicked = st.button("Compute the CRM calibration", key=key, icon=":material/calculate:")
+    st.caption(f"240 forward passes: {describe_estimate(estimate(handle, forwards=240))}.")
+    if not clicked:
         return None
     bar = st.progress(0.0, text="Calibration prompts…")
     progress = bar_progress(

@@ -24,7 +24,7 @@ from components.page import PageContext, open_page
 from components.progress import StepTicker
 from components.text import escape_markdown, plain_message
 from core.engine import DualPathSettings
-from core.engine.estimate import describe_estimate, estimate
+from core.engine.estimate import describe_estimate, dual_path_estimate, estimate
 from core.engine.result import DualPathResult, result_digest
 from core.engine.verdict import display
 from core.methods import ablation
@@ -144,7 +144,11 @@ def draw_clean_run(page: PageContext, query: str, context: str) -> DualPathResul
         )
         return result
     st.info("Ablations compare against the clean run of these inputs and settings. Run it first.")
-    if st.button("Run the clean analysis", type="primary", key=keys.ABLATE_RUN_CLEAN, icon=":material/play_arrow:"):
+    clicked = st.button(
+        "Run the clean analysis", type="primary", key=keys.ABLATE_RUN_CLEAN, icon=":material/play_arrow:"
+    )
+    st.caption(describe_estimate(dual_path_estimate(page.handle, page.config.settings.max_new_tokens)))
+    if clicked:
         result, _ = widgets.run_or_reuse(page.config, page.handle, query, context)
         if result is not None:
             st.rerun()  # redraw with the stored clean result (nothing is run again)

@@ -27,7 +27,7 @@ from components.sma_controls import LabelThresholds
 from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown
-from core.engine.estimate import describe_estimate, estimate_seconds
+from core.engine.estimate import describe_estimate, estimate, estimate_seconds
 from core.methods.sma import (
     LABELS,
     ContextAblation,
@@ -220,7 +220,11 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     inputs_key = [page.config.model_spec, page.config.revision, query.strip(), context.strip()]
     scoring = [settings.max_new_tokens, settings.gamma_length, settings.gamma_similarity, settings.reference]
     key = json.dumps([*inputs_key, *scoring, settings.template], ensure_ascii=False)
-    if st.button("Run the context ablation", key=keys.SMA_ABLATE):
+    clicked = st.button("Run the context ablation", key=keys.SMA_ABLATE)
+    n_sentences = len(split_units(context.strip(), "sentence")) if context.strip() else 0
+    budget = (n_sentences + 2) * settings.max_new_tokens  # S + 2 generations
+    st.caption(f"{n_sentences + 2} generations: {describe_estimate(estimate(page.handle, generated_tokens=budget))}.")
+    if clicked:
         ticker = StepTicker(st.progress(0.0, text="Starting…"), steps_per_unit=settings.max_new_tokens)
 
         def run() -> ContextAblation:

@@ -20,6 +20,7 @@ from components import controls, inputs, keys, panels, state, widgets
 from components import radar_figures as rf
 from components.page import PageContext, open_page
 from components.text import escape_markdown, plain_message
+from core.engine.estimate import describe_estimate, estimate
 from core.methods import radar
 from core.model.handle import ModelHandle
 
@@ -123,12 +124,14 @@ def draw_model_features(handle: ModelHandle) -> radar.FeatureTable | None:
         "evaluated on the 100 test prompts. They have not been extracted for this model yet (one forward pass "
         "per prompt, then cached on disk). Until then the page shows the features but no prediction."
     )
-    if st.button(
+    clicked = st.button(
         "Extract the features of the 130 bundled prompts for this model",
         type="primary",
         key=keys.RADAR_EXTRACT,
         icon=":material/memory:",
-    ):
+    )
+    st.caption(f"130 forward passes: {describe_estimate(estimate(handle, forwards=130))}.")
+    if clicked:
         bar = st.progress(0.0, text="Extracting RADAR features…")
 
         def progress(done: int, total: int) -> None:

@@ -151,3 +151,11 @@ def test_ablations_page_keeps_the_last_noise_run_when_the_choice_changes(tiny_ap
     at.slider(key="ror.w.ablate.eps").set_value(0.5).run()
     assert "Showing the last noise run" not in _texts(ok(at))
     assert len(at.session_state["ror.ablate.results"]) == stored
+
+
+def test_the_clean_run_button_has_an_estimate(tiny_app) -> None:
+    at = open_script(PAGE, TIMEOUT)
+    at.text_area(key="ror.w.query").input("Where is the tower?")
+    at.text_area(key="ror.w.context").input("The tower stands in Quillmere.").run()
+    ok(at)
+    assert any("on this machine" in c.value for c in at.caption), "an estimate under 'Run the clean analysis'"

@@ -198,3 +198,16 @@ def test_a_run_of_another_model_is_not_analyzed(tiny_app, use_loader):
             assert "The last run used" in warning, view
             assert not at.metric and not at.get("plotly_chart"), view
     assert forwards.n == 0
+
+
+def test_the_crm_calibration_button_has_an_estimate(tiny_app) -> None:
+    at = open_script(APP, 120)
+    at.switch_page("pages/1_Dual_Path.py").run()
+    at.number_input(key=keys.widget_key(keys.MAX_NEW_TOKENS)).set_value(3).run()
+    at.text_area(key=keys.widget_key(keys.QUERY)).input("Where is the tower?")
+    at.text_area(key=keys.widget_key(keys.CONTEXT)).input("The tower stands in Quillmere.")
+    at.button(key=keys.RUN).click().run()
+    at.switch_page("pages/3_Layer_Trajectories.py").run()
+    assert not at.exception, at.exception
+    assert any(b.label == "Compute the CRM calibration" for b in at.button), "the tiny model has no basis yet"
+    assert any(c.value.startswith("240 forward passes: ") and "on this machine" in c.value for c in at.caption)

@@ -63,3 +63,15 @@ def test_radar_page_with_context_and_without_query():
     assert not _feature_rows(empty)
     # the test-set accuracy does not depend on the prompt and is shown anyway
     assert any("paper" in f.value.columns for f in empty.dataframe)
+
+
+def test_the_feature_extraction_button_has_an_estimate(tiny_app, monkeypatch) -> None:
+    from components import keys
+    from tests.app.conftest import ok, open_script
+
+    monkeypatch.setattr(radar, "cached_feature_table", lambda handle: None)  # this model has no table yet
+    at = open_script(PAGE, 120)
+    at.text_area(key="ror.w.query").input("What is the capital of France?").run()
+    ok(at)
+    assert at.button(key=keys.RADAR_EXTRACT).label.startswith("Extract the features")
+    assert any(c.value.startswith("130 forward passes: ") and "on this machine" in c.value for c in at.caption)

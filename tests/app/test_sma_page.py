@@ -77,3 +77,11 @@ def test_context_ablation_scores_each_sentence() -> None:
     assert all(d == pytest.approx(data["full_score"] - s) for d, s in zip(data["delta"], data["scores"]))
     assert len(_specs(at)) == 1
     assert any("Marrowgate" in json.dumps(df.value.to_dict()) for df in at.dataframe)
+
+
+def test_the_context_ablation_button_has_an_estimate(tiny_app) -> None:
+    at = open_script(PAGE, TIMEOUT)
+    at.text_area(key="ror.w.query").input("Where is the tower?")
+    at.text_area(key="ror.w.context").input("The tower stands in Quillmere. It is old.").run()
+    ok(at)
+    assert any(c.value.startswith("4 generations: ") and "on this machine" in c.value for c in at.caption)
