@@ -2,9 +2,9 @@
 repository's own license is stated in its three places (``LICENSE``, ``pyproject.toml``, the Space card).
 
 Every folder under ``assets/`` that holds data (CSV, JSON, NPZ …) is covered by a ``README.md`` in it or in
-the nearest folder above it inside ``assets/``, with a ``## Source and license`` section whose ``Source:``
-line says where the rows come from and whose ``License:`` line names a license; each such folder is listed in
-``THIRD_PARTY_NOTICES.md``.
+the nearest folder above it inside ``assets/``, with a ``## Source and license`` section (or ``## Sources and
+licenses``, for a set drawn from several) that says where the rows come from and names a license; each such
+folder is listed in ``THIRD_PARTY_NOTICES.md``.
 """
 
 from __future__ import annotations
@@ -37,16 +37,22 @@ def covering_readme(folder: Path, assets: Path) -> Path | None:
     return None
 
 
+SECTION = re.compile(r"^## Sources? and licen[cs]es?\n(.*?)(?=^## |\Z)", flags=re.M | re.S)
+
+
 def source_and_license(readme: Path) -> tuple[str, str]:
-    """The ``Source:`` and ``License:`` lines of the README's ``## Source and license`` section ('' if absent)."""
-    text = readme.read_text(encoding="utf-8")
-    _, found, section = text.partition("\n## Source and license\n")
+    """Where the README's source-and-license section says the data come from, and what it says of the license
+    ('' for each when absent): its ``Source:`` and ``License:`` lines, or, in a section of bullets (one per
+    source), the whole section for both."""
+    found = SECTION.search(readme.read_text(encoding="utf-8"))
     if not found:
         return "", ""
-    section = section.split("\n## ", 1)[0]
+    section = found.group(1).strip()
     source = re.search(r"^Source: (.+)$", section, flags=re.M)
     license_ = re.search(r"^License: (.+)$", section, flags=re.M)
-    return (source.group(1).strip() if source else "", license_.group(1).strip() if license_ else "")
+    if source or license_:
+        return (source.group(1).strip() if source else "", license_.group(1).strip() if license_ else "")
+    return section, section
 
 
 def problems(assets: Path) -> list[str]:
@@ -60,11 +66,9 @@ def problems(assets: Path) -> list[str]:
             continue
         source, license_ = source_and_license(readme)
         if len(source) < 20:
-            out.append(
-                f"{name}: {readme.relative_to(assets.parent)} has no 'Source: …' line under '## Source and license'"
-            )
+            out.append(f"{name}: {readme.relative_to(assets.parent)} does not say where the data come from")
         if not LICENSES.search(license_):
-            out.append(f"{name}: {readme.relative_to(assets.parent)} names no license on a 'License: …' line")
+            out.append(f"{name}: {readme.relative_to(assets.parent)} names no license for the data")
     return out
 
 
@@ -85,6 +89,12 @@ def test_the_check_finds_a_folder_without_a_readme_or_without_a_license(tmp_path
     )
     (assets / "static").mkdir()
     (assets / "static" / "app.css").write_text("body {}", encoding="utf-8")  # not data: needs no README
+    (assets / "mixed").mkdir()
+    (assets / "mixed" / "rows.csv").write_text("a\n1\n", encoding="utf-8")
+    (assets / "mixed" / "README.md").write_text(
+        "# Mixed\n\n## Sources and licenses\n\n* rows from a public corpus, CC BY-SA 3.0\n* the rest: ours, MIT\n",
+        encoding="utf-8",
+    )
     found = problems(assets)
     assert len(found) == 2, found
     assert found[0].startswith("assets/bare: no README.md")
