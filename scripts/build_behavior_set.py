@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.cli import main as cli_main  # noqa: E402
 
-NQ_LIMIT = 100
+NQ_LIMIT = 300
 MAX_NEW_TOKENS = 16
 SEED = 0
 

@@ -321,7 +321,7 @@ def read_nq_swap(
         elif any(_overlaps(a, b) for a in org for b in sub):
             reason = "nq: substituted and original answers overlap"
         else:
-            question = " ".join(str(rec["question"]).split())
+            question = detokenize(str(rec["question"]))
             context = trim_passage(detokenize(str(rec["sub_context"])), sub, max_words)
             if context is None:
                 reason = "nq: passage could not be trimmed around the substituted answer"
