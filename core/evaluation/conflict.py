@@ -220,11 +220,12 @@ def fact_rows(
     cache: AnswerCache | None = None,
     progress: Progress | None = None,
     pool: Sequence[Fact] | None = None,
-) -> tuple[list[SourceRow], dict[str, str]]:
-    """The counterfactual and on-topic rows of the facts the model knows without context.
+) -> list[SourceRow]:
+    """The counterfactual and on-topic rows of the facts the model knows without context (each row keeps the
+    fact's no-context answer).
 
     Returns:
-        ``(rows, no-context answer by group)``; ``counts`` gains ``facts``, ``facts_known`` and the facts left
+        The rows; ``counts`` gains ``facts``, ``facts_known`` and the facts left
         out by reason (``left_out["facts"]``).
     """
     answers = generate_answers(
@@ -238,7 +239,6 @@ def fact_rows(
     others = counterfactual_objects(list(facts), options.seed, pool=pool)
     left = counts["left_out"].setdefault("facts", {})
     rows: list[SourceRow] = []
-    remembered: dict[str, str] = {}
     known = 0
     for f, answer in zip(facts, answers):
         if answer is None:
@@ -249,7 +249,6 @@ def fact_rows(
             continue
         known += 1
         group = f"subject:{f.subject}"
-        remembered[group] = answer
         query = question_for(f)
         new = others.get(f.index)
         if new is None:
@@ -258,12 +257,14 @@ def fact_rows(
             )
         else:
             rows.append(
-                SourceRow(KIND_COUNTERFACTUAL, "facts", group, query, counterfactual_context(f, new), [new], f.objects)
+                SourceRow(
+                    KIND_COUNTERFACTUAL, "facts", group, query, counterfactual_context(f, new), [new], f.objects, answer
+                )
             )
-        rows.append(SourceRow(KIND_ON_TOPIC, "facts", group, query, on_topic_context(f), [], f.objects))
+        rows.append(SourceRow(KIND_ON_TOPIC, "facts", group, query, on_topic_context(f), [], f.objects, answer))
     counts["facts"] = len(facts)
     counts["facts_known"] = known
-    return rows, remembered
+    return rows
 
 
 def build_conflict_set(
@@ -295,9 +296,8 @@ def build_conflict_set(
         raise ValueError("nothing to build: the fact list is empty and no other rows were given")
     counts: dict[str, Any] = {"left_out": {"sources": dict(extra_left_out or {})}}
     rows: list[SourceRow] = []
-    remembered: dict[str, str] = {}
     if facts:
-        rows, remembered = fact_rows(handle, facts, options, counts, cache=cache, progress=progress, pool=pool)
+        rows = fact_rows(handle, facts, options, counts, cache=cache, progress=progress, pool=pool)
     rows += list(extra_rows)
     answers = generate_answers(
         handle,
@@ -332,7 +332,7 @@ def build_conflict_set(
                 "group": r.group,
                 "split": split_of(r.group, options.seed, options.calibration_fraction),
                 "build_answer": answer,
-                "no_context_answer": remembered.get(r.group, ""),
+                "no_context_answer": r.no_context_answer,
             }
         )
     counts["rows_answered"] = len(rows)

@@ -273,6 +273,7 @@ class SourceRow:
     context: str
     answer_context: list[str] = field(default_factory=list)
     answer_memory: list[str] = field(default_factory=list)
+    no_context_answer: str = ""
 
 
 def _short(answers: list[str]) -> list[str]:

@@ -10,7 +10,14 @@ import json
 import pytest
 
 import core.evaluation.conflict as conflict
-from core.evaluation.behavior import KIND_COUNTERFACTUAL, KIND_NQ_SWAP, KIND_ON_TOPIC, behavior_label, find_spans
+from core.evaluation.behavior import (
+    KIND_COUNTERFACTUAL,
+    KIND_NQ_SWAP,
+    KIND_ON_TOPIC,
+    behavior_label,
+    find_spans,
+    split_aliases,
+)
 from core.evaluation.conflict import (
     CALIBRATION,
     COLUMNS,
@@ -223,3 +230,27 @@ def test_build_refuses_bad_options_and_nothing_to_build(tiny_handle):
         BuildOptions(calibration_fraction=1.0).validate()
     with pytest.raises(ValueError, match="nothing to build"):
         build_conflict_set(tiny_handle, [], BuildOptions())
+
+
+def test_the_bundled_behavior_set_is_consistent():
+    """``assets/behavior/``: a labeled CSV whose every label is the labeler's verdict on its stored answer, whose
+    splits never share a subject or question, whose counts match ``counts.json``, with the attribution."""
+    from core.io import asset_path
+
+    folder = asset_path("behavior")
+    rows = read_labeled_csv(folder / "behavior.csv")
+    counts = json.loads((folder / "counts.json").read_text(encoding="utf-8"))["counts"]
+    assert len(rows) == counts["total"]["read"] + counts["total"]["recalled"]
+    splits: dict[str, set[str]] = {}
+    for r in rows:
+        e = r.extra
+        assert behavior_label(e["build_answer"], e["answer_context"], e["answer_memory"])[0] == e["behavior"]
+        assert r.label == ("memorized" if e["behavior"] == "recalled" else "grounded")
+        splits.setdefault(e["group"], set()).add(e["split"])
+        if e["kind"] in (KIND_COUNTERFACTUAL, KIND_ON_TOPIC):
+            assert find_spans(e["no_context_answer"], split_aliases(e["answer_memory"]))  # known without context
+    assert all(len(s) == 1 for s in splits.values())
+    assert {r.extra["split"] for r in rows} == {CALIBRATION, REPORT}
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    for needle in ("Copyright (c) 2022 Kevin Meng", "MIT", "CC BY-SA 3.0", "ml-knowledge-conflicts"):
+        assert needle in readme
