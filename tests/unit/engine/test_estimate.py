@@ -53,7 +53,7 @@ def test_the_likely_range_and_how_many_runs_it_rests_on() -> None:
     meter.observe_fill("h", 32, 64)
     est = estimate("h", generated_tokens=100, meter=meter)
     assert isinstance(est, Estimate) and est.runs == 3 and est.measured_fill
-    # the moving average with smoothing 0.5: 0.1 → 0.2 → 0.2; the median share: 0.375
+    # the median cost of 0.1, 0.3 and 0.2 s per step: 0.2; the median share: 0.375
     assert est.seconds == pytest.approx(100 * 0.375 * 0.2)
     assert est.low == pytest.approx(100 * 0.25 * 0.1) and est.high == pytest.approx(100 * 0.5 * 0.3)
     assert est.confidence == "rough", "a range of ×6 is rough"
@@ -82,6 +82,13 @@ def test_steady_runs_give_a_good_estimate() -> None:
         meter.observe_fill("h", 20, 64)
     est = estimate("h", generated_tokens=64, meter=meter)
     assert est.confidence == "good" and est.low == est.high == pytest.approx(est.seconds)
+
+
+def test_a_warming_up_first_run_does_not_weigh_on_the_estimate() -> None:
+    meter = _meter()
+    for seconds in (0.68, 0.20, 0.16):  # s per step of three dual-path runs on the embedded model, the first cold
+        meter.observe("h", GENERATED_TOKEN, seconds, 1)
+    assert meter.per_unit("h", GENERATED_TOKEN) == pytest.approx(0.20), "the median, not a mean pulled up by 0.68"
 
 
 def test_only_the_last_window_of_measurements_counts_and_each_has_its_time() -> None:
