@@ -12,7 +12,11 @@ Modules, one job each:
 * :mod:`~core.evaluation.evaluate` — :func:`evaluate_rows`, the whole run of ``python -m core evaluate``;
 * :mod:`~core.evaluation.calibration` — τ on chosen clean rows, held-out FPR/FNR and the PAC n;
 * :mod:`~core.evaluation.length_rates` — FPR/FNR per answer-length bucket with Wilson intervals;
-* :mod:`~core.evaluation.robustness` — the RePCS Table IV AUC-per-σ table.
+* :mod:`~core.evaluation.robustness` — the RePCS Table IV AUC-per-σ table;
+* :mod:`~core.evaluation.behavior` — behavior as ground truth: the answer matcher, read / recalled labels, every
+  detector's AUC against them and the headline verdict's agreement;
+* :mod:`~core.evaluation.conflict` / :mod:`~core.evaluation.conflict_sources` — the builder of
+  ``python -m core conflict`` (a knowledge-conflict set labeled by the model's own answers) and its inputs.
 """
 
 from core.evaluation.calibration import (
