@@ -22,4 +22,3 @@ class Progress(Protocol):
     """``progress(done, total, text="")``: ``done`` of ``total`` units finished; ``text`` says what (or ``""``)."""
 
     def __call__(self, done: int, total: int, text: str = "", /) -> None: ...
-
