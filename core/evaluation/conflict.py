@@ -23,7 +23,7 @@ import hashlib
 import json
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from core.evaluation.conflict_sources import (
 from core.io import atomic_write_json, atomic_write_text
 from core.methods.repcs import GROUNDED, MEMORIZED
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +73,6 @@ COLUMNS = (
 )
 """The columns of a built set, in order (``query,context,label`` first: a labeled CSV)."""
 _PLACEHOLDER_CONTEXT = "-"
-
-Progress = Callable[[str, int, int], None]
-"""``progress(stage, done, total)``: called as each batch of answers finishes."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +188,7 @@ def generate_answers(
     total = len(items)
     done = total - len(todo)
     if progress:
-        progress(stage, done, total)
+        progress(done, total, stage)
     for start in range(0, len(todo), options.batch_size):
         batch = todo[start : start + options.batch_size]
         answers = generate_greedy(handle, [prompts[i] or [] for i in batch], settings)
@@ -202,7 +200,7 @@ def generate_answers(
         if cache is not None:
             cache.save()
         if progress:
-            progress(stage, done, total)
+            progress(done, total, stage)
     return out
 
 

@@ -79,8 +79,8 @@ def _check_out_dir(path: str) -> Path:
     return out
 
 
-def _progress(stage: str, done: int, total: int) -> None:
-    sys.stderr.write(f"{stage}: {done}/{total}\n")
+def _progress(done: int, total: int, text: str = "") -> None:
+    sys.stderr.write(f"{text}: {done}/{total}\n" if text else f"{done}/{total}\n")
     sys.stderr.flush()
 
 
