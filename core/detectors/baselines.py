@@ -10,7 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from core.detectors import keys
-from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, register, register_family
+from core.detectors.registry import (
+    CONTEXT_FAMILIARITY,
+    GROUNDED_HIGH,
+    MEMORIZED_HIGH,
+    Detector,
+    DetectorInput,
+    register,
+    register_family,
+)
 from core.methods.baselines import (
     DEFAULT_KS,
     context_token_stats,
@@ -46,6 +54,7 @@ def min_k_detector(k: int, plus_plus: bool) -> Detector:
             higher_means=MEMORIZED_HIGH,
             score=lambda inp: (lambda s: min_k_plus_plus(s["logprob"], s["mu"], s["sigma"], k))(context_stats(inp)),
             cost="forward",
+            group=CONTEXT_FAMILIARITY,
             source="Zhang et al. 2024 (Min-K%++)",
         )
     return Detector(
@@ -54,6 +63,7 @@ def min_k_detector(k: int, plus_plus: bool) -> Detector:
         higher_means=MEMORIZED_HIGH,
         score=lambda inp: min_k_prob(context_stats(inp)["logprob"], k),
         cost="forward",
+        group=CONTEXT_FAMILIARITY,
         source="Shi et al. 2024 (Min-K% Prob); CRM appendix Q.1",
     )
 
@@ -65,6 +75,7 @@ register(
         higher_means=GROUNDED_HIGH,
         score=lambda inp: perplexity(context_stats(inp)["logprob"]),
         cost="forward",
+        group=CONTEXT_FAMILIARITY,
         source="CRM appendix Q.1 (PPL)",
     )
 )
@@ -75,6 +86,7 @@ register(
         higher_means=GROUNDED_HIGH,
         score=lambda inp: zlib_ratio(context_stats(inp)["logprob"], inp.result.context),
         cost="forward",
+        group=CONTEXT_FAMILIARITY,
         source="Carlini et al. 2021; CRM appendix Q.1",
     )
 )

@@ -29,6 +29,22 @@ logger = logging.getLogger(__name__)
 MEMORIZED_HIGH = "memorized"
 GROUNDED_HIGH = "grounded"
 
+CONTEXT_RELIANCE = "context_reliance"
+PARAMETRIC_KNOWLEDGE = "parametric_knowledge"
+CONTEXT_FAMILIARITY = "context_familiarity"
+RECALL_VS_REASONING = "recall_vs_reasoning"
+SOURCE_ATTRIBUTION = "source_attribution"
+
+GROUPS: dict[str, str] = {
+    CONTEXT_RELIANCE: "Did the answer depend on the context?",
+    PARAMETRIC_KNOWLEDGE: "Would the model give this answer without the context?",
+    CONTEXT_FAMILIARITY: "Does the context text look familiar to the model?",
+    RECALL_VS_REASONING: "Is the query answered by recall or by reasoning?",
+    SOURCE_ATTRIBUTION: "Which input words drive the answer?",
+}
+"""The question each group of detectors answers, in display order. Only the first two feed the headline
+verdict; the groups are never counted against each other."""
+
 
 @dataclass
 class DetectorInput:
@@ -58,6 +74,7 @@ class Detector:
             42: see :mod:`core.detectors.fitted`), so no row is scored by a model trained on it. ``score`` is
             then only used outside evaluation (it may raise). A ``needs_fit`` detector without ``features``
             (fitted once on its own bundled data) is scored by ``score`` like any other.
+        group: the question the detector answers, a key of :data:`GROUPS`.
     """
 
     name: str
@@ -68,6 +85,7 @@ class Detector:
     source: str = ""
     needs_fit: bool = False
     features: Callable[[DetectorInput], np.ndarray] | None = None
+    group: str = CONTEXT_RELIANCE
 
     def oriented(self, value: float) -> float:
         """The score oriented so that higher = more likely memorized (positive class)."""
@@ -85,6 +103,8 @@ def register(detector: Detector) -> Detector:
     """Add a detector to the registry (re-registering the same name replaces it)."""
     if detector.higher_means not in (MEMORIZED_HIGH, GROUNDED_HIGH):
         raise ValueError(f"higher_means must be 'memorized' or 'grounded', got {detector.higher_means!r}")
+    if detector.group not in GROUPS:
+        raise ValueError(f"group must be one of {', '.join(GROUPS)}, got {detector.group!r}")
     REGISTRY[detector.name] = detector
     return detector
 

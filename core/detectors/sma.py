@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.detectors import keys
-from core.detectors.registry import GROUNDED_HIGH, Detector, DetectorInput, register
+from core.detectors.registry import GROUNDED_HIGH, SOURCE_ATTRIBUTION, Detector, DetectorInput, register
 from core.methods.sma import DETECTOR_NAME, SMASettings, run_sma
 
 
@@ -37,6 +37,7 @@ register(
         higher_means=GROUNDED_HIGH,
         score=score,
         cost="heavy",
+        group=SOURCE_ATTRIBUTION,
         source="SMA eqs. 14–20 (Lime + ridge, N = 64 masks, word units, RAG on vs off)",
     )
 )
