@@ -43,7 +43,7 @@ def package_folder(package: str) -> Path | None:
     """The folder of an installed data package, located without importing it (``None`` when not installed).
 
     The bundled model packages are found this way because importing them would pull in dependencies the app
-    does not install (see DESIGN.md §3).
+    does not install (docs/architecture.md, "The embedded model").
     """
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:

@@ -1,4 +1,6 @@
-"""The dual-path engine: one (query, context) row → a :class:`DualPathResult` (DESIGN.md §4).
+"""The dual-path engine: one (query, context) row → a :class:`DualPathResult`.
+
+The protocol is described in docs/architecture.md, "The dual-path protocol".
 
 Modules, one layer each:
 

@@ -1,4 +1,4 @@
-"""The dual-path protocol for one (query, context) row (DESIGN.md §4).
+"""The dual-path protocol for one (query, context) row (docs/architecture.md, "The dual-path protocol").
 
 1. The retrieval path (query + context) answers greedily with ``generate(output_logits=True)``; its
    next-token distributions are the generation's own raw logits, not a second pass.

@@ -1,7 +1,8 @@
 """The engine's model calls: greedy generation (optionally streamed) and teacher-forced forward passes.
 
 * :func:`generate_greedy` — one batched greedy ``generate(output_logits=True)`` over left-padded prompts; each
-  answer's next-token distributions are the generation's own raw logits (DESIGN.md §4), not a second pass.
+  answer's next-token distributions are the generation's own raw logits, not a second pass (docs/architecture.md,
+  "The dual-path protocol").
 * :func:`teacher_forced_logits_batch` — one forward pass over B left-padded rows ``prompt + answer[:-1]``
   (:func:`core.model.trace.trace`, which pads, passes ``position_ids`` and keeps only the answer's logits):
   row t predicts ``answer[t]``; :func:`teacher_forced_logits` is its batch of one.

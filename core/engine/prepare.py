@@ -1,4 +1,4 @@
-"""Validated inputs and both paths' prompts (DESIGN.md §4, "Prompts").
+"""Validated inputs and both paths' prompts (docs/architecture.md, "The dual-path protocol").
 
 The retrieval prompt is the chosen template with the context; the parametric prompt is the same template
 without it (:mod:`core.model.prompts` holds the templates). Inputs are cleaned of control characters, checked

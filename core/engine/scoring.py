@@ -1,4 +1,5 @@
-"""From both paths' logits to a :class:`~core.engine.result.DualPathResult` (DESIGN.md §4).
+"""From both paths' logits to a :class:`~core.engine.result.DualPathResult` (docs/architecture.md,
+"The dual-path protocol").
 
 * :func:`score_paths` — per position t of the retrieval answer: KL_t = KL(P_retrieval,t ‖ P_parametric,t)
   over the full vocabulary (nats, float32 log-space), each path's entropy, the log-probability of the answer

@@ -2,9 +2,9 @@
 
 The paper injects Gaussian noise of standard deviation σ ∈ {0.02, 0.05, 0.10} "before computing the KL
 score" and reports ROC-AUC per σ (0.918 → 0.889 at σ = 0.10). Its table is titled *additive Gaussian logit
-noise* while its text says the noise goes into the softmax outputs; we follow the table (and DESIGN.md):
-noise is added to the **logits** of both paths, then both are re-normalized by the softmax, so every noisy
-P is a proper distribution:
+noise* while its text says the noise goes into the softmax outputs; we follow the table (docs/architecture.md,
+"Method notes"): noise is added to the **logits** of both paths, then both are re-normalized by the softmax, so
+every noisy P is a proper distribution:
 
     Z_σ(q) = Σ_{t<T} KL( softmax(ℓ_retrieval,t + σ ε_t) ‖ softmax(ℓ_parametric,t + σ ε′_t) ),  ε, ε′ ~ N(0, I_V)
 

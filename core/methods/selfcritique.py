@@ -27,8 +27,9 @@ weaker where many valid solutions exist and it needs the first answer as an anch
 the AUC collapses). It ranks prompts; a single score is not a verdict.
 
 Top-K note: the paper's released code computes −Σ p log p over the top-K log-probabilities returned by the
-API without renormalizing them; DESIGN.md §5 and :func:`core.maths.divergence.topk_entropy` renormalize. The
-two agree as the tail mass outside the top K vanishes, and both converge to the full entropy as K grows.
+API without renormalizing them; this project (docs/architecture.md, "Method notes") and
+:func:`core.maths.divergence.topk_entropy` renormalize. The two agree as the tail mass outside the top K
+vanishes, and both converge to the full entropy as K grows.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ unit. The equations, as printed in the paper:
   where ŷ⁽ⁱ⁾ is the answer to the i-th perturbed input. Eq. 14 prints the perturbed input x̃⁽ⁱ⁾ as the
   reference of both terms, while §IV-E describes "the output length and its semantic similarity to the
   *original output*". Both readings are available (:attr:`SMASettings.reference`); the default is the
-  original answer ŷ (§IV-E, and DESIGN.md §5). Len counts the model's tokens; Sim is the cosine of
+  original answer ŷ (§IV-E; docs/architecture.md, "Method notes"). Len counts the model's tokens; Sim is the cosine of
   all-MiniLM-L6-v2 embeddings (:mod:`core.model.embedder`; the paper lists BLEU, cosine or BERTScore).
 * **Ridge attribution** (eqs. 15–16): r = Mβ, β = (MᵀM + αI)⁻¹Mᵀr. Eq. 16 as printed has no intercept.
   Without one, every β_j also carries a share of the mean response (≈ r̄ / (L/2) for uniform masks), so with
