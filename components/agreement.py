@@ -1,12 +1,14 @@
 """The agreement view of the Dual Path page: every detector's verdict on the last run, at a glance.
 
 All scoring is :func:`core.detectors.agreement.assess` (the registry's cheap detectors) and
-:func:`core.detectors.agreement.judge` (a costly one, on request); this module only draws: the one-line
-summary, a table (score, threshold, where it came from, verdict in the shared wording of
-:mod:`core.engine.verdict`), a link to each detector's page, and a button per costly detector with its time
-estimate. Results are kept per run in a session LRU, so redrawing never re-scores; when the τ in force
-changes, RePCS' row follows the run's re-decided verdict (:func:`core.detectors.agreement.with_result`) and
-RADAR's row keeps its own recall-vs-reasoning words.
+:func:`core.detectors.agreement.judge` (a costly one, on request); this module only draws, group by group
+(:data:`core.detectors.registry.GROUPS`, in order, each under its question): the group's own summary line
+(counted within the group only: groups are never counted against each other), a table (what each verdict says
+in the group's own words, score, threshold, "higher = …", where the threshold came from), a button per costly
+detector of the group with its time estimate, and at the end a link to each detector's page. Results are kept
+per run in a session LRU, so redrawing never re-scores; when the τ in force changes, RePCS' row follows the
+run's re-decided verdict (:func:`core.detectors.agreement.with_result`) and RADAR's row keeps its own
+recall-vs-reasoning words.
 """
 
 from __future__ import annotations
@@ -19,16 +21,19 @@ from components.lru import session_lru
 from components.text import redact_paths
 from core.detectors import get
 from core.detectors.agreement import (
+    HEADLINE_GROUPS,
     Agreement,
+    CostlyDetector,
     DetectorVerdict,
     assess,
     detector_input,
+    group_summary,
     judge,
     short_name,
-    verdict_words,
     with_result,
 )
-from core.detectors.registry import DetectorInput
+from core.detectors.registry import GROUPS, DetectorInput
+from core.detectors.wording import GROUP_WORDS
 from core.engine.result import DualPathResult
 from core.model.handle import ModelHandle
 
@@ -67,8 +72,8 @@ def _fmt(value: float | None) -> str:
 
 
 def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
-    """One row per detector: name, verdict (shared wording), score, threshold, direction, where the threshold
-    comes from, what it measures."""
+    """One row per detector: name, what its verdict says (in its group's own words), score, threshold,
+    direction ("higher = …", in the group's words), where the threshold comes from, what it measures."""
     rows = []
     for v in verdicts:
         why = v.source if v.error is None else f"not scored: {redact_paths(v.error)}"  # grid text: no markdown
@@ -77,10 +82,10 @@ def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
         rows.append(
             {
                 "detector": short_name(v.name),
-                "verdict": verdict_words(v.verdict),
+                "verdict": v.says,
                 "score": _fmt(v.score),
                 "threshold": _fmt(v.threshold),
-                "direction": "↑ recalled" if v.higher_means == "memorized" else "↑ read",
+                "direction": v.direction,
                 "threshold from": why,
                 "measures": v.label,
             }
@@ -90,10 +95,10 @@ def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
 
 COLUMNS = {
     "detector": st.column_config.TextColumn("detector", width="small", pinned=True),
-    "verdict": st.column_config.TextColumn("verdict", width="medium"),
+    "verdict": st.column_config.TextColumn("says", width="medium", help="The verdict in its group's own words"),
     "score": st.column_config.TextColumn("score", width="small"),
     "threshold": st.column_config.TextColumn("threshold", width="small"),
-    "direction": st.column_config.TextColumn("direction", width="small", help="What a higher score means"),
+    "direction": st.column_config.TextColumn("direction", width="medium", help="What a higher score means"),
     "threshold from": st.column_config.TextColumn("where the threshold comes from", width="large"),
     "measures": st.column_config.TextColumn("what it measures", width="medium"),
 }
@@ -132,8 +137,10 @@ def draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | N
 def _draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | None:
     st.subheader("Every detector on this example")
     st.caption(
-        "Each detector looks at this run in its own way and compares its score with a threshold. The table says "
-        "what each one concluded and where its threshold comes from; the link under it opens its page."
+        "Detectors answer different questions, so they are grouped by the question each one answers and speak "
+        "that question's words; a group is never counted against another. Each compares its score with a "
+        "threshold: the tables say what each one concluded, which way its score points and where its threshold "
+        "comes from. Only the first two groups feed the headline verdict."
     )
     if result.model != handle.info.name:
         st.info("This run was made with another model: run it again to score every detector with this one.")
@@ -147,14 +154,40 @@ def _draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | 
     if inp.result is not result:  # the same run under another τ: keep every score, follow the τ in force
         agreement = with_result(agreement, inp, result)
         store.put(tag, (agreement, inp))
-    st.info(agreement.summary)
-    frame = table(agreement.verdicts)
-    st.dataframe(
-        frame, hide_index=True, column_config=COLUMNS, row_height=ROW_PX, height=HEADER_PX + ROW_PX * len(frame) + 3
-    )
+    for group, rows, pending in agreement.by_group():
+        _group(group, rows, pending, inp, tag, agreement)
     _links(agreement)
-    _costly(agreement, inp, tag)
     return agreement
+
+
+def headline_note(group: str) -> str:
+    """Whether the group feeds the headline verdict, and what it cannot conclude."""
+    feeds = "Feeds the headline verdict." if group in HEADLINE_GROUPS else "Does not feed the headline verdict."
+    return f"{feeds} Cannot conclude {GROUP_WORDS[group].cannot}."
+
+
+def _group(
+    group: str,
+    rows: list[DetectorVerdict],
+    pending: list[CostlyDetector],
+    inp: DetectorInput,
+    tag: str,
+    agreement: Agreement,
+) -> None:
+    """One group: its question, its own summary line, its table, the buttons of its costly detectors."""
+    st.markdown(f"**{GROUP_WORDS[group].title}** — {GROUPS[group]}")  # the registry's own words: no user text
+    st.info(group_summary(group, rows))
+    st.caption(headline_note(group))
+    if rows:
+        frame = table(rows)
+        st.dataframe(
+            frame,
+            hide_index=True,
+            column_config=COLUMNS,
+            row_height=ROW_PX,
+            height=HEADER_PX + ROW_PX * len(frame) + 3,
+        )
+    _costly(pending, agreement, inp, tag)
 
 
 def _links(agreement: Agreement) -> None:
@@ -169,13 +202,12 @@ def _links(agreement: Agreement) -> None:
             st.page_link(script, label=title, help=", ".join(names), icon=":material/arrow_forward:")
 
 
-def _costly(agreement: Agreement, inp: DetectorInput, tag: str) -> None:
-    """A button per detector that needs extra generations, with its estimate; its verdict joins the table."""
-    done = {v.name for v in agreement.verdicts}
-    pending = [c for c in agreement.costly if c.name not in done]
+def _costly(pending: list[CostlyDetector], agreement: Agreement, inp: DetectorInput, tag: str) -> None:
+    """A button per detector of one group that needs extra generations, with its estimate; its verdict joins the
+    group's table."""
     if not pending:
         return
-    st.markdown("**Detectors that need extra generations** (run one when you want its verdict too)")
+    st.caption("Needs extra generations (run one when you want its verdict too):")
     columns = st.columns(len(pending))
     for column, costly in zip(columns, pending, strict=True):
         with column:

@@ -26,6 +26,14 @@ A verdict is ``"recalled"`` when the score lies on the memorized side of the thr
 detector where higher means grounded, as RePCS' Z < τ; above it otherwise), else ``"read"``. The verdict
 strings are those of :mod:`core.engine.verdict`.
 
+**Groups.** Every detector names the question it answers (``Detector.group``, one of
+:data:`core.detectors.registry.GROUPS`): context reliance, parametric knowledge, familiarity of the context
+text, recall vs reasoning of the query (RADAR), source attribution (SMA). Rows are listed group by group, in
+that order; each row says what its verdict means in its group's own words (:mod:`core.detectors.wording`:
+``says``, ``finding``, ``direction``) and the summary counts within a group only — groups are never counted
+against each other. Only context reliance and parametric knowledge feed the headline verdict
+(:data:`HEADLINE_GROUPS`).
+
 RePCS' row is the run's own verdict under the one τ in force (:func:`with_result` keeps it so when the τ
 changes after the scores were computed). RADAR reads the query alone and answers another question —
 does the query look like a recall or a reasoning task? — so its row is never translated into read/recalled:
@@ -50,11 +58,15 @@ from typing import Any
 import numpy as np
 
 from core.detectors import keys as detector_keys
-from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, available
+from core.detectors.registry import GROUNDED_HIGH, GROUPS, MEMORIZED_HIGH, Detector, DetectorInput, available
+from core.detectors.wording import GROUP_WORDS, REASONING_TYPE, RECALL_TYPE, direction, finding, group_of, says
+from core.detectors.wording import HEADLINE_GROUPS as HEADLINE_GROUPS
 from core.detectors.wording import OTHER_AXIS_DISPLAY as OTHER_AXIS_DISPLAY
-from core.detectors.wording import REASONING_TYPE, RECALL_TYPE, summary_line
 from core.detectors.wording import SHORT_NAMES as SHORT_NAMES
+from core.detectors.wording import group_summary as group_summary
 from core.detectors.wording import short_name as short_name
+from core.detectors.wording import summary_line as summary_line
+from core.detectors.wording import summary_lines as summary_lines
 from core.detectors.wording import verdict_words as verdict_words
 from core.engine import DualPathResult, DualPathSettings
 from core.engine.estimate import describe_estimate, estimate_seconds, observe_result
@@ -78,6 +90,9 @@ PROBABILITY_RULES = {
     "radar": "the ensemble's decision boundary, p̄(recall) = 0.5 (RADAR §2.3)",
 }
 """Detectors whose score is a fitted probability: their own decision rule is the fallback threshold."""
+
+GROUP_ORDER = {group: i for i, group in enumerate(GROUPS)}
+GROUPS_FIRST = next(iter(GROUPS))
 
 RECALL_VS_REASONING = ("radar",)
 """Detectors on RADAR's recall-vs-reasoning axis: their label is shown in their own words, never as a verdict."""
@@ -109,6 +124,8 @@ class DetectorVerdict:
         threshold, source: the threshold and where it came from.
         verdict: a value of :data:`core.engine.verdict.VERDICTS`.
         cost: the registry's cost; ``error``: why there is no score; ``note``: what the verdict means here.
+        group: the question it answers (a key of :data:`~core.detectors.registry.GROUPS`; by default the
+            registry's group of ``name``, else context reliance).
     """
 
     name: str
@@ -121,10 +138,35 @@ class DetectorVerdict:
     cost: str
     error: str | None = None
     note: str | None = None
+    group: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.group is None:
+            from core.detectors.registry import get
+
+            detector = get(self.name)
+            self.group = detector.group if detector is not None else None
+        self.group = group_of(self.group)
+
+    @property
+    def says(self) -> str:
+        """What the verdict says, in the group's own words (a table cell)."""
+        return says(self.group, self.verdict)
+
+    @property
+    def finding(self) -> str:
+        """The verdict as its group's token (``"read"``, ``"familiar"``, ``"recall-type"``, …)."""
+        return finding(self.group, self.verdict)
+
+    @property
+    def direction(self) -> str:
+        """``"higher = …"`` in the group's words."""
+        return direction(self.group, self.higher_means)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (``score``/``threshold`` ``None`` → ``null``)."""
-        return asdict(self)
+        """JSON-ready (``score``/``threshold`` ``None`` → ``null``), with ``group``, ``direction``, ``finding``
+        and ``says`` (``verdict`` keeps the shared values: the side of the threshold)."""
+        return asdict(self) | {"direction": self.direction, "finding": self.finding, "says": self.says}
 
 
 @dataclass(frozen=True)
@@ -135,6 +177,7 @@ class CostlyDetector:
     label: str
     cost: str
     estimate_s: float | None
+    group: str = GROUPS_FIRST
 
     @property
     def estimate(self) -> str:
@@ -151,17 +194,53 @@ class Agreement:
 
     @property
     def summary(self) -> str:
-        """One plain sentence: where the detectors agree and where they conflict."""
+        """Each group's sentence (counted within the group only), one after the other."""
         return summary_line(self.verdicts)
 
+    def ordered(self) -> list[DetectorVerdict]:
+        """The verdicts group by group, in :data:`~core.detectors.registry.GROUPS` order (stable within one)."""
+        return sorted(self.verdicts, key=lambda v: GROUP_ORDER[group_of(v.group)])
+
+    def by_group(self) -> list[tuple[str, list[DetectorVerdict], list[CostlyDetector]]]:
+        """``(group, verdicts, costly not run yet)`` for every group with a detector, in GROUPS order."""
+        done = {v.name for v in self.verdicts}
+        out = []
+        for group in GROUPS:
+            rows = [v for v in self.ordered() if v.group == group]
+            pending = [c for c in self.costly if c.group == group and c.name not in done]
+            if rows or pending:
+                out.append((group, rows, pending))
+        return out
+
+    def groups(self) -> list[dict[str, Any]]:
+        """The ``detector_groups`` of ``run --json --all-detectors``: per group, in order, its question, whether
+        it feeds the headline, its own summary sentence, the detectors scored and those not run."""
+        return [
+            {
+                "group": group,
+                "title": GROUP_WORDS[group].title,
+                "question": GROUPS[group],
+                "feeds_headline": group in HEADLINE_GROUPS,
+                "summary": group_summary(group, rows),
+                "detectors": [v.name for v in rows],
+                "not_run": [c.name for c in pending],
+                "cannot_conclude": GROUP_WORDS[group].cannot,
+            }
+            for group, rows, pending in self.by_group()
+        ]
+
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        """``{name: {score, threshold, verdict, source, …}}`` in display order (the ``detectors`` key of
-        ``run --json --all-detectors``)."""
-        return {v.name: {k: x for k, x in v.to_dict().items() if k != "name"} for v in self.verdicts}
+        """``{name: {score, threshold, verdict, source, group, direction, …}}`` group by group (the ``detectors``
+        key of ``run --json --all-detectors``)."""
+        return {v.name: {k: x for k, x in v.to_dict().items() if k != "name"} for v in self.ordered()}
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Which detectors
+
+
+def _grouped(detectors: Iterable[Detector]) -> list[Detector]:
+    return sorted(detectors, key=lambda d: GROUP_ORDER[group_of(d.group)])
 
 
 def is_single_row(detector: Detector) -> bool:
@@ -170,13 +249,13 @@ def is_single_row(detector: Detector) -> bool:
 
 
 def cheap_detectors() -> list[Detector]:
-    """Registered detectors that need no extra generation and score a single row, in display order."""
-    return [d for d in available().values() if d.cost in CHEAP_COSTS and is_single_row(d)]
+    """Registered detectors that need no extra generation and score a single row, group by group."""
+    return _grouped(d for d in available().values() if d.cost in CHEAP_COSTS and is_single_row(d))
 
 
 def costly_detectors() -> list[Detector]:
-    """Registered single-row detectors that need extra generations, in display order."""
-    return [d for d in available().values() if d.cost in COSTLY_COSTS and is_single_row(d)]
+    """Registered single-row detectors that need extra generations, group by group."""
+    return _grouped(d for d in available().values() if d.cost in COSTLY_COSTS and is_single_row(d))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -351,6 +430,7 @@ def judge(detector: Detector, inp: DetectorInput) -> DetectorVerdict:
         cost=detector.cost,
         error=error,
         note=NOTES.get(detector.name),
+        group=detector.group,
     )
     return _repcs_row(found, inp.result) if detector.name == "repcs" else found
 
@@ -434,6 +514,7 @@ def assess(
             on_detector(i, len(detectors), detector.name)
         verdicts.append(judge(detector, inp))
     costly = [
-        CostlyDetector(d.name, d.label, d.cost, estimate_cost(handle, d, inp.settings)) for d in costly_detectors()
+        CostlyDetector(d.name, d.label, d.cost, estimate_cost(handle, d, inp.settings), d.group)
+        for d in costly_detectors()
     ]
     return Agreement(verdicts=verdicts, costly=costly)

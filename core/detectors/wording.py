@@ -1,15 +1,39 @@
-"""The words of the agreement view: short detector names, RADAR's own labels and the one summary line.
+"""The words of the agreement view: short detector names, each group's own words and the per-group summary.
 
-Split from :mod:`core.detectors.agreement` (which re-exports every name here). The verdict words are
-:mod:`core.engine.verdict`'s; RADAR answers another question than read/recalled, so its labels have their own
-words (:data:`OTHER_AXIS_DISPLAY`) and never count in :func:`summary_line`.
+Split from :mod:`core.detectors.agreement` (which re-exports every name here). Detectors answer different
+questions (:data:`core.detectors.registry.GROUPS`), so each group speaks its own words (:data:`GROUP_WORDS`):
+
+* **context reliance** — *Read from the context* / *Recalled from memory* (:mod:`core.engine.verdict`'s words:
+  did the answer need the context?);
+* **parametric knowledge** — the model gives this answer without the context / not without it;
+* **familiarity of the context text** — the context text looks familiar / unfamiliar to the model (membership
+  of the context, not whether the answer read it);
+* **recall vs reasoning** (RADAR, the query alone) — recall-type / reasoning-type query, never read/recalled;
+* **source attribution** (SMA) — whether switching the context on changes which words drive the answer.
+
+A detector's ``verdict`` keeps the shared values (``recalled`` = the memorized side of its threshold, ``read``
+= the other side; RADAR's ``recall-type`` / ``reasoning-type``); :func:`finding` and :func:`says` translate it
+into its group's token and words. The summary counts within one group only (:func:`group_summary`): groups are
+never counted against each other, and there is no count over all detectors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core.engine.verdict import DISPLAY, READ, RECALLED, normalize_verdict
+from core.detectors.registry import (
+    CONTEXT_FAMILIARITY,
+    CONTEXT_RELIANCE,
+    GROUNDED_HIGH,
+    GROUPS,
+    MEMORIZED_HIGH,
+    PARAMETRIC_KNOWLEDGE,
+    RECALL_VS_REASONING,
+    SOURCE_ATTRIBUTION,
+)
+from core.engine.verdict import DISPLAY, READ, RECALLED, VERDICTS, normalize_verdict
 
 if TYPE_CHECKING:
     from core.detectors.agreement import DetectorVerdict
@@ -24,15 +48,155 @@ OTHER_AXIS_DISPLAY = {
 }
 """How a page shows the labels of a detector that answers another question than read/recalled."""
 
+HEADLINE_GROUPS = (CONTEXT_RELIANCE, PARAMETRIC_KNOWLEDGE)
+"""The groups whose evidence feeds the headline verdict (its two axes); the others never do."""
+
+
+@dataclass(frozen=True)
+class GroupWords:
+    """How one group of detectors speaks.
+
+    Attributes:
+        title: the group's name (``"Context reliance"``).
+        memorized_side / grounded_side: what a score on the memorized / grounded side of its threshold says,
+            as a row of a table shows it.
+        memorized_claim / grounded_claim: the same, as the summary line says it ("… say <claim>").
+        memorized_token / grounded_token: the machine-readable ``finding`` of the JSON.
+        higher_memorized / higher_grounded: the direction of a score whose higher values lie on that side.
+        primary: which side the summary line counts first (``"memorized"`` or ``"grounded"``).
+        cannot: what the group cannot conclude (docs and captions).
+    """
+
+    title: str
+    memorized_side: str
+    grounded_side: str
+    memorized_claim: str
+    grounded_claim: str
+    memorized_token: str
+    grounded_token: str
+    higher_memorized: str
+    higher_grounded: str
+    primary: str
+    cannot: str
+
+    def side(self, memorized: bool) -> str:
+        """The row words of one side."""
+        return self.memorized_side if memorized else self.grounded_side
+
+
+GROUP_WORDS: dict[str, GroupWords] = {
+    CONTEXT_RELIANCE: GroupWords(
+        title="Context reliance",
+        memorized_side=DISPLAY[RECALLED],
+        grounded_side=DISPLAY[READ],
+        memorized_claim="the answer did not need the context",
+        grounded_claim="the answer needed the context",
+        memorized_token=RECALLED,
+        grounded_token=READ,
+        higher_memorized="higher = less reliance on the context (toward recalled)",
+        higher_grounded="higher = more reliance on the context (toward read)",
+        primary=GROUNDED_HIGH,
+        cannot="whether the model would give the same answer without the context, or whether that answer is true",
+    ),
+    PARAMETRIC_KNOWLEDGE: GroupWords(
+        title="Parametric knowledge",
+        memorized_side="The model gives this answer without the context",
+        grounded_side="Not without the context",
+        memorized_claim="the model gives this answer without the context",
+        grounded_claim="it does not give it without the context",
+        memorized_token="without-context",
+        grounded_token="not-without-context",
+        higher_memorized="higher = more likely the model gives this answer without the context",
+        higher_grounded="higher = less likely the model gives this answer without the context",
+        primary=MEMORIZED_HIGH,
+        cannot="whether this answer used the context (a known fact can still be read from a context that states it)",
+    ),
+    CONTEXT_FAMILIARITY: GroupWords(
+        title="Familiarity of the context text",
+        memorized_side="The context text looks familiar to the model",
+        grounded_side="The context text looks unfamiliar to the model",
+        memorized_claim="the context text looks familiar to the model",
+        grounded_claim="it looks unfamiliar",
+        memorized_token="familiar",
+        grounded_token="unfamiliar",
+        higher_memorized="higher = the context text looks more familiar to the model",
+        higher_grounded="higher = the context text looks less familiar to the model",
+        primary=MEMORIZED_HIGH,
+        cannot="whether the answer read the context: they score the context text alone, not the answer",
+    ),
+    RECALL_VS_REASONING: GroupWords(
+        title="Recall vs reasoning (the query alone)",
+        memorized_side=OTHER_AXIS_DISPLAY[RECALL_TYPE],
+        grounded_side=OTHER_AXIS_DISPLAY[REASONING_TYPE],
+        memorized_claim="the query looks like a recall task",
+        grounded_claim="the query looks like a reasoning task",
+        memorized_token=RECALL_TYPE,
+        grounded_token=REASONING_TYPE,
+        higher_memorized="higher = the query looks more like a recall task",
+        higher_grounded="higher = the query looks more like a reasoning task",
+        primary=MEMORIZED_HIGH,
+        cannot="anything about this answer or the context: it reads the query alone",
+    ),
+    SOURCE_ATTRIBUTION: GroupWords(
+        title="Source attribution",
+        memorized_side="The query's words drive the answer alike with and without the context",
+        grounded_side="The context changes which words drive the answer",
+        memorized_claim="the query's words drive the answer alike with and without the context",
+        grounded_claim="switching the context on changes which words drive the answer",
+        memorized_token="attribution-unchanged",
+        grounded_token="attribution-shifted",
+        higher_memorized="higher = the query's words drive the answer more alike with and without the context",
+        higher_grounded="higher = switching the context on changes more how the query's words drive the answer",
+        primary=GROUNDED_HIGH,
+        cannot="whether the text was in the training data, or whether the answer is true",
+    ),
+}
+"""Each group's own words, keyed like :data:`core.detectors.registry.GROUPS` (same order)."""
+
+MEMORIZED_SIDE = (RECALLED, RECALL_TYPE)
+GROUNDED_SIDE = (READ, REASONING_TYPE)
+
+
+def group_of(group: str | None) -> str:
+    """``group`` when it is a known group, else context reliance (the shared words)."""
+    return group if group in GROUP_WORDS else CONTEXT_RELIANCE
+
+
+def question(group: str) -> str:
+    """The question the group answers (:data:`core.detectors.registry.GROUPS`)."""
+    return GROUPS[group_of(group)]
+
+
+def direction(group: str | None, higher_means: str) -> str:
+    """``"higher = …"`` for a score of ``group`` whose higher values mean ``higher_means``, in the group's words."""
+    words = GROUP_WORDS[group_of(group)]
+    return words.higher_memorized if higher_means == MEMORIZED_HIGH else words.higher_grounded
+
+
+def finding(group: str | None, verdict: str) -> str:
+    """The machine-readable finding of a verdict in its group's terms (``"familiar"``, ``"recall-type"``, …);
+    ``"inconclusive"`` / ``"uncalibrated"`` stay as they are."""
+    words = GROUP_WORDS[group_of(group)]
+    if verdict in MEMORIZED_SIDE:
+        return words.memorized_token
+    if verdict in GROUNDED_SIDE:
+        return words.grounded_token
+    return normalize_verdict(verdict) if verdict in VERDICTS else verdict
+
+
+def says(group: str | None, verdict: str) -> str:
+    """What a verdict says, in its group's own words (a table cell)."""
+    words = GROUP_WORDS[group_of(group)]
+    if verdict in MEMORIZED_SIDE:
+        return words.memorized_side
+    if verdict in GROUNDED_SIDE:
+        return words.grounded_side
+    return verdict_words(verdict)
+
 
 def verdict_words(verdict: str) -> str:
-    """The words a page shows for a row's verdict: the shared wording, or RADAR's own labels."""
+    """The shared words of a verdict value, or RADAR's own labels (group-blind; prefer :func:`says`)."""
     return OTHER_AXIS_DISPLAY.get(verdict) or DISPLAY[normalize_verdict(verdict)]
-
-
-def _names(verdicts: list[DetectorVerdict]) -> str:
-    labels = [short_name(v.name) for v in verdicts]
-    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
 
 
 SHORT_NAMES = {
@@ -63,35 +227,64 @@ def short_name(name: str) -> str:
     return name
 
 
+def _names(verdicts: Sequence[DetectorVerdict]) -> str:
+    labels = [short_name(v.name) for v in verdicts]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
 def _say(n: int) -> str:
-    return f"{n} says" if n == 1 else f"{n} say"
+    return "says" if n == 1 else "say"
 
 
-def summary_line(verdicts: list[DetectorVerdict]) -> str:
-    """Where the detectors agree and conflict, in one sentence a student understands.
+def group_summary(group: str, verdicts: Sequence[DetectorVerdict]) -> str:
+    """One sentence on one group's detectors: how many say what, in the group's own words.
 
-    Counts only detectors with a verdict of recalled or read; the others are mentioned by number.
+    Counts only the detectors of ``group`` with a decisive verdict (either side of their threshold); the
+    others are mentioned by number. Never mixes groups: ``verdicts`` of another group are ignored.
     """
-    recalled = [v for v in verdicts if v.verdict == RECALLED]
-    read = [v for v in verdicts if v.verdict == READ]
-    rest = len(verdicts) - len(recalled) - len(read)
+    words = GROUP_WORDS[group_of(group)]
+    rows = [v for v in verdicts if group_of(v.group) == group_of(group)]
+    memorized = [v for v in rows if v.verdict in MEMORIZED_SIDE]
+    grounded = [v for v in rows if v.verdict in GROUNDED_SIDE]
+    rest = len(rows) - len(memorized) - len(grounded)
     gives = "gives" if rest == 1 else "give"
     tail = f" ({rest} more {gives} no verdict here: no score, no threshold or too close to call.)" if rest else ""
-    if not recalled and not read:
-        return "No detector has both a score and a threshold for this example, so there is nothing to compare." + tail
-    if len(recalled) + len(read) == 1:
-        (only,) = recalled + read
-        return f"Only {short_name(only.name)} has a verdict here: “{DISPLAY[only.verdict]}”." + tail
-    if not read:
-        return (
-            f"They agree: all {len(recalled)} say the answer was {DISPLAY[RECALLED].lower()} "
-            f"({_names(recalled)})." + tail
-        )
-    if not recalled:
-        return f"They agree: all {len(read)} say the model {DISPLAY[READ].lower()} ({_names(read)})." + tail
-    quote = {RECALLED: f"“{DISPLAY[RECALLED]}”", READ: f"“{DISPLAY[READ]}”"}
+    head = f"{words.title}: "
+    decided = len(memorized) + len(grounded)
+    if decided == 0:
+        nothing = "no detector of this group has both a score and a threshold for this example."
+        return head + (nothing if rows else "no detector of this group has run on this example.") + tail
+    sides = [(memorized, words.memorized_claim), (grounded, words.grounded_claim)]
+    if words.primary == GROUNDED_HIGH:
+        sides.reverse()
+    (first, first_claim), (second, second_claim) = sides
+    if decided == 1:
+        (only, claim) = (first[0], first_claim) if first else (second[0], second_claim)
+        lead = "" if len(rows) == 1 else "only "
+        return f"{head}{lead}{short_name(only.name)} says {claim}." + tail
+    if not first or not second:
+        side, claim = (first, first_claim) if first else (second, second_claim)
+        return f"{head}all {len(side)} with a verdict say {claim} ({_names(side)})." + tail
     return (
-        f"They conflict: {_say(len(recalled))} {quote[RECALLED]} ({_names(recalled)}) and {_say(len(read))} "
-        f"{quote[READ]} ({_names(read)}). They measure different things, so a count is not a verdict: see "
-        "what each one measures." + tail
+        f"{head}{len(first)} of {decided} {_say(len(first))} {first_claim} ({_names(first)}); "
+        f"{len(second)} {_say(len(second))} {second_claim} ({_names(second)})." + tail
     )
+
+
+def groups_in(verdicts: Iterable[DetectorVerdict]) -> list[str]:
+    """The groups that ``verdicts`` belong to, in :data:`GROUPS` order."""
+    present = {group_of(v.group) for v in verdicts}
+    return [g for g in GROUPS if g in present]
+
+
+def summary_lines(verdicts: Sequence[DetectorVerdict]) -> list[tuple[str, str]]:
+    """``(group, sentence)`` for every group with a detector in ``verdicts``, in :data:`GROUPS` order."""
+    return [(g, group_summary(g, verdicts)) for g in groups_in(verdicts)]
+
+
+def summary_line(verdicts: Sequence[DetectorVerdict]) -> str:
+    """Every group's sentence, one after the other (each counts within its own group only)."""
+    lines = summary_lines(verdicts)
+    if not lines:
+        return "No detector has run on this example."
+    return " ".join(line for _, line in lines)

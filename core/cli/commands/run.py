@@ -6,13 +6,19 @@ Example::
         --context "The capital of Veltria is Marrowgate." --json --all-detectors
 
 ``--json`` prints the :class:`~core.engine.result.DualPathResult` JSON (its keys are fixed: see
-``tests/unit/engine/test_run_json.py``); without it a short text summary is printed.
+``tests/unit/engine/test_run_json.py``); without it a short text summary is printed. The top-level ``verdict``
+is the two-axis headline (:func:`core.engine.axes.headline`: read / recalled / neither / inconclusive), with both
+axes, their scores, thresholds and direction under ``axes``; RePCS' own Z-vs-τ verdict is ``repcs_verdict``.
 
 ``--all-detectors`` adds every detector that needs no extra generation, as the Dual Path page's agreement view
-shows them (:func:`core.detectors.agreement.assess`): under ``detectors``, ``name → {score, threshold, verdict,
-source, label, higher_means, cost, error, note}`` (verdicts in :mod:`core.engine.verdict`'s values), the
-one-line ``detectors_summary``, and under ``detectors_not_run`` the costly ones with their estimated seconds.
-``--detectors a,b`` scores the named detectors too, costly ones included.
+shows them (:func:`core.detectors.agreement.assess`), group by group (the question each answers,
+:data:`core.detectors.registry.GROUPS`): under ``detectors``, ``name → {score, threshold, verdict, source, label,
+higher_means, cost, error, note, group, direction, finding, says}`` (``verdict`` in :mod:`core.engine.verdict`'s
+values, the side of the threshold; ``says`` / ``finding`` in the group's own words; ``direction`` "higher = …"),
+under ``detector_groups`` each group's question, whether it feeds the headline and its own summary (counted
+within the group only), the ``detectors_summary`` (every group's sentence), and under ``detectors_not_run`` the
+costly ones with their estimated seconds and group. ``--detectors a,b`` scores the named detectors too, costly
+ones included.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from typing import Any
 from core.cli.common import add_model_args, run_from_args, settings_from_args, write_result
 from core.detectors import resolve
 from core.detectors.agreement import Agreement, assess, detector_input, judge, short_name
+from core.detectors.registry import GROUPS
+from core.detectors.wording import GROUP_WORDS, group_summary
+from core.engine.axes import with_headline
 from core.engine.verdict import display
 
 
@@ -64,14 +73,16 @@ def _agreement(handle: Any, result: Any, args: argparse.Namespace) -> Agreement 
 def _cmd_run(args: argparse.Namespace) -> int:
     resolve([n.strip() for n in (args.detectors or "").split(",") if n.strip()])  # before the model loads
     handle, result = run_from_args(args, settings_from_args(args))
+    result = with_headline(result)
     agreement = _agreement(handle, result, args)
     if args.json and agreement is not None:
         data = result.to_dict()
         data["detectors"] = agreement.to_dict()
         data["detectors_summary"] = agreement.summary
+        data["detector_groups"] = agreement.groups()
         scored = set(data["detectors"])
         data["detectors_not_run"] = {
-            c.name: {"label": c.label, "cost": c.cost, "estimate_s": c.estimate_s}
+            c.name: {"label": c.label, "cost": c.cost, "estimate_s": c.estimate_s, "group": c.group}
             for c in agreement.costly
             if c.name not in scored
         }
@@ -79,14 +90,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     details = [
         f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   τ = {result.threshold}",
-        f"verdict:     {display(result.verdict)}  ({result.threshold_source})",
+        f"verdict:     {result.axes['title']}",
+        f"why:         {result.axes['reason']}",
+        f"RePCS:       {display(result.verdict)}  ({result.threshold_source})",
         *(f"warning:     {w}" for w in result.warnings),
     ]
     if agreement is not None:
-        details.append("detectors:")
-        for v in agreement.verdicts:
+        details.extend(_group_lines(agreement))
+    return write_result(result, args.json, details)
+
+
+def _group_lines(agreement: Agreement) -> list[str]:
+    """The detectors as text, group by group under each group's question, every score with its direction."""
+    lines = ["detectors (grouped by the question each answers; groups are never counted against each other):"]
+    for group, rows, pending in agreement.by_group():
+        lines.append(f"  {GROUP_WORDS[group].title} — {GROUPS[group]}")
+        for v in rows:
             score = "—" if v.score is None else f"{v.score:.4g}"
             threshold = "—" if v.threshold is None else f"{v.threshold:.4g}"
-            details.append(f"  {short_name(v.name):14s} {score:>10s}  τ {threshold:>10s}  {display(v.verdict)}")
-        details.append(f"summary:     {agreement.summary}")
-    return write_result(result, args.json, details)
+            lines.append(f"    {short_name(v.name):14s} {score:>10s}  τ {threshold:>10s}  {v.says}  ({v.direction})")
+        lines.extend(f"    {short_name(c.name):14s} not run (needs extra generations)" for c in pending)
+        lines.append(f"    summary: {group_summary(group, rows)}")
+    return lines

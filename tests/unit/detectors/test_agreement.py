@@ -73,13 +73,19 @@ def test_alpha_threshold_is_the_quantile_on_the_memorized_side():
         alpha_threshold([1.0], GROUNDED_HIGH, alpha=1.0)
 
 
-def test_summary_line_says_where_they_agree_and_conflict():
-    assert summary_line([_v("repcs", RECALLED), _v("crm_lts", RECALLED)]).startswith("They agree: all 2")
-    conflict = summary_line([_v("repcs", RECALLED), _v("crm_lts", READ), _v("ppl", READ), _v("zlib", UNCALIBRATED)])
-    assert conflict.startswith("They conflict: 1 says “Recalled from memory” (RePCS) and 2 say “Read from the context”")
-    assert "(CRM LTS and perplexity)" in conflict and "1 more gives no verdict" in conflict
-    assert summary_line([_v("repcs", INCONCLUSIVE)]).startswith("No detector has both")
-    assert summary_line([_v("min_k_10", READ)]) == "Only Min-10% has a verdict here: “Read from the context”."
+def test_summary_line_counts_within_each_group_in_its_own_words():
+    assert summary_line([_v("repcs", RECALLED), _v("crm_lts", RECALLED)]).startswith(
+        "Context reliance: all 2 with a verdict say the answer did not need the context"
+    )
+    line = summary_line([_v("repcs", RECALLED), _v("crm_lts", READ), _v("ppl", READ), _v("zlib", UNCALIBRATED)])
+    assert line.startswith("Context reliance: 1 of 2 says the answer needed the context (CRM LTS); 1 says the answer")
+    assert "Familiarity of the context text: perplexity says" not in line, "zlib has no verdict: 'only' is said"
+    assert "only perplexity says it looks unfamiliar" in line and "1 more gives no verdict" in line
+    assert "They conflict" not in line and "of 3" not in line, "no count across groups"
+    assert summary_line([_v("repcs", INCONCLUSIVE)]).startswith("Context reliance: no detector of this group has")
+    assert summary_line([_v("min_k_10", READ)]) == (
+        "Familiarity of the context text: Min-10% says it looks unfamiliar."
+    ), "the context baselines never say read/recalled"
 
 
 def test_the_view_takes_every_cheap_detector_from_the_registry():
@@ -213,11 +219,13 @@ def test_radar_is_never_translated_into_read_or_recalled(tiny_handle, tiny_resul
     assert row.score == pytest.approx(p_recall)
     assert row.verdict not in (READ, RECALLED)
     assert row.verdict == (agreement.RECALL_TYPE if label == "recall" else agreement.REASONING_TYPE)
-    words = agreement.verdict_words(row.verdict)
-    assert words.startswith("Recall" if label == "recall" else "Reasoning") and "RADAR" in words
-    assert "context" not in words and "memory" not in words
+    for words in (agreement.verdict_words(row.verdict), row.says):
+        assert words.startswith("Recall" if label == "recall" else "Reasoning") and "RADAR" in words
+        assert "context" not in words and "memory" not in words
     line = summary_line([_v("repcs", READ), row])
-    assert line.startswith("Only RePCS has a verdict here") and "RADAR" not in line.split("(")[0]
+    assert line.startswith("Context reliance: RePCS says the answer needed the context. Recall vs reasoning")
+    radar_line = line.split("Recall vs reasoning")[1]
+    assert f"RADAR says the query looks like a {label} task" in radar_line and "RePCS" not in radar_line
 
 
 def test_the_repcs_row_follows_the_tau_in_force_after_a_change(tiny_handle, tiny_result):
@@ -240,3 +248,32 @@ def test_the_repcs_row_follows_the_tau_in_force_after_a_change(tiny_handle, tiny
     assert (repcs.verdict, repcs.threshold, repcs.source) == (after.verdict, after.threshold, "bundled calibration")
     assert repcs.verdict == READ and "Recalled" not in again.summary and inp.result is after
     assert [v.score for v in again.verdicts] == [v.score for v in view.verdicts], "no detector re-scored"
+
+
+def test_rows_come_group_by_group_and_the_json_names_each_group(tiny_handle, tiny_result):
+    """Issue 23 part 3: the detectors grouped by the question they answer, in GROUPS order, each JSON entry naming
+    its group and the direction of its score; only context reliance and parametric knowledge feed the headline."""
+    from core.detectors.registry import GROUPS
+
+    view = assess(tiny_handle, tiny_result)
+    order = list(GROUPS)
+    entries = view.to_dict()
+    positions = [order.index(entry["group"]) for entry in entries.values()]
+    assert positions == sorted(positions), "group by group, in GROUPS order"
+    assert [d.name for d in cheap_detectors()] == [v.name for v in view.verdicts]
+    assert entries["ppl"]["group"] == "context_familiarity" and entries["radar"]["group"] == "recall_vs_reasoning"
+    for name, entry in entries.items():
+        assert entry["direction"].startswith("higher = "), name
+        assert entry["says"] and entry["finding"], name
+        assert {"score", "threshold", "verdict", "source", "higher_means"} <= set(entry), "nothing removed"
+    assert entries["radar"]["says"] not in ("Read from the context", "Recalled from memory")
+    groups = view.groups()
+    assert [g["group"] for g in groups] == [g for g in order if g in {g["group"] for g in groups}]
+    assert [g["question"] for g in groups] == [GROUPS[g["group"]] for g in groups]
+    assert {g["group"] for g in groups if g["feeds_headline"]} == {"context_reliance", "parametric_knowledge"}
+    parametric = next(g for g in groups if g["group"] == "parametric_knowledge")
+    assert parametric["detectors"] == [] and "selfcritique" in parametric["not_run"]
+    assert parametric["summary"].startswith("Parametric knowledge: no detector of this group has run")
+    for group in groups:
+        others = [v.name for v in view.verdicts if v.group != group["group"]]
+        assert set(group["detectors"]).isdisjoint(others), "each group's summary counts its own detectors only"

@@ -1,0 +1,147 @@
+"""core.detectors.wording: each group of detectors speaks its own words and is counted on its own (issue 23 part 3).
+
+The expected sentences are written out by hand from the group's question; the verdicts are hand-made rows.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from core.detectors import available
+from core.detectors.agreement import DetectorVerdict
+from core.detectors.registry import (
+    CONTEXT_FAMILIARITY,
+    CONTEXT_RELIANCE,
+    GROUNDED_HIGH,
+    GROUPS,
+    MEMORIZED_HIGH,
+    PARAMETRIC_KNOWLEDGE,
+    RECALL_VS_REASONING,
+    SOURCE_ATTRIBUTION,
+)
+from core.detectors.wording import (
+    GROUP_WORDS,
+    HEADLINE_GROUPS,
+    REASONING_TYPE,
+    RECALL_TYPE,
+    direction,
+    finding,
+    group_summary,
+    says,
+    summary_line,
+    summary_lines,
+)
+from core.engine.verdict import DISPLAY, INCONCLUSIVE, READ, RECALLED, UNCALIBRATED
+
+READ_OR_RECALLED = {DISPLAY[READ], DISPLAY[RECALLED]}
+
+
+def _v(name: str, verdict: str, higher: str = GROUNDED_HIGH) -> DetectorVerdict:
+    return DetectorVerdict(name, name, higher, 1.0, 1.0, "s", verdict, "free")
+
+
+def test_every_group_has_its_words_in_the_registry_order() -> None:
+    assert list(GROUP_WORDS) == list(GROUPS), "one set of words per group, in GROUPS order"
+    assert HEADLINE_GROUPS == (CONTEXT_RELIANCE, PARAMETRIC_KNOWLEDGE), "only the first two feed the headline"
+    assert all(d.group in GROUP_WORDS for d in available().values())
+
+
+@pytest.mark.parametrize(
+    ("group", "memorized", "grounded"),
+    [
+        (CONTEXT_RELIANCE, "Recalled from memory", "Read from the context"),
+        (PARAMETRIC_KNOWLEDGE, "The model gives this answer without the context", "Not without the context"),
+        (
+            CONTEXT_FAMILIARITY,
+            "The context text looks familiar to the model",
+            "The context text looks unfamiliar to the model",
+        ),
+        (RECALL_VS_REASONING, "Recall-type query (RADAR)", "Reasoning-type query (RADAR)"),
+    ],
+)
+def test_each_group_says_its_own_words(group: str, memorized: str, grounded: str) -> None:
+    assert says(group, RECALLED) == memorized and says(group, READ) == grounded
+    assert says(group, INCONCLUSIVE) == "Inconclusive" and says(group, UNCALIBRATED) == "No threshold"
+
+
+@pytest.mark.parametrize("group", [PARAMETRIC_KNOWLEDGE, CONTEXT_FAMILIARITY, RECALL_VS_REASONING, SOURCE_ATTRIBUTION])
+@pytest.mark.parametrize("verdict", [RECALLED, READ, RECALL_TYPE, REASONING_TYPE])
+def test_only_context_reliance_says_read_or_recalled(group: str, verdict: str) -> None:
+    words = says(group, verdict)
+    assert words not in READ_OR_RECALLED
+    assert "Read from" not in words and "Recalled from" not in words
+    assert finding(group, verdict) not in (READ, RECALLED), "the JSON's finding speaks the group's words too"
+
+
+def test_radar_rows_never_say_read_or_recalled_whatever_their_verdict() -> None:
+    for verdict in (READ, RECALLED, RECALL_TYPE, REASONING_TYPE):
+        row = _v("radar", verdict, MEMORIZED_HIGH)
+        assert row.group == RECALL_VS_REASONING, "the group comes from the registry"
+        assert row.says not in READ_OR_RECALLED and "RADAR" in row.says
+    assert "read" not in group_summary(RECALL_VS_REASONING, [_v("radar", RECALL_TYPE)]).lower().split()
+
+
+def test_sma_speaks_of_which_words_drive_the_answer() -> None:
+    for verdict in (READ, RECALLED):
+        words = _v("sma", verdict).says
+        assert "words drive the answer" in words and words not in READ_OR_RECALLED
+    assert finding(SOURCE_ATTRIBUTION, READ) == "attribution-shifted"
+
+
+def test_every_direction_is_stated_in_its_groups_words() -> None:
+    for detector in available().values():
+        text = direction(detector.group, detector.higher_means)
+        assert text.startswith("higher = "), detector.name
+    assert direction(CONTEXT_FAMILIARITY, GROUNDED_HIGH) == "higher = the context text looks less familiar to the model"
+    assert (
+        direction(CONTEXT_FAMILIARITY, MEMORIZED_HIGH) == "higher = the context text looks more familiar to the model"
+    )
+    assert "toward read" in direction(CONTEXT_RELIANCE, GROUNDED_HIGH)
+    assert "recall task" in direction(RECALL_VS_REASONING, MEMORIZED_HIGH)
+    assert "read" not in direction(RECALL_VS_REASONING, MEMORIZED_HIGH).split()
+
+
+def test_the_summary_counts_within_a_group_only() -> None:
+    """Issue 23: 'France: 11 detectors say recalled, 2 say read' summed detectors of different questions."""
+    rows = [
+        _v("repcs", READ),
+        _v("repcs_mean", READ),
+        _v("max_token_kl", READ),
+        _v("crm_l2", RECALLED, MEMORIZED_HIGH),
+        _v("ppl", RECALLED),
+        _v("zlib", RECALLED),
+        _v("min_k_10", RECALLED, MEMORIZED_HIGH),
+        _v("radar", RECALL_TYPE, MEMORIZED_HIGH),
+        _v("selfcritique", RECALLED, MEMORIZED_HIGH),
+    ]
+    lines = dict(summary_lines(rows))
+    assert list(lines) == [CONTEXT_RELIANCE, PARAMETRIC_KNOWLEDGE, CONTEXT_FAMILIARITY, RECALL_VS_REASONING]
+    assert lines[CONTEXT_RELIANCE] == (
+        "Context reliance: 3 of 4 say the answer needed the context (RePCS, mean KL and max KL); "
+        "1 says the answer did not need the context (CRM L2-norm)."
+    )
+    assert lines[PARAMETRIC_KNOWLEDGE] == (
+        "Parametric knowledge: Self-Critique says the model gives this answer without the context."
+    )
+    assert lines[CONTEXT_FAMILIARITY] == (
+        "Familiarity of the context text: all 3 with a verdict say the context text looks familiar to the model "
+        "(perplexity, zlib and Min-10%)."
+    )
+    assert lines[RECALL_VS_REASONING] == (
+        "Recall vs reasoning (the query alone): RADAR says the query looks like a recall task."
+    )
+    whole = summary_line(rows)
+    assert whole == " ".join(lines.values())
+    totals = [int(total) for _, total in re.findall(r"\b(\d+) of (\d+)\b", whole)]
+    assert totals == [4], "one count, within context reliance: none over more detectors than one group holds"
+    assert "They agree" not in whole and "They conflict" not in whole and "detectors say" not in whole
+
+
+def test_a_group_counts_only_its_own_rows() -> None:
+    rows = [_v("repcs", READ), _v("ppl", RECALLED), _v("zlib", RECALLED)]
+    assert group_summary(CONTEXT_RELIANCE, rows) == "Context reliance: RePCS says the answer needed the context."
+    assert group_summary(PARAMETRIC_KNOWLEDGE, []) == (
+        "Parametric knowledge: no detector of this group has run on this example."
+    )
