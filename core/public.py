@@ -39,6 +39,8 @@ the model layer)."""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+"""A hub id without an organisation (``gpt2``, ``distilgpt2``): the hub's legacy top-level models."""
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 
 
@@ -280,7 +282,7 @@ def looks_like_path(spec: str) -> bool:
         return False
     if s.startswith(("/", ".", "~", "\\")) or "\\" in s or ".." in s or ":" in s or "\x00" in s:
         return True
-    if s.count("/") != 1 or not _HUB_ID.match(s):
+    if s.count("/") > 1 or not (_HUB_ID.match(s) or _HUB_NAME.match(s)):
         return True
     try:
         return Path(s).exists()

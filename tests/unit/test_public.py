@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from core.public import CAP_ENV, PUBLIC_ENV, Caps, PublicPolicy, evaluate_run_tokens
+import pytest
+
+from core.public import CAP_ENV, PUBLIC_ENV, Caps, PublicPolicy, evaluate_run_tokens, looks_like_path
 
 
 def test_the_issue_example_is_refused_before_it_runs() -> None:
@@ -33,3 +35,15 @@ def test_the_other_pages_caps_fit_inside_the_default_budget() -> None:
     sma_page = 2 * (caps.sma_masks + 1) * caps.max_new_tokens
     sweep = caps.sweep_layers * caps.max_new_tokens
     assert sma_page <= caps.run_tokens and sweep <= caps.run_tokens
+
+
+def test_a_top_level_hub_id_is_refused_as_off_the_list_not_as_a_folder(tmp_path, monkeypatch) -> None:
+    """``gpt2`` is a hub id (no organisation), not a path: the refusal names the allow-list, not folders."""
+    monkeypatch.chdir(tmp_path)
+    policy = PublicPolicy.from_env({PUBLIC_ENV: "1"})
+    assert not looks_like_path("gpt2") and not looks_like_path("distilgpt2")
+    assert looks_like_path("a/b/c") and looks_like_path("./gpt2")
+    (tmp_path / "gpt2").mkdir()
+    assert looks_like_path("gpt2"), "an existing folder of that name is a path"
+    with pytest.raises(ValueError, match=r"^This public app loads only the embedded model\.$"):
+        policy.check_model("distilgpt2")
