@@ -7,4 +7,6 @@ from core.detectors import sma  # noqa: F401
 from core.detectors import radar  # noqa: F401
 from core.detectors import baselines  # noqa: F401
 from core.detectors import fitted  # noqa: F401
+from core.detectors import lookback  # noqa: F401
+from core.detectors import redeep  # noqa: F401
 from core.detectors import combined  # noqa: F401 - after every family it combines

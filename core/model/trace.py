@@ -287,34 +287,45 @@ def segment_mass(rows: Sequence[int], segment_ids: Sequence[int], n_segments: in
     return reduce
 
 
-def lookback_ratio(context: Sequence[bool], answer_start: int) -> AttentionReducer:
-    """The Lookback Lens' per-head ratio at every answer query position → ``(H, T − answer_start)`` numpy.
+def lookback_ratio(context: Sequence[bool], answer_start: int, *, produced: bool = False) -> AttentionReducer:
+    """The Lookback Lens' per-head ratio at answer query positions → ``(H, R)`` float32 numpy.
 
-    ``LR_h(t) = A_ctx / (A_ctx + A_new)`` with ``A_ctx`` the mean attention of query ``t`` on the context tokens
-    (``context[j]`` true) and ``A_new`` its mean attention on the answer tokens ``answer_start … t`` (Chuang et
-    al. 2024, eq. 1). ``0/0`` gives 0.
+    ``LR_h(q) = A_ctx / (A_ctx + A_new)`` with ``A_ctx`` the mean attention of query ``q`` on the context tokens
+    (``context[j]`` true) and ``A_new`` its mean attention on the answer tokens ``answer_start … q`` (Chuang et
+    al. 2024, eq. 1: at generation step t the query is the last token, and the "new" tokens are those generated
+    so far, the query's own token included). Each mean is over its segment's tokens, so segment length does not
+    decide the ratio. ``0/0`` gives 0.
 
     Args:
         context: one flag per token: is token j part of the context.
-        answer_start: the first answer position (queries from there on are scored).
+        answer_start: the first answer position.
+        produced: ``False`` (default): the queries ``answer_start … T − 1`` (``R = T − answer_start``).
+            ``True``: the queries that *produce* each answer token under teacher forcing over prompt +
+            answer[:-1], ``answer_start − 1 … T − 1`` (``R = T − answer_start + 1`` = the answer's length); the
+            first of them (the last prompt token, which produces answer token 0) has no earlier answer token, so
+            ``A_new`` is undefined there and its ratio is NaN.
     """
     ctx_cpu = torch.as_tensor(list(context), dtype=torch.bool)
     if not bool(ctx_cpu.any()):
         raise ValueError("lookback_ratio needs at least one context token")
+    first = answer_start - 1 if produced else answer_start
 
     def reduce(layer: int, w: torch.Tensor) -> np.ndarray:
         T = w.shape[-1]
-        if not 0 <= answer_start < T:
+        if not 0 <= first < T or answer_start > T:
             raise ValueError(f"answer_start {answer_start} is outside a sequence of {T} tokens")
         ctx = ctx_cpu.to(w.device)
-        q = w[:, answer_start:, :]  # (H, A, T)
+        q = w[:, first:, :]  # (H, R, T)
         a_ctx = q[..., ctx].mean(dim=-1)
-        steps = torch.arange(answer_start, T, device=w.device)
+        steps = torch.arange(first, T, device=w.device)
         keys = torch.arange(T, device=w.device)
-        new = (keys[None, :] >= answer_start) & (keys[None, :] <= steps[:, None])  # (A, T)
-        a_new = (q * new).sum(-1) / new.sum(-1)
+        new = (keys[None, :] >= answer_start) & (keys[None, :] <= steps[:, None])  # (R, T)
+        count = new.sum(-1)
+        a_new = (q * new).sum(-1) / count.clamp_min(1)
         total = a_ctx + a_new
-        return torch.where(total > 0, a_ctx / total.clamp_min(1e-30), 0.0).cpu().numpy()
+        ratio = torch.where(total > 0, a_ctx / total.clamp_min(1e-30), 0.0)
+        ratio = torch.where(count > 0, ratio, float("nan"))
+        return ratio.cpu().numpy()
 
     return reduce
 

@@ -33,7 +33,7 @@ from tests.families import FAMILY_CONFIGS, NO_CHAT_TEMPLATE, VARIANTS, save_fami
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 KEYS = sorted(FAMILIES) + sorted(VARIANTS)
-PENDING_LENSES = ("lookback_lens", "redeep")
+PENDING_LENSES = ("redeep",)
 """Issue 24's lenses: add one test per lens below (run on every family of ``KEYS``) when they exist."""
 
 Q, C = "Where is the tower?", "The tower stands in Quillmere, by the river."
@@ -327,6 +327,33 @@ def test_audit_forward_batched_matches_single(fam):
         assert cap.first_token_kl == pytest.approx(alone.first_token_kl, abs=1e-4)
     first = run_dual_path(handle, *ROWS[0], SETTINGS)
     assert together[0].first_token_kl == pytest.approx(float(first.token_kl[0]), abs=1e-4), key
+
+
+def test_lookback_lens(fam):
+    """Issue 24's Lookback Lens: LR = A_ctx / (A_ctx + A_new) per query head (grouped- and multi-query families
+    included) equals the ratio of transformers' own attentions, and its detectors run without a bundled fit."""
+    from core.detectors import DetectorInput, get
+    from core.methods.internals.replay import prepared_for
+    from core.methods.lookback import lookback_map, span_features
+
+    key, handle = fam
+    settings = DualPathSettings(max_new_tokens=4, score_window=4, top_k=3, force_length=True)
+    result = run_dual_path(handle, Q, C, settings)
+    m = lookback_map(handle, result)
+    prompt = list(prepared_for(handle, result).retrieval.ids)
+    plen, n = len(prompt), result.n_tokens
+    A = _hf(handle, prompt + list(result.answer_token_ids[:-1]), output_attentions=True).attentions
+    assert m.lr.shape == (handle.info.n_layers, A[0].shape[1], n), key
+    for layer, a in enumerate(A):
+        w = a[0].double().numpy()
+        for t in range(1, n):
+            a_ctx, a_new = w[:, plen - 1 + t, :plen].mean(-1), w[:, plen - 1 + t, plen : plen + t].mean(-1)
+            np.testing.assert_allclose(m.lr[layer, :, t], a_ctx / (a_ctx + a_new), atol=1e-5, err_msg=key)
+    assert np.all(np.isfinite(span_features(m.lr))), key
+    inp = DetectorInput(handle, result, settings)
+    assert 0.0 <= get("lookback_mean").score(inp) <= 1.0
+    with pytest.raises(ValueError, match="No Lookback Lens classifier"):  # the stated refusal: no bundled fit
+        get("lookback").score(inp)
 
 
 def test_evaluate_on_a_few_rows(fam):
