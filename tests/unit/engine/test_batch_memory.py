@@ -1,16 +1,13 @@
-"""Issue 17 (hardening), the engine: batched scoring keeps bounded logits (12) with the same results, and
-settings read back from a dict refuse bad values instead of defaulting silently (11)."""
+"""core.engine.batch (issue 17, hardening): batched scoring keeps bounded logits (12) with the same results."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import core.engine.batch as batch
 from core.engine import DualPathSettings, run_dual_path, score_batch
 from core.engine.batch import rows_per_batch
-from core.engine.generation import generate_greedy
 from core.engine.scoring import score_paths
 
 ROWS = [
@@ -19,18 +16,6 @@ ROWS = [
     ("What color are the trams?", "Trams in Lisk are painted ochre."),
     ("How tall is Mount Perrin?", "Mount Perrin rises 2,114 metres."),
 ]
-
-
-def test_each_row_gets_its_own_logits_without_a_stacked_copy(tiny_handle):
-    """Old code returned views of one (batch, steps, V) stack: no row's memory could be freed alone."""
-    settings = DualPathSettings(max_new_tokens=6, score_window=6, force_length=True)
-    prompts = [tiny_handle.tokenizer(q)["input_ids"] for q, _ in ROWS]
-    out = generate_greedy(tiny_handle, prompts, settings)
-    storages = {logits.untyped_storage().data_ptr() for _, logits, _ in out}
-    assert len(storages) == len(ROWS)
-    for ids, logits, _ in out:  # and the values are the generation's own: the argmax is the chosen token
-        assert logits.shape == (len(ids), tiny_handle.info.vocab_size)
-        assert logits.argmax(-1).tolist() == ids
 
 
 def test_rows_per_batch_follows_the_stated_limit(tiny_handle):
@@ -87,30 +72,3 @@ def test_batched_results_still_equal_single_runs(tiny_handle, monkeypatch):
         assert res.retrieval.token_ids == single.retrieval.token_ids
         np.testing.assert_allclose(res.token_kl, single.token_kl, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(res.retrieval.entropy, single.retrieval.entropy, rtol=1e-4, atol=1e-5)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# 11. settings from a dict
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        {"score_window": 0},
-        {"max_new_tokens": 0},
-        {"max_new_tokens": None},
-        {"max_new_tokens": "64"},
-        {"max_new_tokens": True},
-        {"template": ""},
-        {"template": None},
-        {"top_k": 1.5},
-        {"force_length": 1},
-    ],
-)
-def test_settings_from_a_dict_refuse_bad_values(bad):
-    with pytest.raises(ValueError):
-        DualPathSettings.from_dict({**DualPathSettings().to_dict(), **bad})
-
-
-def test_settings_from_a_dict_still_default_missing_keys_and_ignore_unknown_ones():
-    assert DualPathSettings.from_dict({"top_k": 7, "from_the_future": 1}) == DualPathSettings(top_k=7)

@@ -1,16 +1,11 @@
 """The Evaluate page on a tiny set (issue 14): small-sample warnings, Precision@k only when k < n, and adopting a
-τ whose held-out figures are poor is a deliberate, explained action (tiny random model: seconds, not minutes).
-Also the sample-size maths behind the warning (core.evaluation.sample_size)."""
+τ whose held-out figures are poor is a deliberate, explained action (tiny random model: seconds, not minutes)."""
 
 from __future__ import annotations
 
-import math
-
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from components import keys
-from core.evaluation.sample_size import auc_standard_error, rows_for_auc_ci, small_sample_message
 from tests.app.conftest import APP, ok
 
 PAGE = "pages/9_Evaluate.py"
@@ -25,31 +20,6 @@ SIX = (
     b"Who founded the Orrin Guild?,The Orrin Guild was founded by Tamsin Vell.,grounded\n"
     b"How many moons does Kessarine have?,The planet Kessarine has five moons.,grounded\n"
 )
-
-
-def test_auc_standard_error_matches_a_hand_computation():
-    # A = 0.8, 10 + 10 rows: Q1 = 0.8/1.2, Q2 = 1.28/1.8; var = (0.16 + 9(Q1 − 0.64) + 9(Q2 − 0.64)) / 100
-    q1, q2 = 0.8 / 1.2, 1.28 / 1.8
-    expected = math.sqrt((0.16 + 9 * (q1 - 0.64) + 9 * (q2 - 0.64)) / 100)
-    assert auc_standard_error(0.8, 10, 10) == pytest.approx(expected, rel=1e-12)
-    assert expected == pytest.approx(0.10198, abs=1e-4)
-    with pytest.raises(ValueError):
-        auc_standard_error(1.2, 3, 3)
-
-
-@pytest.mark.parametrize("auc", [0.6, 0.75, 0.9])
-def test_rows_for_auc_ci_is_the_smallest_balanced_set_that_reaches_the_width(auc):
-    n = rows_for_auc_ci(auc, 0.05)
-    assert 1.96 * auc_standard_error(auc, n, n) <= 0.05 < 1.96 * auc_standard_error(auc, n - 1, n - 1)
-    assert rows_for_auc_ci(1.0) == rows_for_auc_ci(0.9), "a perfect AUC on few rows plans like 0.9"
-
-
-def test_small_sample_message():
-    message = small_sample_message(3, 3, 1.0)
-    assert (
-        message.startswith("Only 3 memorized and 3 grounded rows") and f"about {rows_for_auc_ci(0.9)} rows" in message
-    )
-    assert small_sample_message(500, 500, 0.9) is None
 
 
 def _evaluate(data: bytes) -> AppTest:

@@ -7,13 +7,9 @@ and one summary line; a costly detector's verdict joins the table when its butto
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-import core.cli.common
 from components import keys
-from core.cli import main
 from core.detectors.agreement import OTHER_AXIS_DISPLAY, cheap_detectors, short_name
 from core.engine.verdict import DISPLAY
 from tests.app.conftest import APP, ok, open_script
@@ -70,22 +66,3 @@ def test_the_dual_path_page_shows_every_cheap_detector_with_its_verdict_and_page
     table = next(d for d in at.dataframe if "threshold from" in d.value.columns)
     assert table.proto.row_height > 64, "rows tall enough that the grid wraps the threshold's source (issue 26)"
     assert not any(b.label == "Run CRM L1" for b in at.button if b.key and b.key.startswith(keys.AGREEMENT_RUN))
-
-
-def test_run_json_all_detectors_returns_the_same_under_a_detectors_key(tiny_handle, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
-    argv = ["run", "--query", Q, "--context", C, "--max-new-tokens", "4", "--json", "--all-detectors"]
-    assert main(argv) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert list(data["detectors"]) == [d.name for d in cheap_detectors()]
-    for entry in data["detectors"].values():
-        assert {"score", "threshold", "verdict", "source"} <= set(entry)
-        assert entry["verdict"] in ("recalled", "read", "inconclusive", "uncalibrated", "recall-type", "reasoning-type")
-    assert data["detectors"]["radar"]["verdict"] not in ("recalled", "read"), "RADAR keeps its own words"
-    assert data["detectors"]["repcs"]["score"] == data["repcs_score"]
-    assert data["detectors"]["repcs"]["threshold"] == data["threshold"]
-    assert {"selfcritique", "sma"} <= set(data["detectors_not_run"])
-    assert data["detectors_summary"]
-
-    assert main(["run", "--query", Q, "--context", C, "--max-new-tokens", "4", "--json"]) == 0
-    assert "detectors" not in json.loads(capsys.readouterr().out), "the plain JSON keeps its pinned keys"
