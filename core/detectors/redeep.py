@@ -1,0 +1,127 @@
+"""ReDeEP detectors (Sun et al., ICLR 2025, arXiv 2410.11414): ECS of the copying heads, PKS of the knowledge
+layers, and their fitted regression.
+
+One traced forward of the retrieval path per row (:func:`core.methods.redeep.decompose`), shared by the three
+detectors through ``DetectorInput.cache[DETAILS]``. The heads, layers and α, β are the model's stored choice
+(``assets/redeep/`` for the embedded model; ``$READ_OR_RECALL_REDEEP_CHOICE`` names a user's own; a choice put
+in ``inp.cache[SETTINGS]`` wins), else a label-free default (OV-chosen heads, every layer, α = β = 1).
+
+* ``redeep`` — ``α·Σ_{ℓ∈F} PKS^ℓ − β·Σ_{(ℓ,h)∈A} ECS^{ℓ,h}`` (token means): higher = recalled (context reliance);
+* ``redeep_ecs`` — the chosen heads' mean ECS: higher = read (context reliance);
+* ``redeep_pks`` — the chosen layers' mean PKS (nats): higher = recalled (parametric knowledge).
+
+Models without a state between attention and MLP (parallel residual, OPT) have no PKS: ``redeep_pks`` and
+``redeep`` raise with the reason; ``redeep_ecs`` still runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from core.detectors.registry import (
+    CONTEXT_RELIANCE,
+    GROUNDED_HIGH,
+    MEMORIZED_HIGH,
+    PARAMETRIC_KNOWLEDGE,
+    Detector,
+    DetectorInput,
+    register,
+)
+from core.methods.redeep import ReDeEPChoice, ReDeEPView, choice_for, decompose, is_fitted
+
+SETTINGS = "redeep.settings"
+"""``DetectorInput.cache`` key: a :class:`~core.methods.redeep.ReDeEPChoice` to use instead of the stored one."""
+DETAILS = "redeep"
+"""``DetectorInput.cache`` key: the row's :class:`~core.methods.redeep.ReDeEPView`."""
+SOURCE = "ReDeEP (Sun et al., ICLR 2025, arXiv 2410.11414)"
+
+
+def view_for(inp: DetectorInput) -> ReDeEPView:
+    """The row's ReDeEP decomposition (one traced forward, cached per row)."""
+    view = inp.cache.get(DETAILS)
+    if view is None:
+        choice: ReDeEPChoice = inp.cache.get(SETTINGS) or choice_for(inp.handle, inp.result.template)
+        view = decompose(inp.handle, inp.result, choice)
+        inp.cache[DETAILS] = view
+    return view
+
+
+def _no_pks(view: ReDeEPView) -> ValueError:
+    return ValueError(f"ReDeEP's PKS is unavailable for this model: {view.trace.pks_refusal}")
+
+
+def score_redeep(inp: DetectorInput) -> float:
+    view = view_for(inp)
+    if view.score is None:
+        raise _no_pks(view)
+    return float(view.score)
+
+
+def score_ecs(inp: DetectorInput) -> float:
+    view = view_for(inp)
+    if not view.choice.heads:
+        raise ValueError("the ReDeEP choice has no copying head")
+    return float(np.mean(view.ecs))
+
+
+def score_pks(inp: DetectorInput) -> float:
+    view = view_for(inp)
+    if view.pks is None:
+        raise _no_pks(view)
+    if not view.choice.layers:
+        raise ValueError("the ReDeEP choice has no knowledge layer")
+    return float(np.mean(view.pks))
+
+
+def details(view: ReDeEPView) -> dict[str, Any]:
+    """JSON-ready summary of a row's ReDeEP decomposition."""
+    c = view.choice
+    return {
+        "score": view.score,
+        "ecs": float(np.mean(view.ecs)),
+        "pks": None if view.pks is None else float(np.mean(view.pks)),
+        "heads": c.heads,
+        "layers": c.layers,
+        "alpha": c.alpha,
+        "beta": c.beta,
+        "fitted": is_fitted(c),
+        "choice": c.describe(),
+        "pks_refusal": view.trace.pks_refusal,
+    }
+
+
+register(
+    Detector(
+        name="redeep",
+        label="ReDeEP: α·PKS − β·ECS over the chosen layers and heads",
+        higher_means=MEMORIZED_HIGH,
+        score=score_redeep,
+        cost="forward",
+        source=f"{SOURCE}, eq. 7; heads/layers by Pearson on assets/calibration/, α, β by logistic regression",
+        group=CONTEXT_RELIANCE,
+    )
+)
+register(
+    Detector(
+        name="redeep_ecs",
+        label="ReDeEP ECS: copying heads' agreement with the context they attend to",
+        higher_means=GROUNDED_HIGH,
+        score=score_ecs,
+        cost="forward",
+        source=f"{SOURCE}, eq. 3 (top-10 % attended context tokens), mean over the chosen heads and answer tokens",
+        group=CONTEXT_RELIANCE,
+    )
+)
+register(
+    Detector(
+        name="redeep_pks",
+        label="ReDeEP PKS: JSD of the logit lens before/after the knowledge MLPs",
+        higher_means=MEMORIZED_HIGH,
+        score=score_pks,
+        cost="forward",
+        source=f"{SOURCE}, eq. 5 (JSD in nats, a sum over the vocabulary), mean over the chosen layers and tokens",
+        group=PARAMETRIC_KNOWLEDGE,
+    )
+)

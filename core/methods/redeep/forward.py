@@ -1,0 +1,187 @@
+"""ReDeEP's one traced forward: ECS per answer token and head, PKS per answer token and layer.
+
+One :func:`core.model.trace.trace` over the retrieval path, teacher-forced (the retrieval prompt followed by the
+retrieval answer ``answer[:-1]``). Answer token ``n`` is scored at the position that *predicts* it (the query row
+``prompt_len − 1 + n``), the position axis of the dual path's ``token_kl`` — so each token's ECS, PKS and KL
+line up. (The authors' code reads the row of token ``n`` itself, i.e. the step that predicts ``n + 1``.)
+
+* **ECS** (eq. 3): ``ECS_n^{ℓ,h} = cos(x_n^L, ē)``, ``x_n^L`` the last layer's hidden state through the final
+  norm (what the unembedding reads; transformers' ``hidden_states[-1]``, as the authors use it) and ``ē`` the
+  mean of the same states over the top-k % context tokens that head (ℓ, h) attends to most from row n
+  (``max(1, ⌈k/100 · n_ctx⌉)`` tokens, k = 10). Context tokens: the prompt tokens overlapping the context text
+  (:func:`core.methods.internals.prompt_segments`).
+* **PKS** (eq. 5): ``PKS_n^ℓ = JSD(q(x_n^{mid,ℓ}) ‖ q(x_n^ℓ))``, ``q`` the logit lens
+  (:func:`core.model.lens.lens_logits`: final norm, unembedding, the family's logit scale and soft-cap),
+  ``x^{mid,ℓ}`` the residual stream before layer ℓ's MLP (:func:`core.model.trace.residual_before_mlp`; for
+  families with a norm after the MLP — Gemma 2/3, OLMo 2 — ``h_{ℓ+1} − post_norm(mlp_out)``) and ``x^ℓ``
+  layer ℓ's output. Float32 log-space, nats, a sum over the whole vocabulary (the authors' code takes the mean
+  over the vocabulary and multiplies it by 10⁶). Families with no state between attention and MLP (parallel
+  residual) or no MLP module (OPT) get no PKS, with the reason (:func:`core.model.families.support`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from core.engine.result import RETRIEVAL, DualPathResult
+from core.maths.divergence import log_probs
+from core.methods.internals.replay import path_sequence, prepared_for
+from core.methods.internals.segments import CONTEXT, prompt_segments
+from core.methods.redeep.maths import cosine, jsd, n_top
+from core.model.families import support
+from core.model.handle import ModelHandle
+from core.model.lens import lens_logits
+from core.model.parts import model_parts
+from core.model.trace import ALL, AttentionReducer, residual_before_mlp, trace
+
+DEFAULT_K_PERCENT = 10.0
+POST_MLP_NORMS = ("post_feedforward_layernorm",)
+"""A decoder layer's norm applied to the MLP's output before it joins the residual stream (sandwich norms)."""
+
+
+@dataclass
+class ReDeEPTrace:
+    """ECS and PKS of one result's retrieval answer.
+
+    Attributes:
+        ecs: ``(N, n_layers, n_heads)`` float32, ECS of answer token n for head (ℓ, h) (cosine, −1 … 1).
+        pks: ``(N, n_layers)`` float32 PKS of answer token n at layer ℓ (nats, 0 … ln 2), or ``None`` when the
+            model has no MLP split (:attr:`pks_refusal` says why).
+        n_context: context tokens in the prompt; ``n_top``: how many of them ē averages.
+        k_percent: the k of the top-k %.
+        tokens: the N scored answer tokens' texts; ``rows``: their query rows in the traced sequence.
+    """
+
+    ecs: np.ndarray
+    pks: np.ndarray | None
+    pks_refusal: str | None
+    n_context: int
+    n_top: int
+    k_percent: float
+    tokens: list[str]
+    rows: list[int]
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.ecs.shape[0])
+
+
+def pks_refusal(handle: ModelHandle) -> str | None:
+    """Why this model has no PKS (no state between attention and MLP), or ``None``."""
+    return support(handle.model, handle.tokenizer).unavailable.get("mlp_split")
+
+
+def top_context(k: int, rows: Sequence[int], context: Sequence[int]) -> AttentionReducer:
+    """The ``k`` context positions each head attends to most from each query row → ``(H, R, k)`` int64 numpy
+    (absolute positions; ties broken by :func:`torch.topk`)."""
+    rows_cpu = torch.tensor(list(rows), dtype=torch.long)
+    ctx_cpu = torch.tensor(list(context), dtype=torch.long)
+
+    def reduce(layer: int, w: torch.Tensor) -> np.ndarray:
+        r, c = rows_cpu.to(w.device), ctx_cpu.to(w.device)
+        sub = w[:, r][:, :, c]  # (H, R, C)
+        idx = torch.topk(sub, k, dim=-1).indices
+        return c[idx].cpu().numpy().astype(np.int64)
+
+    return reduce
+
+
+def _post_mlp_norm(layer: torch.nn.Module) -> torch.nn.Module | None:
+    for name in POST_MLP_NORMS:
+        module = getattr(layer, name, None)
+        if isinstance(module, torch.nn.Module):
+            return module
+    return None
+
+
+def scored_tokens(result: DualPathResult) -> int:
+    """The answer tokens ReDeEP scores: the run's window L = min(T, n) (``n_scored``), else every answer token."""
+    n = len(result.answer_token_ids)
+    return min(n, int(result.n_scored)) if result.n_scored else n
+
+
+def redeep_trace(
+    handle: ModelHandle, result: DualPathResult, k_percent: float = DEFAULT_K_PERCENT, *, pks: bool = True
+) -> ReDeEPTrace:
+    """ECS (every head) and PKS (every layer) of the result's first :func:`scored_tokens` answer tokens.
+
+    Args:
+        handle: the model that produced ``result`` (eager attention).
+        result: a dual-path result with a non-empty retrieval answer.
+        k_percent: the top-k % of context tokens per head (default 10).
+        pks: compute PKS (where the model allows it).
+
+    Raises:
+        ValueError: an empty answer, no context token in the prompt, or another model's result.
+    """
+    n_answer = scored_tokens(result)
+    if n_answer < 1:
+        raise ValueError("the retrieval answer is empty: ReDeEP has no answer token to score")
+    prepared = prepared_for(handle, result)
+    segments = prompt_segments(handle, prepared, RETRIEVAL)
+    context = [i for i, s in enumerate(segments) if s == CONTEXT]
+    if not context:
+        raise ValueError("the retrieval prompt has no context token: ReDeEP's ECS needs the context")
+    ids, tokens, prompt_len = path_sequence(handle, result, RETRIEVAL)
+    ids = ids[: prompt_len + n_answer - 1]
+    rows = [prompt_len - 1 + n for n in range(n_answer)]
+    k = n_top(k_percent, len(context))
+    refusal = pks_refusal(handle) if pks else "not asked"
+    parts = model_parts(handle)
+    with handle.session():
+        t = trace(
+            handle,
+            [ids],
+            positions=ALL,
+            mlp=refusal is None,
+            attention={"top": top_context(k, rows, context)},
+        )
+        ecs = _ecs(handle, parts, t, rows)
+        pks_values = _pks(handle, parts, t, rows) if refusal is None else None
+    return ReDeEPTrace(
+        ecs=ecs,
+        pks=pks_values,
+        pks_refusal=None if refusal == "not asked" else refusal,
+        n_context=len(context),
+        n_top=k,
+        k_percent=float(k_percent),
+        tokens=list(result.retrieval.tokens[:n_answer]) if result.retrieval.tokens else tokens[prompt_len:],
+        rows=rows,
+    )
+
+
+def _param(handle: ModelHandle) -> torch.nn.Parameter:
+    return next(handle.model.parameters())
+
+
+def _ecs(handle: ModelHandle, parts, t, rows: list[int]) -> np.ndarray:
+    param = _param(handle)
+    last = t.residual[0][-1].to(device=param.device, dtype=param.dtype)  # (T, d) raw last-layer output
+    normed = parts.final_norm(last).float()  # what the unembedding reads
+    answer = normed[torch.tensor(rows, device=normed.device)]  # (R, d)
+    per_layer = []
+    for top in t.attention["top"][0]:  # per layer: (H, R, k) positions
+        idx = torch.as_tensor(top, device=normed.device)
+        mean = normed[idx].mean(dim=-2)  # (H, R, d)
+        per_layer.append(cosine(answer[None], mean))  # (H, R)
+    return torch.stack(per_layer).permute(2, 0, 1).cpu().numpy().astype(np.float32)  # (R, L, H)
+
+
+def _pks(handle: ModelHandle, parts, t, rows: list[int]) -> np.ndarray:
+    param = _param(handle)
+    r = torch.tensor(rows, dtype=torch.long)
+    after = t.residual[0][1:, r]  # (L, R, d): x^ℓ
+    mlp_out = t.mlp_out[0][:, r]
+    before = residual_before_mlp(t)[:, r]  # (L, R, d): h_{ℓ+1} − mlp_out_ℓ
+    out = []
+    for layer in range(parts.n_layers):
+        post = after[layer].to(device=param.device, dtype=param.dtype)
+        delta = mlp_out[layer].to(device=param.device, dtype=param.dtype)
+        norm = _post_mlp_norm(parts.layers[layer])
+        mid = post - norm(delta) if norm is not None else before[layer].to(device=param.device, dtype=param.dtype)
+        out.append(jsd(log_probs(lens_logits(parts, mid)), log_probs(lens_logits(parts, post))))
+    return torch.stack(out, dim=1).cpu().numpy().astype(np.float32)  # (R, L)

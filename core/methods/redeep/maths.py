@@ -1,0 +1,90 @@
+"""ReDeEP's small maths (Sun et al., ICLR 2025, arXiv 2410.11414): tensors in, tensors out, no model, no IO.
+
+* :func:`jsd` — the Jensen–Shannon divergence of two distributions given as log-probabilities, float32
+  log-space, nats, a proper sum over the vocabulary (PKS, eq. 5 of the paper);
+* :func:`cosine` — row-wise cosine similarity (ECS, eq. 3);
+* :func:`n_top` — how many context tokens the top-k % are;
+* :func:`copying_score` — Elhage et al.'s (2021) summary of an OV circuit's eigenvalues;
+* :func:`pearson` — Pearson correlation of each column of a table with binary labels (the paper's selection).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+LOG2 = math.log(2.0)
+
+
+def jsd(logp: torch.Tensor, logq: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``JSD(p ‖ q) = ½ KL(p ‖ m) + ½ KL(q ‖ m)``, ``m = (p + q) / 2``, in nats, summed over ``dim``.
+
+    Computed in float32 log-space: ``log m = logsumexp(log p, log q) − log 2``; terms with ``p = 0`` (``−inf``)
+    contribute 0. Bounded by ``log 2``.
+
+    Args:
+        logp, logq: log-probabilities of the same shape ``(..., V)``.
+
+    Returns:
+        float32 ``(...)``.
+    """
+    lp, lq = logp.float(), logq.float()
+    logm = torch.logaddexp(lp, lq) - LOG2
+    kl_pm = torch.where(lp > -math.inf, lp.exp() * (lp - logm), torch.zeros_like(lp)).sum(dim)
+    kl_qm = torch.where(lq > -math.inf, lq.exp() * (lq - logm), torch.zeros_like(lq)).sum(dim)
+    return (0.5 * (kl_pm + kl_qm)).clamp_min(0.0)
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
+    """Cosine similarity of ``a`` and ``b`` along ``dim`` (float32; 0 where either vector is zero)."""
+    a, b = a.float(), b.float()
+    num = (a * b).sum(dim)
+    den = a.norm(dim=dim) * b.norm(dim=dim)
+    return torch.where(den > eps, num / den.clamp_min(eps), torch.zeros_like(num))
+
+
+def n_top(k_percent: float, n_context: int) -> int:
+    """The number of context tokens in the top ``k_percent`` %: ``max(1, ⌈k/100 · n_context⌉)``.
+
+    Raises:
+        ValueError: ``k_percent`` outside (0, 100] or no context token.
+    """
+    if not 0.0 < float(k_percent) <= 100.0:
+        raise ValueError(f"k_percent must be in (0, 100], got {k_percent}")
+    if n_context < 1:
+        raise ValueError("ReDeEP's ECS needs at least one context token")
+    return max(1, min(n_context, math.ceil(float(k_percent) / 100.0 * n_context - 1e-9)))
+
+
+def copying_score(eigenvalues: np.ndarray) -> float:
+    """``Σ_i λ_i / Σ_i |λ_i|`` (real part of the numerator) over an OV circuit's eigenvalues, in [−1, 1].
+
+    Elhage et al. (2021, "A Mathematical Framework for Transformer Circuits", OV copying): positive eigenvalues
+    mean tokens increase their own logits (copying); a score near 1 means the head mostly copies. 0 for an
+    all-zero spectrum.
+    """
+    lam = np.asarray(eigenvalues, dtype=np.complex128)
+    total = float(np.abs(lam).sum())
+    return float(lam.real.sum() / total) if total > 0 else 0.0
+
+
+def pearson(table: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Pearson correlation of each column of ``table`` ``(n, m)`` with ``labels`` ``(n,)`` (float64; 0 for a
+    constant column).
+
+    Raises:
+        ValueError: shapes that do not match, or labels of one value only.
+    """
+    x = np.asarray(table, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    if x.ndim != 2 or y.shape != (x.shape[0],):
+        raise ValueError(f"table must be (n, m) and labels (n,), got {x.shape} and {y.shape}")
+    if np.ptp(y) == 0:
+        raise ValueError("labels must take two values")
+    xc, yc = x - x.mean(0), y - y.mean()
+    den = np.sqrt((xc**2).sum(0) * (yc**2).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (xc * yc[:, None]).sum(0) / den
+    return np.where(den > 0, r, 0.0)
