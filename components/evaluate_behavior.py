@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from components import evaluate_figures as ef
 from components import widgets
 from core.evaluation import resolve_detectors
 from core.evaluation.behavior import behavior_report, behavior_table
@@ -82,16 +83,18 @@ def draw_behavior_aucs(records: Sequence[Mapping[str, Any]], detector_names: Seq
     table = auc_frame(report)
     subsets = list(dict.fromkeys(table["subset"]))
     choice = st.selectbox("Rows", subsets, key=f"{key}.subset")
-    shown = table[table["subset"] == choice].drop(columns=["subset"])
-    st.dataframe(
-        shown,
-        hide_index=True,
-        key=f"{key}.auc",
-        column_config=widgets.fitted_columns(
-            shown,
-            pinned=("detector",),
-            text=("note",),
-            numbers=dict.fromkeys(("AUC", "AUC 95% CI low", "AUC 95% CI high"), "%.3f"),
-        ),
-    )
+    shown = ef.with_groups(table[table["subset"] == choice].drop(columns=["subset"]))
+    for group, frame in ef.by_group(shown):  # each group under its question (issue 23 part 3)
+        st.markdown(ef.group_heading(group))
+        st.dataframe(
+            frame,
+            hide_index=True,
+            key=f"{key}.auc.{group}",
+            column_config=widgets.fitted_columns(
+                frame,
+                pinned=("detector",),
+                text=("note", ef.RAW_DIRECTION_COLUMN),
+                numbers=dict.fromkeys(("AUC", "AUC 95% CI low", "AUC 95% CI high"), "%.3f"),
+            ),
+        )
     widgets.download(st, "Behavior AUCs (CSV)", table.to_csv(index=False), "behavior_aucs.csv", key=f"{key}.csv")

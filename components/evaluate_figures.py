@@ -15,7 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from components.figures import escape_label, top_legend
-from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH
+from core.detectors import get
+from core.detectors.registry import CONTEXT_RELIANCE, GROUNDED_HIGH, GROUPS, MEMORIZED_HIGH
+from core.detectors.wording import GROUP_WORDS, direction
 
 PALETTE = (
     "#2f5d8a",
@@ -107,14 +109,61 @@ def oriented_as(higher_means: str | None) -> str:
     return ""
 
 
+GROUP_COLUMN = "group"
+"""The column of a metrics table that holds each detector's group (a key of :data:`GROUPS`)."""
+RAW_DIRECTION_COLUMN = "direction of the raw score"
+"""The column that states the direction of each detector's raw score in its group's words ("higher = …")."""
+
+
+def detector_group(name: str, entry: dict[str, Any] | None = None) -> str:
+    """The group of detector ``name`` (the entry's own ``group``, else the registry's, else context reliance)."""
+    group = (entry or {}).get("group")
+    if group in GROUPS:
+        return group
+    detector = get(name)
+    return detector.group if detector is not None else CONTEXT_RELIANCE
+
+
+def group_heading(group: str) -> str:
+    """``**Title** — question`` of a group (the registry's own words: safe Markdown)."""
+    return f"**{GROUP_WORDS[group].title}** — {GROUPS[group]}"
+
+
+def by_group(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """``(group, rows)`` of a table with a :data:`GROUP_COLUMN`, in :data:`GROUPS` order, the column dropped."""
+    if frame.empty or GROUP_COLUMN not in frame.columns:
+        return []
+    return [
+        (group, frame[frame[GROUP_COLUMN] == group].drop(columns=[GROUP_COLUMN]).reset_index(drop=True))
+        for group in GROUPS
+        if (frame[GROUP_COLUMN] == group).any()
+    ]
+
+
+def with_groups(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table with a ``detector`` column, plus each detector's group and the direction of its raw score (from
+    the registry), ready for :func:`by_group`."""
+    if frame.empty or "detector" not in frame.columns:
+        return frame
+    groups, directions = [], []
+    for name in frame["detector"]:
+        detector = get(str(name))
+        groups.append(detector_group(str(name)))
+        directions.append(direction(detector.group, detector.higher_means) if detector is not None else "")
+    return frame.assign(**{GROUP_COLUMN: groups, RAW_DIRECTION_COLUMN: directions})
+
+
 def metrics_table(detectors: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """One row per detector: AUC, CI, FPR@95%TPR, Precision@10, rows scored, how the score is oriented
-    (:data:`ORIENTATION`: higher = memorized for every row), cost, source."""
+    (:data:`ORIENTATION`: higher = memorized for every row), which way its raw score points in its group's words,
+    cost, source — group by group (:data:`GROUPS` order, the ``group`` column), best AUC first within a group."""
     rows = []
     for name, e in detectors.items():
         lo, hi = e.get("auc_ci") or (None, None)
+        group = detector_group(name, e)
         rows.append(
             {
+                GROUP_COLUMN: group,
                 "detector": name,
                 "description": e.get("label", name),
                 "AUC": e.get("auc"),
@@ -124,13 +173,19 @@ def metrics_table(detectors: dict[str, dict[str, Any]]) -> pd.DataFrame:
                 "Precision@10": e.get("precision_at_10"),
                 "rows scored": e.get("n"),
                 ORIENTATION_COLUMN: oriented_as(e.get("higher_means")),
+                RAW_DIRECTION_COLUMN: direction(group, e["higher_means"]) if e.get("higher_means") else "",
                 "cost": e.get("cost"),
                 "note": e.get("note") or e.get("first_error") or "",
                 "source": e.get("source", ""),
             }
         )
     frame = pd.DataFrame(rows)
-    return frame.sort_values("AUC", ascending=False, na_position="last").reset_index(drop=True) if rows else frame
+    if not rows:
+        return frame
+    order = frame[GROUP_COLUMN].map({g: i for i, g in enumerate(GROUPS)})
+    frame = frame.assign(_order=order, _auc=frame["AUC"].astype(float))
+    frame = frame.sort_values(["_order", "_auc"], ascending=[True, False], na_position="last", kind="stable")
+    return frame.drop(columns=["_order", "_auc"]).reset_index(drop=True)
 
 
 def rows_table(records: Sequence[dict[str, Any]], names: Sequence[str]) -> pd.DataFrame:

@@ -112,19 +112,26 @@ def draw_detectors_tab(main_job: EvaluationJob, summary: dict, rows: list) -> No
     if len(rows) <= PRECISION_K and "Precision@10" in table.columns:
         table = table.drop(columns=["Precision@10"])
         st.caption(f"Precision@{PRECISION_K} is left out: it needs more than {PRECISION_K} rows ({len(rows)} here).")
-    st.dataframe(
-        table,
-        hide_index=True,
-        key=keys.EVAL_METRICS,
-        column_config=widgets.fitted_columns(
-            table,
-            pinned=("detector",),
-            text=("description", "note", "source"),
-            numbers=dict.fromkeys(
-                ("AUC", "AUC 95% CI low", "AUC 95% CI high", "FPR @ 95% TPR", "Precision@10"), "%.3f"
-            ),
-        ),
+    st.caption(
+        "Detectors are grouped by the question each answers; compare AUCs within a group. Against labels built "
+        "as memorized / grounded, a group other than context reliance measures how well its own question "
+        "(is the context text familiar? does the query look like recall?) happens to separate the two."
     )
+    for group, frame in ef.by_group(table):
+        st.markdown(ef.group_heading(group))
+        st.dataframe(
+            frame,
+            hide_index=True,
+            key=keys.scoped(keys.EVAL_METRICS, group),
+            column_config=widgets.fitted_columns(
+                frame,
+                pinned=("detector",),
+                text=("description", ef.RAW_DIRECTION_COLUMN, "note", "source"),
+                numbers=dict.fromkeys(
+                    ("AUC", "AUC 95% CI low", "AUC 95% CI high", "FPR @ 95% TPR", "Precision@10"), "%.3f"
+                ),
+            ),
+        )
     spec = main_job.spec
     report = build_report(spec.model, spec.settings, *active_threshold(spec.model), summary, rows)
     report["dataset"] = spec.dataset

@@ -51,3 +51,29 @@ def test_the_table_is_drawn_without_error():
     assert not at.exception, at.exception
     assert any("AUC against the model's behavior" in m.value for m in at.markdown)
     assert len(at.dataframe) == 2
+
+
+def _draw_two_groups() -> None:
+    from components.evaluate_behavior import draw_behavior_aucs
+    from tests.app.test_evaluate_behavior import _records
+
+    rows = _records()
+    for i, row in enumerate(rows):
+        row["scores"]["ppl"] = float(i)
+    draw_behavior_aucs(rows, ["ppl", "max_token_kl"], key="test.behavior")
+
+
+def test_the_aucs_are_grouped_by_the_question_each_detector_answers():
+    """Issue 23 part 3: each group's AUCs under its own question, context reliance first."""
+    from core.detectors.registry import GROUPS
+
+    at = AppTest.from_function(_draw_two_groups, default_timeout=60).run()
+    assert not at.exception, at.exception
+    headings = [m.value for m in at.markdown if m.value.startswith("**") and " — " in m.value]
+    assert headings == [
+        "**Context reliance** — " + GROUPS["context_reliance"],
+        "**Familiarity of the context text** — " + GROUPS["context_familiarity"],
+    ]
+    tables = [d.value for d in at.dataframe if "AUC" in d.value.columns]
+    assert [list(t["detector"]) for t in tables] == [["max_token_kl"], ["ppl"]]
+    assert all(t["direction of the raw score"].str.startswith("higher = ").all() for t in tables)

@@ -31,3 +31,34 @@ def test_the_calibration_charts_keep_their_legends_off_the_axis_titles() -> None
     assert rates.layout.margin.b >= 90, "with the room it needs"
     curve = ef.length_tau_figure([1.0, 2.0], [4, 8], ["grounded", "memorized"], None, 3.0)
     assert curve.layout.legend.yanchor == "bottom" and curve.layout.legend.y > 1, "above the plot"
+
+
+GROUPED = {
+    "ppl": {"auc": 0.9, "auc_ci": [0.8, 0.95], "higher_means": GROUNDED_HIGH, "n": 8, "label": "Perplexity"},
+    "radar": {"auc": 0.95, "auc_ci": [0.9, 0.99], "higher_means": MEMORIZED_HIGH, "n": 8, "label": "RADAR"},
+    "repcs": {"auc": 0.6, "auc_ci": [0.4, 0.8], "higher_means": GROUNDED_HIGH, "n": 8, "label": "RePCS Z"},
+    "min_k_10": {"auc": 0.7, "auc_ci": [0.5, 0.8], "higher_means": MEMORIZED_HIGH, "n": 8, "label": "Min-10%"},
+    "max_token_kl": {"auc": 0.8, "auc_ci": [0.6, 0.9], "higher_means": GROUNDED_HIGH, "n": 8, "label": "max KL"},
+}
+
+
+def test_the_metrics_come_group_by_group_each_under_its_question() -> None:
+    """Issue 23 part 3: RADAR's 0.95 and perplexity's 0.9 no longer rank above RePCS as if on its question."""
+    from core.detectors.registry import GROUPS
+
+    table = ef.metrics_table(GROUPED)
+    assert list(table["detector"]) == ["max_token_kl", "repcs", "ppl", "min_k_10", "radar"], "GROUPS order, then AUC"
+    parts = ef.by_group(table)
+    assert [g for g, _ in parts] == ["context_reliance", "context_familiarity", "recall_vs_reasoning"]
+    assert all(ef.GROUP_COLUMN not in frame.columns for _, frame in parts)
+    assert ef.group_heading("context_familiarity") == (
+        "**Familiarity of the context text** — " + GROUPS["context_familiarity"]
+    )
+    raw = dict(zip(table["detector"], table[ef.RAW_DIRECTION_COLUMN], strict=True))
+    assert raw["ppl"] == "higher = the context text looks less familiar to the model"
+    assert raw["radar"] == "higher = the query looks more like a recall task"
+    assert raw["repcs"].startswith("higher = more reliance on the context")
+    assert not any("Read from" in v or "Recalled" in v for v in raw.values())
+    grouped = ef.with_groups(table[["detector", "AUC"]])
+    assert list(grouped[ef.GROUP_COLUMN]) == list(table[ef.GROUP_COLUMN])
+    assert ef.by_group(ef.metrics_table({})) == []
