@@ -20,11 +20,14 @@ from core.engine.settings import DualPathSettings
 from core.engine.threshold import TAU_PAPER
 from core.engine.verdict import normalize_verdict
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: the in-memory result groups each path's fields in a :class:`PathOutput`; the JSON keys are schema 1's.
 3: the verdict speaks :mod:`core.engine.verdict`'s vocabulary (``"recalled"`` / ``"read"`` / ``"inconclusive"`` /
 ``"uncalibrated"``; older ``"memorized"`` / ``"grounded"`` are read and normalized) and comes with
-``verdict_reason``, ``tau_band``, ``tau_mode`` and ``n_scored``."""
+``verdict_reason``, ``tau_band``, ``tau_mode`` and ``n_scored``.
+4: ``axes`` (the two-axis headline of :mod:`core.engine.axes`, when computed): the JSON's top-level ``verdict`` /
+``verdict_reason`` are then the headline's, and RePCS' own Z-vs-τ verdict is under ``repcs_verdict`` /
+``repcs_verdict_reason`` (always written; in memory it stays :attr:`DualPathResult.verdict`)."""
 
 RETRIEVAL = "retrieval"
 PARAMETRIC = "parametric"
@@ -85,6 +88,9 @@ _JSON_ORDER = (
     "tau_band",
     "tau_mode",
     "n_scored",
+    "repcs_verdict",
+    "repcs_verdict_reason",
+    "axes",
     "kl_stats",
     "max_abs_log_ratio",
     "max_abs_log_ratio_vocab",
@@ -150,6 +156,8 @@ class DualPathResult:
         max_abs_log_ratio_vocab: max_t max_v |log P_retrieval,t(v) − log P_parametric,t(v)| over the window and
             every vocabulary entry that enters KL_t (P_retrieval,t(v) > 0): the log-ratio RePCS Lemma III.3
             bounds by γ; ``None`` in results written before it existed.
+        axes: the two-axis headline (:meth:`core.engine.axes.Headline.to_dict`) when computed
+            (:func:`core.engine.axes.with_headline`), else ``None``. :attr:`verdict` stays RePCS' own.
     """
 
     model: str
@@ -176,6 +184,7 @@ class DualPathResult:
     tau_mode: str | None = None
     n_scored: int = 0
     max_abs_log_ratio_vocab: float | None = None
+    axes: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -215,6 +224,9 @@ class DualPathResult:
         for attr, (rkey, pkey, _) in _PATH_KEYS.items():
             flat[rkey] = getattr(self.retrieval, attr)
             flat[pkey] = getattr(self.parametric, attr)
+        flat["repcs_verdict"], flat["repcs_verdict_reason"] = self.verdict, self.verdict_reason
+        if self.axes is not None:  # the headline is the top-level verdict (schema 4)
+            flat["verdict"], flat["verdict_reason"] = self.axes["verdict"], self.axes["reason"]
         return {key: _jsonable(flat[key]) for key in _JSON_ORDER}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -222,7 +234,7 @@ class DualPathResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DualPathResult:
-        """Read the JSON form (schemas 1–3: 3 adds the verdict keys; older verdicts are normalized).
+        """Read the JSON form (schemas 1–4: 3 adds the verdict keys, 4 the axes; older verdicts are normalized).
 
         A result of schema 1 or 2 was judged with one constant τ: it reads back with ``tau_mode = "paper"`` (when
         it had a threshold), no band, ``n_scored = min(T, n)`` and ``"memorized"`` / ``"grounded"`` read as
@@ -241,6 +253,9 @@ class DualPathResult:
             "tau_mode",
             "n_scored",
             "max_abs_log_ratio_vocab",
+            "repcs_verdict",
+            "repcs_verdict_reason",
+            "axes",
         }
         missing = [k for k in _JSON_ORDER if k not in data and k not in optional]
         if missing:
@@ -258,6 +273,9 @@ class DualPathResult:
             paths[name] = PathOutput(**kwargs)
         top = {f.name: data[f.name] for f in fields(cls) if f.name not in PATHS and f.name in data}
         top["token_kl"] = np.asarray(top["token_kl"], dtype=np.float32)
+        if "repcs_verdict" in data:  # schema 4: the top-level verdict may be the headline; RePCS' is here
+            normalize_verdict(top["verdict"])  # the headline's value is checked too
+            top["verdict"], top["verdict_reason"] = data["repcs_verdict"], data.get("repcs_verdict_reason", "")
         top["verdict"] = normalize_verdict(top["verdict"])
         if "n_scored" not in top:
             top["n_scored"] = min(int(top["score_window"]), len(paths[RETRIEVAL].token_ids))

@@ -1,7 +1,7 @@
 """The one vocabulary for a verdict, shared by every page, command, detector and JSON file.
 
 A verdict answers the tool's question for one example: did the model **read** the context, or **recall** the
-answer from memory? Three values, one wording:
+answer from memory? The values below, one wording:
 
 ==================  ==========================  ================================================================
 JSON value          shown as                    meaning
@@ -10,6 +10,8 @@ JSON value          shown as                    meaning
 ``"read"``          Read from the context       the score is on the grounded side of the threshold
 ``"inconclusive"``  Inconclusive                too close to the threshold, or outside what the calibration saw
 ``"uncalibrated"``  No threshold                no threshold is known for this model / detector
+``"neither"``       Neither: a guess            the two-axis headline only (:mod:`core.engine.axes`): the context
+                                                was not needed and the model does not give the answer without it
 ==================  ==========================  ================================================================
 
 Labeled data keeps its class names (``memorized`` / ``grounded`` rows): a *label* says how a row was built, a
@@ -30,14 +32,16 @@ RECALLED = "recalled"
 READ = "read"
 INCONCLUSIVE = "inconclusive"
 UNCALIBRATED = "uncalibrated"
+NEITHER = "neither"
 
-VERDICTS = (RECALLED, READ, INCONCLUSIVE, UNCALIBRATED)
+VERDICTS = (RECALLED, READ, INCONCLUSIVE, UNCALIBRATED, NEITHER)
 
 DISPLAY = {
     RECALLED: "Recalled from memory",
     READ: "Read from the context",
     INCONCLUSIVE: "Inconclusive",
     UNCALIBRATED: "No threshold",
+    NEITHER: "Neither: a guess",
 }
 
 # Verdict values of earlier releases (and the class names of labeled data) → today's verdicts.

@@ -36,10 +36,18 @@ def run_json(tiny_handle, monkeypatch, capsys):
 
 
 def test_run_json_has_exactly_the_pinned_keys_in_order(run_json):
-    assert len(RUN_JSON_KEYS) == len(set(RUN_JSON_KEYS)) == 45 and RUN_JSON_KEYS[-1] == "schema_version"
+    assert len(RUN_JSON_KEYS) == len(set(RUN_JSON_KEYS)) == 48 and RUN_JSON_KEYS[-1] == "schema_version"
     assert list(run_json) == RUN_JSON_KEYS
-    assert run_json["schema_version"] == SCHEMA_VERSION == 3
-    assert run_json["verdict"] in {"recalled", "read", "inconclusive", "uncalibrated"} and run_json["verdict_reason"]
+    assert run_json["schema_version"] == SCHEMA_VERSION == 4
+    headline = {"recalled", "read", "neither", "inconclusive", "uncalibrated"}
+    assert run_json["verdict"] in headline and run_json["verdict_reason"]
+    # the top-level verdict is the two-axis headline; RePCS' own verdict stays under repcs_verdict
+    axes = run_json["axes"]
+    assert axes["verdict"] == run_json["verdict"] and axes["reason"] == run_json["verdict_reason"]
+    assert set(axes) >= {"context_reliance", "parametric_support", "title", "qualifier"}
+    for name in ("context_reliance", "parametric_support"):
+        assert set(axes[name]) >= {"score", "threshold", "band", "direction", "state"} and axes[name]["direction"]
+    assert run_json["repcs_verdict"] in {"recalled", "read", "inconclusive", "uncalibrated"}
     assert run_json["n_scored"] == min(run_json["score_window"], len(run_json["answer_token_ids"]))
     assert list(run_json["settings"]) == SETTINGS_KEYS
     assert run_json["settings"]["max_new_tokens"] == 4 and run_json["score_window"] == 4

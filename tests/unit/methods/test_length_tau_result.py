@@ -44,7 +44,7 @@ def test_run_carries_tau_of_its_length_the_band_and_the_reason(tiny_handle, sett
     expected = INCONCLUSIVE if low <= res.repcs_score <= high else (RECALLED if res.repcs_score < low else READ)
     assert res.verdict == expected and res.verdict_reason
     data = json.loads(res.to_json())
-    assert data["schema_version"] == SCHEMA_VERSION == 3 and data["tau_band"] == [low, high]
+    assert data["schema_version"] == SCHEMA_VERSION == 4 and data["tau_band"] == [low, high]
     back = DualPathResult.from_json(res.to_json())
     assert (back.verdict, back.tau_band, back.tau_mode, back.n_scored) == (res.verdict, [low, high], TAU_LENGTH, n)
 
@@ -67,7 +67,15 @@ def test_results_of_schema_2_read_back_with_todays_verdicts(tiny_handle, setting
     res = run_dual_path(tiny_handle, QUERY, CONTEXT, settings, threshold=_threshold(), free_parametric=False)
     for old_verdict, new_verdict in (("memorized", RECALLED), ("grounded", READ), ("uncalibrated", UNCALIBRATED)):
         data = res.to_dict()
-        for key in ("verdict_reason", "tau_band", "tau_mode", "n_scored"):
+        for key in (
+            "verdict_reason",
+            "tau_band",
+            "tau_mode",
+            "n_scored",
+            "repcs_verdict",
+            "repcs_verdict_reason",
+            "axes",
+        ):
             del data[key]
         data.update(schema_version=2, verdict=old_verdict, threshold=6.7)
         back = DualPathResult.from_dict(json.loads(json.dumps(data)))
@@ -91,5 +99,5 @@ def test_cli_tau_mode_chooses_how_the_default_tau_is_applied(tiny_handle, monkey
     assert paper["tau_mode"] == TAU_PAPER and paper["tau_band"] is None
     assert main(argv) == 0
     default = json.loads(capsys.readouterr().out)
-    assert default["tau_mode"] == TAU_LENGTH and default["verdict"] in {INCONCLUSIVE, READ, RECALLED}
+    assert default["tau_mode"] == TAU_LENGTH and default["repcs_verdict"] in {INCONCLUSIVE, READ, RECALLED}
     assert default["threshold"] != paper["threshold"]  # τ(L) at this answer's L, not the constant τ

@@ -1,0 +1,426 @@
+"""The headline verdict on two axes, computed from what one dual-path run already holds (issue 23).
+
+Use: ``headline(result)`` → :class:`Headline` (``.verdict``, ``.title``, ``.reason``, ``.reliance``,
+``.support``; ``.to_dict()`` is the ``axes`` object of ``run --json``). No model call.
+
+* **Axis 1, context reliance** — did the answer need the context? A logistic regression on free KL features of
+  the run (ln of the largest per-token KL, ln of the mean KL over the scored window, ln L), fitted on the
+  behavior-labeled calibration rows (``scripts/calibrate_axes.py``; coefficients in JSON, no pickle). Its
+  score is the probability that the answer was *read*; ``≥`` the upper edge of the band ⇒ *needed*, ``≤`` the
+  lower edge ⇒ *not needed*, inside ⇒ *mixed*.
+* **Axis 2, parametric support** — would the model give this answer without the context? Two observations of
+  the parametric path: whether its own greedy answer contains the retrieval answer's first content word
+  (normalized text match), and the teacher-forced log-probability (nats, mean over at most
+  :data:`CONTENT_TOKENS` tokens) it gives that word. A match ⇒ *supported*; else the log-probability against
+  its calibrated threshold and band ⇒ *supported* / *unsupported* / *mixed*.
+* **The headline** (:func:`decide_headline`): *Read from the context* (needed; "and it overrode what the model
+  says without it" when the parametric answer differs) · *Recalled from memory* (not needed and supported;
+  "the context agrees" when the answer's word is also in the context) · *Neither* (not needed, unsupported: a
+  guess) · *Inconclusive* (mixed evidence, with the reason). The decision table is in ``docs/dual-path.md``.
+
+RePCS' own Z-vs-τ(L) verdict stays on the result (``result.verdict``) and in the agreement view as a detector.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from core.engine.threshold import THRESHOLD_DIR, finite_number
+from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, display
+from core.io import read_user_file
+
+if TYPE_CHECKING:
+    from core.engine.result import DualPathResult
+
+AXES_FILE = THRESHOLD_DIR / "axes-embedded.json"
+"""The embedded model's bundled axis calibration (``scripts/calibrate_axes.py``)."""
+MAX_AXES_BYTES = 64 * 1024
+CONTENT_TOKENS = 3
+"""At most this many tokens of the first content word enter the parametric support score."""
+KL_FLOOR = 1e-6
+"""Added to KL values before the logarithm (a KL of exactly 0 would give −∞)."""
+
+RELIANCE = "context_reliance"
+SUPPORT = "parametric_support"
+NEEDED, NOT_NEEDED, MIXED = "needed", "not needed", "mixed"
+SUPPORTED, UNSUPPORTED = "supported", "unsupported"
+OVERRODE = "and it overrode what the model says without it"
+AGREES = "the context agrees"
+
+RELIANCE_DIRECTION = "higher = the answer needed the context (probability that the model read it)"
+SUPPORT_DIRECTION = "higher = the model gives this answer without the context (log-probability, nats)"
+
+RELIANCE_FEATURES = ("ln_max_kl", "ln_mean_kl", "ln_L")
+"""The features of axis 1, in the order of the stored coefficients."""
+
+_STOP_TEXT = """a an the is are was were be been being am of in on at to for from by with as and or but not no nor
+    it its
+    this that these those there here he she they them his her their him we you i me my our your which who whom
+    whose what when where why how do does did done has have had having will would shall should can could may
+    might must also than then so such very just only about into onto over under after before between during
+    s t called named known one some any all most more much many yes answer answers question questions based
+    according context text following given"""
+STOPWORDS = frozenset(_STOP_TEXT.split())
+"""Words never taken as an answer's content word (function words and answer boilerplate)."""
+
+
+def normalize(text: str) -> str:
+    """Case-folded text without accents, every run of non-alphanumerics one space (for text matches)."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    plain = "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
+    return " ".join(re.findall(r"[^\W_]+", plain))
+
+
+def _contains(haystack: str, word: str) -> bool:
+    return bool(word) and f" {word} " in f" {normalize(haystack)} "
+
+
+@dataclass(frozen=True)
+class ContentSpan:
+    """The retrieval answer's first content word: its normalized text and the answer positions it covers."""
+
+    word: str
+    positions: tuple[int, ...]
+
+
+def first_content(tokens: list[str], query: str) -> ContentSpan | None:
+    """The first word of the answer (its tokens concatenated) that is neither a stop word nor a word of the
+    query, with the token positions that overlap it (at most :data:`CONTENT_TOKENS`); ``None`` when there is
+    none."""
+    text = "".join(tokens)
+    query_words = set(normalize(query).split())
+    for match in re.finditer(r"[^\W_]+", text):
+        word = normalize(match.group())
+        if not word or word in STOPWORDS or word in query_words:
+            continue
+        start, end, offset, positions = match.start(), match.end(), 0, []
+        for i, tok in enumerate(tokens):
+            if offset < end and offset + len(tok) > start:
+                positions.append(i)
+            offset += len(tok)
+        return ContentSpan(word, tuple(positions[:CONTENT_TOKENS]))
+    return None
+
+
+def reliance_features(result: DualPathResult) -> dict[str, float] | None:
+    """Axis 1's features from the run's per-token KL over the scored window (``None`` for an empty answer)."""
+    L = min(int(result.score_window), result.n_tokens)
+    if L < 1:
+        return None
+    kl = np.asarray(result.token_kl[:L], dtype=np.float64)
+    return {
+        "ln_max_kl": math.log(float(kl.max()) + KL_FLOOR),
+        "ln_mean_kl": math.log(float(kl.mean()) + KL_FLOOR),
+        "ln_L": math.log(L),
+    }
+
+
+def support_features(result: DualPathResult) -> dict[str, Any]:
+    """Axis 2's observations: the content word, the parametric path's mean log-probability of its tokens
+    (teacher-forced, nats), whether the parametric answer contains it (``None`` when it was not generated),
+    and whether the context contains it."""
+    span = first_content(list(result.retrieval.tokens), result.query)
+    generated = result.parametric.finish != "not generated" and bool(result.parametric.answer)
+    if span is None or not span.positions:
+        return {"word": None, "logprob": None, "in_parametric": None, "in_context": None}
+    lp = np.asarray(result.parametric.logprob, dtype=np.float32)[list(span.positions)]
+    return {
+        "word": span.word,
+        "positions": list(span.positions),
+        "logprob": float(np.mean(lp.astype(np.float64))),
+        "in_parametric": _contains(result.parametric.answer, span.word) if generated else None,
+        "in_context": _contains(result.context, span.word),
+    }
+
+
+@dataclass(frozen=True)
+class AxesCalibration:
+    """The fitted axes of one model (a small JSON file; :meth:`from_dict` checks every field).
+
+    Attributes:
+        model: the model's name.
+        mean, scale: standardization of :data:`RELIANCE_FEATURES` before the logistic regression.
+        coef, intercept: the logistic regression (P(read) = σ(intercept + coef · z)).
+        reliance_threshold, reliance_band: the P(read) cut and the inconclusive band ``(low, high)`` around it.
+        support_threshold, support_band: the cut on the parametric log-probability (nats) and its band.
+        source: how it was made; fitted_on: counts of the rows it was fitted on.
+    """
+
+    model: str
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    coef: tuple[float, ...]
+    intercept: float
+    reliance_threshold: float
+    reliance_band: tuple[float, float]
+    support_threshold: float
+    support_band: tuple[float, float]
+    source: str = "scripts/calibrate_axes.py"
+    features: tuple[str, ...] = RELIANCE_FEATURES
+    fitted_on: dict[str, Any] = field(default_factory=dict)
+
+    def reliance(self, feats: dict[str, float]) -> float:
+        """P(read) of axis 1 for the features of :func:`reliance_features`."""
+        x = np.array([feats[name] for name in self.features], dtype=np.float64)
+        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
+        logit = float(self.intercept + np.dot(np.asarray(self.coef), z))
+        return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("mean", "scale", "coef", "reliance_band", "support_band", "features"):
+            out[key] = list(out[key])
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AxesCalibration:
+        """Read and check an axes file's object (``ValueError`` names the bad field)."""
+        if not isinstance(data, dict):
+            raise ValueError("An axes calibration is one JSON object")
+        need = ("model", "mean", "scale", "coef", "intercept", "reliance_threshold", "reliance_band")
+        need += ("support_threshold", "support_band")
+        for name in need:
+            if name not in data:
+                raise ValueError(f"An axes calibration needs a {name!r} entry")
+        features = tuple(data.get("features", RELIANCE_FEATURES))
+        if features != RELIANCE_FEATURES:
+            raise ValueError(f"'features' must be {list(RELIANCE_FEATURES)}, got {list(features)}")
+        vec = {}
+        for name in ("mean", "scale", "coef"):
+            raw = data[name]
+            if not isinstance(raw, (list, tuple)) or len(raw) != len(features):
+                raise ValueError(f"{name!r} must be a list of {len(features)} numbers")
+            vec[name] = tuple(finite_number(v, name) for v in raw)
+        if any(s <= 0 for s in vec["scale"]):
+            raise ValueError("'scale' must be positive")
+        bands = {}
+        for name in ("reliance_band", "support_band"):
+            raw = data[name]
+            if not isinstance(raw, (list, tuple)) or len(raw) != 2:
+                raise ValueError(f"{name!r} must be [low, high]")
+            low, high = (finite_number(v, name) for v in raw)
+            cut = finite_number(data[name.replace("band", "threshold")], name.replace("band", "threshold"))
+            if not low <= cut <= high:
+                raise ValueError(f"{name!r} must contain its threshold: {low} <= {cut} <= {high}")
+            bands[name] = (low, high)
+        if not 0.0 < float(data["reliance_threshold"]) < 1.0:
+            raise ValueError("'reliance_threshold' is a probability in (0, 1)")
+        if not isinstance(data["model"], str) or not data["model"].strip():
+            raise ValueError("'model' must be a non-empty string")
+        fitted = data.get("fitted_on", {})
+        if not isinstance(fitted, dict):
+            raise ValueError("'fitted_on' must be a JSON object")
+        return cls(
+            model=data["model"],
+            intercept=finite_number(data["intercept"], "intercept"),
+            reliance_threshold=float(data["reliance_threshold"]),
+            support_threshold=float(data["support_threshold"]),
+            source=str(data.get("source", "axes file")),
+            features=features,
+            fitted_on=fitted,
+            **vec,
+            **bands,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> AxesCalibration:
+        """An axes calibration from a JSON file of at most 64 KiB."""
+        import json
+
+        raw = read_user_file(path, MAX_AXES_BYTES, "axes calibration file")
+        try:
+            return cls.from_dict(json.loads(raw.decode("utf-8")))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"Axes calibration {path}: {exc}") from exc
+
+
+_BUNDLED: dict[str, tuple[float, AxesCalibration]] = {}
+
+
+def bundled_axes() -> AxesCalibration | None:
+    """The embedded model's bundled axes calibration (re-read when the file changes), ``None`` without one."""
+    if not AXES_FILE.is_file():
+        return None
+    mtime = AXES_FILE.stat().st_mtime
+    cached = _BUNDLED.get("embedded")
+    if cached is None or cached[0] != mtime:
+        _BUNDLED["embedded"] = (mtime, AxesCalibration.load(AXES_FILE))
+    return _BUNDLED["embedded"][1]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of the headline for one run.
+
+    Attributes:
+        name: :data:`RELIANCE` or :data:`SUPPORT`.
+        state: ``needed`` / ``not needed`` / ``mixed`` (axis 1); ``supported`` / ``unsupported`` / ``mixed``
+            (axis 2).
+        score: P(read) (axis 1) or the parametric log-probability in nats (axis 2); ``None`` when not computable.
+        threshold, band: the calibrated cut and the inconclusive band ``[low, high]``.
+        direction: what a higher score means.
+        evidence: the features behind the score.
+    """
+
+    name: str
+    state: str
+    score: float | None
+    threshold: float | None
+    band: tuple[float, float] | None
+    direction: str
+    evidence: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["band"] = None if self.band is None else [float(v) for v in self.band]
+        return out
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The two-axis headline of one run: the verdict, its qualifier, the words a page shows and why."""
+
+    verdict: str
+    qualifier: str | None
+    reason: str
+    reliance: Axis
+    support: Axis
+    calibration: str
+
+    @property
+    def title(self) -> str:
+        """E.g. "Read from the context, and it overrode what the model says without it"."""
+        words = display(self.verdict)
+        return f"{words}, {self.qualifier}" if self.qualifier else words
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``axes`` object of ``run --json``."""
+        return {
+            "verdict": self.verdict,
+            "qualifier": self.qualifier,
+            "title": self.title,
+            "reason": self.reason,
+            "calibration": self.calibration,
+            RELIANCE: self.reliance.to_dict(),
+            SUPPORT: self.support.to_dict(),
+        }
+
+
+def _state(score: float | None, cut: float, band: tuple[float, float], high: str, low: str) -> str:
+    """``high`` / ``low`` by the side of ``cut``; :data:`MIXED` inside a band of non-zero width (or no score)."""
+    if score is None or (band[0] < band[1] and band[0] <= score <= band[1]):
+        return MIXED
+    return high if score >= cut else low
+
+
+def reliance_axis(result: DualPathResult, cal: AxesCalibration) -> Axis:
+    """Axis 1 of ``result`` under ``cal``."""
+    feats = reliance_features(result)
+    score = None if feats is None else cal.reliance(feats)
+    band = (float(cal.reliance_band[0]), float(cal.reliance_band[1]))
+    return Axis(
+        RELIANCE,
+        _state(score, cal.reliance_threshold, band, NEEDED, NOT_NEEDED),
+        score,
+        cal.reliance_threshold,
+        band,
+        RELIANCE_DIRECTION,
+        {k: round(v, 6) for k, v in (feats or {}).items()},
+    )
+
+
+def support_axis(result: DualPathResult, cal: AxesCalibration) -> Axis:
+    """Axis 2 of ``result`` under ``cal``: a parametric answer containing the word ⇒ supported, else the
+    log-probability against the threshold and band."""
+    obs = support_features(result)
+    band = (float(cal.support_band[0]), float(cal.support_band[1]))
+    if obs["in_parametric"]:
+        state = SUPPORTED
+    else:
+        state = _state(obs["logprob"], cal.support_threshold, band, SUPPORTED, UNSUPPORTED)
+    return Axis(
+        SUPPORT,
+        state,
+        obs["logprob"],
+        cal.support_threshold,
+        band,
+        SUPPORT_DIRECTION,
+        obs,
+    )
+
+
+def decide_headline(reliance: Axis, support: Axis) -> tuple[str, str | None, str]:
+    """The decision table: ``(verdict, qualifier, reason)`` from the two axes (their states and evidence).
+
+    =============  ========================================  ====================  =========================
+    reliance       supported                                 mixed                 unsupported
+    =============  ========================================  ====================  =========================
+    needed         read if the word is in the context, else  read                  read, "overrode"
+                   recalled (only the wording changed)
+    mixed          recalled if the word is not in the        inconclusive          read if the word is in the
+                   context, else inconclusive                                      context, else inconclusive
+    not needed     recalled (+ "the context agrees")         inconclusive          neither
+    =============  ========================================  ====================  =========================
+    """
+    ev = support.evidence
+    word, in_ctx, in_para = ev.get("word"), ev.get("in_context"), ev.get("in_parametric")
+    r, s = reliance.state, support.state
+    p = "—" if reliance.score is None else f"{reliance.score:.2f}"
+    lp = "—" if support.score is None else f"{support.score:.2f}"
+    w = f"“{word}”" if word else "the answer"
+    kl = reliance.evidence.get("ln_max_kl")
+    max_kl = "—" if kl is None else f"{math.exp(kl):.2f}"
+    needed = f"the context moved the answer strongly (largest per-token KL {max_kl} nats; P(read) = {p})"
+    not_needed = f"the context barely moved the answer (largest per-token KL {max_kl} nats; P(read) = {p})"
+    mixed = f"the context's effect is in between (largest per-token KL {max_kl} nats; P(read) = {p} is in the band)"
+    para = (
+        f"without the context the model says {w} too"
+        if in_para
+        else f"without the context the model gives {w} log-probability {lp} nats"
+        + ("" if in_para is None else " and answers otherwise")
+    )
+    if r == NEEDED:
+        if s == SUPPORTED and not in_ctx:
+            return RECALLED, None, f"Only the wording changed: {needed}, but {w} is not in the context and {para}."
+        qualifier = OVERRODE if s == UNSUPPORTED or in_para is False else None
+        return READ, qualifier, f"{needed.capitalize()}; {para}."
+    if r == NOT_NEEDED:
+        if s == SUPPORTED:
+            return RECALLED, AGREES if in_ctx else None, f"{not_needed.capitalize()}; {para}."
+        if s == UNSUPPORTED:
+            return NEITHER, None, f"{not_needed.capitalize()}, yet {para}: a guess."
+        return INCONCLUSIVE, None, f"{not_needed.capitalize()}, but whether the model knows {w} is unclear ({para})."
+    if s == SUPPORTED and not in_ctx:
+        return RECALLED, None, f"{mixed.capitalize()}; {w} is not in the context and {para}."
+    if s == UNSUPPORTED and in_ctx:
+        return READ, OVERRODE if in_para is False else None, f"{mixed.capitalize()}; {w} is in the context and {para}."
+    return INCONCLUSIVE, None, f"Mixed evidence: {mixed}, and {para}" + (f"; {w} is in the context." if in_ctx else ".")
+
+
+def headline(result: DualPathResult, calibration: AxesCalibration | None = None) -> Headline:
+    """The two-axis headline of ``result`` (no model call). ``calibration`` defaults to the bundled one; a model
+    other than the embedded one is judged with it and says so; without any → ``"uncalibrated"``."""
+    cal = calibration if calibration is not None else bundled_axes()
+    if cal is None:
+        rel = Axis(RELIANCE, MIXED, None, None, None, RELIANCE_DIRECTION, {})
+        sup = Axis(SUPPORT, MIXED, None, None, None, SUPPORT_DIRECTION, {})
+        return Headline(UNCALIBRATED, None, "No axes calibration is available for this model.", rel, sup, "none")
+    source = cal.source
+    if cal.model != result.model:
+        source = f"{cal.model}'s axes calibration ({cal.source}), not calibrated for this model"
+    rel, sup = reliance_axis(result, cal), support_axis(result, cal)
+    verdict, qualifier, reason = decide_headline(rel, sup)
+    return Headline(verdict, qualifier, reason, rel, sup, source)
+
+
+def with_headline(result: DualPathResult, calibration: AxesCalibration | None = None) -> DualPathResult:
+    """``result`` with :attr:`~core.engine.result.DualPathResult.axes` set to its :func:`headline` (a copy; in
+    its JSON the headline becomes the top-level ``verdict`` and RePCS' own moves to ``repcs_verdict``)."""
+    return replace(result, axes=headline(result, calibration).to_dict())
