@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -80,9 +81,14 @@ def test_upload_run_results_calibration_and_open_row():
     assert job.status == "done" and job.n_done == 6
     assert len(job.batches) == 2  # 6 rows in batches of at most 4
 
-    # detectors tab: one metrics row per detector, with an AUC and its CI, and the downloads
-    metrics = _frame(at, "detector")
+    # detectors tab: one metrics row per detector, with an AUC and its CI, and the downloads; one table per group
+    tables = [d.value for d in at.dataframe if {"detector", "AUC", "FPR @ 95% TPR"} <= set(d.value.columns)]
+    metrics = pd.concat(tables, ignore_index=True)
     assert set(metrics["detector"]) == set(DETECTORS)
+    assert [set(t["detector"]) for t in tables] == [
+        {"repcs", "repcs_mean", "max_token_kl", "crm_l2_lr"},
+        {"ppl", "min_k_20"},
+    ], "context reliance, then familiarity of the context text (issue 23 part 3)"
     assert metrics["AUC"].between(0, 1).all()
     assert (metrics["AUC 95% CI low"] <= metrics["AUC"]).all() and (metrics["AUC"] <= metrics["AUC 95% CI high"]).all()
     assert len(at.get("plotly_chart")) >= 1 and len(at.get("download_button")) >= 3
