@@ -160,3 +160,122 @@ def pattern_heatmap(
     fig.update_xaxes(title_text="key token (attended to)", tickangle=-60, **token_ticks(cols))
     fig.update_yaxes(title_text="query token", autorange="reversed", **token_ticks(rows))
     return fig
+
+
+def lookback_heatmap(lr: np.ndarray, tokens: Sequence[str], *, title: str, height: int = 720) -> go.Figure:
+    """The Lookback Lens map: one row per head (layer-major: ``L0 H0 … L0 H(H−1), L1 H0 …``), one column per
+    answer token, the cell = LR of that head while that token was produced (0 = only the answer so far, 1 = only
+    the context). The first column is empty: answer token 0 has no earlier answer token.
+
+    Args:
+        lr: ``(layers, heads, n)`` lookback ratios (NaN where undefined).
+        tokens: the ``n`` answer tokens.
+
+    Raises:
+        ValueError: a map that is not 3-D or tokens of another length.
+    """
+    x = np.asarray(lr, dtype=np.float64)
+    if x.ndim != 3 or x.shape[-1] != len(tokens):
+        raise ValueError(f"lr must be (layers, heads, {len(tokens)}), got shape {x.shape}")
+    n_layers, n_heads, n = x.shape
+    z = x.reshape(n_layers * n_heads, n)
+    cols = [token_label(t) for t in tokens]
+    custom = np.empty((*z.shape, 2), dtype=object)
+    for r in range(z.shape[0]):
+        custom[r, :, 0] = f"layer {r // n_heads} · head {r % n_heads}"
+    for t, c in enumerate(cols):
+        custom[:, t, 1] = f"t={t}: {c}"
+    fig = go.Figure(
+        go.Heatmap(
+            z=np.where(np.isfinite(z), z, None),
+            x=list(range(n)),
+            y=list(range(z.shape[0])),
+            zmin=0.0,
+            zmax=1.0,
+            colorscale="Cividis",
+            customdata=custom,
+            hovertemplate="%{customdata[0]}<br>answer token %{customdata[1]}<br>lookback ratio %{z:.3f}<extra></extra>",
+            colorbar={"title": {"text": "lookback ratio", "side": "right"}, "thickness": 14},
+        )
+    )
+    stride = max(1, int(np.ceil(n_layers / 15)))
+    fig.update_layout(title={"text": escape_label(title)}, height=height, margin={"l": 70, "r": 20, "t": 60, "b": 120})
+    fig.update_xaxes(title_text="answer token (the step that produced it)", tickangle=-60, **token_ticks(cols))
+    fig.update_yaxes(
+        title_text="layer (heads within each layer)",
+        autorange="reversed",
+        tickmode="array",
+        tickvals=[layer * n_heads for layer in range(0, n_layers, stride)],
+        ticktext=[f"L{layer}" for layer in range(0, n_layers, stride)],
+    )
+    return fig
+
+
+def lookback_curve(
+    curve: np.ndarray,
+    tokens: Sequence[str],
+    windows: Sequence[tuple[int, int]],
+    window_mean: np.ndarray,
+    window_p: np.ndarray,
+    *,
+    tau: float | None = None,
+    height: int = 420,
+) -> go.Figure:
+    """Where in the answer the model stopped looking back: the head-averaged ratio per answer token, the mean of
+    each sliding window (plotted at its last token) and, with a classifier, each window's P(recalled) and τ.
+
+    Raises:
+        ValueError: lengths that do not match.
+    """
+    c = np.asarray(curve, dtype=np.float64)
+    if c.shape != (len(tokens),) or len(windows) != len(window_mean):
+        raise ValueError("curve, tokens, windows and window means must match")
+    if len(window_p) not in (0, len(windows)):
+        raise ValueError("window_p must be empty or one per window")
+    labels = [token_label(t) for t in tokens]
+    ends = [b - 1 for _, b in windows]
+    fig = go.Figure()
+    fig.add_scatter(
+        x=list(range(len(c))),
+        y=np.where(np.isfinite(c), c, None),
+        mode="lines+markers",
+        name="per token (mean over heads)",
+        customdata=labels,
+        hovertemplate="t=%{x}: %{customdata}<br>lookback ratio %{y:.3f}<extra></extra>",
+    )
+    if len(windows):
+        fig.add_scatter(
+            x=ends,
+            y=np.asarray(window_mean, dtype=np.float64),
+            mode="lines",
+            name="window mean (8 tokens, at its last token)",
+            line={"dash": "dot"},
+            hovertemplate="window ending at t=%{x}<br>mean lookback ratio %{y:.3f}<extra></extra>",
+        )
+    if len(window_p):
+        fig.add_scatter(
+            x=ends,
+            y=np.asarray(window_p, dtype=np.float64),
+            mode="lines+markers",
+            name="window P(recalled)",
+            yaxis="y2",
+            line={"color": FLAG_COLOR},
+            hovertemplate="window ending at t=%{x}<br>P(recalled) %{y:.3f}<extra></extra>",
+        )
+        if tau is not None:
+            fig.add_hline(y=float(tau), yref="y2", line={"color": FLAG_COLOR, "dash": "dash", "width": 1})
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 60, "t": 40, "b": 120},
+        legend={"orientation": "h", "y": -0.45, "x": 0},
+        yaxis={"title": {"text": "lookback ratio"}, "range": [0, 1]},
+        yaxis2={
+            "title": {"text": "P(recalled)"},
+            "range": [0, 1],
+            "overlaying": "y",
+            "side": "right",
+            "showgrid": False,
+        },
+    )
+    fig.update_xaxes(title_text="answer token", tickangle=-60, **token_ticks(labels))
+    return fig

@@ -137,6 +137,13 @@ ATTN_JSON = "ror.attn.json"
 ATTN_CSV = "ror.attn.csv"
 ATTN_WHERE = "attn.where"
 ATTN_TAU = "attn.tau"
+ATTN_LOOKBACK = "ror.attn.lookback"
+"""Session cache of the Lookback Lens views (:class:`core.methods.lookback.LookbackAnalysis`), by result digest."""
+ATTN_LOOKBACK_RUN = "ror.attn.lookback_run"
+ATTN_LOOKBACK_MAP = "ror.attn.lookback_map"
+ATTN_LOOKBACK_CURVE = "ror.attn.lookback_curve"
+ATTN_LOOKBACK_CSV = "ror.attn.lookback_csv"
+ATTN_LOOKBACK_WINDOWS_CSV = "ror.attn.lookback_windows_csv"
 
 # ----------------------------------------------------------------------------------------------------------
 # Layer trajectories (page 3)

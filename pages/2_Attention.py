@@ -2,8 +2,9 @@
 
 The page opens on the last dual-path run: the position to inspect, the attention-entropy maps (layer × head)
 of both paths and their difference, the count of specialized heads (RADAR appendix D.2.1), the attention
-mass the answer puts on the context, one head's pattern over the prompt tokens (click a cell), and the
-export. The analysis (one instrumented forward per path) is computed once per run and cached.
+mass the answer puts on the context, one head's pattern over the prompt tokens (click a cell), the Lookback
+Lens (per head × answer token, on request: one more forward) and the export. The analysis (one instrumented
+forward per path) is computed once per run and cached.
 """
 
 from __future__ import annotations
@@ -17,11 +18,21 @@ import streamlit as st
 
 from components import controls, keys, panels, state, widgets
 from components import internals_state as views
-from components.attention_figures import head_heatmap, pattern_heatmap, selected_cell
+from components.attention_figures import (
+    head_heatmap,
+    lookback_curve,
+    lookback_heatmap,
+    pattern_heatmap,
+    selected_cell,
+)
 from components.figures import position_label
+from components.lru import session_lru
+from components.run import run_cached
 from components.text import plain_message
 from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult, result_digest
 from core.methods.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialization, specialized_heads
+from core.methods.lookback import WINDOW, LookbackAnalysis
+from core.methods.lookback import analyze as lookback_analysis
 from core.model.handle import ModelHandle
 
 PATH_TITLES = {RETRIEVAL: widgets.RETRIEVAL_TITLE, PARAMETRIC: widgets.PARAMETRIC_TITLE}
@@ -239,6 +250,79 @@ def draw_head_pattern(handle: ModelHandle, internals: Internals, result: DualPat
     )
 
 
+MAX_LOOKBACKS = 4
+
+
+def draw_lookback(handle: ModelHandle, result: DualPathResult) -> None:
+    st.subheader("Lookback Lens: which heads read the context while each answer token was produced")
+    st.caption(
+        "For every head and answer token, the lookback ratio LR = A_ctx / (A_ctx + A_new): the head's mean "
+        "attention on the prompt (the context, as in the paper) over its mean attention on the answer tokens "
+        "generated before this one (Chuang et al. 2024). 1 = only the prompt, 0 = only the answer so far. The "
+        "first answer token has no earlier answer token, so its column is empty. Built for contextual "
+        "hallucination in 7B models; on a small model it is an attention pattern, not proof of reading."
+    )
+    cache = session_lru(keys.ATTN_LOOKBACK, MAX_LOOKBACKS)
+    digest = result_digest(result)
+    view = cache.get(digest)
+    if view is None:
+        if not st.button("Compute the lookback map (one forward of the retrieval path)", key=keys.ATTN_LOOKBACK_RUN):
+            return
+        view = run_cached(
+            cache,
+            digest,
+            lambda progress: lookback_analysis(handle, result),
+            start="Tracing the retrieval path's attention…",
+            describe=lambda done, total, text="": text or "lookback ratios",
+            what="Lookback Lens",
+        )
+        if view is None:
+            return
+    draw_lookback_view(view, digest)
+
+
+def draw_lookback_view(view: LookbackAnalysis, digest: str) -> None:
+    c1, c2 = st.columns(2)
+    if view.p_recalled is None or view.tau is None:
+        c1.metric("Lookback Lens P(recalled)", "—", help=view.classifier or None)
+    else:
+        c1.metric("Lookback Lens P(recalled)", f"{view.p_recalled:.3f}", f"{view.verdict} at τ = {view.tau:.3f}", "off")
+    mean = view.mean_ratio
+    c2.metric("Mean lookback ratio (all heads)", "—" if mean is None else f"{mean:.3f}")
+    st.caption(plain_message(view.classifier))
+    for note in view.notes:
+        st.info(note)
+    fig = lookback_heatmap(
+        view.lr, view.answer_tokens, title="Lookback ratio per head (rows) and answer token (columns)"
+    )
+    st.plotly_chart(fig, key=keys.scoped(keys.ATTN_LOOKBACK_MAP, digest))
+    if view.windows:
+        curve = lookback_curve(
+            view.curve, view.answer_tokens, view.windows, view.window_mean, view.window_p, tau=view.tau
+        )
+        st.plotly_chart(curve, key=keys.scoped(keys.ATTN_LOOKBACK_CURVE, digest))
+        st.caption(
+            f"Sliding windows of {WINDOW} answer tokens (the paper's span): where the curve drops, the heads "
+            "stopped looking back at the context; with a classifier, each window's P(recalled) against τ."
+        )
+    c1, c2 = st.columns(2)
+    widgets.download(
+        c1,
+        "Download the lookback map (CSV)",
+        pd.DataFrame(view.table()).to_csv(index=False),
+        "lookback_map.csv",
+        key=keys.ATTN_LOOKBACK_CSV,
+    )
+    if view.windows:
+        widgets.download(
+            c2,
+            "Download the windows (CSV)",
+            pd.DataFrame(view.window_table()).to_csv(index=False),
+            "lookback_windows.csv",
+            key=keys.ATTN_LOOKBACK_WINDOWS_CSV,
+        )
+
+
 def export_payload(internals: Internals, where: int | str, tau: float) -> dict:
     out: dict = {"position": where, "tau": tau, "layers": internals.n_layers, "heads": internals.n_heads, "paths": {}}
     for path in (RETRIEVAL, PARAMETRIC):
@@ -293,6 +377,8 @@ def main() -> None:
     draw_context_mass(internals, result, where)
     st.divider()
     draw_head_pattern(handle, internals, result)
+    st.divider()
+    draw_lookback(handle, result)
     st.divider()
     draw_export(internals, where, tau)
 

@@ -48,6 +48,19 @@ class LookbackAnalysis:
     window: int = WINDOW
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def mean_ratio(self) -> float | None:
+        """The ratio averaged over every head and answer token with a ratio (``None`` for a one-token answer)."""
+        finite = self.curve[np.isfinite(self.curve)]
+        return float(finite.mean()) if finite.size else None
+
+    @property
+    def verdict(self) -> str | None:
+        """``"recalled"`` when P(recalled) > τ, ``"read"`` otherwise, ``None`` without a classifier."""
+        if self.p_recalled is None or self.tau is None:
+            return None
+        return "recalled" if self.p_recalled > self.tau else "read"
+
     def table(self) -> list[dict[str, Any]]:
         """One record per (layer, head, answer token): the CSV export of the map."""
         L, H, n = self.lr.shape
