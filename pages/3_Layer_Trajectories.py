@@ -16,6 +16,7 @@ import streamlit as st
 from components import controls, keys, panels, widgets
 from components import internals_state as views
 from components.layer_axes import row_label
+from components.redeep_view import draw_redeep
 from components.trajectory_figures import (
     baselines_figure,
     classifier_frame,
@@ -271,6 +272,8 @@ def main() -> None:
     if basis is not None:
         st.divider()
         draw_classifier(basis)
+    st.divider()
+    draw_redeep(handle, result)
     st.divider()
     draw_export(internals, basis, result)
 

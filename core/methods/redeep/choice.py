@@ -485,3 +485,29 @@ def choice_for(handle: ModelHandle, template: str) -> ReDeEPChoice:
 def is_fitted(choice: ReDeEPChoice) -> bool:
     """Whether α, β were fitted on labeled rows (not the label-free default)."""
     return choice.n_recalled > 0 and choice.n_read > 0
+
+
+def override_choice(handle: ModelHandle, template: str, heads: str = "", layers: str = "") -> ReDeEPChoice:
+    """The choice in force with a user's own heads and/or layers (``"12.3, 14.0"`` / ``"20, 21"``; empty keeps
+    the stored ones): α, β refit on the stored calibration table when there is one, else kept (and said so in
+    :attr:`ReDeEPChoice.protocol`).
+
+    Raises:
+        ValueError: unparsable text or a head/layer out of range.
+    """
+    choice = choice_for(handle, template)
+    h = parse_heads(heads) if heads.strip() else None
+    ly = parse_layers(layers) if layers.strip() else None
+    if h is None and ly is None:
+        return choice
+    table = load_table_for(handle, template) if is_fitted(choice) else None
+    if table is not None:
+        return refit(choice, table, h, ly)
+    return replace(
+        choice,
+        heads=h if h is not None else choice.heads,
+        layers=ly if ly is not None else choice.layers,
+        head_method=USER if h is not None else choice.head_method,
+        layer_method=USER if ly is not None else choice.layer_method,
+        protocol=choice.protocol + "; heads/layers given by the user, α, β not refit (no calibration table)",
+    )

@@ -78,7 +78,7 @@ def test_bad_choices_and_files_are_refused(tmp_path):
 def test_parsing_and_ranking():
     assert parse_heads("12.3, L14.H0") == [[12, 3], [14, 0]]
     assert parse_layers("20, L21") == [20, 21]
-    with pytest.raises(ValueError, match="layer.head"):
+    with pytest.raises(ValueError, match=r"layer\.head"):
         parse_heads("12")
     with pytest.raises(ValueError, match="comma-separated"):
         parse_layers("a")
