@@ -33,7 +33,7 @@ from core.detectors.agreement import (
     with_result,
 )
 from core.detectors.registry import GROUPS, DetectorInput
-from core.detectors.wording import GROUP_WORDS
+from core.detectors.wording import GROUP_WORDS, axis_line
 from core.engine.result import DualPathResult
 from core.model.handle import ModelHandle
 
@@ -176,6 +176,8 @@ def _group(
 ) -> None:
     """One group: its question, its own summary line, its table, the buttons of its costly detectors."""
     st.markdown(f"**{GROUP_WORDS[group].title}** — {GROUPS[group]}")  # the registry's own words: no user text
+    if group in agreement.axes:  # the headline's axis this group feeds (fixed words and numbers only)
+        st.markdown(":material/flag: " + axis_line(group, agreement.axes[group]))
     st.info(group_summary(group, rows))
     st.caption(headline_note(group))
     if rows:

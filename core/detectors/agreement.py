@@ -51,14 +51,23 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from core.detectors import keys as detector_keys
-from core.detectors.registry import GROUNDED_HIGH, GROUPS, MEMORIZED_HIGH, Detector, DetectorInput, available
+from core.detectors.registry import (
+    CONTEXT_RELIANCE,
+    GROUNDED_HIGH,
+    GROUPS,
+    MEMORIZED_HIGH,
+    PARAMETRIC_KNOWLEDGE,
+    Detector,
+    DetectorInput,
+    available,
+)
 from core.detectors.wording import GROUP_WORDS, REASONING_TYPE, RECALL_TYPE, direction, finding, group_of, says
 from core.detectors.wording import HEADLINE_GROUPS as HEADLINE_GROUPS
 from core.detectors.wording import OTHER_AXIS_DISPLAY as OTHER_AXIS_DISPLAY
@@ -69,6 +78,7 @@ from core.detectors.wording import summary_line as summary_line
 from core.detectors.wording import summary_lines as summary_lines
 from core.detectors.wording import verdict_words as verdict_words
 from core.engine import DualPathResult, DualPathSettings
+from core.engine import axes as axes_module
 from core.engine.estimate import describe_estimate, estimate_seconds, observe_result
 from core.engine.verdict import READ, RECALLED, UNCALIBRATED, normalize_verdict
 from core.io import asset_path
@@ -187,10 +197,12 @@ class CostlyDetector:
 
 @dataclass
 class Agreement:
-    """Every cheap detector's verdict on one example, the costly ones not yet run, and the summary line."""
+    """Every cheap detector's verdict on one example, the costly ones not yet run, the headline's axes by the group
+    they belong to (:func:`headline_axes`; ``{}`` when none), and the summary line."""
 
     verdicts: list[DetectorVerdict]
     costly: list[CostlyDetector]
+    axes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
@@ -208,7 +220,7 @@ class Agreement:
         for group in GROUPS:
             rows = [v for v in self.ordered() if v.group == group]
             pending = [c for c in self.costly if c.group == group and c.name not in done]
-            if rows or pending:
+            if rows or pending or group in self.axes:
                 out.append((group, rows, pending))
         return out
 
@@ -225,6 +237,7 @@ class Agreement:
                 "detectors": [v.name for v in rows],
                 "not_run": [c.name for c in pending],
                 "cannot_conclude": GROUP_WORDS[group].cannot,
+                **({"headline_axis": self.axes[group]} if group in self.axes else {}),
             }
             for group, rows, pending in self.by_group()
         ]
@@ -453,12 +466,31 @@ def _repcs_row(row: DetectorVerdict, result: DualPathResult) -> DetectorVerdict:
     return replace(row, threshold=result.threshold, source=source, verdict=verdict)
 
 
+AXIS_OF_GROUP = {CONTEXT_RELIANCE: axes_module.RELIANCE, PARAMETRIC_KNOWLEDGE: axes_module.SUPPORT}
+"""The headline's axis that each of the two headline groups feeds (:mod:`core.engine.axes`)."""
+
+
+def headline_axes(result: DualPathResult) -> dict[str, dict[str, Any]]:
+    """The headline's two axes of ``result`` (its stored ``axes``, else :func:`core.engine.axes.headline`: no model
+    call), keyed by the group each belongs to: context reliance → axis 1, parametric knowledge → axis 2 (the
+    parametric support). ``{}`` when they cannot be computed."""
+    found = result.axes
+    if found is None:
+        try:
+            found = axes_module.headline(result).to_dict()
+        except Exception as exc:  # noqa: BLE001 - the detectors are still shown without the axes
+            logger.info("headline axes unavailable: %s", exc)
+            return {}
+    return {group: found[key] for group, key in AXIS_OF_GROUP.items() if isinstance(found.get(key), dict)}
+
+
 def with_result(agreement: Agreement, inp: DetectorInput, result: DualPathResult) -> Agreement:
     """The agreement of a run whose verdict was re-decided under another τ (:func:`core.engine.scoring.rejudge`):
     every score is kept, RePCS' row follows ``result`` (so the table, the summary and the headline show one τ),
     and ``inp`` now holds ``result`` for the detectors run later."""
     inp.result = result
-    return Agreement([_repcs_row(v, result) if v.name == "repcs" else v for v in agreement.verdicts], agreement.costly)
+    rows = [_repcs_row(v, result) if v.name == "repcs" else v for v in agreement.verdicts]
+    return Agreement(rows, agreement.costly, agreement.axes)
 
 
 def estimate_cost(handle: ModelHandle, detector: Detector, settings: DualPathSettings) -> float | None:
@@ -517,4 +549,4 @@ def assess(
         CostlyDetector(d.name, d.label, d.cost, estimate_cost(handle, d, inp.settings), d.group)
         for d in costly_detectors()
     ]
-    return Agreement(verdicts=verdicts, costly=costly)
+    return Agreement(verdicts=verdicts, costly=costly, axes=headline_axes(result))

@@ -194,6 +194,35 @@ def says(group: str | None, verdict: str) -> str:
     return verdict_words(verdict)
 
 
+AXIS_TITLES = {
+    CONTEXT_RELIANCE: "Headline axis 1 (context reliance)",
+    PARAMETRIC_KNOWLEDGE: "Headline axis 2 (parametric support)",
+}
+"""How the agreement view names the headline's axis beside the group that feeds it."""
+
+
+def _num(value: object) -> str:
+    return f"{float(value):.3g}" if isinstance(value, (int, float)) else "—"
+
+
+def axis_line(group: str, axis: dict) -> str:
+    """One sentence on the headline's axis of ``group`` (an ``Axis.to_dict()`` of :mod:`core.engine.axes`): its
+    state, its score against its threshold and band, and the direction of the score."""
+    title = AXIS_TITLES.get(group_of(group), "Headline axis")
+    state = str(axis.get("state") or "no state")
+    score, threshold, band = axis.get("score"), axis.get("threshold"), axis.get("band")
+    if score is None and threshold is None:
+        measured = "no axis calibration for this model"
+    elif score is None:
+        measured = "no score for this answer"
+    else:
+        measured = f"score {_num(score)}" + (f" against {_num(threshold)}" if threshold is not None else "")
+        if band and len(band) == 2 and band[0] < band[1]:
+            measured += f", undecided from {_num(band[0])} to {_num(band[1])}"
+    direction = str(axis.get("direction") or "")
+    return f"{title}: {state} — {measured}" + (f"; {direction}." if direction else ".")
+
+
 def verdict_words(verdict: str) -> str:
     """The shared words of a verdict value, or RADAR's own labels (group-blind; prefer :func:`says`)."""
     return OTHER_AXIS_DISPLAY.get(verdict) or DISPLAY[normalize_verdict(verdict)]

@@ -69,6 +69,11 @@ def test_the_dual_path_page_shows_every_cheap_detector_with_its_verdict_and_page
     summaries = [i.value for i in at.info if i.value.startswith(tuple(f"{t}: " for t in titles))]
     assert [line.split(": ")[0] for line in summaries] == titles, "one summary per group, counting its own rows"
     assert not [i.value for i in at.info if i.value.startswith(("They agree", "They conflict"))], "no global count"
+    axes = [m.value for m in at.markdown if "Headline axis" in m.value]
+    assert [a.removeprefix(":material/flag: ").split(": ")[0] for a in axes] == [
+        "Headline axis 1 (context reliance)",
+        "Headline axis 2 (parametric support)",
+    ], "the headline's two axes beside the groups that feed them, and nowhere else"
     links = [link.proto.page for link in at.get("page_link")]
     assert {"RADAR", "Layer_Trajectories", "Evaluate", "Self_Critique", "Source_Attribution"} <= set(links)
     run_buttons = [b for b in at.button if b.key and b.key.startswith(keys.AGREEMENT_RUN)]

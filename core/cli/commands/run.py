@@ -32,7 +32,7 @@ from core.cli.common import add_model_args, run_from_args, settings_from_args, w
 from core.detectors import resolve
 from core.detectors.agreement import Agreement, assess, detector_input, judge, short_name
 from core.detectors.registry import GROUPS
-from core.detectors.wording import GROUP_WORDS, group_summary
+from core.detectors.wording import GROUP_WORDS, axis_line, group_summary
 from core.engine.axes import with_headline
 from core.engine.verdict import display
 
@@ -105,6 +105,8 @@ def _group_lines(agreement: Agreement) -> list[str]:
     lines = ["detectors (grouped by the question each answers; groups are never counted against each other):"]
     for group, rows, pending in agreement.by_group():
         lines.append(f"  {GROUP_WORDS[group].title} — {GROUPS[group]}")
+        if group in agreement.axes:
+            lines.append(f"    {axis_line(group, agreement.axes[group])}")
         for v in rows:
             score = "—" if v.score is None else f"{v.score:.4g}"
             threshold = "—" if v.threshold is None else f"{v.threshold:.4g}"

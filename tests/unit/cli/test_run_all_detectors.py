@@ -34,6 +34,9 @@ def test_run_json_all_detectors_returns_the_same_under_a_detectors_key(tiny_hand
     assert all(g["question"] == GROUPS[g["group"]] and g["summary"].startswith(g["title"]) for g in groups)
     assert [g["group"] for g in groups if g["feeds_headline"]] == ["context_reliance", "parametric_knowledge"]
     assert data["detectors_not_run"]["selfcritique"]["group"] == "parametric_knowledge"
+    by_group = {g["group"]: g for g in groups}
+    assert by_group["context_reliance"]["headline_axis"] == data["axes"]["context_reliance"], "the headline's axis 1"
+    assert by_group["parametric_knowledge"]["headline_axis"] == data["axes"]["parametric_support"]
 
     assert main(["run", "--query", Q, "--context", C, "--max-new-tokens", "4", "--json"]) == 0
     assert "detectors" not in json.loads(capsys.readouterr().out), "the plain JSON keeps its pinned keys"
@@ -46,4 +49,5 @@ def test_run_all_detectors_as_text_groups_them_under_their_questions(tiny_handle
     assert "  Familiarity of the context text — Does the context text look familiar to the model?" in text
     assert text.index("Context reliance —") < text.index("Familiarity of the context text —"), "GROUPS order"
     assert "higher = the context text looks less familiar to the model" in text, "every score's direction"
+    assert "    Headline axis 1 (context reliance): " in text and "    Headline axis 2 (parametric support): " in text
     assert "They conflict" not in text and "They agree" not in text

@@ -272,8 +272,28 @@ def test_rows_come_group_by_group_and_the_json_names_each_group(tiny_handle, tin
     assert [g["question"] for g in groups] == [GROUPS[g["group"]] for g in groups]
     assert {g["group"] for g in groups if g["feeds_headline"]} == {"context_reliance", "parametric_knowledge"}
     parametric = next(g for g in groups if g["group"] == "parametric_knowledge")
-    assert parametric["detectors"] == [] and "selfcritique" in parametric["not_run"]
-    assert parametric["summary"].startswith("Parametric knowledge: no detector of this group has run")
+    cheap_parametric = [d.name for d in cheap_detectors() if d.group == "parametric_knowledge"]
+    assert parametric["detectors"] == cheap_parametric and "selfcritique" in parametric["not_run"]
+    assert parametric["summary"].startswith("Parametric knowledge: ")
     for group in groups:
         others = [v.name for v in view.verdicts if v.group != group["group"]]
         assert set(group["detectors"]).isdisjoint(others), "each group's summary counts its own detectors only"
+
+
+def test_the_headline_axes_sit_with_the_two_groups_that_feed_them(tiny_handle, tiny_result):
+    """Only context reliance and parametric knowledge feed the headline: each shows its axis of
+    core.engine.axes, the same as the engine computes it; no other group has one."""
+    from core.engine.axes import headline
+
+    view = assess(tiny_handle, tiny_result, names=["repcs", "ppl"])
+    expected = headline(tiny_result).to_dict()
+    assert view.axes == {
+        "context_reliance": expected["context_reliance"],
+        "parametric_knowledge": expected["parametric_support"],
+    }
+    groups = {g["group"]: g for g in view.groups()}
+    assert groups["context_reliance"]["headline_axis"]["name"] == "context_reliance"
+    assert groups["parametric_knowledge"]["headline_axis"]["name"] == "parametric_support"
+    assert "headline_axis" not in groups["context_familiarity"]
+    again = agreement.with_result(view, agreement.detector_input(tiny_handle, tiny_result), tiny_result)
+    assert again.axes == view.axes, "a τ change keeps the axes"

@@ -145,3 +145,17 @@ def test_a_group_counts_only_its_own_rows() -> None:
     assert group_summary(PARAMETRIC_KNOWLEDGE, []) == (
         "Parametric knowledge: no detector of this group has run on this example."
     )
+
+
+def test_an_axis_line_states_its_state_score_band_and_direction() -> None:
+    from core.detectors.wording import axis_line
+
+    axis = {"state": "needed", "score": 0.93, "threshold": 0.5, "band": [0.4, 0.6], "direction": "higher = read"}
+    assert axis_line(CONTEXT_RELIANCE, axis) == (
+        "Headline axis 1 (context reliance): needed — score 0.93 against 0.5, undecided from 0.4 to 0.6; higher = read."
+    )
+    empty = {"state": "mixed", "score": None, "threshold": None, "band": None, "direction": ""}
+    assert axis_line(PARAMETRIC_KNOWLEDGE, empty) == (
+        "Headline axis 2 (parametric support): mixed — no axis calibration for this model."
+    )
+    assert "no score for this answer" in axis_line(PARAMETRIC_KNOWLEDGE, empty | {"threshold": -2.0})
