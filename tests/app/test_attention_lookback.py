@@ -48,3 +48,31 @@ def test_the_lookback_map_is_computed_on_request_once_and_exported(tiny_app, tmp
         assert not _problems(at)
         assert forwards.n == opened + 1, "the view and the internals are kept for this run"
         assert "Download the lookback map (CSV)" in _downloads(at)
+
+
+def test_the_figures_draw_every_head_and_token_and_escape_tokens() -> None:
+    import numpy as np
+
+    from components.attention_figures import lookback_curve, lookback_heatmap
+
+    lr = np.random.default_rng(0).uniform(size=(3, 4, 10))
+    lr[:, :, 0] = np.nan
+    tokens = ["<b>", *[f"t{i}" for i in range(1, 10)]]
+    fig = lookback_heatmap(lr, tokens, title="map")
+    heat = fig.data[0]
+    assert np.shape(heat.z) == (12, 10) and heat.z[5][0] is None and heat.z[5][3] == lr[1, 1, 3]
+    assert heat.customdata[5][0][0] == "layer 1 · head 1" and "&lt;b&gt;" in heat.customdata[0][0][1]
+    with pytest.raises(ValueError, match="layers, heads"):
+        lookback_heatmap(lr, tokens[:-1], title="map")
+    curve = np.nanmean(lr, axis=(0, 1))
+    windows = [(1, 9), (2, 10)]
+    fig = lookback_curve(curve, tokens, windows, np.array([0.4, 0.5]), np.array([0.2, 0.9]), tau=0.5)
+    assert [d.name for d in fig.data] == [
+        "per token (mean over heads)",
+        "window mean (8 tokens, at its last token)",
+        "window P(recalled)",
+    ]
+    assert list(fig.data[2].x) == [8, 9]
+    assert len(lookback_curve(curve, tokens, windows, np.array([0.4, 0.5]), np.zeros(0)).data) == 2
+    with pytest.raises(ValueError, match="window_p"):
+        lookback_curve(curve, tokens, windows, np.array([0.4, 0.5]), np.zeros(3))
