@@ -242,6 +242,11 @@ SHORT_NAMES = {
     "selfcritique": "Self-Critique",
     "sma": "SMA",
     "combined": "combined",
+    "lookback": "Lookback Lens",
+    "lookback_mean": "lookback ratio",
+    "redeep": "ReDeEP",
+    "redeep_ecs": "ReDeEP ECS",
+    "redeep_pks": "ReDeEP PKS",
 }
 
 
