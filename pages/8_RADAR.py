@@ -9,11 +9,9 @@ lives in ``core.methods.radar``; all figures in ``components.radar_figures``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
-import numpy as np
 import streamlit as st
 
 from components import controls, inputs, keys, panels, state, widgets
@@ -39,21 +37,7 @@ CAVEAT = (
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Cached work (shared by sessions; the model never runs twice for the same prompt)
-
-
-def _table_digest(table: radar.FeatureTable | None) -> str:
-    """A short digest of a feature table's values (the cache key that changes when the table does)."""
-    if table is None:
-        return "none"
-    return hashlib.sha1(np.ascontiguousarray(table.X).tobytes()).hexdigest()[:16]
-
-
-@st.cache_resource(show_spinner="Fitting the ensemble and scoring the 100 test prompts…", max_entries=8)
-def _evaluation(model_key: str, digest: str, _table: radar.FeatureTable, _handle: ModelHandle) -> dict[str, Any]:
-    """The ensemble fitted on the table's training prompts, scored on its test prompts (with the length control)."""
-    counts = radar.prompt_token_counts(_handle, _table.prompts)
-    return radar.evaluate_table(_table, token_counts=counts)
+# Cached work (shared by sessions; the model never runs twice for the same prompt; nothing is fitted here)
 
 
 @st.cache_resource(show_spinner="One instrumented forward pass over the prompt…", max_entries=128)
@@ -61,8 +45,21 @@ def _analysis(
     model_key: str, text: str, digest: str, _handle: ModelHandle, _table: radar.FeatureTable | None
 ) -> radar.RadarAnalysis:
     """One instrumented forward pass over ``text``: its trace, its 37 features and (with a table) the prediction."""
-    classifier = radar.classifier_from_table(_table) if _table is not None else None
-    return radar.analyze_prompt(_handle, text, classifier)
+    return radar.analyze_with_table(_handle, text, _table)
+
+
+def _digest(table: radar.FeatureTable | None) -> str:
+    """The cache key part that changes with the feature table."""
+    return "none" if table is None else radar.table_digest(table)
+
+
+def _report(handle: ModelHandle, table: radar.FeatureTable | None) -> dict[str, Any] | None:
+    """The stored test-set report of the table (the embedded model's ships with the app; another model's is
+    computed once per server and kept in the user cache)."""
+    if table is None:
+        return None
+    with st.spinner("Fitting the ensemble and scoring the 100 test prompts (once for this model)…"):
+        return radar.evaluation_for(handle, table)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -144,12 +141,6 @@ def draw_model_features(handle: ModelHandle) -> radar.FeatureTable | None:
             return None
         bar.progress(1.0, text="Done: the features are cached on this server for this model.")
     return table
-
-
-@st.cache_resource(max_entries=8)
-def _token_counts(model_key: str, digest: str, _table: radar.FeatureTable, _handle: ModelHandle) -> list[int]:
-    """The bundled prompts' token counts (tokenization only) for the length-only control."""
-    return radar.prompt_token_counts(_handle, _table.prompts)
 
 
 def draw_prediction(analysis: radar.RadarAnalysis, length_p: float | None = None) -> None:
@@ -322,21 +313,22 @@ def draw_export(analysis: radar.RadarAnalysis | None, report: dict[str, Any] | N
         )
 
 
-def draw_analysis(page: PageContext, text: str, table: radar.FeatureTable | None) -> radar.RadarAnalysis | None:
+def draw_analysis(
+    page: PageContext, text: str, table: radar.FeatureTable | None, report: dict[str, Any] | None
+) -> radar.RadarAnalysis | None:
     """The analysis of ``text`` (cached across sessions), or ``None`` (after a message) when there is none."""
     if not text:
         st.info("Pick an example or type a query to see how the model processes it.")
         return None
     try:
-        analysis = _analysis(page.config.model_key, text, _table_digest(table), page.handle, table)
+        analysis = _analysis(page.config.model_key, text, _digest(table), page.handle, table)
     except ValueError as exc:
         st.error(plain_message(str(exc)))
         return None
     st.divider()
     length_p = None
-    if table is not None and analysis.prediction is not None:
-        counts = _token_counts(page.config.model_key, _table_digest(table), table, page.handle)
-        length_p = radar.length_control_probability(table, counts, len(analysis.trace.token_ids))
+    if table is not None and report is not None and analysis.prediction is not None:
+        length_p = radar.length_control_probability(table, report["token_counts"], len(analysis.trace.token_ids))
     draw_prediction(analysis, length_p)
     draw_trajectories(analysis)
     draw_features(analysis, table)
@@ -349,11 +341,10 @@ def main() -> None:
     draw_header()
     text = draw_prompt(page)
     table = draw_model_features(page.handle)
-    analysis = draw_analysis(page, text, table)
-    report = None
-    if table is not None:
+    report = _report(page.handle, table)
+    analysis = draw_analysis(page, text, table, report)
+    if report is not None:
         st.divider()
-        report = _evaluation(page.config.model_key, _table_digest(table), table, page.handle)
         draw_test_accuracy(report, analysis)
     st.divider()
     draw_export(analysis, report)

@@ -1,8 +1,11 @@
-"""Extract RADAR's 37 features of the bundled prompt sets for a model and report the test accuracy.
+"""Extract RADAR's 37 features of the bundled prompt sets for a model, fit the ensemble and report the test accuracy.
 
 For the embedded model (default) the features are written to ``assets/radar/features/embedded.csv`` (+ its
-``.json`` metadata), which ship with the app; for any other model to the user cache
-(``core.io.cache_dir()/radar/<ModelHandle.slug>.csv``), where the RADAR page and the ``radar`` detector find them.
+``.json`` metadata), the fitted ensemble as plain arrays to ``assets/radar/ensemble/embedded.npz`` and the
+test-set report (with every prompt's token count) to ``assets/radar/ensemble/embedded.json``; all three ship with
+the app, so neither the RADAR page nor the ``radar`` detector fits anything. For any other model the features go
+to the user cache (``core.io.cache_dir()/radar/<ModelHandle.slug>.csv``), where the page and the detector find
+them (and fit once, keeping the ensemble and report in the same cache).
 Run it from the repository root (the ``core`` package must be importable):
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/build_radar_assets.py            # embedded → assets/
@@ -97,7 +100,14 @@ def main(argv: list[str] | None = None) -> int:
         table.meta["extraction_seconds"] = round(elapsed, 1)
         radar.save_feature_table(table, out)
         sys.stderr.write(f"{len(prompts)} prompts in {elapsed:.1f} s → {out}\n")
-    report = radar.evaluate_table(table, token_counts=radar.prompt_token_counts(handle, prompts))
+    counts = radar.prompt_token_counts(handle, prompts)
+    report = {**radar.evaluate_table(table, token_counts=counts), "token_counts": counts}
+    if handle.slug == EMBEDDED_SLUG and not args.out:
+        digest, model = radar.table_digest(table), str(table.meta.get("model"))
+        clf = radar.RadarClassifier.from_table(table)
+        radar.save_classifier(clf, radar.EMBEDDED_ENSEMBLE_PATH, digest=digest, model=model)
+        atomic_write_json(radar.EMBEDDED_REPORT_PATH, radar.report_document(table, report))
+        sys.stderr.write(f"ensemble → {radar.EMBEDDED_ENSEMBLE_PATH}, report → {radar.EMBEDDED_REPORT_PATH}\n")
     if args.report:
         atomic_write_json(args.report, report)
     sys.stdout.write(f"Model: {handle.info.name}\n\n{report_markdown(report)}\n")

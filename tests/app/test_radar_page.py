@@ -75,3 +75,26 @@ def test_the_feature_extraction_button_has_an_estimate(tiny_app, monkeypatch) ->
     ok(at)
     assert at.button(key=keys.RADAR_EXTRACT).label.startswith("Extract the features")
     assert any(c.value.startswith("130 forward passes: ") and "on this machine" in c.value for c in at.caption)
+
+
+def test_the_page_fits_nothing_it_reads_the_stored_ensemble_and_report(monkeypatch):
+    """Issue 22 item 7 / issue 27: the page draws the stored test-set report and predicts with the stored
+    ensemble; the page module calls no fit, and a first visit fits nothing when the artefacts fit the model."""
+    source = (ROOT / "pages" / "8_RADAR.py").read_text(encoding="utf-8")
+    for call in ("evaluate_table", "classifier_from_table", "RadarClassifier", ".fit(", "prompt_token_counts"):
+        assert call not in source, call
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the RADAR page fitted the ensemble")
+
+    from core.methods.radar import classifier as classifier_mod
+    from core.methods.radar import evaluation as evaluation_mod
+
+    monkeypatch.setattr(classifier_mod, "_CLASSIFIERS", {})
+    monkeypatch.setattr(evaluation_mod, "_REPORTS", {})
+    monkeypatch.setattr(radar.RadarClassifier, "from_table", classmethod(no_fit))
+    monkeypatch.setattr(evaluation_mod, "evaluate_table", no_fit)
+    at = _page(query="The capital of France is").run()
+    assert not at.exception, at.exception
+    assert any(m.label == "p̄(recall)" for m in at.metric)
+    assert any("RADAR here" in frame.value.columns for frame in at.dataframe)

@@ -18,6 +18,7 @@ Modules, one layer each:
 * :mod:`~core.methods.radar.prompts` — the analyzed text and the bundled labeled prompt sets;
 * :mod:`~core.methods.radar.store` — feature tables and their CSV + JSON cache;
 * :mod:`~core.methods.radar.classifier` — the soft-vote ensemble, RDS, RCI, the per-model classifier cache;
+* :mod:`~core.methods.radar.ensemble` — the fitted ensemble as plain arrays (NPZ, no pickle) and their evaluation;
 * :mod:`~core.methods.radar.evaluation` — test-set accuracy next to the paper's Table 1;
 * :mod:`~core.methods.radar.analysis` — one prompt end to end.
 
@@ -26,8 +27,9 @@ The names below are re-exported so that ``from core.methods import radar; radar.
 
 from __future__ import annotations
 
-from core.methods.radar.analysis import RadarAnalysis, analyze_prompt
+from core.methods.radar.analysis import RadarAnalysis, analyze_prompt, analyze_with_table
 from core.methods.radar.classifier import (
+    EMBEDDED_ENSEMBLE_PATH,
     ESTIMATOR_TITLES,
     RadarClassifier,
     RadarPrediction,
@@ -35,13 +37,19 @@ from core.methods.radar.classifier import (
     classifier_for,
     classifier_from_table,
     cross_validated_accuracy,
+    read_classifier,
+    save_classifier,
+    table_digest,
 )
 from core.methods.radar.evaluation import (
+    EMBEDDED_REPORT_PATH,
     PAPER_RESULTS,
     evaluate_table,
+    evaluation_for,
     length_baseline,
     length_control_probability,
     prompt_token_counts,
+    report_document,
 )
 from core.methods.radar.features import (
     EPS,
@@ -105,7 +113,9 @@ from core.methods.radar.trace import (
 
 __all__ = [
     "CATEGORY_TITLES",
+    "EMBEDDED_ENSEMBLE_PATH",
     "EMBEDDED_FEATURES_PATH",
+    "EMBEDDED_REPORT_PATH",
     "EPS",
     "ESTIMATOR_TITLES",
     "FEATURES",
@@ -138,6 +148,7 @@ __all__ = [
     "RadarPrompt",
     "RadarTrace",
     "analyze_prompt",
+    "analyze_with_table",
     "attention_specialization",
     "build_ensemble",
     "cached_feature_table",
@@ -147,6 +158,7 @@ __all__ = [
     "effective_rank",
     "encode_radar_prompt",
     "evaluate_table",
+    "evaluation_for",
     "expected_meta",
     "extract_feature_table",
     "extract_features",
@@ -162,9 +174,13 @@ __all__ = [
     "prompt_token_counts",
     "prompts_signature",
     "radar_prompt",
+    "read_classifier",
     "read_feature_table",
+    "report_document",
     "residual_statistics",
+    "save_classifier",
     "save_feature_table",
     "surface_features",
+    "table_digest",
     "trace_prompt",
 ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from core.methods.radar.classifier import RadarClassifier, RadarPrediction
+from core.methods.radar.classifier import RadarClassifier, RadarPrediction, classifier_from_table
 from core.methods.radar.features import FEATURE_VERSION, FEATURES, RCI_FORMULA, RDS_FORMULA, feature_vector
+from core.methods.radar.store import FeatureTable
 from core.methods.radar.trace import RadarTrace, extract_features
 from core.model.handle import ModelHandle
 
@@ -53,3 +54,9 @@ def analyze_prompt(handle: ModelHandle, text: str, classifier: RadarClassifier |
     features, trace = extract_features(handle, text)
     prediction = classifier.predict(feature_vector(features)[None, :])[0] if classifier is not None else None
     return RadarAnalysis(handle.info.name, text, features, trace, prediction)
+
+
+def analyze_with_table(handle: ModelHandle, text: str, table: FeatureTable | None) -> RadarAnalysis:
+    """:func:`analyze_prompt` with the ensemble of ``table`` (stored, else fitted once:
+    :func:`~core.methods.radar.classifier.classifier_from_table`), or without a prediction when there is none."""
+    return analyze_prompt(handle, text, classifier_from_table(table) if table is not None else None)

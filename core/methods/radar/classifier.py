@@ -1,7 +1,9 @@
 """RADAR's classifier (§2.3): StandardScaler + a soft-vote ensemble of RF, GB, SVM and LR, plus RDS and RCI.
 
-The ensemble is fitted on a model's own features of the 30 bundled training prompts and kept in memory per
-(model, feature content); it is rebuilt from the cached feature tables when needed (no pickles). RDS and RCI
+The ensemble is fitted on a model's own features of the 30 bundled training prompts, stored as plain arrays
+(:mod:`~core.methods.radar.ensemble`, NPZ: no pickles) and kept in memory per (model, feature content): the
+embedded model's ships in ``assets/radar/ensemble/``, any other model's is written to the user cache the first
+time it is fitted, so a process reads it in milliseconds instead of refitting. RDS and RCI
 (appendix C) are only described in words in the paper; :data:`~core.methods.radar.features.RDS_FORMULA` and
 :data:`~core.methods.radar.features.RCI_FORMULA` give the formulas used here.
 """
@@ -9,19 +11,26 @@ The ensemble is fitted on a model's own features of the 30 bundled training prom
 from __future__ import annotations
 
 import hashlib
+import io
+import logging
 import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from core.io import EMBEDDED_SLUG, atomic_write_bytes, cache_dir
+from core.methods.radar.ensemble import StoredEnsemble, ensemble_arrays
 from core.methods.radar.features import FEATURE_NAMES, RCI_FEATURES, RDS_FEATURES
-from core.methods.radar.prompts import REASONING, RECALL, TRAIN
+from core.methods.radar.prompts import RADAR_DIR, REASONING, RECALL, TRAIN
 from core.methods.radar.store import FeatureTable, feature_table_for
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
+
+logger = logging.getLogger(__name__)
 
 
 def build_ensemble(random_state: int = 0) -> Any:
@@ -95,7 +104,11 @@ class RadarPrediction:
 
 
 class RadarClassifier:
-    """The fitted ensemble plus the training-set statistics RDS and RCI are normalized with."""
+    """The fitted ensemble plus the training-set statistics RDS and RCI are normalized with.
+
+    ``pipeline`` is the scikit-learn pipeline just fitted, or a :class:`StoredEnsemble` read from its arrays;
+    both give the same probabilities and votes.
+    """
 
     def __init__(self, pipeline: Any, mean: np.ndarray, std: np.ndarray, n_train: int) -> None:
         self.pipeline = pipeline
@@ -133,6 +146,34 @@ class RadarClassifier:
         """p̄ for each row of ``X`` (n, 37)."""
         return self.pipeline.predict_proba(np.atleast_2d(X))[:, 1]
 
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The ensemble and the RDS/RCI statistics as plain arrays (:func:`ensemble_arrays`)."""
+        arrays = (
+            dict(self.pipeline.arrays) if isinstance(self.pipeline, StoredEnsemble) else ensemble_arrays(self.pipeline)
+        )
+        return {**arrays, "train_mean": self.mean, "train_std": self.std, "n_train": np.array(self.n_train)}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> RadarClassifier:
+        """The classifier of :meth:`to_arrays` (``ValueError`` for arrays of another layout)."""
+        stored = StoredEnsemble(arrays)
+        mean, std = np.asarray(arrays["train_mean"], np.float64), np.asarray(arrays["train_std"], np.float64)
+        if mean.shape != (len(FEATURE_NAMES),) or std.shape != mean.shape:
+            raise ValueError(f"expected {len(FEATURE_NAMES)} training means and deviations")
+        return cls(stored, mean, std, int(arrays["n_train"]))
+
+    def _outputs(self, X: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Member names, each member's P(recall) (n, M) and hard votes (n, M)."""
+        if isinstance(self.pipeline, StoredEnsemble):
+            probs, votes = self.pipeline.outputs(X)
+            return list(self.pipeline.names), probs, votes
+        scaled = self.pipeline[:-1].transform(X)
+        voter = self.pipeline[-1]
+        names = [name for name, _ in voter.estimators]
+        probs = np.stack([est.predict_proba(scaled)[:, 1] for est in voter.estimators_], axis=1)  # (n, M)
+        votes = np.stack([est.predict(scaled) for est in voter.estimators_], axis=1).astype(np.int64)
+        return names, probs, votes
+
     def _z(self, X: np.ndarray, names: Sequence[str]) -> np.ndarray:
         idx = [FEATURE_NAMES.index(n) for n in names]
         return (np.atleast_2d(X)[:, idx] - self.mean[idx]) / self.std[idx]
@@ -148,11 +189,7 @@ class RadarClassifier:
     def predict(self, X: np.ndarray) -> list[RadarPrediction]:
         """The paper's prediction for each row of ``X`` (n, 37)."""
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
-        scaled = self.pipeline[:-1].transform(X)
-        voter = self.pipeline[-1]
-        names = [name for name, _ in voter.estimators]
-        probs = np.stack([est.predict_proba(scaled)[:, 1] for est in voter.estimators_], axis=1)  # (n, M)
-        votes = np.stack([est.predict(scaled) for est in voter.estimators_], axis=1).astype(np.int64)
+        names, probs, votes = self._outputs(X)
         p_bar = probs.mean(axis=1)
         rds, rci = self.rds(X), self.rci(X)
         out = []
@@ -185,26 +222,74 @@ def cross_validated_accuracy(X: np.ndarray, y: np.ndarray, folds: int = 5, rando
 
 
 _CLASSIFIERS: dict[tuple[str, str], RadarClassifier] = {}
-"""Fitted ensembles by (model name, feature-content hash). Dict reads and writes are atomic; two threads
+"""Ensembles by (model name, feature-content hash). Dict reads and writes are atomic; two threads loading or
 fitting the same table at once both get an identical (deterministic) classifier."""
+
+ENSEMBLE_DIR = RADAR_DIR / "ensemble"
+EMBEDDED_ENSEMBLE_PATH = ENSEMBLE_DIR / f"{EMBEDDED_SLUG}.npz"
+"""The embedded model's fitted ensemble (arrays only), written by ``scripts/build_radar_assets.py``."""
+
+
+def table_digest(table: FeatureTable) -> str:
+    """A short hash of a feature table's values: what a stored ensemble or report was made from."""
+    return hashlib.sha1(np.ascontiguousarray(table.X, dtype=np.float64).tobytes()).hexdigest()[:16]
+
+
+def cached_ensemble_path(digest: str) -> Path:
+    """Where an ensemble fitted on features of this digest is kept in the user cache."""
+    return cache_dir() / "radar" / f"ensemble-{digest}.npz"
+
+
+def save_classifier(clf: RadarClassifier, path: Path, *, digest: str, model: str) -> Path:
+    """Write the classifier's arrays (and what they were fitted on) as an NPZ (atomically; no pickle)."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **clf.to_arrays(), digest=np.array(digest), model=np.array(model))
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def read_classifier(path: Path, digest: str) -> RadarClassifier | None:
+    """The classifier stored at ``path`` if it was fitted on features of ``digest``, else ``None``."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        if str(arrays.get("digest")) != digest:
+            return None
+        return RadarClassifier.from_arrays(arrays)
+    except (OSError, ValueError, KeyError) as exc:
+        logger.warning("RADAR ensemble %s not used: %s", path, exc)
+        return None
 
 
 def classifier_for(
     handle: ModelHandle, *, compute: bool = True, progress: Progress | None = None
 ) -> RadarClassifier | None:
-    """The ensemble for this model, rebuilt from its cached features (extracting them first if needed and
-    ``compute``); kept in memory per model and feature signature."""
+    """The ensemble for this model, from its cached features (extracting them first if needed and ``compute``);
+    read from its stored arrays when there are some, else fitted once; kept in memory per model and features."""
     table = feature_table_for(handle, compute=compute, progress=progress)
     if table is None:
         return None
     return classifier_from_table(table)
 
 
-def classifier_from_table(table: FeatureTable) -> RadarClassifier:
-    """The ensemble fitted on a table's training rows, memoized per (model, content hash)."""
-    digest = hashlib.sha1(np.ascontiguousarray(table.X).tobytes()).hexdigest()[:16]
-    key = (str(table.meta.get("model")), digest)
+def classifier_from_table(table: FeatureTable, *, store: bool = True) -> RadarClassifier:
+    """The ensemble of a table's training rows: in memory, else stored (the bundled one for the embedded
+    model's features, else the user cache's), else fitted and (with ``store``) written to the user cache.
+
+    Memoized per (model, content hash); a stored ensemble is used only for features with the same hash.
+    """
+    digest = table_digest(table)
+    model = str(table.meta.get("model"))
+    key = (model, digest)
     clf = _CLASSIFIERS.get(key)
-    if clf is None:
-        clf = _CLASSIFIERS.setdefault(key, RadarClassifier.from_table(table))
+    if clf is not None:
+        return clf
+    for path in (EMBEDDED_ENSEMBLE_PATH, cached_ensemble_path(digest)):
+        if path.is_file() and (clf := read_classifier(path, digest)) is not None:
+            return _CLASSIFIERS.setdefault(key, clf)
+    clf = _CLASSIFIERS.setdefault(key, RadarClassifier.from_table(table))
+    if store:
+        try:
+            save_classifier(clf, cached_ensemble_path(digest), digest=digest, model=model)
+        except OSError as exc:  # a read-only cache only costs a refit in the next process
+            logger.warning("RADAR ensemble not cached: %s", exc)
     return clf

@@ -2,17 +2,23 @@
 
 Trained on a model's own features of the 30 training prompts, tested on the 100 test prompts. The paper's
 numbers (:data:`PAPER_RESULTS`) are for DialoGPT-medium on its own sets: a reference, not a like-for-like
-comparison. :func:`length_baseline` is a control the paper does not report.
+comparison. :func:`length_baseline` is a control the paper does not report. :func:`evaluation_for` is what the
+RADAR page shows: the embedded model's report ships in ``assets/radar/ensemble/``, any other model's is computed
+once and kept in the user cache.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from core.methods.radar.classifier import RadarClassifier, cross_validated_accuracy
+from core.io import EMBEDDED_SLUG, atomic_write_json, cache_dir
+from core.methods.radar.classifier import ENSEMBLE_DIR, RadarClassifier, cross_validated_accuracy, table_digest
 from core.methods.radar.prompts import (
     CATEGORY_TITLES,
     LABELS,
@@ -26,6 +32,8 @@ from core.methods.radar.prompts import (
 from core.methods.radar.store import FeatureTable
 from core.methods.radar.trace import encode_radar_prompt
 from core.model.handle import ModelHandle
+
+logger = logging.getLogger(__name__)
 
 PAPER_RESULTS: dict[str, float] = {
     "clear_recall": 1.0,
@@ -172,3 +180,53 @@ def evaluate_table(
         },
         "rows": rows,
     }
+
+
+EMBEDDED_REPORT_PATH = ENSEMBLE_DIR / f"{EMBEDDED_SLUG}.json"
+"""The embedded model's test-set report (with every prompt's token count), written by
+``scripts/build_radar_assets.py`` next to its ensemble."""
+_REPORTS: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def cached_report_path(digest: str) -> Path:
+    """Where the report of features of this digest is kept in the user cache."""
+    return cache_dir() / "radar" / f"report-{digest}.json"
+
+
+def stored_report(path: Path, digest: str) -> dict[str, Any] | None:
+    """The report stored at ``path`` if it was computed from features of ``digest``, else ``None``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        logger.warning("RADAR report %s not used: %s", path, exc)
+        return None
+    if not isinstance(data, dict) or data.get("digest") != digest or "report" not in data:
+        return None
+    return data["report"]
+
+
+def report_document(table: FeatureTable, report: dict[str, Any]) -> dict[str, Any]:
+    """What a stored report file holds: the digest and model of the features, then the report."""
+    return {"digest": table_digest(table), "model": table.meta.get("model"), "report": report}
+
+
+def evaluation_for(handle: ModelHandle, table: FeatureTable, *, store: bool = True) -> dict[str, Any]:
+    """:func:`evaluate_table` of a model's table with its token counts (``report["token_counts"]``, every
+    prompt in table order, for the length control): in memory, else stored (bundled for the embedded model's
+    features, else the user cache), else computed once and (with ``store``) written to the user cache."""
+    digest = table_digest(table)
+    key = (str(table.meta.get("model")), digest)
+    if (report := _REPORTS.get(key)) is not None:
+        return report
+    for path in (EMBEDDED_REPORT_PATH, cached_report_path(digest)):
+        if path.is_file() and (report := stored_report(path, digest)) is not None:
+            return _REPORTS.setdefault(key, report)
+    counts = prompt_token_counts(handle, table.prompts)
+    report = {**evaluate_table(table, token_counts=counts), "token_counts": counts}
+    report = _REPORTS.setdefault(key, report)
+    if store:
+        try:
+            atomic_write_json(cached_report_path(digest), report_document(table, report))
+        except OSError as exc:
+            logger.warning("RADAR report not cached: %s", exc)
+    return report
