@@ -19,6 +19,12 @@ Writes
 Re-running reproduces the files (greedy decoding; CV folds and bootstrap seeded 42; one CPU thread by default).
 
     python scripts/build_lookback.py [--model FOLDER_OR_ID] [--from-features] [--limit N] [--threads 1]
+
+``--score REPORT.json …`` instead scores the rows of ``python -m core evaluate`` reports that ran ``lookback_cv``
+(whose per-row features are the same span features) with the embedded model's bundled classifier — exactly what
+the ``lookback`` detector computes — and prints every detector's AUC with its 95 % CI against the set's labels
+(and against behavior for a behavior-labeled set); ``--out`` writes the rescored reports' summaries as JSON.
+This is how docs/lookback.md's figures were computed without a second pass over the rows.
 """
 
 from __future__ import annotations
@@ -102,6 +108,49 @@ def write_table(table: list[dict[str, Any]], path: Path) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
+def score_reports(paths: list[str], out: str | None, template: str = "chat") -> int:
+    """Add ``lookback`` scores (bundled classifier over the stored ``lookback_cv`` features) to evaluate reports,
+    recompute their metrics and print them."""
+    import json
+
+    from core.evaluation.behavior import behavior_report
+    from core.evaluation.report import summarize
+    from core.evaluation.scoring import resolve_detectors
+    from core.io import atomic_write_json
+    from core.methods.lookback import LookbackModel
+
+    model = LookbackModel.load(bundled_model_path(template))
+    summaries = {}
+    for path in paths:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+        names = [n for n in report["detectors"] if n != "lookback"] + ["lookback"]
+        rows = []
+        for r in report["rows"]:
+            x = r.get("features", {}).get("lookback_cv")
+            scores = {k: v for k, v in r["scores"].items() if k != "lookback"}
+            scores["lookback"] = None if x is None else model.probability(np.asarray(x))
+            rows.append({**r, "scores": scores})
+        detectors = resolve_detectors(names)
+        summary, scored = summarize(rows, detectors)
+        behavior = behavior_report(scored, detectors)
+        summaries[path] = {"n": len(rows), "detectors": summary["detectors"], "behavior": behavior}
+        sys.stderr.write(f"{path}: {len(rows)} rows\n")
+        for name, m in summary["detectors"].items():
+            ci = m.get("auc_ci") or [float("nan"), float("nan")]
+            sys.stderr.write(f"  {name:14s} AUC {m.get('auc')}  CI {ci}  errors {m.get('errors', 0)}\n")
+        for key, sub in (behavior or {}).get("subsets", {}).items():
+            parts = [
+                f"{name} {d.get('auc')} {d.get('auc_ci')}"
+                for name, d in sub["detectors"].items()
+                if name.startswith(("lookback", "repcs"))
+            ]
+            sys.stderr.write(f"  behavior {key} ({sub.get('n_read')} read / {sub.get('n_recalled')} recalled): ")
+            sys.stderr.write("; ".join(parts) + "\n")
+    if out:
+        atomic_write_json(out, summaries)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="hub id or local folder (default: the embedded SmolLM2)")
@@ -110,9 +159,13 @@ def main() -> int:
     parser.add_argument("--alpha", type=float, default=0.05, help="target FPR on read rows (default 0.05)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--limit", type=int, default=None, help="use only the first N calibration rows")
+    parser.add_argument("--score", nargs="+", metavar="REPORT", help="score evaluate reports' stored features")
+    parser.add_argument("--out", default=None, help="with --score: write the summaries here")
     add_threads_arg(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.score:
+        return score_reports(args.score, args.out)
     set_threads(args.threads)
     from core.model.loading import load_model
 
