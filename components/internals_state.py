@@ -27,7 +27,7 @@ from components.run import bar_progress, run_cached, run_guarded
 from components.text import plain_message
 from core.engine.estimate import describe_estimate, estimate
 from core.engine.result import DualPathResult, result_digest
-from core.methods.crm import CrmBasis, compute_basis, load_basis, vocabulary_projection
+from core.methods.crm import CrmBasis, compute_basis, load_basis, unit_directions, vocabulary_projection
 from core.methods.internals import Internals, analyze, attention_pattern, path_sequence
 from core.model.handle import ModelHandle
 
@@ -167,8 +167,6 @@ def run_projection_for(handle: ModelHandle, internals: Internals, result: DualPa
     """Back-projection of this run's own displacement d_ℓ (normalized per layer) at the last prompt token."""
 
     def compute() -> dict[str, Any]:
-        d0 = internals.displacement[:, 0].astype(np.float64)
-        norms = np.linalg.norm(d0, axis=1, keepdims=True)
-        return vocabulary_projection(handle, np.divide(d0, norms, out=np.zeros_like(d0), where=norms > 0), k)
+        return vocabulary_projection(handle, unit_directions(internals.displacement[:, 0]), k)
 
     return _projections().get_or_put(f"run|{result_digest(result)}|{k}", compute)

@@ -8,7 +8,6 @@ both paths at a chosen answer position layer by layer, and the export.
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from components import controls, keys, panels, widgets
@@ -62,12 +61,10 @@ def draw_backprojection(
     st.subheader("Back-projection through the unembedding")
     k = int(controls.number("Tokens per end", keys.VOCAB_K, 10, (3, 25), widget=st.slider))
     if direction == RUN or basis is None:
-        d0 = internals.displacement[:, 0]
         projection = views.run_projection_for(handle, internals, result, k)
     else:
-        d0 = basis.direction(direction)
         projection = views.projection_for(handle, basis, direction, k)
-    defined = (np.linalg.norm(d0.astype(np.float64), axis=1) > 0).tolist()
+    defined = projection["defined"].tolist()
     kept = basis.kept_layers if basis is not None else []
     frame = projection_frame(projection["top_tokens"], projection["bottom_tokens"], kept=kept, defined=defined)
     only_kept = st.checkbox("Only kept layers", key=keys.VOCAB_ONLY_KEPT, disabled=not kept)
@@ -132,8 +129,8 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
         top_retrieval,
         top_parametric,
         lens.kl[:, t],
-        np.exp(lens.retrieval.target_logprob[:, t]),
-        np.exp(lens.parametric.target_logprob[:, t]),
+        lens.retrieval.target_probability()[:, t],
+        lens.parametric.target_probability()[:, t],
     )
     st.dataframe(
         frame,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
 import streamlit as st
 
 from components import detector_figures as figs
@@ -41,8 +40,6 @@ from core.model.handle import ModelHandle
 
 MAX_RESULTS = 8
 """SMA runs (and, separately, context ablations) kept per browser session, as plain dicts."""
-ARRAY_FIELDS = ("scores", "delta", "similarities", "length_ratios")
-"""The fields of a :class:`ContextAblation` that are arrays (lists in its dict form)."""
 
 CAVEAT = (
     "SMA is a zero-gradient, perturbation-based estimate: β assumes the answer responds roughly linearly to "
@@ -244,7 +241,7 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     data = stored_ablations().get(key)
     if data is None:
         return
-    ablation = _ablation_from_dict(data)
+    ablation = ContextAblation.from_dict(data)
     tag = keys.tag(key)
     st.caption("Answer with the full context:")
     widgets.show_answer(st, ablation.reference_answer)
@@ -255,12 +252,6 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     widgets.download(
         st, "Download the context ablation (CSV)", csv, "sma_context_ablation.csv", key=keys.SMA_ABLATION_CSV
     )
-
-
-def _ablation_from_dict(data: dict[str, Any]) -> ContextAblation:
-    """A stored context ablation back from its :meth:`ContextAblation.to_dict` form."""
-    arrays = {name: np.asarray(data[name], dtype=np.float64) for name in ARRAY_FIELDS}
-    return ContextAblation(**{**data, **arrays})
 
 
 def draw_export(result: SMAResult, labels: list[str], thresholds: dict[str, Any]) -> None:

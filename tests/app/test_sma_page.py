@@ -85,3 +85,13 @@ def test_the_context_ablation_button_has_an_estimate(tiny_app) -> None:
     at.text_area(key="ror.w.context").input("The tower stands in Quillmere. It is old.").run()
     ok(at)
     assert any(c.value.startswith("4 generations: ") and "on this machine" in c.value for c in at.caption)
+
+
+def test_the_page_rebuilds_no_core_object_itself() -> None:
+    import ast
+
+    tree = ast.parse((ROOT / "pages" / "7_Source_Attribution.py").read_text(encoding="utf-8"))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "numpy" not in imported, "no arrays of its own: ContextAblation.from_dict rebuilds a stored ablation"
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    assert not [c for c in calls if c.func.id == "ContextAblation"], "never ContextAblation(**data) in the page"

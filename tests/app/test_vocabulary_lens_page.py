@@ -1,6 +1,21 @@
-"""The Vocabulary lens page (issue 14): its tables show the numbers first, with the layer pinned (tiny random model)."""
+"""The Vocabulary lens page (issue 14): its tables show the numbers first, with the layer pinned (tiny random model);
+it computes nothing itself (issue 22)."""
 
 from __future__ import annotations
+
+import ast
+
+from tests.app.conftest import ROOT
+
+
+def _imported_modules(page: str) -> set[str]:
+    tree = ast.parse((ROOT / "pages" / page).read_text(encoding="utf-8"))
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return names | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+
+def test_the_page_takes_no_norm_and_no_exponential_of_its_own() -> None:
+    assert not {"numpy", "math", "torch"} & _imported_modules("4_Vocabulary_Lens.py"), "its numbers come from core"
 
 
 def test_the_vocabulary_lens_tables_show_the_numbers_first_with_the_layer_pinned(tiny_app) -> None:

@@ -66,7 +66,7 @@ from core.methods.crm.prompts import (
 )
 from core.methods.crm.semantic import semantic_delta
 from core.methods.crm.store import bundled_basis_path, cache_basis_path, load_basis
-from core.methods.crm.vocab import back_projection, vocabulary_projection
+from core.methods.crm.vocab import back_projection, unit_directions, vocabulary_projection
 
 __all__ = [
     "AUDIT_K",
@@ -104,5 +104,6 @@ __all__ = [
     "semantic_delta",
     "supervised_directions",
     "supervised_score",
+    "unit_directions",
     "vocabulary_projection",
 ]

@@ -24,8 +24,9 @@ def back_projection(unembed: np.ndarray | torch.Tensor, directions: np.ndarray, 
         k: tokens per end.
 
     Returns:
-        ``top_ids``/``bottom_ids`` ``(L1, k)`` int64 (highest / lowest score first) and ``top_scores``/
-        ``bottom_scores`` ``(L1, k)`` float32.
+        ``top_ids``/``bottom_ids`` ``(L1, k)`` int64 (highest / lowest score first), ``top_scores``/
+        ``bottom_scores`` ``(L1, k)`` float32, and ``defined`` ``(L1,)`` bool: the direction is not zero (a zero
+        direction scores every token 0, so its lists say nothing).
 
     Raises:
         ValueError: shapes that do not share the hidden size, or ``k`` outside ``[1, V]``.
@@ -45,7 +46,22 @@ def back_projection(unembed: np.ndarray | torch.Tensor, directions: np.ndarray, 
         "top_scores": top.values.cpu().numpy().astype(np.float32),
         "bottom_ids": bottom.indices.cpu().numpy().astype(np.int64),
         "bottom_scores": (-bottom.values).cpu().numpy().astype(np.float32),
+        "defined": np.linalg.norm(np.asarray(directions, dtype=np.float64), axis=1) > 0,
     }
+
+
+def unit_directions(vectors: np.ndarray) -> np.ndarray:
+    """Each row scaled to unit L2 norm; a zero row stays zero (pure).
+
+    Args:
+        vectors: ``(L1, d)``, e.g. a run's displacement d_ℓ at the last prompt token.
+
+    Returns:
+        ``(L1, d)`` float64.
+    """
+    v = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    return np.divide(v, norms, out=np.zeros_like(v), where=norms > 0)
 
 
 def vocabulary_projection(handle: ModelHandle, directions: np.ndarray, k: int = 10) -> dict[str, Any]:

@@ -35,6 +35,10 @@ class LensPath:
     topk_probs: np.ndarray
     target_logprob: np.ndarray
 
+    def target_probability(self) -> np.ndarray:
+        """``(L1, P)`` probability of the target token, ``exp(target_logprob)`` (NaN where no target is given)."""
+        return np.exp(self.target_logprob)
+
 
 @dataclass
 class LensComparison:

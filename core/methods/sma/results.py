@@ -243,3 +243,13 @@ class ContextAblation:
             "seconds": self.seconds,
             "score_kind": self.score_kind,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ContextAblation:
+        """A context ablation back from its :meth:`to_dict` form (the arrays as float64)."""
+        arrays = {name: np.asarray(data[name], dtype=np.float64) for name in _ABLATION_ARRAYS}
+        return cls(**{**data, **arrays})
+
+
+_ABLATION_ARRAYS = ("scores", "delta", "similarities", "length_ratios")
+"""The fields of a :class:`ContextAblation` that are arrays (lists in its dict form)."""

@@ -62,3 +62,15 @@ def test_radar_attention_features():
     assert features["factual_head_activation"] == pytest.approx(1 / (mean + 1e-8))
     with pytest.raises(ValueError, match="layers, heads"):
         specialized_heads(np.zeros(3))
+
+
+def test_target_probability_is_the_exponential_of_the_target_log_probability(tiny_handle):
+    rng = np.random.default_rng(2)
+    n_rows, d = tiny_handle.info.n_layers + 1, tiny_handle.info.hidden_size
+    a = rng.normal(size=(n_rows, 2, d)).astype(np.float32)
+    lens = logit_lens_compare(tiny_handle, a, a[::-1].copy(), targets=[3], top_k=2)
+    for path in (lens.retrieval, lens.parametric):
+        p = path.target_probability()
+        np.testing.assert_array_equal(p[:, 0], np.exp(path.target_logprob[:, 0]))
+        assert np.isnan(p[:, 1]).all(), "no target at the last position"
+        assert ((p[:, 0] > 0) & (p[:, 0] <= 1)).all()
