@@ -128,8 +128,23 @@ register(
         features=features,
     )
 )
+
+
+@dataclass(frozen=True)
+class LookbackMeanDetector(Detector):
+    """``lookback_mean``, with the α-quantile of its value over the classifier's read calibration rows as τ."""
+
+    def threshold(self, inp: DetectorInput) -> tuple[float, str] | None:
+        model = model_for(inp.handle, inp.result.template)
+        if model is None or model.mean_tau is None:
+            return None
+        return model.mean_tau, (
+            f"the {model.alpha:g}-quantile of the mean lookback ratio over {model.n_grounded} read calibration rows"
+        )
+
+
 register(
-    Detector(
+    LookbackMeanDetector(
         name=MEAN_NAME,
         label="Lookback ratio, mean over heads and answer tokens",
         higher_means=GROUNDED_HIGH,

@@ -44,6 +44,8 @@ class LookbackModel:
         tau, alpha: the (1 − α)-quantile of the out-of-fold P(recalled) over the read training rows.
         fpr_oof, fnr_oof, auc_oof, auc_oof_ci: out-of-fold figures on the training rows.
         max_new_tokens: the answer length cap of the training runs.
+        mean_tau: the α-quantile of the plain mean ratio (every head and answer token) over the read training
+            rows — the ``lookback_mean`` detector's threshold (lower = recalled).
         trained_on: the training files (path, split, rows, sha256); ``protocol``: how it was fitted.
     """
 
@@ -65,6 +67,7 @@ class LookbackModel:
     auc_oof: float
     auc_oof_ci: list[float]
     max_new_tokens: int = 64
+    mean_tau: float | None = None
     trained_on: list[dict[str, Any]] = field(default_factory=list)
     protocol: str = ""
     version: int = MODEL_VERSION
@@ -229,6 +232,7 @@ def fit_lookback(
         auc_oof=float(auc(labels, oof)),
         auc_oof_ci=[float(low), float(high)],
         max_new_tokens=int(max_new_tokens),
+        mean_tau=float(np.quantile(x[labels == 0].mean(axis=1), alpha)),
         trained_on=list(trained_on or []),
         protocol=(
             f"StandardScaler + LogisticRegression(C={C}, L2) over the {d} per-head mean lookback ratios; "

@@ -55,6 +55,7 @@ def test_without_a_classifier_lookback_refuses_and_the_others_run(tiny_handle, r
     np.testing.assert_allclose(x, span_features(m.lr), atol=1e-6)
     assert inp.cache[keys.LOOKBACK_MAP].lr.shape == (L, H, result.n_tokens)  # one forward, shared by the three
     assert detector_threshold(get("lookback"), inp).value is None
+    assert detector_threshold(get("lookback_mean"), inp).value is None
 
 
 def test_with_a_cached_classifier_lookback_scores_and_gives_its_tau(tiny_handle, result, cache) -> None:
@@ -74,6 +75,8 @@ def test_with_a_cached_classifier_lookback_scores_and_gives_its_tau(tiny_handle,
     assert details["verdict"] == ("recalled" if p > model.tau else "read") and len(details["top_heads"]) == 5
     threshold = detector_threshold(get("lookback"), inp)
     assert threshold.value == pytest.approx(model.tau) and "quantile" in threshold.source
+    mean_tau = detector_threshold(get("lookback_mean"), inp)
+    assert mean_tau.value == pytest.approx(np.quantile(X[y == 0].mean(axis=1), 0.05)) and "read" in mean_tau.source
 
 
 def test_a_classifier_of_another_shape_is_not_used(tiny_handle, result, cache) -> None:
