@@ -38,7 +38,8 @@ def _headline(at) -> str:
 
 
 def _summary(at) -> str:
-    (line,) = [i.value for i in at.info if i.value.startswith(("They agree", "They conflict", "Only ", "No detector"))]
+    """The context-reliance group's summary line (RePCS' group; issue 23 part 3)."""
+    (line,) = [i.value for i in at.info if i.value.startswith("Context reliance: ")]
     return line
 
 
