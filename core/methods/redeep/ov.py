@@ -9,7 +9,8 @@ each head costs one small eigen-decomposition. The score is :func:`core.methods.
 Conventions: ``W_E`` is the input embedding and ``W_U`` the output projection (the same matrix for tied
 embeddings); with grouped-/multi-query attention head ``h`` reads key/value head ``h // (H / H_kv)``; norms,
 biases and positional terms are left out, as in Elhage et al. Supported layouts: separate ``v_proj`` /
-``o_proj`` (Llama, Mistral, Qwen, Gemma, OLMo, Granite, Cohere, StableLM, StarCoder2, SmolLM …) and GPT-2's
+``o_proj`` / ``out_proj`` / ``dense`` (Llama, Mistral, Qwen, Gemma, OLMo, Granite, Cohere, StableLM, StarCoder2,
+SmolLM, GPT-J, OPT, Phi …) and GPT-2's
 fused ``c_attn`` / ``c_proj``; other fused layouts are refused with the reason.
 """
 
@@ -21,6 +22,9 @@ import torch
 from core.methods.redeep.maths import copying_score
 from core.model.handle import ModelHandle
 from core.model.parts import model_parts
+
+OUTPUTS = ("o_proj", "out_proj", "dense")
+"""Names of an attention module's output projection next to a separate ``v_proj``."""
 
 
 def _weight(module: torch.nn.Module) -> torch.Tensor:
@@ -36,12 +40,16 @@ def head_value_output(handle: ModelHandle, layer: int) -> tuple[list[torch.Tenso
     parts = model_parts(handle)
     attn = parts.attentions[layer]
     H, d = handle.info.n_heads, handle.info.hidden_size
-    if hasattr(attn, "v_proj") and hasattr(attn, "o_proj"):
-        wv, wo = _weight(attn.v_proj), _weight(attn.o_proj)  # (H_kv·dh, d), (d, H·dh)
+    out_proj = next((getattr(attn, n) for n in OUTPUTS if isinstance(getattr(attn, n, None), torch.nn.Linear)), None)
+    if isinstance(getattr(attn, "v_proj", None), torch.nn.Linear) and out_proj is not None:
+        wv, wo = _weight(attn.v_proj), _weight(out_proj)  # (H_kv·dh, d), (d, H·dh)
     elif hasattr(attn, "c_attn") and hasattr(attn, "c_proj") and not hasattr(attn, "q_attn"):
         w = _weight(attn.c_attn)  # GPT-2 Conv1D: (d, 3d), x @ w
         if w.shape != (d, 3 * d):
-            raise ValueError(f"layer {layer}: unexpected fused c_attn shape {tuple(w.shape)} (multi-query?)")
+            raise ValueError(
+                f"The OV copying score needs separate value and output projections; layer {layer}'s fused c_attn "
+                f"has shape {tuple(w.shape)} (multi-query), a layout this project does not split."
+            )
         wv, wo = w[:, 2 * d :].T, _weight(attn.c_proj).T  # (d, d) each, as nn.Linear weights
     else:
         names = ", ".join(n for n, _ in attn.named_children())

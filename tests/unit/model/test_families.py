@@ -11,9 +11,9 @@ single-row scores agree; no hook is left behind. Then every method runs on each 
 internals analysis, CRM LTS, RADAR, SMA, the audit service's forward and ``evaluate``. What a family cannot do
 is a stated refusal, checked here against the model itself.
 
-Issue 24's two lenses (Lookback Lens, ReDeEP) do not exist yet. Their place in the matrix:
-:data:`PENDING_LENSES`; ReDeEP's PKS needs the ``mlp_split`` view, which parallel-residual families refuse
-(:func:`test_stated_refusals_match_the_model`).
+Issue 24's two lenses (Lookback Lens, ReDeEP) run on every family (:func:`test_lookback_lens`,
+:func:`test_redeep`); ReDeEP's PKS needs the ``mlp_split`` view, which parallel-residual families and OPT refuse
+(:func:`test_stated_refusals_match_the_model`), and its OV score refuses fused QKV layouts other than GPT-2's.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tests.families import FAMILY_CONFIGS, NO_CHAT_TEMPLATE, VARIANTS, save_fami
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 KEYS = sorted(FAMILIES) + sorted(VARIANTS)
-PENDING_LENSES = ("redeep",)
+PENDING_LENSES: tuple[str, ...] = ()
 """Issue 24's lenses: add one test per lens below (run on every family of ``KEYS``) when they exist."""
 
 Q, C = "Where is the tower?", "The tower stands in Quillmere, by the river."
@@ -354,6 +354,85 @@ def test_lookback_lens(fam):
     assert 0.0 <= get("lookback_mean").score(inp) <= 1.0
     with pytest.raises(ValueError, match="No Lookback Lens classifier"):  # the stated refusal: no bundled fit
         get("lookback").score(inp)
+
+
+SANDWICH_OR_PLAIN = ("llama", "gemma2", "gemma3_text", "olmo2", "gpt2", "qwen2", "mistral")
+"""Families whose attention module returns the attention's own contribution (the by-hand x^mid of ReDeEP)."""
+
+
+def test_redeep(fam):
+    """Issue 24's ReDeEP on every family: ECS and PKS from the one trace, PKS against a by-hand logit lens before
+    and after the MLP where the attention module's output is the attention's contribution (sandwich norms
+    included), the stated refusals (no MLP split; OV on fused layouts), and the detectors with the label-free
+    default choice."""
+    import math
+
+    from scipy.spatial.distance import jensenshannon
+
+    from core.detectors import DetectorInput, get
+    from core.methods.internals.replay import path_sequence
+    from core.methods.redeep import ov_copying_scores, redeep_trace
+
+    key, handle = fam
+    settings = DualPathSettings(max_new_tokens=4, score_window=4, top_k=3, force_length=True)
+    result = run_dual_path(handle, Q, C, settings)
+    t = redeep_trace(handle, result)
+    L, H, n = handle.info.n_layers, handle.info.n_heads, result.n_tokens
+    assert t.ecs.shape == (n, L, H) and np.all(np.abs(t.ecs) <= 1 + 1e-5), key
+    refusal = support(handle.model, handle.tokenizer).unavailable.get("mlp_split")
+    inp = DetectorInput(handle, result, settings)
+    assert np.isfinite(get("redeep_ecs").score(inp)), key
+    if refusal is not None:
+        assert t.pks is None and t.pks_refusal == refusal, key
+        for name in ("redeep", "redeep_pks"):
+            with pytest.raises(ValueError, match="PKS is unavailable"):
+                get(name).score(inp)
+    else:
+        assert t.pks.shape == (n, L) and np.all(t.pks >= 0) and np.all(t.pks <= math.log(2) + 1e-6), key
+        assert np.isfinite(get("redeep").score(inp)) and np.isfinite(get("redeep_pks").score(inp)), key
+    if key in SANDWICH_OR_PLAIN:
+        parts = model_parts(handle)
+        ids, _, plen = path_sequence(handle, result, "retrieval")
+        rows = [plen - 1 + i for i in range(n)]
+        attn, mlp = {}, {}
+        hooks = [
+            a.register_forward_hook(lambda m, i, o, k=k: attn.__setitem__(k, o[0]))
+            for k, a in enumerate(parts.attentions)
+        ]
+        hooks += [
+            layer.mlp.register_forward_hook(lambda m, i, o, k=k: mlp.__setitem__(k, o))
+            for k, layer in enumerate(parts.layers)
+        ]
+        try:
+            hs = _hf(handle, ids, output_hidden_states=True).hidden_states
+        finally:
+            for h in hooks:
+                h.remove()
+        for layer in range(L):
+            block = parts.layers[layer]
+            post_attn = (
+                getattr(block, "post_attention_layernorm", None)
+                if hasattr(block, "post_feedforward_layernorm")
+                else None
+            )
+            with torch.inference_mode():
+                delta = post_attn(attn[layer]) if post_attn is not None else attn[layer]
+                mid = hs[layer] + delta
+                out = mlp[layer]
+                post = mid + (
+                    block.post_feedforward_layernorm(out) if hasattr(block, "post_feedforward_layernorm") else out
+                )
+                p = torch.softmax(lens_logits(parts, mid[0, rows]).double(), -1).numpy()
+                q = torch.softmax(lens_logits(parts, post[0, rows]).double(), -1).numpy()
+            expected = [jensenshannon(a, b) ** 2 for a, b in zip(p, q)]
+            np.testing.assert_allclose(t.pks[:, layer], expected, rtol=2e-3, atol=1e-6, err_msg=f"{key} layer {layer}")
+    attn0 = model_parts(handle).attentions[0]
+    if isinstance(getattr(attn0, "v_proj", None), torch.nn.Linear) or key == "gpt2":
+        ov = ov_copying_scores(handle)
+        assert ov.shape == (L, H) and np.all(np.abs(ov) <= 1 + 1e-9), key
+    else:
+        with pytest.raises(ValueError, match="separate value and output projections"):
+            ov_copying_scores(handle)
 
 
 def test_evaluate_on_a_few_rows(fam):
