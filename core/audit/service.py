@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import uuid
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -41,16 +39,16 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.audit.auth import AuditLimits, GuardCounters, GuardMiddleware
+from core.audit.auth import AuditLimits, GuardMiddleware
 from core.audit.calibration import AuditCalibration
-from core.audit.chain import ChainHeadError, canonical_json
+from core.audit.chain import canonical_json
 from core.audit.forward import model_fingerprint
-from core.audit.scoring import AuditInputError, AuditOptions, audit_pairs, prepare_pairs
-from core.audit.store import AuditStore, Entry, RequestConflict, conflict_message, text_sha256
+from core.audit.recorder import SERVICE_VERSION, AuditRecorder, validation_error
+from core.audit.scoring import AuditOptions
+from core.audit.store import AuditStore
 from core.model.handle import ModelHandle
 from core.model.prompts import has_visible_text, resolve_template
 
-SERVICE_VERSION = "1"
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 MAX_NEW_TOKENS_BOUND = 65_536
 """Static bound of ``max_new_tokens`` (the server's own limit, :class:`AuditLimits`, is usually far lower)."""
@@ -138,21 +136,6 @@ def request_fingerprint(endpoint: str, request: BaseModel, n_items: int) -> dict
     return {"endpoint": endpoint, "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(), "items": n_items}
 
 
-def _validation_error(loc: list[Any], message: str) -> HTTPException:
-    return HTTPException(422, detail=[{"loc": loc, "msg": message, "type": "value_error"}])
-
-
-def _input_error(exc: AuditInputError, batch: bool) -> HTTPException:
-    loc: list[Any] = ["body", "items", exc.index, exc.field] if batch else ["body", exc.field]
-    if exc.kind == "token_budget":
-        return HTTPException(413, detail={"msg": str(exc), "loc": loc, "type": "token_budget"})
-    return _validation_error(loc, str(exc))
-
-
-def _conflict(message: str) -> dict[str, Any]:
-    return {"msg": message, "loc": ["body", "request_id"], "type": "request_id_conflict"}
-
-
 def _public(record: dict[str, Any]) -> dict[str, Any]:
     """The response form of a stored record: the result's fields at the top, then where it sits in the log."""
     return {
@@ -208,17 +191,21 @@ def create_app(
     if calibration is not None:
         calibration.check_for(handle, fingerprint, template_key)
         calibration_hash = store.register_calibration(calibration.describe())
-    options = AuditOptions(template=template_key, max_prompt_tokens=limits.max_prompt_tokens)
-    model_facts = {
-        "name": handle.info.name,
-        "source": handle.info.source,
-        "fingerprint": fingerprint,
-        "revision": getattr(getattr(handle.model, "config", None), "_commit_hash", None),
-    }
-    counters = GuardCounters()
-    started = time.time()
-    served = {"audits": 0, "replays": 0}
-
+    recorder = AuditRecorder(
+        handle=handle,
+        store=store,
+        calibration=calibration,
+        limits=limits,
+        options=AuditOptions(template=template_key, max_prompt_tokens=limits.max_prompt_tokens),
+        model_facts={
+            "name": handle.info.name,
+            "source": handle.info.source,
+            "fingerprint": fingerprint,
+            "revision": getattr(getattr(handle.model, "config", None), "_commit_hash", None),
+        },
+        calibration_note=calibration_note,
+        calibration_hash=calibration_hash,
+    )
     app = FastAPI(
         title="Read or Recall — CRM audit service",
         version=SERVICE_VERSION,
@@ -231,134 +218,29 @@ def create_app(
         docs_url="/docs" if docs else None,
         redoc_url="/redoc" if docs else None,
     )
-    app.add_middleware(GuardMiddleware, token=token, max_body_bytes=limits.max_body_bytes, counters=counters)
+    app.add_middleware(GuardMiddleware, token=token, max_body_bytes=limits.max_body_bytes, counters=recorder.counters)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": _validation_errors(exc)})
 
+    _audit_routes(app, recorder)
+    _read_routes(app, recorder)
+    return app
+
+
+def _audit_routes(app: FastAPI, recorder: AuditRecorder) -> None:
+    """``POST /audit`` and ``POST /audit/batch``."""
     protected = [Depends(_bearer)]
-
-    def need_calibration() -> AuditCalibration:
-        if calibration is None:
-            raise HTTPException(503, detail=f"No calibration in force: {calibration_note}")
-        return calibration
-
-    def check_new_tokens(generate: bool, max_new_tokens: int) -> None:
-        if generate and max_new_tokens > limits.max_new_tokens:
-            raise _validation_error(
-                ["body", "max_new_tokens"], f"must be at most {limits.max_new_tokens} on this server"
-            )
-
-    def entry(
-        calib: AuditCalibration,
-        pair: Pair,
-        result: dict[str, Any],
-        latency_ms: float,
-        request_id: str | None,
-        batch_id: str | None,
-        batch_size: int,
-        fingerprint_of_request: dict[str, Any] | None = None,
-    ) -> Entry:
-        inputs: dict[str, Any] = {"query_sha256": text_sha256(pair.query), "context_sha256": text_sha256(pair.context)}
-        if store.store_text:
-            inputs.update(query=pair.query, context=pair.context)
-        latency = round(latency_ms, 3)
-        body = {
-            "inputs": inputs,
-            "result": {**result, "latency_ms": latency, "batch_size": batch_size},
-            "model": model_facts,
-            "calibration": {
-                "id": calib.calibration_id,
-                "template": calib.template,
-                "k_sigma": calib.k,
-                "content_hash": calibration_hash,
-            },
-            "service": {"version": SERVICE_VERSION, "store_text": store.store_text},
-        }
-        if fingerprint_of_request is not None:
-            body["request"] = fingerprint_of_request
-        return Entry(
-            body=body,
-            anomaly_flag=bool(result["anomaly_flag"]),
-            anomaly_score=float(result["anomaly_score"]),
-            latency_ms=latency,
-            model=handle.info.name,
-            calibration_id=calib.calibration_id,
-            request_id=request_id,
-            batch_id=batch_id,
-        )
-
-    def replayed(
-        request_id: str | None, request_fp: dict[str, Any] | None, response: Response
-    ) -> list[dict[str, Any]] | None:
-        """The stored records of a retried request; 409 when the id was used for another request."""
-        if request_id is None or request_fp is None:
-            return None
-        found = store.find_request(request_id)
-        if not found:
-            return None
-        if not (all(r.get("request") == request_fp for r in found) and len(found) == request_fp["items"]):
-            raise HTTPException(409, detail=_conflict(conflict_message(request_id, found)))
-        response.headers["X-Audit-Replay"] = "true"
-        served["replays"] += 1
-        return found
-
-    def score(
-        pairs: list[Pair],
-        request_id: str | None,
-        generate: bool,
-        max_new_tokens: int,
-        batch: bool,
-        response: Response,
-        request_fp: dict[str, Any] | None,
-    ) -> list[dict[str, Any]]:
-        t0 = time.perf_counter()
-        calib = need_calibration()
-        check_new_tokens(generate, max_new_tokens)
-        stored = replayed(request_id, request_fp, response)
-        if stored is not None:
-            return stored
-        opts = replace(options, generate=generate, max_new_tokens=max_new_tokens)
-        texts = [(p.query, p.context) for p in pairs]
-        try:
-            prepared = prepare_pairs(handle, texts, opts)
-            results = audit_pairs(handle, calib, texts, opts, prepared=prepared)
-        except AuditInputError as exc:
-            raise _input_error(exc, batch) from None
-        latency = (time.perf_counter() - t0) * 1000.0
-        batch_id = uuid.uuid4().hex if batch else None
-        ids = [None] * len(pairs)
-        if request_id is not None:
-            ids = [f"{request_id}#{i}" for i in range(len(pairs))] if batch else [request_id]
-        fp = request_fp if request_id is not None else None
-        entries = [entry(calib, p, r, latency, rid, batch_id, len(pairs), fp) for p, r, rid in zip(pairs, results, ids)]
-        try:
-            if request_id is None or request_fp is None:
-                records, again = store.append(entries), False
-            else:  # the lookup and the insert in one transaction: concurrent retries store one set
-                records, again = store.append_request(request_id, request_fp, entries)
-        except RequestConflict as exc:
-            raise HTTPException(409, detail=_conflict(str(exc))) from None
-        except ChainHeadError:
-            raise HTTPException(
-                503,
-                detail="The audit log failed its integrity check (its newest records are missing or its head was "
-                "edited), so this service refuses to record anything; nothing was stored. The operator must run "
-                "`python -m core audit verify`.",
-            ) from None
-        if again:
-            response.headers["X-Audit-Replay"] = "true"
-            served["replays"] += 1
-            return records
-        served["audits"] += len(records)
-        return records
+    limits = recorder.limits
 
     @app.post("/audit", dependencies=protected, summary="Audit one (query, context) pair")
     def audit(request: AuditRequest, response: Response) -> dict[str, Any]:
         """CRM's trajectory and the audit rule for one pair; committed to the log before this returns."""
         fp = request_fingerprint("POST /audit", request, 1)
-        records = score([request], request.request_id, request.generate, request.max_new_tokens, False, response, fp)
+        records = recorder.score(
+            [request], (request.request_id, fp), request.generate, request.max_new_tokens, False, response
+        )
         return _public(records[0])
 
     @app.post("/audit/batch", dependencies=protected, summary="Audit many pairs in padded batches")
@@ -375,13 +257,21 @@ def create_app(
             )
         t0 = time.perf_counter()
         fp = request_fingerprint("POST /audit/batch", request, len(request.items))
-        records = score(request.items, request.request_id, request.generate, request.max_new_tokens, True, response, fp)
+        records = recorder.score(
+            request.items, (request.request_id, fp), request.generate, request.max_new_tokens, True, response
+        )
         return {
             "batch_id": records[0].get("batch_id"),
             "n": len(records),
             "latency_ms": round((time.perf_counter() - t0) * 1000.0, 3),
             "records": [_public(r) for r in records],
         }
+
+
+def _read_routes(app: FastAPI, recorder: AuditRecorder) -> None:
+    """``GET /history``, ``/records/{id}``, ``/stats``, ``/calibration`` and ``/health``."""
+    protected = [Depends(_bearer)]
+    store = recorder.store
 
     @app.get("/history", dependencies=protected, summary="A page of the audit log, newest first")
     def history(
@@ -392,8 +282,8 @@ def create_app(
         until: Until = None,
     ) -> dict[str, Any]:
         """Record summaries (no texts, no trajectories); ``next_offset`` is ``null`` on the last page."""
-        if limit > limits.max_page:
-            raise _validation_error(["query", "limit"], f"must be at most {limits.max_page}")
+        if limit > recorder.limits.max_page:
+            raise validation_error(["query", "limit"], f"must be at most {recorder.limits.max_page}")
         total, rows = store.history(
             limit=limit, offset=offset, flag=flag, since=_timestamp(since), until=_timestamp(until)
         )
@@ -417,39 +307,15 @@ def create_app(
     @app.get("/stats", dependencies=protected, summary="Model, calibration and counters")
     def stats() -> dict[str, Any]:
         """The model, the calibration in force, the log's counters and chain head, and this run's counters."""
-        return {
-            "model": {**model_facts, "layers": handle.info.n_layers, "device": handle.info.device},
-            "calibration": None
-            if calibration is None
-            else {
-                "id": calibration.calibration_id,
-                "source": calibration_note or calibration.source,
-                "template": calibration.template,
-                "score_threshold": round(float(calibration.score_threshold), 6),
-                "alpha": calibration.alpha,
-                "audited_layers": len(calibration.audited_layers),
-            },
-            "log": store.stats(),
-            "since_start": {
-                "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
-                "audits": served["audits"],
-                "replays": served["replays"],
-                "rejected_unauthorized": counters.unauthorized,
-                "rejected_too_large": counters.too_large,
-                "model_busy": handle.is_busy(),
-            },
-            "store_text": store.store_text,
-        }
+        return recorder.stats()
 
     @app.get("/calibration", dependencies=protected, summary="The calibration in force")
     def calibration_info() -> dict[str, Any]:
         """μ_ℓ, σ_ℓ, audited layers, the flag's threshold and where the calibration came from."""
-        calib = need_calibration()
-        return {**calib.describe(), "note": calibration_note}
+        calib = recorder.need_calibration()
+        return {**calib.describe(), "note": recorder.calibration_note}
 
     @app.get("/health", summary="Liveness (no token needed)")
     def health() -> dict[str, Any]:
         """``{"status": "ok", "calibrated": …}``; reveals no audit."""
-        return {"status": "ok", "calibrated": calibration is not None}
-
-    return app
+        return {"status": "ok", "calibrated": recorder.calibration is not None}

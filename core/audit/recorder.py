@@ -1,0 +1,220 @@
+"""What the audit service does between a validated request and its response: score, record, replay, count.
+
+:class:`AuditRecorder` holds one service's state (the model, the log, the calibration in force, the limits and
+this run's counters); :func:`core.audit.service.create_app` routes requests to it. Errors leave as FastAPI
+``HTTPException`` with the service's status codes (409 request-id conflict, 413 token budget, 422 validation,
+503 no calibration or a log that failed its integrity check).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import HTTPException, Response
+
+from core.audit.auth import AuditLimits, GuardCounters
+from core.audit.calibration import AuditCalibration
+from core.audit.chain import ChainHeadError
+from core.audit.scoring import AuditInputError, AuditOptions, audit_pairs, prepare_pairs
+from core.audit.store import AuditStore, Entry, RequestConflict, conflict_message, text_sha256
+from core.model.handle import ModelHandle
+
+SERVICE_VERSION = "1"
+
+CHAIN_REFUSAL = (
+    "The audit log failed its integrity check (its newest records are missing or its head was edited), so this "
+    "service refuses to record anything; nothing was stored. The operator must run `python -m core audit verify`."
+)
+
+
+def validation_error(loc: list[Any], message: str) -> HTTPException:
+    """A 422 in FastAPI's own shape (``loc``, ``msg``, ``type``)."""
+    return HTTPException(422, detail=[{"loc": loc, "msg": message, "type": "value_error"}])
+
+
+def input_error(exc: AuditInputError, batch: bool) -> HTTPException:
+    """An input the model layer refused: 413 over the token budget, else 422, located in the body."""
+    loc: list[Any] = ["body", "items", exc.index, exc.field] if batch else ["body", exc.field]
+    if exc.kind == "token_budget":
+        return HTTPException(413, detail={"msg": str(exc), "loc": loc, "type": "token_budget"})
+    return validation_error(loc, str(exc))
+
+
+def conflict(message: str) -> dict[str, Any]:
+    """The 409 detail of a ``request_id`` used for another request."""
+    return {"msg": message, "loc": ["body", "request_id"], "type": "request_id_conflict"}
+
+
+@dataclass
+class AuditRecorder:
+    """One audit service's state and what it does with a request (see :mod:`core.audit.service`).
+
+    Attributes:
+        handle, store, calibration, limits, options: the model, the log, the calibration in force (``None``:
+            503 until one is given), the limits and the scoring options.
+        calibration_note: where the calibration came from; ``calibration_hash``: its content hash in the log.
+        model_facts: the model's name, source, weight fingerprint and revision (in every record).
+    """
+
+    handle: ModelHandle
+    store: AuditStore
+    calibration: AuditCalibration | None
+    limits: AuditLimits
+    options: AuditOptions
+    model_facts: dict[str, Any]
+    calibration_note: str = ""
+    calibration_hash: str | None = None
+    counters: GuardCounters = field(default_factory=GuardCounters)
+    started: float = field(default_factory=time.time)
+    served: dict[str, int] = field(default_factory=lambda: {"audits": 0, "replays": 0})
+
+    def need_calibration(self) -> AuditCalibration:
+        if self.calibration is None:
+            raise HTTPException(503, detail=f"No calibration in force: {self.calibration_note}")
+        return self.calibration
+
+    def check_new_tokens(self, generate: bool, max_new_tokens: int) -> None:
+        if generate and max_new_tokens > self.limits.max_new_tokens:
+            raise validation_error(
+                ["body", "max_new_tokens"], f"must be at most {self.limits.max_new_tokens} on this server"
+            )
+
+    def entry(
+        self,
+        calib: AuditCalibration,
+        pair: Any,
+        result: dict[str, Any],
+        latency_ms: float,
+        ids: tuple[str | None, str | None, int],
+        request_fp: dict[str, Any] | None = None,
+    ) -> Entry:
+        """One record to append: ``pair`` has ``query``/``context``; ``ids`` is (request id, batch id, batch size)."""
+        request_id, batch_id, batch_size = ids
+        inputs: dict[str, Any] = {"query_sha256": text_sha256(pair.query), "context_sha256": text_sha256(pair.context)}
+        if self.store.store_text:
+            inputs.update(query=pair.query, context=pair.context)
+        latency = round(latency_ms, 3)
+        body = {
+            "inputs": inputs,
+            "result": {**result, "latency_ms": latency, "batch_size": batch_size},
+            "model": self.model_facts,
+            "calibration": {
+                "id": calib.calibration_id,
+                "template": calib.template,
+                "k_sigma": calib.k,
+                "content_hash": self.calibration_hash,
+            },
+            "service": {"version": SERVICE_VERSION, "store_text": self.store.store_text},
+        }
+        if request_fp is not None:
+            body["request"] = request_fp
+        return Entry(
+            body=body,
+            anomaly_flag=bool(result["anomaly_flag"]),
+            anomaly_score=float(result["anomaly_score"]),
+            latency_ms=latency,
+            model=self.handle.info.name,
+            calibration_id=calib.calibration_id,
+            request_id=request_id,
+            batch_id=batch_id,
+        )
+
+    def replayed(
+        self, request_id: str | None, request_fp: dict[str, Any] | None, response: Response
+    ) -> list[dict[str, Any]] | None:
+        """The stored records of a retried request; 409 when the id was used for another request."""
+        if request_id is None or request_fp is None:
+            return None
+        found = self.store.find_request(request_id)
+        if not found:
+            return None
+        if not (all(r.get("request") == request_fp for r in found) and len(found) == request_fp["items"]):
+            raise HTTPException(409, detail=conflict(conflict_message(request_id, found)))
+        response.headers["X-Audit-Replay"] = "true"
+        self.served["replays"] += 1
+        return found
+
+    def score(
+        self,
+        pairs: list[Any],
+        request: tuple[str | None, dict[str, Any] | None],
+        generate: bool,
+        max_new_tokens: int,
+        batch: bool,
+        response: Response,
+    ) -> list[dict[str, Any]]:
+        """Score ``pairs`` and append one record each; ``request`` is (``request_id``, its fingerprint)."""
+        request_id, request_fp = request
+        t0 = time.perf_counter()
+        calib = self.need_calibration()
+        self.check_new_tokens(generate, max_new_tokens)
+        stored = self.replayed(request_id, request_fp, response)
+        if stored is not None:
+            return stored
+        opts = replace(self.options, generate=generate, max_new_tokens=max_new_tokens)
+        texts = [(p.query, p.context) for p in pairs]
+        try:
+            prepared = prepare_pairs(self.handle, texts, opts)
+            results = audit_pairs(self.handle, calib, texts, opts, prepared=prepared)
+        except AuditInputError as exc:
+            raise input_error(exc, batch) from None
+        latency = (time.perf_counter() - t0) * 1000.0
+        batch_id = uuid.uuid4().hex if batch else None
+        ids: list[str | None] = [None] * len(pairs)
+        if request_id is not None:
+            ids = [f"{request_id}#{i}" for i in range(len(pairs))] if batch else [request_id]
+        fp = request_fp if request_id is not None else None
+        entries = [
+            self.entry(calib, p, r, latency, (rid, batch_id, len(pairs)), fp) for p, r, rid in zip(pairs, results, ids)
+        ]
+        return self._append(entries, request_id, request_fp, response)
+
+    def _append(
+        self, entries: list[Entry], request_id: str | None, request_fp: dict[str, Any] | None, response: Response
+    ) -> list[dict[str, Any]]:
+        try:
+            if request_id is None or request_fp is None:
+                records, again = self.store.append(entries), False
+            else:  # the lookup and the insert in one transaction: concurrent retries store one set
+                records, again = self.store.append_request(request_id, request_fp, entries)
+        except RequestConflict as exc:
+            raise HTTPException(409, detail=conflict(str(exc))) from None
+        except ChainHeadError:
+            raise HTTPException(503, detail=CHAIN_REFUSAL) from None
+        if again:
+            response.headers["X-Audit-Replay"] = "true"
+            self.served["replays"] += 1
+            return records
+        self.served["audits"] += len(records)
+        return records
+
+    def stats(self) -> dict[str, Any]:
+        """The model, the calibration in force, the log's counters and chain head, and this run's counters."""
+        calibration = self.calibration
+        return {
+            "model": {**self.model_facts, "layers": self.handle.info.n_layers, "device": self.handle.info.device},
+            "calibration": None
+            if calibration is None
+            else {
+                "id": calibration.calibration_id,
+                "source": self.calibration_note or calibration.source,
+                "template": calibration.template,
+                "score_threshold": round(float(calibration.score_threshold), 6),
+                "alpha": calibration.alpha,
+                "audited_layers": len(calibration.audited_layers),
+            },
+            "log": self.store.stats(),
+            "since_start": {
+                "started_at": datetime.fromtimestamp(self.started, UTC).isoformat(),
+                "audits": self.served["audits"],
+                "replays": self.served["replays"],
+                "rejected_unauthorized": self.counters.unauthorized,
+                "rejected_too_large": self.counters.too_large,
+                "model_busy": self.handle.is_busy(),
+            },
+            "store_text": self.store.store_text,
+        }
