@@ -212,6 +212,44 @@ def _calibration_problem(record: dict[str, Any], calibrations: dict[str, str]) -
     return None
 
 
+def _row_problem(
+    row: sqlite3.Row, prev_seq: int, prev_hash: str, calibrations: dict[str, str]
+) -> tuple[str, str] | None:
+    """What is wrong with one row of the chain walk, as (problem, message); ``None`` when it follows the last."""
+    seq, rid = int(row["seq"]), str(row["id"])
+    text = row["record"]
+    try:
+        record = json.loads(text)
+        claimed_seq, claimed_id = int(record["seq"]), str(record["id"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return "changed", f"record {rid} at seq {seq}: its stored JSON is unreadable (changed)."
+    if claimed_seq != seq or claimed_id != rid:
+        return "reordered", (
+            f"record {claimed_id} (written as seq {claimed_seq}) sits at seq {seq}: the log was re-ordered."
+        )
+    if seq != prev_seq + 1:
+        missing = f"records {prev_seq + 1}–{seq - 1}"
+        return "deleted", f"{missing} are missing before record {rid} (seq {seq}): deleted."
+    if row["prev_hash"] != prev_hash:
+        return "deleted", (
+            f"record {rid} (seq {seq}) does not follow the record before it (prev_hash differs): a record "
+            "before it was deleted, replaced or inserted."
+        )
+    try:
+        intact = canonical_json(record) == text and chain_hash(prev_hash, text) == row["hash"]
+    except (TypeError, ValueError, UnicodeError):
+        intact = False
+    if not intact:
+        return "changed", f"record {rid} (seq {seq}) was changed after it was written."
+    column = _column_mismatch(row, record)
+    if column is not None:
+        return "changed", f"record {rid} (seq {seq}): column {column!r} was changed."
+    calibration = _calibration_problem(record, calibrations)
+    if calibration is not None:
+        return ("deleted" if "deleted" in calibration else "changed"), f"record {rid} (seq {seq}): {calibration}."
+    return None
+
+
 def verify_connection(conn: sqlite3.Connection, *, expect_head: str | None = None) -> VerifyReport:
     """Walk the chain on an open (read-only) connection; see :func:`core.audit.store.verify_chain`.
 
@@ -231,43 +269,10 @@ def verify_connection(conn: sqlite3.Connection, *, expect_head: str | None = Non
         return VerifyReport(False, n, prev_seq, prev_hash, problem, where[0], where[1], message)
 
     for row in cursor:
-        seq, rid = int(row["seq"]), str(row["id"])
-        text = row["record"]
-        try:
-            record = json.loads(text)
-            claimed_seq, claimed_id = int(record["seq"]), str(record["id"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            return bad("changed", row, f"record {rid} at seq {seq}: its stored JSON is unreadable (changed).")
-        if claimed_seq != seq or claimed_id != rid:
-            return bad(
-                "reordered",
-                row,
-                f"record {claimed_id} (written as seq {claimed_seq}) sits at seq {seq}: the log was re-ordered.",
-            )
-        if seq != prev_seq + 1:
-            missing = f"records {prev_seq + 1}–{seq - 1}"
-            return bad("deleted", row, f"{missing} are missing before record {rid} (seq {seq}): deleted.")
-        if row["prev_hash"] != prev_hash:
-            return bad(
-                "deleted",
-                row,
-                f"record {rid} (seq {seq}) does not follow the record before it (prev_hash differs): a record "
-                "before it was deleted, replaced or inserted.",
-            )
-        try:
-            intact = canonical_json(record) == text and chain_hash(prev_hash, text) == row["hash"]
-        except (TypeError, ValueError, UnicodeError):
-            intact = False
-        if not intact:
-            return bad("changed", row, f"record {rid} (seq {seq}) was changed after it was written.")
-        column = _column_mismatch(row, record)
-        if column is not None:
-            return bad("changed", row, f"record {rid} (seq {seq}): column {column!r} was changed.")
-        calibration = _calibration_problem(record, stored)
-        if calibration is not None:
-            problem = "deleted" if "deleted" in calibration else "changed"
-            return bad(problem, row, f"record {rid} (seq {seq}): {calibration}.")
-        prev_hash, prev_seq = row["hash"], seq
+        found = _row_problem(row, prev_seq, prev_hash, stored)
+        if found is not None:
+            return bad(found[0], row, found[1])
+        prev_hash, prev_seq = row["hash"], int(row["seq"])
         seen_hashes.add(prev_hash)
         n += 1
     try:
