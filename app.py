@@ -62,10 +62,12 @@ def draw_examples() -> None:
 
 
 def landing() -> None:
-    """The landing page."""
-    open_page()
+    """The landing page: drawn before the model is loaded; the loading notice (then the model's facts in the
+    sidebar) comes last."""
+    page = open_page()
     draw_intro()
     draw_examples()
+    page.handle  # noqa: B018 - wait for the model here, below everything the visitor can already use
 
 
 def page_scripts() -> list[str]:

@@ -57,8 +57,8 @@ def open_view(title: str, draw_header: Callable[[], None]) -> tuple[ModelHandle,
         (no run in this session, a run made by another model than the sidebar's, or a failed analysis).
     """
     page = open_page(title)
+    draw_header()  # before the model: the page's frame is on screen while it loads
     result = page.last_result()  # None (after a warning) when another model made it
-    draw_header()
     if result is None:
         draw_no_result()
         return None

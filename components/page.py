@@ -1,5 +1,11 @@
 """The one prologue of every page: page config, the shared sidebar, the model handle and its facts.
 
+The model never holds up a page's first paint: :func:`open_page` starts loading the sidebar's model in a
+background thread (:data:`_load_handle`: one load per model and revision, shared by every session) and returns
+at once; the page draws its title, intro and inputs, and only its first use of ``page.handle`` (or
+``page.config``, which names the model that did load) waits, behind a visible "Loading the model … (≈ N s)"
+notice that counts the seconds. A load that fails is not kept: the next page run tries again.
+
 How a page starts::
 
     from components.page import open_page
@@ -20,7 +26,12 @@ which must come from the model the sidebar selects: :meth:`PageContext.last_resu
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import json
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import streamlit as st
 
@@ -28,23 +39,56 @@ from components import inputs, keys, queue, state, url_state, widgets
 from components.state import AppConfig
 from components.text import escape_markdown, plain_message
 from core.engine.result import DualPathResult
-from core.model.loading import EMBEDDED_MODEL, ModelHandle, ModelLoadError, load_model
+from core.io import atomic_write_json, cache_dir
+from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle, ModelLoadError, load_model
 from core.public import current_policy
 
+logger = logging.getLogger(__name__)
+
 APP_TITLE = "Read or Recall"
+POLL_S = 0.5
+"""How often the loading notice is redrawn (each redraw also lets a rerun interrupt the wait)."""
+MIN_REMEMBERED_S = 0.5
+"""Loads faster than this are not remembered as the model's load time."""
+LOAD_TIMES = "model_load_seconds.json"
+"""The last measured load time of each model, in the user cache (the "≈ N s" of the loading notice)."""
 
 
-@dataclass(frozen=True)
 class PageContext:
-    """What every page starts from.
+    """What every page starts from: the sidebar's selection and the model, loaded on first use.
 
     Attributes:
-        config: what the shared sidebar selected (model, revision, run settings).
-        handle: the loaded model, shared by every session.
+        selected: what the shared sidebar selected (available at once, before the model is loaded).
     """
 
-    config: AppConfig
-    handle: ModelHandle
+    def __init__(self, config: AppConfig, handle: ModelHandle | None = None) -> None:
+        self.selected = config
+        self._resolved: tuple[ModelHandle, AppConfig] | None = None if handle is None else (handle, config)
+
+    def _resolve(self) -> tuple[ModelHandle, AppConfig]:
+        if self._resolved is None:
+            handle, config = _handle_or_fallback(self.selected)
+            url_state.restore_result(config, handle)  # a reload: this server's run of the restored inputs, if any
+            widgets.draw_model_facts(handle)
+            url_state.sync()
+            self._resolved = (handle, config)
+        return self._resolved
+
+    @property
+    def handle(self) -> ModelHandle:
+        """The loaded model, shared by every session (the first use waits for the load, with a notice)."""
+        return self._resolve()[0]
+
+    @property
+    def config(self) -> AppConfig:
+        """What the sidebar selected, naming the model that did load (another one when the selected model
+        failed to load: see :func:`open_page`). Waits for the load like :attr:`handle`."""
+        return self._resolve()[1]
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model is loaded (then :attr:`handle` does not wait)."""
+        return self._resolved is not None or _load_handle.is_loaded(self.selected.model_spec, self.selected.revision)
 
     def inputs(self) -> tuple[str, str]:
         """The shared (query, context), as last typed or picked on any page."""
@@ -82,10 +126,12 @@ def open_page(title: str | None = None) -> PageContext:
         title: the page's name for the browser tab (``None`` on the landing page).
 
     Returns:
-        The sidebar's selection and the loaded model. When the model cannot be loaded, the loader's message
-        is shown as plain text (no server paths) at the top of the page, and the page goes on with the model
-        this session loaded last (else the embedded one), so its inputs stay where they were; the returned
-        ``config`` names that model. Only when no model loads at all does the page stop after the message.
+        The sidebar's selection and the model, whose load starts now in the background: the page's first use
+        of ``handle`` or ``config`` waits for it (see :class:`PageContext`), so everything the page draws
+        before that is on screen while the model loads. When the model cannot be loaded, the loader's message
+        is shown as plain text (no server paths) where the page first needs it, and the page goes on with the
+        model this session loaded last (else the embedded one), so its inputs stay where they were; ``config``
+        then names that model. Only when no model loads at all does the page stop after the message.
     """
     _use_the_apps_navigation()
     st.set_page_config(page_title=page_title(title), layout="wide")
@@ -94,11 +140,12 @@ def open_page(title: str | None = None) -> PageContext:
     queue.watch()  # this run's model calls: "queued: N runs ahead", cancelled when the tab closes
     url_state.restore()  # a reload or a shared link: the last run's inputs and settings, before any widget
     config = widgets.sidebar()
-    handle, config = _handle_or_fallback(config)
-    url_state.restore_result(config, handle)  # a reload: this server's run of the restored inputs, if any
-    widgets.draw_model_facts(handle)
+    _start_loading(config)
     url_state.sync()
-    return PageContext(config=config, handle=handle)
+    page = PageContext(config)
+    if page.ready:  # loaded already (every page run after the first load): the facts and a reload's run now
+        page._resolve()
+    return page
 
 
 def _use_the_apps_navigation() -> None:
@@ -150,21 +197,139 @@ def _handle_or_fallback(config: AppConfig) -> tuple[ModelHandle, AppConfig]:
     return handle, config
 
 
+def _start_loading(config: AppConfig) -> None:
+    """Start loading the sidebar's model in the background (nothing when the public policy refuses it: the
+    refusal is shown where the page first needs the model)."""
+    try:
+        spec, revision = current_policy().check_model(config.model_spec, config.revision)
+    except ValueError:
+        return
+    _load_handle.start(spec, revision)
+
+
 def _checked_handle(spec: str, revision: str | None) -> ModelHandle:
     """The shared handle of an allowed model (``ValueError`` for one the public policy refuses,
-    :class:`ModelLoadError` for one that does not load)."""
+    :class:`ModelLoadError` for one that does not load), waiting for its load behind a notice."""
     spec, revision = current_policy().check_model(spec, revision)
-    return _load_handle(spec, revision)
+    return _load_handle.wait(spec, revision)
 
 
-@st.cache_resource(show_spinner="Loading the model (the first load of the embedded model converts it once)…")
-def _load_handle(spec: str, revision: str | None) -> ModelHandle:
-    """One :class:`ModelHandle` per (model, revision), shared by every session (errors are not cached).
+def model_label(spec: str) -> str:
+    """How the loading notice names a model."""
+    return f"the embedded model {EMBEDDED_NAME}" if spec == EMBEDDED_MODEL else f"the model {spec}"
 
-    Tests point the app at another model with ``monkeypatch.setattr(page, "load_model", ...)`` and
-    ``page._load_handle.clear()``.
+
+def _load_times_path() -> Path:
+    return cache_dir() / LOAD_TIMES
+
+
+def last_load_seconds(spec: str, revision: str | None) -> float | None:
+    """The last measured load time of this model on this machine, if any."""
+    try:
+        value = json.loads(_load_times_path().read_text(encoding="utf-8")).get(f"{spec}@{revision or ''}")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def _remember_load_seconds(spec: str, revision: str | None, seconds: float) -> None:
+    if seconds < MIN_REMEMBERED_S:  # a model that was in memory already (or a test's stub): no estimate
+        return
+    try:
+        path = _load_times_path()
+        try:
+            times = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            times = {}
+        times = times if isinstance(times, dict) else {}
+        times[f"{spec}@{revision or ''}"] = round(seconds, 1)
+        atomic_write_json(path, times)
+    except OSError as exc:  # a read-only cache only costs the estimate
+        logger.info("model load time not kept: %s", exc)
+
+
+def loading_text(spec: str, revision: str | None, elapsed: float) -> str:
+    """The notice shown while a page waits for its model: what is loaded, the estimate, the seconds so far."""
+    last = last_load_seconds(spec, revision)
+    estimate = (
+        f"≈ {last:.0f} s, as the last load on this machine"
+        if last is not None
+        else "the first load on this machine; the embedded model is converted once"
+        if spec == EMBEDDED_MODEL
+        else "the first load on this machine"
+    )
+    return (
+        f"Loading {escape_markdown(model_label(spec))} ({estimate}) · {elapsed:.0f} s so far. Everything above "
+        "works meanwhile; the page goes on by itself once the model is ready."
+    )
+
+
+class ModelLoads:
+    """The app's model loads: one background load per (model, revision), shared by every session.
+
+    :meth:`start` returns at once (the load runs on one worker thread, so two models never load at the same
+    time); :meth:`wait` waits for it behind a notice that is redrawn every :data:`POLL_S` seconds (so a rerun
+    can interrupt the wait; the load goes on). A load that failed is not kept: the next :meth:`start` tries
+    again. Tests point the app at another model with ``monkeypatch.setattr(page, "load_model", ...)`` and
+    :meth:`clear`.
     """
-    return load_model(spec, revision=revision)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loads: dict[tuple[str, str | None], Future[ModelHandle]] = {}
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ror-model-load")
+
+    def start(self, spec: str, revision: str | None) -> Future[ModelHandle]:
+        """The load of this model: the one under way or done, else a new one."""
+        key = (spec, revision)
+        with self._lock:
+            load = self._loads.get(key)
+            if load is None or (load.done() and load.exception() is not None):
+                load = self._worker.submit(_timed_load, spec, revision)
+                self._loads[key] = load
+            return load
+
+    def is_loaded(self, spec: str, revision: str | None) -> bool:
+        with self._lock:
+            load = self._loads.get((spec, revision))
+        return load is not None and load.done() and load.exception() is None
+
+    def wait(self, spec: str, revision: str | None) -> ModelHandle:
+        """The loaded model, waiting behind a "Loading …" notice when it is not ready (raises what the load
+        raised)."""
+        load = self.start(spec, revision)
+        if not load.done():
+            notice, t0 = st.empty(), time.monotonic()
+            while not load.done():
+                notice.info(loading_text(spec, revision, time.monotonic() - t0), icon=":material/hourglass_top:")
+                try:
+                    load.result(timeout=POLL_S)
+                except TimeoutError:
+                    continue
+                except Exception:  # noqa: BLE001 - re-raised below by result()
+                    break
+            notice.empty()
+        return load.result()
+
+    def __call__(self, spec: str, revision: str | None) -> ModelHandle:
+        """The loaded model, waiting without a notice (outside a page)."""
+        return self.start(spec, revision).result()
+
+    def clear(self) -> None:
+        """Forget every load (the next use loads again)."""
+        with self._lock:
+            self._loads.clear()
+
+
+def _timed_load(spec: str, revision: str | None) -> ModelHandle:
+    t0 = time.perf_counter()
+    handle = load_model(spec, revision=revision)  # the module's name, so tests can point it elsewhere
+    _remember_load_seconds(spec, revision, time.perf_counter() - t0)
+    return handle
+
+
+_load_handle = ModelLoads()
+"""One :class:`ModelHandle` per (model, revision), shared by every session (errors are not kept)."""
 
 
 def get_handle(spec: str, revision: str | None = None) -> ModelHandle:
@@ -178,7 +343,7 @@ def get_handle(spec: str, revision: str | None = None) -> ModelHandle:
         st.error("Could not load the model. " + plain_message(str(exc)))
         st.stop()
     try:
-        return _load_handle(spec, revision)
+        return _load_handle.wait(spec, revision)
     except ModelLoadError as exc:
         st.error("Could not load the model. " + plain_message(str(exc)))
         st.stop()

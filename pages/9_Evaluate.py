@@ -306,8 +306,8 @@ def draw_results(handle: ModelHandle) -> None:
 
 def main() -> None:
     page = open_page("Evaluate")
+    draw_header()  # before the model: the page's frame is on screen while it loads
     handle, config = page.handle, page.config
-    draw_header()
     draw_threshold_in_force(handle.info.name)
     data = draw_data_source()
     rows: list[LabeledRow] = []

@@ -73,7 +73,10 @@ def test_a_model_that_cannot_load_is_a_plain_message_without_server_paths(use_lo
     assert sys.prefix not in error
     assert escape_markdown("[python environment]/lib/site-packages") in error, "the folder is named, not shown"
     assert r"\*\*reinstall\*\*" in error, "the message is escaped, not rendered as markdown"
-    assert not at.title, "the page stops after the error"
+    # the landing page drew its intro and its inputs before it needed the model (issue 27: first paint)
+    assert at.title[0].value == "Read or Recall"
+    assert at.selectbox(key=keys.widget_key(keys.EXAMPLE)) is not None
+    assert not at.sidebar.text, "no model facts: no model loaded"
 
 
 def _last_result_script() -> None:
@@ -103,3 +106,64 @@ def test_last_result_refuses_a_run_of_another_model(tiny_app) -> None:
     assert [t.value for t in at.main.text] == ["same_model=False", "any_model=True"]
     (warning,) = [w.value for w in at.warning]
     assert r"another \*model\*" in warning and escape_markdown("tiny-random-llama") in warning
+
+
+def _open_page_without_the_model() -> None:
+    import streamlit as st
+
+    from components.page import open_page
+
+    page = open_page("Test")
+    st.text(f"ready={page.ready}")  # drawn without touching page.handle
+
+
+def test_open_page_returns_before_the_model_is_loaded_and_the_load_is_shared(use_loader, tiny_handle) -> None:
+    """Issue 27: a page draws before its model is loaded; one background load serves every session."""
+    import threading
+
+    from components import page
+
+    release, calls = threading.Event(), []
+
+    def slow(spec=None, revision=None, **kw):
+        calls.append(spec)
+        assert release.wait(60), "the test never released the load"
+        return tiny_handle
+
+    use_loader(slow)
+    first = ok(AppTest.from_function(_open_page_without_the_model, default_timeout=TIMEOUT).run())
+    second = ok(AppTest.from_function(_open_page_without_the_model, default_timeout=TIMEOUT).run())
+    assert [t.value for t in first.main.text] == ["ready=False"] == [t.value for t in second.main.text]
+    release.set()
+    assert page._load_handle.start("embedded", None).result(timeout=60) is tiny_handle
+    ok(first.run())
+    assert [t.value for t in first.main.text] == ["ready=True"]
+    assert [t.value for t in first.sidebar.text] == ["tiny-random-llama"], "the facts once it is loaded"
+    assert calls == ["embedded"], "one load for both sessions"
+
+
+def test_a_failed_load_is_not_kept_and_the_notice_names_the_model(
+    use_loader, tiny_handle, monkeypatch, tmp_path
+) -> None:
+    from components import page
+
+    attempts = []
+
+    def flaky(spec=None, revision=None, **kw):
+        attempts.append(spec)
+        if len(attempts) == 1:
+            raise ModelLoadError("not yet")
+        return tiny_handle
+
+    use_loader(flaky)
+    assert page._load_handle.start("embedded", None).exception(timeout=60) is not None
+    assert page._load_handle.start("embedded", None).result(timeout=60) is tiny_handle, "tried again"
+    assert attempts == ["embedded", "embedded"]
+
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path))
+    first = page.loading_text("embedded", None, 3.2)
+    assert "embedded model" in first and "first load" in first and "3 s so far" in first
+    page._remember_load_seconds("embedded", None, 12.4)
+    page._remember_load_seconds("embedded", None, 0.01)  # a model already in memory: not an estimate
+    assert "≈ 12 s" in page.loading_text("embedded", None, 0.0)
+    assert "the model org/x" in page.loading_text("org/x", "main", 1.0)
