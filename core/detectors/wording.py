@@ -286,8 +286,10 @@ def group_summary(group: str, verdicts: Sequence[DetectorVerdict]) -> str:
     head = f"{words.title}: "
     decided = len(memorized) + len(grounded)
     if decided == 0:
-        nothing = "no detector of this group has both a score and a threshold for this example."
-        return head + (nothing if rows else "no detector of this group has run on this example.") + tail
+        if not rows:
+            return head + "no detector of this group has run on this example."
+        which = "its one detector has no" if len(rows) == 1 else f"none of its {len(rows)} detectors has a"
+        return f"{head}{which} verdict here (no score, no threshold or too close to call)."
     sides = [(memorized, words.memorized_claim), (grounded, words.grounded_claim)]
     if words.primary == GROUNDED_HIGH:
         sides.reverse()

@@ -159,3 +159,11 @@ def test_an_axis_line_states_its_state_score_band_and_direction() -> None:
         "Headline axis 2 (parametric support): mixed — no axis calibration for this model."
     )
     assert "no score for this answer" in axis_line(PARAMETRIC_KNOWLEDGE, empty | {"threshold": -2.0})
+
+
+def test_a_group_without_a_verdict_says_so_once() -> None:
+    rows = [_v("redeep_pks", UNCALIBRATED, MEMORIZED_HIGH), _v("selfcritique", INCONCLUSIVE, MEMORIZED_HIGH)]
+    assert group_summary(PARAMETRIC_KNOWLEDGE, rows) == (
+        "Parametric knowledge: none of its 2 detectors has a verdict here (no score, no threshold or too close to "
+        "call)."
+    )
