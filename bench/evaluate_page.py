@@ -1,0 +1,129 @@
+"""The Evaluate page against ``python -m core evaluate``: rows per minute on the same rows and detectors.
+
+One process, one loaded model (the app's shared handle): the CLI's function
+(:func:`core.evaluation.evaluate.evaluate_rows`) and the Evaluate page (``pages/9_Evaluate.py`` in AppTest:
+the bundled probe set, a stratified sample of ``--rows`` rows, the page's default detectors — the CLI's
+``--detectors cheap`` — and its default settings; the run button pressed, timed until the page has drawn its
+results) take turns, in alternating order, after a warm-up run of two rows that pays the first-use costs
+(artefacts, fits) for both. Both run :class:`core.evaluation.scheduler.EvaluationJob` batch by batch; the page
+adds its progress bar (moved at every generated token) and draws its result tabs.
+
+It prints rows per minute for each and their ratio, and whether both scored the same numbers. Nothing is
+asserted on times (the machine may be shared; read the ratio).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/evaluate_page.py --rows 8 --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = str(ROOT / "pages" / "9_Evaluate.py")
+DATA = ROOT / "assets" / "probes" / "probes.csv"
+TIMEOUT = 3600.0
+
+
+def cli_run(handle: Any, rows: list[Any], detectors: list[str]) -> tuple[float, dict[int, dict[str, Any]]]:
+    """Seconds of one :func:`evaluate_rows` and each row's scores."""
+    from core.engine import DualPathSettings
+    from core.evaluation.evaluate import evaluate_rows
+
+    t0 = time.perf_counter()
+    report = evaluate_rows(handle, rows, DualPathSettings(), detectors=detectors)
+    seconds = time.perf_counter() - t0
+    return seconds, {r["row"]: r["scores"] for r in report["rows"]}
+
+
+def page_run(n_rows: int) -> tuple[float, dict[int, dict[str, Any]], list[str]]:
+    """Seconds from the run button to the drawn results on the Evaluate page, each row's raw scores and the
+    page's detectors."""
+    from streamlit.testing.v1 import AppTest
+
+    from components import keys
+
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    (sample,) = [n for n in at.number_input if n.label.startswith("Rows to score")]
+    sample.set_value(n_rows).run()
+    if at.exception:
+        raise RuntimeError(at.exception)
+    at.button(key=keys.scoped(keys.EVAL_JOB_MAIN, "run")).click()
+    t0 = time.perf_counter()
+    at.run(timeout=TIMEOUT)
+    seconds = time.perf_counter() - t0
+    if at.exception:
+        raise RuntimeError(at.exception)
+    job = at.session_state[keys.EVAL_JOB_MAIN]
+    if job.n_done != n_rows:
+        raise RuntimeError(f"the page scored {job.n_done} of {n_rows} rows ({job.status}, {job.error})")
+    return seconds, {r["row"]: r["scores"] for r in job.scored_records()}, list(job.spec.detectors)
+
+
+def same_scores(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]]) -> bool:
+    """Whether two runs gave every row the same raw scores (fitted detectors' are filled out of fold later)."""
+    if a.keys() != b.keys():
+        return False
+    for row in a:
+        for name, value in a[row].items():
+            other = b[row].get(name)
+            if value is None or other is None:
+                continue
+            if not math.isclose(value, other, rel_tol=1e-6, abs_tol=1e-9):
+                return False
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from components import page
+    from core.cli.commands.evaluate import detector_names
+    from core.evaluation.data import read_labeled_csv, stratified_sample
+
+    handle = page._load_handle("embedded", None)  # the app's shared handle: AppTest's page runs find it loaded
+    all_rows = read_labeled_csv(DATA)
+    rows = stratified_sample(all_rows, args.rows)
+    cheap = detector_names("cheap")
+    cli_run(handle, stratified_sample(all_rows, 2), cheap)  # warm-up: first-use costs paid for both
+    cli_s, page_s = [], []
+    cli_scores: dict[int, dict[str, Any]] = {}
+    page_scores: dict[int, dict[str, Any]] = {}
+    page_detectors: list[str] = []
+    for rep in range(args.repeats):
+        order = ("cli", "page") if rep % 2 == 0 else ("page", "cli")
+        for who in order:
+            if who == "cli":
+                seconds, cli_scores = cli_run(handle, rows, cheap)
+                cli_s.append(seconds)
+            else:
+                seconds, page_scores, page_detectors = page_run(len(rows))
+                page_s.append(seconds)
+            print(f"{who}: {seconds:.1f} s for {len(rows)} rows", flush=True)
+    cli_rate = 60 * len(rows) / statistics.median(cli_s)
+    page_rate = 60 * len(rows) / statistics.median(page_s)
+    print()
+    print("| run | rows | detectors | s (median) | rows/min | ratio to the CLI |")
+    print("|---|---|---|---|---|---|")
+    cli_median, page_median = statistics.median(cli_s), statistics.median(page_s)
+    print(f"| `evaluate_rows` (CLI) | {len(rows)} | {len(cheap)} | {cli_median:.1f} | {cli_rate:.2f} | 1.00 |")
+    print(
+        f"| Evaluate page (AppTest) | {len(rows)} | {len(page_detectors)} | {page_median:.1f} | "
+        f"{page_rate:.2f} | {page_rate / cli_rate:.2f} |"
+    )
+    print()
+    same = same_scores(cli_scores, page_scores)
+    print(f"same detectors: {sorted(page_detectors) == sorted(cheap)}; same scores: {same}")
+
+
+if __name__ == "__main__":
+    main()
