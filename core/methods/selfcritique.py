@@ -46,7 +46,14 @@ import torch
 from core.engine import DualPathSettings, EventCallback, generate_greedy
 from core.maths.divergence import entropy, log_probs
 from core.model.handle import ModelHandle
-from core.model.prompts import TEMPLATE_CHOICES, build_prompt, clean_inputs, encode_prompt, resolve_template
+from core.model.prompts import (
+    TEMPLATE_CHOICES,
+    PromptTemplate,
+    build_prompt,
+    clean_inputs,
+    encode_prompt,
+    resolve_template,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -292,6 +299,45 @@ def _entropy_material(logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return top.cpu().numpy().astype(np.float32), full.cpu().numpy().astype(np.float32)
 
 
+def _answer(
+    handle: ModelHandle,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    settings: SelfCritiqueSettings,
+    path: str,
+    on_event: EventCallback | None,
+) -> tuple[list[int], str, np.ndarray, np.ndarray]:
+    """One greedy answer: its ids, finish reason, top log-probs and full entropies (the logits are not kept)."""
+    answer_settings = DualPathSettings(max_new_tokens=max_new_tokens, template=settings.template)
+    ((ids, logits, finish),) = generate_greedy(handle, [prompt_ids], answer_settings, paths=[path], on_event=on_event)
+    top, full = _entropy_material(logits)
+    return ids, finish, top, full
+
+
+def _critique_prompt(
+    handle: ModelHandle,
+    template: PromptTemplate,
+    query: str,
+    first_answer: str,
+    ctx: str | None,
+    settings: SelfCritiqueSettings,
+) -> tuple[str, list[int]]:
+    """The critique prompt (query + instruction + r₁) and its ids; refused over the model's token budget."""
+    budget = handle.info.max_tokens
+    critique_prompt = build_prompt(
+        template, handle.tokenizer, critique_query(query, first_answer, settings.instruction), ctx
+    )
+    critique_ids = encode_prompt(template, handle.tokenizer, critique_prompt)
+    if len(critique_ids) + settings.critique_tokens > budget:
+        raise ValueError(
+            f"Too long for this model: the critique prompt (query + instruction + first answer) is "
+            f"{len(critique_ids):,} tokens and the second answer may take {settings.critique_tokens} more, over the "
+            f"limit of {budget:,} tokens. Lower the answer lengths or shorten the input "
+            "(the first answer is never cut)."
+        )
+    return critique_prompt, critique_ids
+
+
 def run_self_critique(
     handle: ModelHandle,
     query: str,
@@ -332,32 +378,14 @@ def run_self_critique(
             f"{settings.max_new_tokens} more, over the limit of {budget:,} tokens. Shorten the input."
         )
     t0 = time.perf_counter()
-    first_settings = DualPathSettings(max_new_tokens=settings.max_new_tokens, template=settings.template)
-    ((r1_ids, r1_logits, r1_finish),) = generate_greedy(
-        handle, [first_ids], first_settings, paths=[FIRST], on_event=on_event
-    )
+    r1_ids, r1_finish, r1_top, r1_full = _answer(handle, first_ids, settings.max_new_tokens, settings, FIRST, on_event)
     first_answer = handle.tokenizer.decode(r1_ids, skip_special_tokens=True).strip()
-    r1_top, r1_full = _entropy_material(r1_logits)
-    del r1_logits
     t1 = time.perf_counter()
 
-    critique_prompt = build_prompt(
-        template, handle.tokenizer, critique_query(query, first_answer, settings.instruction), ctx
+    critique_prompt, critique_ids = _critique_prompt(handle, template, query, first_answer, ctx, settings)
+    r2_ids, r2_finish, r2_top, r2_full = _answer(
+        handle, critique_ids, settings.critique_tokens, settings, CRITIQUE, on_event
     )
-    critique_ids = encode_prompt(template, handle.tokenizer, critique_prompt)
-    if len(critique_ids) + settings.critique_tokens > budget:
-        raise ValueError(
-            f"Too long for this model: the critique prompt (query + instruction + first answer) is "
-            f"{len(critique_ids):,} tokens and the second answer may take {settings.critique_tokens} more, over the "
-            f"limit of {budget:,} tokens. Lower the answer lengths or shorten the input "
-            "(the first answer is never cut)."
-        )
-    critique_settings = DualPathSettings(max_new_tokens=settings.critique_tokens, template=settings.template)
-    ((r2_ids, r2_logits, r2_finish),) = generate_greedy(
-        handle, [critique_ids], critique_settings, paths=[CRITIQUE], on_event=on_event
-    )
-    r2_top, r2_full = _entropy_material(r2_logits)
-    del r2_logits
     t2 = time.perf_counter()
     return SelfCritiqueResult(
         model=handle.info.name,

@@ -80,6 +80,43 @@ def fold_features(
     return out
 
 
+def _checked_baselines(baselines: dict[str, np.ndarray] | None, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The baseline feature matrices as float64, each of ``shape`` ``(n, L1)``."""
+    extra = {name: np.asarray(m, dtype=np.float64) for name, m in (baselines or {}).items()}
+    for name, m in extra.items():
+        if m.shape != shape:
+            raise ValueError(f"baseline {name!r} must have shape {shape}, got {m.shape}")
+    return extra
+
+
+def _out_of_fold(
+    X: np.ndarray,
+    y: np.ndarray,
+    extra: dict[str, np.ndarray],
+    kinds: list[str],
+    splitter: StratifiedKFold,
+    threshold: float,
+    layer_rule: str,
+) -> tuple[dict[str, np.ndarray], dict[str, list[float]], dict[str, list[int]]]:
+    """Every feature set's out-of-fold probabilities ``(n,)``, its per-fold AUCs and feature counts."""
+    oof = {k: np.zeros(X.shape[0]) for k in kinds}
+    fold_aucs: dict[str, list[float]] = {k: [] for k in kinds}
+    n_features: dict[str, list[int]] = {k: [] for k in kinds}
+    for train, test in splitter.split(np.zeros(len(y)), y):
+        lts_features = fold_features(X[train], y[train], X[test], threshold, layer_rule)
+        for kind in kinds:
+            if kind in lts_features:
+                f_train, f_test, n_feat = lts_features[kind]
+            else:
+                f_train, f_test, n_feat = extra[kind][train], extra[kind][test], extra[kind].shape[1]
+            model = logistic_pipeline().fit(f_train, y[train])
+            p = model.predict_proba(f_test)[:, 1]
+            oof[kind][test] = p
+            fold_aucs[kind].append(auc(y[test], p))
+            n_features[kind].append(n_feat)
+    return oof, fold_aucs, n_features
+
+
 def crm_classifier(
     D: np.ndarray,
     labels: Sequence[int] | np.ndarray,
@@ -122,10 +159,7 @@ def crm_classifier(
     counts = np.bincount(y, minlength=2)
     if counts.min() < folds:
         raise ValueError(f"each class needs at least {folds} prompts for {folds}-fold CV, got {counts.tolist()}")
-    extra = {name: np.asarray(m, dtype=np.float64) for name, m in (baselines or {}).items()}
-    for name, m in extra.items():
-        if m.shape != X.shape[:2]:
-            raise ValueError(f"baseline {name!r} must have shape {X.shape[:2]}, got {m.shape}")
+    extra = _checked_baselines(baselines, X.shape[:2])
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     check_layer_rule(layer_rule)
     kinds = [
@@ -136,21 +170,7 @@ def crm_classifier(
         f"{SUPERVISED}_all_layers",
         *extra,
     ]
-    oof = {k: np.zeros(X.shape[0]) for k in kinds}
-    fold_aucs: dict[str, list[float]] = {k: [] for k in kinds}
-    n_features: dict[str, list[int]] = {k: [] for k in kinds}
-    for train, test in splitter.split(np.zeros(len(y)), y):
-        lts_features = fold_features(X[train], y[train], X[test], threshold, layer_rule)
-        for kind in kinds:
-            if kind in lts_features:
-                f_train, f_test, n_feat = lts_features[kind]
-            else:
-                f_train, f_test, n_feat = extra[kind][train], extra[kind][test], extra[kind].shape[1]
-            model = logistic_pipeline().fit(f_train, y[train])
-            p = model.predict_proba(f_test)[:, 1]
-            oof[kind][test] = p
-            fold_aucs[kind].append(auc(y[test], p))
-            n_features[kind].append(n_feat)
+    oof, fold_aucs, n_features = _out_of_fold(X, y, extra, kinds, splitter, threshold, layer_rule)
     report: dict[str, Any] = {}
     for kind in kinds:
         low, high = auc_bootstrap_ci(y, oof[kind], n_boot=n_boot, seed=seed)
