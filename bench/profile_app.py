@@ -192,6 +192,26 @@ def _timed_run(at: Any, profile: bool = False) -> tuple[float, str]:
     return seconds, sampler.top() if sampler is not None else ""
 
 
+def _time_agreement() -> list[float]:
+    """Time the Dual Path page's agreement view (``components.agreement.assess``); returns the list it fills."""
+    try:
+        import components.agreement as view
+    except ImportError:
+        return []
+    spent: list[float] = []
+    assess = view.assess
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return assess(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - t0)
+
+    view.assess = timed
+    return spent
+
+
 def profile_pages() -> list[tuple[str, float, float | None, str]]:
     """``(page, first visit s, second run s, what the first visit spent its time on)`` in one session."""
     from streamlit.testing.v1 import AppTest
@@ -210,9 +230,12 @@ def profile_pages() -> list[tuple[str, float, float | None, str]]:
     at.text_area(key=keys.widget_key(keys.QUERY)).input(example.query)
     at.text_area(key=keys.widget_key(keys.CONTEXT)).input(example.context)
     at.button(key=keys.RUN).click()
+    agreement = _time_agreement()
     run_s, run_top = _timed_run(at, profile=True)
     out.append(("1 Dual Path (before a run)", first, None, top))
     out.append(("1 Dual Path: the run of the first example", run_s, None, run_top))
+    if agreement:
+        out.append(("… of which the agreement view (`assess`: every cheap detector)", sum(agreement), None, ""))
     for script in sorted((ROOT / "pages").glob("[0-9]*_*.py"), key=lambda p: int(p.stem.split("_", 1)[0])):
         if script.name.startswith("1_"):
             continue

@@ -1,57 +1,74 @@
-"""components.evaluate_jobs: per-token progress of a batched evaluation (issue 14: the Evaluate bar moved only once a
-whole batch was scored, e.g. "0 / 6 rows" for 110 s on the embedded model): the Evaluate page's bar turns the steps of
-the batch in flight into a fraction of the run."""
+"""components/evaluate_jobs.py: the Evaluate page scores through the CLI's loop (issue 27 item 5) —
+:meth:`core.evaluation.scheduler.EvaluationJob.run`, the loop :func:`core.evaluation.evaluate.evaluate_rows` (``python
+-m core evaluate``) runs — batch by batch with the same scoring, and gets the CLI's scores (tiny random model)."""
 
 from __future__ import annotations
 
-import pytest
+import math
 
-from components.evaluate_jobs import GENERATION_SHARE, TokenProgress, progress_text, progress_within_batch
+from streamlit.testing.v1 import AppTest
+
 from core.engine import DualPathSettings
-from core.evaluation import EvaluationJob, JobSpec
-from core.evaluation.data import LabeledRow
-from core.model.handle import on_each_step
+from core.evaluation import scheduler
+from core.evaluation.data import parse_labeled_bytes
+from core.evaluation.evaluate import evaluate_rows
+from tests.app.conftest import APP, ok
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _job(handle, n: int = 6, batch: int = 3, tokens: int = 4) -> EvaluationJob:
-    labels = ["memorized", "grounded"] * (n // 2)
-    rows = [LabeledRow(i + 1, f"Question {i}?", f"Context {i}.", label) for i, label in enumerate(labels)]
-    settings = DualPathSettings(max_new_tokens=tokens, force_length=True)
-    spec = JobSpec("t.csv", "d", tuple(range(n)), handle.info.name, settings, (), batch_size=batch)
-    job = EvaluationJob(spec, rows)
-    job.prepare(handle)
-    return job
-
-
-class _Bar:
-    def __init__(self) -> None:
-        self.values: list[tuple[float, str]] = []
-
-    def progress(self, value: float, text: str = "") -> None:
-        self.values.append((value, text))
+PAGE = "pages/9_Evaluate.py"
+MAIN = "ror.eval.job.main"
+DETECTORS = ["repcs", "ppl"]
+CSV = (
+    b"query,context,label\n"
+    b"Where is the tower?,The tower stands in Quillmere.,grounded\n"
+    b"Who wrote Hamlet?,Hamlet is a tragedy by William Shakespeare.,memorized\n"
+    b"What is the capital of Veltria?,The capital of Veltria is Marrowgate.,grounded\n"
+    b"What is the capital of France?,Paris is the capital of France.,memorized\n"
+)
 
 
-def test_the_evaluate_bar_moves_within_a_batch_and_never_backwards(tiny_handle) -> None:
-    job = _job(tiny_handle)
-    bar = _Bar()
-    tracker = TokenProgress(bar, job)
-    tracker.MIN_INTERVAL_S = 0.0  # draw every step here; the page draws at most every 0.5 s
-    with on_each_step(tracker.step):
-        job.run(tiny_handle, threshold=None, threshold_source=None, on_batch=tracker.batch_done)
-    assert job.n_done == 6
-    values = [v for v, _ in bar.values]
-    assert values == sorted(values), "monotone"
-    within = [(v, t) for v, t in bar.values if "token" in t]
-    assert len(within) == 2 * 4, "every token of both batches of 3 rows moved the bar"
-    assert within[0][0] == pytest.approx(GENERATION_SHARE * 3 * (1 / 4) / 6)
-    assert within[0][1].startswith("0 / 6 rows scored") and "scoring 3 more: token 1 of at most 4" in within[0][1]
-    assert within[4][0] == pytest.approx((3 + GENERATION_SHARE * 3 * (1 / 4)) / 6), "second batch starts at 3/6"
-    assert bar.values[-1] == (1.0, progress_text(job))
+def _recording(monkeypatch) -> list[tuple[str, int]]:
+    """Every call of the job loop and of its per-batch scoring, as (what, rows)."""
+    calls: list[tuple[str, int]] = []
+    run, score = scheduler.EvaluationJob.run, scheduler.score_records
+
+    def recorded_run(self, *args, **kwargs):
+        calls.append(("run", self.n_rows))
+        return run(self, *args, **kwargs)
+
+    def recorded_score(handle, rows, *args, **kwargs):
+        calls.append(("batch", len(rows)))
+        return score(handle, rows, *args, **kwargs)
+
+    monkeypatch.setattr(scheduler.EvaluationJob, "run", recorded_run)
+    monkeypatch.setattr(scheduler, "score_records", recorded_score)
+    return calls
 
 
-def test_between_batches_the_bar_shows_rows_only(tiny_handle) -> None:
-    job = _job(tiny_handle)
-    assert job.rows_in_flight == 0
-    assert progress_within_batch(job, 3) == (0.0, progress_text(job))
+def test_the_page_runs_the_clis_loop_and_gets_the_clis_scores(tiny_app, monkeypatch) -> None:
+    calls = _recording(monkeypatch)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["ror.s.max_new_tokens"] = 4
+    at.session_state["ror.s.score_window"] = 4
+    ok(at.run())
+    ok(at.switch_page(PAGE).run())
+    at.radio(key="ror.w.eval.source").set_value("Upload a CSV").run()
+    at.file_uploader(key="ror.eval.upload").set_value(("rows.csv", CSV, "text/csv")).run()
+    at.multiselect(key="ror.w.eval.detectors").set_value(DETECTORS).run()
+    at.slider(key="ror.w.eval.batch").set_value(2).run()
+    ok(at.button(key=f"{MAIN}.run").click().run())
+    job = at.session_state[MAIN]
+    assert job.n_done == 4
+    page_calls = list(calls)
+    assert page_calls[0] == ("run", 4) and sorted(n for what, n in page_calls if what == "batch") == [2, 2]
+
+    calls.clear()
+    rows = parse_labeled_bytes(CSV, name="rows.csv")
+    settings = DualPathSettings(max_new_tokens=4, score_window=4)
+    report = evaluate_rows(tiny_app, list(rows), settings, detectors=DETECTORS, batch_size=2, n_boot=10)
+    assert calls == page_calls, "the CLI runs the same loop with the same batches"
+    cli = {r["row"]: r["scores"] for r in report["rows"]}
+    page = {r["row"]: r["scores"] for r in job.scored_records()}
+    assert cli.keys() == page.keys()
+    for row in cli:
+        for name in DETECTORS:
+            assert math.isclose(cli[row][name], page[row][name], rel_tol=1e-5, abs_tol=1e-7), (row, name)
