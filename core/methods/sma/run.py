@@ -147,6 +147,21 @@ def _attribute_run(
     )
 
 
+def _lime_masks(settings: SMASettings, nq: int, nc: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """LIME's masks of the RAG-on and RAG-off runs, ``(N, nq + nc)`` and ``(N, nq)`` (``None`` for other methods).
+
+    The query part is shared by both runs (the same perturbed inputs, eqs. 17–18); a context part, if any, is
+    drawn independently (the query part is never all zero, so Alg. 1's fix is not needed).
+    """
+    if settings.method != "lime":
+        return None, None
+    rng = np.random.default_rng(settings.seed)
+    mq = draw_masks(settings.n_samples, nq, rng)
+    if not nc:
+        return mq, mq
+    return np.concatenate([mq, rng.integers(0, 2, size=(settings.n_samples, nc), dtype=np.int64)], axis=1), mq
+
+
 def run_sma(
     handle: ModelHandle,
     query: str,
@@ -179,17 +194,7 @@ def run_sma(
         split_units(context, settings.granularity, handle.tokenizer) if settings.scope == "query+context" else None
     )
     nq, nc = len(query_units), len(context_units or [])
-    rng = np.random.default_rng(settings.seed)
-    masks_on = masks_off = None
-    if settings.method == "lime":
-        # the query part is shared by both runs (the same perturbed inputs, eqs. 17–18); a context part, if
-        # any, is drawn independently (the query part is never all zero, so Alg. 1's fix is not needed)
-        mq = draw_masks(settings.n_samples, nq, rng)
-        masks_off = mq
-        if nc:
-            masks_on = np.concatenate([mq, rng.integers(0, 2, size=(settings.n_samples, nc), dtype=np.int64)], axis=1)
-        else:
-            masks_on = mq
+    masks_on, masks_off = _lime_masks(settings, nq, nc)
     total_on = 1 + settings.generations(nq + nc)
     progress = _Progress(total_on + 1 + settings.generations(nq), on_progress)
     t0 = time.perf_counter()
@@ -221,8 +226,7 @@ def run_sma(
     if on_progress is not None:
         on_progress(progress.total, progress.total, "RAG off")
     units = [Unit(u, QUERY) for u in query_units] + [Unit(u, CONTEXT) for u in (context_units or [])]
-    beta_on = np.asarray(on.beta, dtype=np.float64)
-    beta_off = np.zeros(len(units), dtype=np.float64)
+    beta_on, beta_off = np.asarray(on.beta, dtype=np.float64), np.zeros(len(units), dtype=np.float64)
     beta_off[:nq] = off.beta
     return SMAResult(
         model=handle.info.name,
