@@ -10,6 +10,7 @@ import streamlit as st
 
 from components import figures, keys, widgets
 from components.text import escape_markdown, plain_message
+from core.engine.axes import Headline, with_headline
 from core.engine.result import DualPathResult, result_digest
 from core.engine.threshold import TAU_LENGTH
 from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, display, normalize_verdict
@@ -71,6 +72,34 @@ def draw_answers(result: DualPathResult) -> None:
 
 def _finish(reason: str) -> str:
     return {"eos": "ended at end of sequence", "length": "stopped at the token limit"}.get(reason, reason)
+
+
+_AXIS_LABELS = {
+    "context_reliance": ("Context reliance", "P(read)"),
+    "parametric_support": ("Parametric support", "log-prob"),
+}
+
+
+def draw_headline(head: Headline) -> None:
+    """The two-axis headline (:func:`core.engine.axes.headline`): the verdict, its sentence of why (computed by
+    core from this run) and both axes with their scores, thresholds and direction."""
+    st.subheader("Verdict")
+    st.markdown(f"#### {escape_markdown(head.title)}")
+    st.markdown(escape_markdown(head.reason))
+    columns = st.columns(2)
+    for column, axis in zip(columns, (head.reliance, head.support)):
+        name, unit = _AXIS_LABELS[axis.name]
+        band = "" if axis.band is None else f"; inconclusive band [{axis.band[0]:.2f}, {axis.band[1]:.2f}]"
+        column.metric(
+            f"{name}: {axis.state}",
+            "—" if axis.score is None else f"{unit} {axis.score:.2f}",
+            help=f"{axis.direction}. Threshold {_num(axis.threshold, 2)}{band}.",
+        )
+    st.caption(
+        "Context reliance: did the answer need the context (from the per-token KL of this run). Parametric "
+        "support: would the model give this answer without the context (its answer without the context and the "
+        "log-probability it gives the answer's first content word). Calibration: " + escape_markdown(head.calibration)
+    )
 
 
 def draw_verdict(result: DualPathResult) -> None:
@@ -201,7 +230,8 @@ def draw_export(result: DualPathResult) -> None:
         f"Model: {escape_markdown(result.model)} · template {escape_markdown(result.template)} · "
         f"generation {t.get('generate_s', 0.0):.2f} s, scoring {t.get('score_s', 0.0):.2f} s"
     )
-    widgets.download(st, "Download the result (JSON)", result.to_json(indent=2), RESULT_FILE_NAME)
+    exported = with_headline(result).to_json(indent=2)  # the headline on top, as `run --json` prints it
+    widgets.download(st, "Download the result (JSON)", exported, RESULT_FILE_NAME)
     with st.expander("The exact prompts"):
         st.caption(f"Retrieval prompt ({result.retrieval.prompt_len} tokens)")
         st.code(result.retrieval.prompt, language=None, wrap_lines=True)

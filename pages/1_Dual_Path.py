@@ -12,6 +12,7 @@ import streamlit as st
 from components import agreement, inputs, keys, panels, state, url_state, widgets
 from components.page import PageContext, open_page
 from components.stored_runs import start_hint
+from core.engine.axes import headline
 from core.engine.estimate import describe_estimate, dual_path_estimate
 from core.engine.result import DualPathResult, result_digest
 
@@ -73,6 +74,7 @@ def main() -> None:
         st.info(start_hint("Run both paths", query, context, needs_context=True))
         return
     st.divider()
+    panels.draw_headline(headline(result))
     panels.draw_verdict(result)
     panels.draw_warnings(result)
     agreement.draw(page.handle, result, result_digest(result))

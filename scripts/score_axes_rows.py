@@ -11,7 +11,10 @@ Rows (``set`` column of the output):
   question reworded to ask for a short answer ("Answer in a few words: …"): short answers of 1–3 tokens and
   paraphrased questions, for part 4 of issue 23 (never a report row).
 
-    python scripts/score_axes_rows.py [--out out/axes/rows.jsonl] [--limit N]
+Greedy answers of at most 16 new tokens, as the behavior labels were read (the context-reliance axis looks at the
+first 16 answer tokens only, :data:`core.engine.axes.RELIANCE_WINDOW`, so the fit carries to longer answers).
+
+    python scripts/score_axes_rows.py [--out out/axes/rows.jsonl] [--limit N] [--max-new-tokens 16]
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from _common import read_csv
@@ -47,25 +51,48 @@ def rows() -> list[dict]:
     return out
 
 
+def _key(row: dict) -> tuple[str, str, str]:
+    return row["set"], row["query"], row["context"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/axes/rows.jsonl"))
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--done", type=Path, nargs="*", default=[], help="skip the rows already in these files")
+    ap.add_argument("--split", choices=("calibration", "report", "all"), default="all")
+    ap.add_argument("--sets", default="behavior,clean,memorized,paraphrase", help="comma-separated sets to score")
+    ap.add_argument(
+        "--free-parametric",
+        action="store_true",
+        help="generate the parametric answer (otherwise a behavior row takes its no_context_answer, the same "
+        "greedy answer of the parametric prompt generated when the set was built)",
+    )
+    ap.add_argument("--max-new-tokens", type=int, default=16)
     args = ap.parse_args()
 
     from core.engine import DualPathSettings, ScoreRequest, score_rows
     from core.model.loading import load_model
 
-    items = rows()[: args.limit or None]
+    sets = set(args.sets.split(","))
+    items = [r for r in rows() if r["set"] in sets and args.split in ("all", r["split"])]
+    done = set()
+    for path in args.done:
+        with path.open(encoding="utf-8") as fh:
+            done |= {_key(json.loads(line)["row"]) for line in fh}
+    items = [r for r in items if _key(r) not in done][: args.limit or None]
     handle = load_model()
-    request = ScoreRequest(settings=DualPathSettings(), free_parametric=True)
+    settings = DualPathSettings(max_new_tokens=args.max_new_tokens, score_window=64)
+    request = ScoreRequest(settings=settings, free_parametric=args.free_parametric)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8") as fh:
-        chunk = 64
+        chunk = 16
         for start in range(0, len(items), chunk):
             part = items[start : start + chunk]
             results = score_rows(handle, [(r["query"], r["context"]) for r in part], request)
             for r, res in zip(part, results):
+                if not args.free_parametric and r.get("no_context_answer") and r["set"] == "behavior":
+                    res = replace(res, parametric=replace(res.parametric, answer=r["no_context_answer"], finish="set"))
                 fh.write(json.dumps({"row": r, "result": res.to_dict()}, ensure_ascii=False) + "\n")
             fh.flush()
             print(f"{start + len(part)}/{len(items)}", file=sys.stderr, flush=True)

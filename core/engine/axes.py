@@ -4,7 +4,8 @@ Use: ``headline(result)`` → :class:`Headline` (``.verdict``, ``.title``, ``.re
 ``.support``; ``.to_dict()`` is the ``axes`` object of ``run --json``). No model call.
 
 * **Axis 1, context reliance** — did the answer need the context? A logistic regression on free KL features of
-  the run (ln of the largest per-token KL, ln of the mean KL over the scored window, ln L), fitted on the
+  the run (ln of the largest per-token KL, ln of the mean KL, ln L, over the answer's first
+  :data:`RELIANCE_WINDOW` tokens), fitted on the
   behavior-labeled calibration rows (``scripts/calibrate_axes.py``; coefficients in JSON, no pickle). Its
   score is the probability that the answer was *read*; ``≥`` the upper edge of the band ⇒ *needed*, ``≤`` the
   lower edge ⇒ *not needed*, inside ⇒ *mixed*.
@@ -44,6 +45,9 @@ AXES_FILE = THRESHOLD_DIR / "axes-embedded.json"
 MAX_AXES_BYTES = 64 * 1024
 CONTENT_TOKENS = 3
 """At most this many tokens of the first content word enter the parametric support score."""
+RELIANCE_WINDOW = 16
+"""Axis 1 looks at the first this many scored answer tokens (where the answer's content is; the behavior labels
+were read from answers of this length, and a long answer's rambling tail says nothing about its content)."""
 KL_FLOOR = 1e-6
 """Added to KL values before the logarithm (a KL of exactly 0 would give −∞)."""
 
@@ -66,7 +70,8 @@ _STOP_TEXT = """a an the is are was were be been being am of in on at to for fro
     whose what when where why how do does did done has have had having will would shall should can could may
     might must also than then so such very just only about into onto over under after before between during
     s t called named known one some any all most more much many yes answer answers question questions based
-    according context text following given"""
+    according context text following given located situated belongs belong owned developed written spoken made
+    born founded created produced released affiliated associated headquartered"""
 STOPWORDS = frozenset(_STOP_TEXT.split())
 """Words never taken as an answer's content word (function words and answer boilerplate)."""
 
@@ -90,15 +95,26 @@ class ContentSpan:
     positions: tuple[int, ...]
 
 
+def _stem(word: str) -> str:
+    return word[: max(4, len(word) - 2)]
+
+
+def _from_query(word: str, query_words: set[str]) -> bool:
+    """``word`` is a word of the query or shares its stem with one ("owned" / "owns", "origin" / "originate")."""
+    return word in query_words or any(
+        len(q) >= 4 and len(word) >= 4 and (word.startswith(_stem(q)) or q.startswith(_stem(word))) for q in query_words
+    )
+
+
 def first_content(tokens: list[str], query: str) -> ContentSpan | None:
     """The first word of the answer (its tokens concatenated) that is neither a stop word nor a word of the
-    query, with the token positions that overlap it (at most :data:`CONTENT_TOKENS`); ``None`` when there is
-    none."""
+    query (nor shares its stem with one), with the token positions that overlap it (at most
+    :data:`CONTENT_TOKENS`); ``None`` when there is none."""
     text = "".join(tokens)
-    query_words = set(normalize(query).split())
+    query_words = set(normalize(query).split()) - STOPWORDS
     for match in re.finditer(r"[^\W_]+", text):
         word = normalize(match.group())
-        if not word or word in STOPWORDS or word in query_words:
+        if not word or word in STOPWORDS or _from_query(word, query_words):
             continue
         start, end, offset, positions = match.start(), match.end(), 0, []
         for i, tok in enumerate(tokens):
@@ -110,8 +126,9 @@ def first_content(tokens: list[str], query: str) -> ContentSpan | None:
 
 
 def reliance_features(result: DualPathResult) -> dict[str, float] | None:
-    """Axis 1's features from the run's per-token KL over the scored window (``None`` for an empty answer)."""
-    L = min(int(result.score_window), result.n_tokens)
+    """Axis 1's features from the run's per-token KL over the first :data:`RELIANCE_WINDOW` scored tokens
+    (``None`` for an empty answer)."""
+    L = min(int(result.score_window), result.n_tokens, RELIANCE_WINDOW)
     if L < 1:
         return None
     kl = np.asarray(result.token_kl[:L], dtype=np.float64)

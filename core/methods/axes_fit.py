@@ -1,0 +1,120 @@
+"""Fitting the two axes of the headline (:mod:`core.engine.axes`) on behavior-labeled calibration rows.
+
+* Axis 1: scikit-learn's :class:`~sklearn.linear_model.LogisticRegression` on the standardized features of
+  :func:`core.engine.axes.reliance_features` (label 1 = the model's answer was read from the context), stored as
+  plain coefficients; its cut and inconclusive band are fitted on 5-fold cross-validated probabilities, so the
+  band reflects held-out, not in-sample, errors.
+* Axis 2: a cut on the parametric log-probability of the answer's first content word (label 1 = the model gives
+  the answer without the context, i.e. the row was recalled) and its band.
+
+A cut is the score that maximizes balanced accuracy; the band is the narrowest interval around it, holding at most
+``max_inside`` of the rows, that maximizes the balanced accuracy of the rows outside it (:func:`cut_and_band`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+from core.engine.axes import RELIANCE_FEATURES, AxesCalibration
+
+MAX_INSIDE = 0.10
+"""At most this share of calibration rows may fall inside a band."""
+SEED = 0
+
+
+def balanced_accuracy(pred: np.ndarray, y: np.ndarray) -> float:
+    """Mean of the two classes' recalls (``nan`` when a class is absent)."""
+    pred, y = np.asarray(pred, bool), np.asarray(y, bool)
+    if y.all() or not y.any():
+        return float("nan")
+    return float(0.5 * ((pred[y]).mean() + (~pred[~y]).mean()))
+
+
+def best_cut(scores: np.ndarray, y: np.ndarray) -> float:
+    """The score ``c`` maximizing the balanced accuracy of ``score >= c`` ⇒ class 1 (midpoints between sorted
+    distinct scores; ties go to the smallest such midpoint)."""
+    s = np.unique(np.asarray(scores, np.float64))
+    if s.size < 2:
+        raise ValueError("need at least two distinct scores to place a cut")
+    cands = (s[:-1] + s[1:]) / 2.0
+    accs = [balanced_accuracy(scores >= c, y) for c in cands]
+    return float(cands[int(np.nanargmax(accs))])
+
+
+def cut_and_band(scores: np.ndarray, y: np.ndarray, max_inside: float = MAX_INSIDE) -> tuple[float, float, float]:
+    """``(cut, low, high)``: :func:`best_cut` and the band around it that leaves the most balanced-accurate
+    decisive rows with at most ``max_inside`` of the rows inside (ties → the narrowest band)."""
+    scores, y = np.asarray(scores, np.float64), np.asarray(y, bool)
+    cut = best_cut(scores, y)
+    below = np.sort(scores[scores < cut])[::-1]
+    above = np.sort(scores[scores >= cut])
+    limit = int(np.floor(max_inside * scores.size))
+    best = (balanced_accuracy(scores >= cut, y), 0.0, cut, cut)
+    for i in range(min(limit, below.size) + 1):
+        for j in range(min(limit - i, above.size) + 1):
+            if i == j == 0:
+                continue
+            low = (below[i - 1] + below[i]) / 2 if 0 < i < below.size else (below[i - 1] if i else cut)
+            high = (above[j - 1] + above[j]) / 2 if 0 < j < above.size else (above[j - 1] if j else cut)
+            outside = (scores < low) | (scores > high)
+            acc = balanced_accuracy(scores[outside] >= cut, y[outside])
+            width = high - low
+            if np.isfinite(acc) and (acc > best[0] + 1e-12 or (abs(acc - best[0]) <= 1e-12 and width < best[1])):
+                best = (acc, width, low, high)
+    return cut, float(min(best[2], cut)), float(max(best[3], cut))
+
+
+def fit_reliance(X: np.ndarray, y: np.ndarray, seed: int = SEED) -> dict[str, Any]:
+    """The logistic regression of axis 1: standardization, coefficients, and 5-fold CV probabilities."""
+    X, y = np.asarray(X, np.float64), np.asarray(y, int)
+    mean, scale = X.mean(axis=0), X.std(axis=0)
+    scale[scale == 0] = 1.0
+    Z = (X - mean) / scale
+    model = LogisticRegression(C=1.0, max_iter=1000)
+    folds = StratifiedKFold(n_splits=5, shuffle=True, random_state=seed)
+    cv = cross_val_predict(model, Z, y, cv=folds, method="predict_proba")[:, 1]
+    model.fit(Z, y)
+    return {
+        "mean": mean,
+        "scale": scale,
+        "coef": model.coef_[0],
+        "intercept": float(model.intercept_[0]),
+        "cv_probability": cv,
+    }
+
+
+def fit_axes(
+    reliance_X: np.ndarray,
+    read: np.ndarray,
+    support_logprob: np.ndarray,
+    recalled: np.ndarray,
+    *,
+    model: str,
+    source: str,
+    fitted_on: dict[str, Any],
+    max_inside: float = MAX_INSIDE,
+) -> AxesCalibration:
+    """An :class:`AxesCalibration` from calibration rows: axis 1 from ``reliance_X`` (columns
+    :data:`RELIANCE_FEATURES`) and ``read`` labels; axis 2 from ``support_logprob`` and ``recalled`` labels."""
+    lr = fit_reliance(reliance_X, read)
+    r_cut, r_low, r_high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
+    s_cut, s_low, s_high = cut_and_band(support_logprob, np.asarray(recalled, bool), max_inside)
+    r6 = lambda v: round(float(v), 6)  # noqa: E731
+    return AxesCalibration(
+        model=model,
+        mean=tuple(r6(v) for v in lr["mean"]),
+        scale=tuple(r6(v) for v in lr["scale"]),
+        coef=tuple(r6(v) for v in lr["coef"]),
+        intercept=r6(lr["intercept"]),
+        reliance_threshold=r6(r_cut),
+        reliance_band=(r6(r_low), r6(r_high)),
+        support_threshold=r6(s_cut),
+        support_band=(r6(s_low), r6(s_high)),
+        source=source,
+        features=RELIANCE_FEATURES,
+        fitted_on=fitted_on,
+    )

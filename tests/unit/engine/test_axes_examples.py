@@ -1,0 +1,38 @@
+"""Every bundled example's two-axis headline (embedded model, the app's default settings) matches the
+``expected`` verdict written into assets/examples/examples.json from the example's own context and facts — no
+example was used to fit anything (the axes are fitted on the behavior set's calibration rows only)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.engine import DualPathSettings, ScoreRequest, score_rows
+from core.engine.axes import headline
+from core.engine.verdict import READ, RECALLED
+from core.io import asset_path
+
+EXAMPLES = json.loads(asset_path("examples", "examples.json").read_text(encoding="utf-8"))
+
+
+def test_every_example_names_its_expected_headline():
+    assert len(EXAMPLES) == 10
+    assert all(e["expected"] in (READ, RECALLED) for e in EXAMPLES)
+    assert {e["expected"] for e in EXAMPLES if e["kind"] == "known-fact"} == {RECALLED}
+    assert {e["expected"] for e in EXAMPLES if e["kind"] != "known-fact"} == {READ}
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_bundled_examples_headline_matches_expected(embedded_handle):
+    request = ScoreRequest(settings=DualPathSettings(), free_parametric=True)
+    results = score_rows(embedded_handle, [(e["query"], e["context"]) for e in EXAMPLES], request)
+    got = {e["id"]: headline(res) for e, res in zip(EXAMPLES, results)}
+    wrong = {
+        i: (h.verdict, h.reason)
+        for i, h in got.items()
+        if h.verdict != next(e for e in EXAMPLES if e["id"] == i)["expected"]
+    }
+    assert not wrong, wrong
+    for h in got.values():  # one computed sentence of why, with numbers of this run
+        assert h.reason and any(ch.isdigit() for ch in h.reason)
