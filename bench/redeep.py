@@ -1,0 +1,69 @@
+"""ReDeEP's cost per row against RePCS alone (issue 24), on the embedded model.
+
+Side by side in one run, several repeats, order alternated each repeat, over the same rows of the behavior set's
+report split:
+  repcs   — ``evaluate``'s batched scoring of the rows (one padded generate + one teacher-forced forward per
+            batch) and the ``repcs`` detector (Z from the result: free)
+  redeep  — the same, plus the ``redeep`` detectors on each row (one traced forward of the retrieval prompt +
+            answer per row and the logit lens before/after every MLP, shared by ``redeep``, ``redeep_ecs`` and
+            ``redeep_pks``)
+Prints medians, the ratio, and as its last line ``redeep_ratio=<median redeep/repcs>``.
+
+    python bench/redeep.py [--rows 4] [--repeats 2] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+
+from _common import median_line, set_threads, time_alternating
+
+from core.engine import DualPathSettings
+from core.evaluation.data import LabeledRow
+from core.evaluation.scoring import resolve_detectors, score_records
+from core.io import asset_path
+from core.model.loading import load_model
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    set_threads(args.threads)
+    handle = load_model(device="cpu")
+    with asset_path("behavior", "behavior.csv").open(encoding="utf-8", newline="") as fh:
+        picked = [r for r in csv.DictReader(fh) if r["split"] == "report"][: args.rows]
+    rows = [LabeledRow(i + 1, r["query"], r["context"], r["label"]) for i, r in enumerate(picked)]
+    settings = DualPathSettings(max_new_tokens=args.tokens, score_window=args.tokens)
+    detectors = {
+        "repcs": resolve_detectors(["repcs"]),
+        "redeep": resolve_detectors(["repcs", "redeep", "redeep_ecs", "redeep_pks"]),
+    }
+
+    def job(name: str):
+        def run() -> int:
+            records = score_records(handle, rows, settings, detectors[name])
+            return sum(1 for r in records if r.get("errors"))
+
+        return run
+
+    jobs = {name: job(name) for name in detectors}
+    for fn in jobs.values():  # warm-up
+        fn()
+    rounds, last = time_alternating(jobs, args.repeats)
+    per_row = {name: [r[name] / len(rows) for r in rounds] for name in jobs}
+    for name, values in per_row.items():
+        print(median_line(name, values, "s/row", digits=2))
+    ratio = statistics.median(r["redeep"] / r["repcs"] for r in rounds)
+    print(f"rows a detector failed on: {last['redeep']}")
+    print(f"redeep_ratio={ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
