@@ -16,6 +16,7 @@ Models without a state between attention and MLP (parallel residual, OPT) have n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from core.detectors.registry import (
     DetectorInput,
     register,
 )
-from core.methods.redeep import ReDeEPChoice, ReDeEPView, choice_for, decompose, is_fitted
+from core.methods.redeep import ReDeEPChoice, ReDeEPView, choice_for, decompose, is_fitted, load_table_for
 
 SETTINGS = "redeep.settings"
 """``DetectorInput.cache`` key: a :class:`~core.methods.redeep.ReDeEPChoice` to use instead of the stored one."""
@@ -92,8 +93,39 @@ def details(view: ReDeEPView) -> dict[str, Any]:
     }
 
 
+def calibration_scores(name: str, choice: ReDeEPChoice, ecs: np.ndarray, pks: np.ndarray) -> np.ndarray:
+    """Detector ``name``'s score of every row of a calibration table (row means ``(n, L, H)`` / ``(n, L)``)."""
+    heads_l, heads_h = [h[0] for h in choice.heads], [h[1] for h in choice.heads]
+    if name == "redeep_ecs":
+        return ecs[:, heads_l, heads_h].mean(-1)
+    if name == "redeep_pks":
+        return pks[:, choice.layers].mean(-1)
+    return np.array([choice.score(e, p) for e, p in zip(ecs, pks)])
+
+
+@dataclass(frozen=True)
+class ReDeEPDetector(Detector):
+    """A ReDeEP detector with its own threshold for the agreement view: RePCS Algorithm 1 (α = 5 %) over the
+    read rows of the calibration table the choice was made on."""
+
+    def threshold(self, inp: DetectorInput) -> tuple[float, str] | None:
+        from core.detectors.agreement import DEFAULT_ALPHA, alpha_threshold
+
+        choice = inp.cache.get(SETTINGS) or choice_for(inp.handle, inp.result.template)
+        table = load_table_for(inp.handle, inp.result.template) if is_fitted(choice) else None
+        if table is None:
+            return None
+        clean = table.labels == 0
+        scores = calibration_scores(self.name, choice, table.ecs[clean], table.pks[clean])
+        value = alpha_threshold(scores, self.higher_means, DEFAULT_ALPHA)
+        return value, (
+            f"RePCS Algorithm 1 (α = {DEFAULT_ALPHA:g}) over the {int(clean.sum())} read calibration rows the heads "
+            "and layers were chosen on (in-sample)"
+        )
+
+
 register(
-    Detector(
+    ReDeEPDetector(
         name="redeep",
         label="ReDeEP: α·PKS − β·ECS over the chosen layers and heads",
         higher_means=MEMORIZED_HIGH,
@@ -104,7 +136,7 @@ register(
     )
 )
 register(
-    Detector(
+    ReDeEPDetector(
         name="redeep_ecs",
         label="ReDeEP ECS: copying heads' agreement with the context they attend to",
         higher_means=GROUNDED_HIGH,
@@ -115,7 +147,7 @@ register(
     )
 )
 register(
-    Detector(
+    ReDeEPDetector(
         name="redeep_pks",
         label="ReDeEP PKS: JSD of the logit lens before/after the knowledge MLPs",
         higher_means=MEMORIZED_HIGH,

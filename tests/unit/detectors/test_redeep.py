@@ -103,3 +103,23 @@ def test_the_detectors_on_the_embedded_model(embedded_handle):
     )
     assert -1.0 <= values["redeep_ecs"] <= 1.0 and 0.0 <= values["redeep_pks"] <= np.log(2)
     assert view.trace.ecs.shape == (result.n_scored, 30, 9)
+
+
+def test_the_agreement_threshold_flags_about_alpha_of_the_read_calibration_rows(embedded_handle, tiny_inp):
+    from core.detectors.agreement import detector_threshold
+    from core.detectors.redeep import calibration_scores
+
+    handle, result = tiny_inp
+    found = detector_threshold(get("redeep"), DetectorInput(handle, result, SETTINGS_SHORT))
+    assert found.value is None  # the label-free default has no calibration rows
+    settings = DualPathSettings(max_new_tokens=4, score_window=4)
+    res = run_dual_path(embedded_handle, "Who wrote Hamlet?", "Hamlet was written by Christopher Marlowe.", settings)
+    inp = DetectorInput(embedded_handle, res, settings)
+    choice, table = load_choice_for(embedded_handle, "auto"), load_table_for(embedded_handle, "auto")
+    clean = table.labels == 0
+    for name in ("redeep", "redeep_ecs", "redeep_pks"):
+        t = detector_threshold(get(name), inp)
+        assert t.value is not None and "read calibration rows" in t.source, name
+        scores = calibration_scores(name, choice, table.ecs[clean], table.pks[clean])
+        flagged = np.mean(scores < t.value) if get(name).higher_means == GROUNDED_HIGH else np.mean(scores > t.value)
+        assert flagged <= 0.05 + 1e-9, name
