@@ -45,6 +45,8 @@ PAGES = (
     ("repcs", "pages/1_Dual_Path.py", "Dual Path"),
     ("max_token_kl", "pages/1_Dual_Path.py", "Dual Path"),
     ("crm_", "pages/3_Layer_Trajectories.py", "Layer trajectories"),
+    ("redeep", "pages/3_Layer_Trajectories.py", "Layer trajectories"),
+    ("lookback", "pages/2_Attention.py", "Attention"),
     ("radar", "pages/8_RADAR.py", "RADAR"),
     ("selfcritique", "pages/6_Self_Critique.py", "Self-Critique"),
     ("sma", "pages/7_Source_Attribution.py", "Source attribution"),

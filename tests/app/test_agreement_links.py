@@ -19,7 +19,15 @@ def _links_after_crm_l1_ran() -> None:
 
 
 def test_a_detector_that_ran_is_listed_once() -> None:
-    at = AppTest.from_function(_links_after_crm_l1_ran).run()
+    at = AppTest.from_function(_links_after_crm_l1_ran, default_timeout=60).run()  # imports the app under load
     assert not at.exception, at.exception
     line = next(c.value for c in at.caption if c.value.startswith("Each detector's page"))
     assert line.count("CRM L1") == 1, line
+
+
+def test_each_detector_links_to_the_page_that_explains_it() -> None:
+    from components.agreement import page_for
+
+    assert page_for("lookback")[1] == "Attention" and page_for("lookback_mean")[1] == "Attention"
+    assert page_for("redeep_pks")[1] == "Layer trajectories" and page_for("crm_lts")[1] == "Layer trajectories"
+    assert page_for("ppl")[1] == "Evaluate"
