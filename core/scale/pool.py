@@ -194,6 +194,48 @@ def placement(spec: ModelSpec, workers: int | None, n_batches: int) -> tuple[int
     return max(1, min(workers, n_batches)), "cuda" if use_gpu else "cpu"
 
 
+def _blocks(batches: Sequence[Sequence[Any]]) -> list[Any]:
+    """One Arrow table per batch (``index``, ``batch``, JSON ``payload``): map_batches(batch_size=None) then gets
+    whole batches."""
+    import pyarrow as pa
+
+    blocks, start = [], 0
+    for b, batch in enumerate(batches):
+        n = len(batch)
+        blocks.append(
+            pa.table(
+                {
+                    "index": pa.array(range(start, start + n), type=pa.int64()),
+                    "batch": pa.array([b] * n, type=pa.int64()),
+                    "payload": pa.array([json.dumps(p) for p in batch], type=pa.string()),
+                }
+            )
+        )
+        start += n
+    return blocks
+
+
+def _collect(scored: Any, total: int, progress: Progress | None) -> list[Any]:
+    """The workers' results in item order; every item must come back exactly once."""
+    results: list[Any] = [None] * total
+    seen = [False] * total
+    done = 0
+    for out in scored.iter_batches(batch_size=None, batch_format="numpy"):
+        for i, text in zip(out["index"], out["result"]):
+            i = int(i)
+            if not 0 <= i < total or seen[i]:
+                raise RuntimeError(f"item {i} came back twice (or is unknown); the run's results are not trusted")
+            seen[i] = True
+            results[i] = json.loads(str(text))
+        done += len(out["index"])
+        if progress is not None:
+            progress(done, total)
+    missing = [i for i, ok in enumerate(seen) if not ok]
+    if missing:
+        raise RuntimeError(f"{len(missing)} item(s) never came back from the workers (first: {missing[:5]})")
+    return results
+
+
 def run_items(
     kind: str,
     spec: ModelSpec,
@@ -220,7 +262,6 @@ def run_items(
         ClusterError: see :func:`placement`; RuntimeError: an item came back twice or not at all (never
         expected: Ray returns each block of a finished task once); the handler's own errors (e.g. ValueError).
     """
-    import pyarrow as pa
     from ray.data import ActorPoolStrategy
 
     flat = [(b, p) for b, batch in enumerate(batches) for p in batch]
@@ -229,20 +270,7 @@ def run_items(
         return [], RunStats(workers=0, device="cpu", items=0, batches=0)
     n_workers, device = placement(spec, workers, len(batches))
     monitor = monitor or RunMonitor.remote()
-    blocks, start = [], 0
-    for b, batch in enumerate(batches):  # one block per batch: map_batches(batch_size=None) gets whole batches
-        n = len(batch)
-        blocks.append(
-            pa.table(
-                {
-                    "index": pa.array(range(start, start + n), type=pa.int64()),
-                    "batch": pa.array([b] * n, type=pa.int64()),
-                    "payload": pa.array([json.dumps(p) for p in batch], type=pa.string()),
-                }
-            )
-        )
-        start += n
-    dataset = ray.data.from_blocks(blocks)
+    dataset = ray.data.from_blocks(_blocks(batches))
     # Ray Data creates the actors with max_restarts=-1 and max_task_retries=-1 (restart a dead actor, re-run
     # its batches) unless told otherwise; those defaults are what the retries above rely on.
     remote_args: dict[str, Any] = {"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}
@@ -260,24 +288,9 @@ def run_items(
         },
         **remote_args,
     )
-    results: list[Any] = [None] * total
-    seen = [False] * total
-    done = 0
     t0, wall0 = time.perf_counter(), time.time()
-    for out in scored.iter_batches(batch_size=None, batch_format="numpy"):
-        for i, text in zip(out["index"], out["result"]):
-            i = int(i)
-            if not 0 <= i < total or seen[i]:
-                raise RuntimeError(f"item {i} came back twice (or is unknown); the run's results are not trusted")
-            seen[i] = True
-            results[i] = json.loads(str(text))
-        done += len(out["index"])
-        if progress is not None:
-            progress(done, total)
+    results = _collect(scored, total, progress)
     seconds = time.perf_counter() - t0
-    missing = [i for i, ok in enumerate(seen) if not ok]
-    if missing:
-        raise RuntimeError(f"{len(missing)} item(s) never came back from the workers (first: {missing[:5]})")
     counts = ray.get(monitor.counts.remote())
     startup = min(seconds, max(0.0, max(counts["ready_at"].values(), default=wall0) - wall0))
     stats = RunStats(
