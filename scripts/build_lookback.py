@@ -108,6 +108,13 @@ def write_table(table: list[dict[str, Any]], path: Path) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
+def _auc(metrics: dict[str, Any]) -> str:
+    auc, ci = metrics.get("auc"), metrics.get("auc_ci")
+    if auc is None:
+        return "—"
+    return f"{auc:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
 def score_reports(paths: list[str], out: str | None, template: str = "chat") -> int:
     """Add ``lookback`` scores (bundled classifier over the stored ``lookback_cv`` features) to evaluate reports,
     recompute their metrics and print them."""
@@ -136,13 +143,10 @@ def score_reports(paths: list[str], out: str | None, template: str = "chat") -> 
         summaries[path] = {"n": len(rows), "detectors": summary["detectors"], "behavior": behavior}
         sys.stderr.write(f"{path}: {len(rows)} rows\n")
         for name, m in summary["detectors"].items():
-            ci = m.get("auc_ci") or [float("nan"), float("nan")]
-            sys.stderr.write(f"  {name:14s} AUC {m.get('auc')}  CI {ci}  errors {m.get('errors', 0)}\n")
+            sys.stderr.write(f"  {name:14s} AUC {_auc(m)}  errors {m.get('errors', 0)}\n")
         for key, sub in (behavior or {}).get("subsets", {}).items():
             parts = [
-                f"{name} {d.get('auc')} {d.get('auc_ci')}"
-                for name, d in sub["detectors"].items()
-                if name.startswith(("lookback", "repcs"))
+                f"{name} {_auc(d)}" for name, d in sub["detectors"].items() if name.startswith(("lookback", "repcs"))
             ]
             sys.stderr.write(f"  behavior {key} ({sub.get('n_read')} read / {sub.get('n_recalled')} recalled): ")
             sys.stderr.write("; ".join(parts) + "\n")
