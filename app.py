@@ -4,16 +4,19 @@ Run with ``streamlit run app.py``. The views live in ``pages/``; :func:`navigati
 ``st.navigation`` so the landing page is named :data:`LANDING_TITLE` in the sidebar instead of the script's
 file name ("app", which Streamlit's automatic ``pages/`` discovery would show). The URLs stay those of the
 discovery (``/Dual_Path``, ``/Evaluate`` …), and every page still runs on its own (``AppTest.from_file``).
+
+Nothing waits before the first paint: this script imports only Streamlit at the top, so on a server's first run
+the navigation, the landing page's title and intro (or, on another page, a "Starting …" notice) are on screen
+while the libraries behind the model (PyTorch, transformers: seconds, once per server) are imported, and the
+model itself loads in the background (:func:`components.page.open_page`).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import streamlit as st
-
-from components import inputs, keys, state
-from components.page import open_page
 
 DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
 LANDING_TITLE = "Start"
@@ -39,6 +42,8 @@ def draw_intro() -> None:
 
 def draw_examples() -> None:
     """The example picker, the picked inputs and the way to the Dual Path page."""
+    from components import inputs, keys, state
+
     st.subheader("Start from an example")
     example = inputs.example_picker()
     query, context = state.current_inputs()
@@ -64,8 +69,11 @@ def draw_examples() -> None:
 def landing() -> None:
     """The landing page: drawn before the model is loaded; the loading notice (then the model's facts in the
     sidebar) comes last."""
+    st.set_page_config(page_title="Read or Recall", layout="wide")
+    draw_intro()  # plain Streamlit: on screen before the model's libraries are imported
+    from components.page import open_page  # PyTorch and transformers: seconds on a server's first run
+
     page = open_page()
-    draw_intro()
     draw_examples()
     page.handle  # noqa: B018 - wait for the model here, below everything the visitor can already use
 
@@ -82,8 +90,22 @@ def navigation() -> list[st.Page]:
     return [home, *(st.Page(script) for script in page_scripts())]
 
 
+LIBRARIES = "components.page"
+"""The module whose import brings in the model's libraries (PyTorch, transformers)."""
+
+
 def main() -> None:
-    st.navigation(navigation()).run()
+    page = st.navigation(navigation())
+    if LIBRARIES not in sys.modules and page.title != LANDING_TITLE:
+        notice = st.empty()  # a view's first run on a fresh server: say why its title is not there yet
+        notice.info(
+            "Starting the app: loading its libraries (PyTorch, transformers; a few seconds, once per server). "
+            "The page appears right after.",
+            icon=":material/hourglass_top:",
+        )
+        __import__(LIBRARIES)
+        notice.empty()
+    page.run()
 
 
 main()
