@@ -131,6 +131,35 @@ def _check_values(args: argparse.Namespace) -> None:
         check_output_path(args.write_threshold, "--write-threshold file")
 
 
+def _records_from_csv(args: argparse.Namespace, path: Path) -> tuple[list[dict[str, Any]], int, str, str]:
+    """Score a labeled CSV: one record per row (row, label, Z, γ̂, L), T, the model's name and the template."""
+    rows = read_labeled_csv(path)
+    _check_rows(_rows_arg(args.calibration_rows), {r.row: r.label for r in rows}, path.name)
+    for note in getattr(rows, "notes", ()):
+        sys.stderr.write(f"note: {note}\n")
+    settings = settings_from_args(args)
+    handle = load_handle(args)
+    with row_progress(len(rows)) as progress:
+        results = score_rows(
+            handle,
+            [(r.query, r.context) for r in rows],
+            settings,
+            batch_size=args.batch_size,
+            progress=progress,
+        )
+    records = [
+        {
+            "row": r.row,
+            "label": r.label,
+            "repcs_score": res.repcs_score,
+            "max_abs_log_ratio": res.max_abs_log_ratio,
+            "n_tokens": res.n_tokens,
+        }
+        for r, res in zip(rows, results)
+    ]
+    return records, settings.score_window, handle.info.name, settings.template
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     path = Path(args.data)
     _check_values(args)
@@ -139,31 +168,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         records, T, model, template = _records_from_report(path)
         _check_rows(_rows_arg(args.calibration_rows), {int(r["row"]): str(r["label"]) for r in records}, path.name)
     else:
-        rows = read_labeled_csv(path)
-        _check_rows(_rows_arg(args.calibration_rows), {r.row: r.label for r in rows}, path.name)
-        for note in getattr(rows, "notes", ()):
-            sys.stderr.write(f"note: {note}\n")
-        settings = settings_from_args(args)
-        handle = load_handle(args)
-        with row_progress(len(rows)) as progress:
-            results = score_rows(
-                handle,
-                [(r.query, r.context) for r in rows],
-                settings,
-                batch_size=args.batch_size,
-                progress=progress,
-            )
-        records = [
-            {
-                "row": r.row,
-                "label": r.label,
-                "repcs_score": res.repcs_score,
-                "max_abs_log_ratio": res.max_abs_log_ratio,
-                "n_tokens": res.n_tokens,
-            }
-            for r, res in zip(rows, results)
-        ]
-        T, model, template = settings.score_window, handle.info.name, settings.template
+        records, T, model, template = _records_from_csv(args, path)
     report = calibrate_records(
         records,
         _rows_arg(args.calibration_rows),
@@ -185,10 +190,17 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         atomic_write_json(args.out, out)
     if args.write_threshold:
         report.threshold.save(args.write_threshold)
+    sys.stdout.write("\n".join(_summary_lines(args, report, out, model, T)) + "\n")
+    return 0
 
-    def pct(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.1%}"
 
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1%}"
+
+
+def _summary_lines(args: argparse.Namespace, report: Any, out: dict[str, Any], model: str, T: int) -> list[str]:
+    """What ``calibrate`` prints: τ (and τ(L)), held-out rates, PAC, the given τ, rates by length, warnings."""
+    pct = _pct
     delta = "n/a" if report.delta is None else f"{report.delta:.3f}"
     n_required = "n/a" if report.n_required is None else f"{report.n_required:,}"
     lt = report.threshold.length_tau
@@ -209,17 +221,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         ),
         f"PAC:          γ̂ = {report.gamma:.3f}  Δ̂ = {delta}  ε = {args.epsilon:g}  →  n ≥ {n_required}",
     ]
-    pac = report.pac or {}
-    if pac.get("n"):
-        vocab = pac["gamma"].get("vocabulary")
-        lines.append(
-            "              γ over the vocabulary (Lemma III.3) = "
-            + ("n/a" if vocab is None else f"{vocab:.3f}")
-            + f" → n ≥ {pac['n']['vocabulary']['nominal']} at T = {pac['T']['nominal']:g}; effective T (mean L) "
-            + ("n/a" if pac["T"]["mean"] is None else f"{pac['T']['mean']:.1f}")
-            + f" → n ≥ {pac['n']['vocabulary']['mean']} (vocabulary γ), {pac['n']['realised_token']['mean']} (γ̂)"
-        )
-    if given is not None:
+    lines += _pac_lines(report.pac or {})
+    if "given_threshold" in out:
         g = out["given_threshold"]
         lines.append(f"given τ = {g['tau']:.4f} (T = {g['T']}): held-out FPR {pct(g['fpr'])}, FNR {pct(g['fnr'])}")
     if lt is not None:
@@ -237,5 +240,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     lines += [f"warning:      {w}" for w in report.warnings]
     if args.write_threshold:
         lines.append(f"threshold → {args.write_threshold}")
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    return lines
+
+
+def _pac_lines(pac: dict[str, Any]) -> list[str]:
+    """The PAC line with γ over the vocabulary (Lemma III.3) and the effective T, when the report has it."""
+    if not pac.get("n"):
+        return []
+    vocab = pac["gamma"].get("vocabulary")
+    return [
+        "              γ over the vocabulary (Lemma III.3) = "
+        + ("n/a" if vocab is None else f"{vocab:.3f}")
+        + f" → n ≥ {pac['n']['vocabulary']['nominal']} at T = {pac['T']['nominal']:g}; effective T (mean L) "
+        + ("n/a" if pac["T"]["mean"] is None else f"{pac['T']['mean']:.1f}")
+        + f" → n ≥ {pac['n']['vocabulary']['mean']} (vocabulary γ), {pac['n']['realised_token']['mean']} (γ̂)"
+    ]
