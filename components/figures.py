@@ -106,6 +106,74 @@ def default_position(token_kl: np.ndarray) -> int:
     return int(np.argmax(kl)) if kl.size else 0
 
 
+def _kl_bars(fig: go.Figure, positions: np.ndarray, kl: np.ndarray, labels: list[str], window: int) -> None:
+    """KL_t bars in the top row: dark inside RePCS' window (summed into Z), pale beyond it."""
+    cumulative = np.cumsum(kl)
+    custom = np.array(list(zip(labels, cumulative, strict=True)), dtype=object)
+    hover_kl = "t=%{x} · %{customdata[0]}<br>KL = %{y:.4f} nats<br>Σ KL up to t = %{customdata[1]:.3f}<extra></extra>"
+    for mask, name, color in (
+        (positions < window, f"KL_t, summed into Z (t < T = {window})", KL_COLOR),
+        (positions >= window, "KL_t beyond the window (not in Z)", KL_OUTSIDE_COLOR),
+    ):
+        if not mask.any():
+            continue
+        fig.add_trace(
+            go.Bar(
+                x=positions[mask],
+                y=kl[mask],
+                name=name,
+                marker_color=color,
+                customdata=custom[mask],
+                hovertemplate=hover_kl,
+            ),
+            row=1,
+            col=1,
+        )
+
+
+def _entropy_lines(
+    fig: go.Figure, positions: np.ndarray, labels: list[str], h_retrieval: np.ndarray, h_parametric: np.ndarray
+) -> None:
+    """Both paths' next-token entropies in the bottom row."""
+    for values, name, color in (
+        (h_retrieval, "Retrieval path entropy H(P_rag)", RETRIEVAL_COLOR),
+        (h_parametric, "Parametric path entropy H(P_para)", PARAMETRIC_COLOR),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=positions,
+                y=values,
+                name=name,
+                mode="lines+markers",
+                line={"color": color, "width": 2},
+                marker={"size": 5},
+                customdata=labels,
+                hovertemplate="t=%{x} · %{customdata}<br>" + escape_label(name) + " = %{y:.3f} nats<extra></extra>",
+            ),
+            row=2,
+            col=1,
+        )
+
+
+def _window_and_ticks(fig: go.Figure, positions: np.ndarray, labels: list[str], window: int) -> None:
+    """A dashed line where the window ends (when it ends inside the answer) and at most MAX_TICK_LABELS ticks."""
+    n = len(labels)
+    if window < n:
+        fig.add_vline(x=window - 0.5, line_dash="dash", line_color="#555", row="all", col=1)
+        fig.add_annotation(
+            x=window - 0.5, y=1, yref="y domain", text=f"T = {window}", showarrow=False, xanchor="left", row=1, col=1
+        )
+    stride = max(1, int(np.ceil(n / MAX_TICK_LABELS)))
+    tick_positions = positions[::stride]
+    fig.update_xaxes(
+        tickmode="array",
+        tickvals=tick_positions.tolist(),
+        ticktext=[labels[i] for i in tick_positions],
+        tickangle=-60,
+        range=[-0.6, n - 0.4],
+    )
+
+
 def kl_entropy_figure(
     tokens: Sequence[str],
     token_kl: np.ndarray,
@@ -149,59 +217,9 @@ def kl_entropy_figure(
     positions = np.arange(n)
     labels = [token_label(t) for t in tokens]
     window = n if score_window is None else max(0, min(int(score_window), n))
-    cumulative = np.cumsum(kl)
-    custom = np.array(list(zip(labels, cumulative, strict=True)), dtype=object)
-    hover_kl = "t=%{x} · %{customdata[0]}<br>KL = %{y:.4f} nats<br>Σ KL up to t = %{customdata[1]:.3f}<extra></extra>"
-    for mask, name, color in (
-        (positions < window, f"KL_t, summed into Z (t < T = {window})", KL_COLOR),
-        (positions >= window, "KL_t beyond the window (not in Z)", KL_OUTSIDE_COLOR),
-    ):
-        if not mask.any():
-            continue
-        fig.add_trace(
-            go.Bar(
-                x=positions[mask],
-                y=kl[mask],
-                name=name,
-                marker_color=color,
-                customdata=custom[mask],
-                hovertemplate=hover_kl,
-            ),
-            row=1,
-            col=1,
-        )
-    for values, name, color in (
-        (h_retrieval, "Retrieval path entropy H(P_rag)", RETRIEVAL_COLOR),
-        (h_parametric, "Parametric path entropy H(P_para)", PARAMETRIC_COLOR),
-    ):
-        fig.add_trace(
-            go.Scatter(
-                x=positions,
-                y=values,
-                name=name,
-                mode="lines+markers",
-                line={"color": color, "width": 2},
-                marker={"size": 5},
-                customdata=labels,
-                hovertemplate="t=%{x} · %{customdata}<br>" + escape_label(name) + " = %{y:.3f} nats<extra></extra>",
-            ),
-            row=2,
-            col=1,
-        )
-    if window < n:
-        fig.add_vline(x=window - 0.5, line_dash="dash", line_color="#555", row="all", col=1)
-        fig.add_annotation(
-            x=window - 0.5, y=1, yref="y domain", text=f"T = {window}", showarrow=False, xanchor="left", row=1, col=1
-        )
-    stride = max(1, int(np.ceil(n / MAX_TICK_LABELS)))
-    tick_positions = positions[::stride]
-    fig.update_xaxes(
-        tickmode="array",
-        tickvals=tick_positions.tolist(),
-        ticktext=[labels[i] for i in tick_positions],
-        tickangle=-60,
-        range=[-0.6, n - 0.4],
-    )
+    _kl_bars(fig, positions, kl, labels, window)
+    _entropy_lines(fig, positions, labels, h_retrieval, h_parametric)
+    _window_and_ticks(fig, positions, labels, window)
     fig.update_xaxes(title_text="answer token (position t; both paths predict the same token)", row=2, col=1)
     fig.update_yaxes(title_text="KL (nats)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="entropy (nats)", rangemode="tozero", row=2, col=1)

@@ -32,30 +32,14 @@ FEATURE_SET_LABELS = {
 }
 
 
-def lts_figure(
-    lts: np.ndarray,
-    mu: np.ndarray,
-    sigma: np.ndarray,
-    *,
-    kept: Sequence[int],
-    flagged: Sequence[int],
-    class_means: tuple[np.ndarray, np.ndarray] | None = None,
-    title: str,
-    height: int = 520,
-) -> go.Figure:
-    """LTS per layer with the calibration band μ ± 2σ, flagged layers (red) and kept layers (shaded).
-
-    Args:
-        lts, mu, sigma: ``(L1,)`` rows ``0 = emb … L``.
-        class_means: calibration mean LTS of the memorized and the grounded prompts (thin lines).
-    """
-    x = np.asarray(lts, dtype=np.float64)
-    m, s = np.asarray(mu, dtype=np.float64), np.asarray(sigma, dtype=np.float64)
-    if not (x.shape == m.shape == s.shape) or x.ndim != 1:
-        raise ValueError(f"lts, mu and sigma must be 1-D of one shape, got {x.shape}, {m.shape}, {s.shape}")
-    rows = np.arange(x.size)
-    labels = [row_label(r) for r in rows]
-    fig = go.Figure()
+def _add_band(
+    fig: go.Figure,
+    rows: np.ndarray,
+    m: np.ndarray,
+    s: np.ndarray,
+    class_means: tuple[np.ndarray, np.ndarray] | None,
+) -> None:
+    """The calibration band μ ± 2σ, μ itself and, when given, the two classes' mean LTS (thin lines)."""
     fig.add_trace(go.Scatter(x=rows, y=m + 2 * s, mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip"))
     fig.add_trace(
         go.Scatter(
@@ -95,21 +79,10 @@ def lts_figure(
                     opacity=0.7,
                 )
             )
-    z = np.divide(x - m, s, out=np.zeros_like(x), where=s > 0)
-    custom = np.array(list(zip(labels, z, m - 2 * s, m + 2 * s, strict=True)), dtype=object)
-    fig.add_trace(
-        go.Scatter(
-            x=rows,
-            y=x,
-            mode="lines+markers",
-            name="this run",
-            line={"color": RETRIEVAL_COLOR, "width": 2},
-            marker={"size": 6},
-            customdata=custom,
-            hovertemplate="layer %{customdata[0]}<br>LTS = %{y:.3f}<br>z = %{customdata[1]:.2f}<br>"
-            "band [%{customdata[2]:.3f}, %{customdata[3]:.3f}]<extra></extra>",
-        )
-    )
+
+
+def _add_marks(fig: go.Figure, x: np.ndarray, flagged: Sequence[int], kept: Sequence[int]) -> None:
+    """Flagged layers (red crosses) and kept layers (shaded columns, one legend entry)."""
     flagged = [int(i) for i in flagged]
     if flagged:
         fig.add_trace(
@@ -134,6 +107,49 @@ def lts_figure(
                     marker={"color": KEPT_COLOR.replace("0.13", "0.6"), "symbol": "square", "size": 12},
                 )
             )
+
+
+def lts_figure(
+    lts: np.ndarray,
+    mu: np.ndarray,
+    sigma: np.ndarray,
+    *,
+    kept: Sequence[int],
+    flagged: Sequence[int],
+    class_means: tuple[np.ndarray, np.ndarray] | None = None,
+    title: str,
+    height: int = 520,
+) -> go.Figure:
+    """LTS per layer with the calibration band μ ± 2σ, flagged layers (red) and kept layers (shaded).
+
+    Args:
+        lts, mu, sigma: ``(L1,)`` rows ``0 = emb … L``.
+        class_means: calibration mean LTS of the memorized and the grounded prompts (thin lines).
+    """
+    x = np.asarray(lts, dtype=np.float64)
+    m, s = np.asarray(mu, dtype=np.float64), np.asarray(sigma, dtype=np.float64)
+    if not (x.shape == m.shape == s.shape) or x.ndim != 1:
+        raise ValueError(f"lts, mu and sigma must be 1-D of one shape, got {x.shape}, {m.shape}, {s.shape}")
+    rows = np.arange(x.size)
+    labels = [row_label(r) for r in rows]
+    fig = go.Figure()
+    _add_band(fig, rows, m, s, class_means)
+    z = np.divide(x - m, s, out=np.zeros_like(x), where=s > 0)
+    custom = np.array(list(zip(labels, z, m - 2 * s, m + 2 * s, strict=True)), dtype=object)
+    fig.add_trace(
+        go.Scatter(
+            x=rows,
+            y=x,
+            mode="lines+markers",
+            name="this run",
+            line={"color": RETRIEVAL_COLOR, "width": 2},
+            marker={"size": 6},
+            customdata=custom,
+            hovertemplate="layer %{customdata[0]}<br>LTS = %{y:.3f}<br>z = %{customdata[1]:.2f}<br>"
+            "band [%{customdata[2]:.3f}, %{customdata[3]:.3f}]<extra></extra>",
+        )
+    )
+    _add_marks(fig, x, flagged, kept)
     set_layout(
         fig,
         height=height,
