@@ -23,6 +23,7 @@ import csv
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from _common import add_threads_arg, contains, empty_cells, file_checks_pass, read_csv, set_threads, short
 
@@ -95,42 +96,18 @@ def static_checks(rows: list[dict[str, str]], conflict: list[dict[str, str]] | N
     return problems
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--conflict", action="store_true", help="also run assets/probes/conflict.csv (report only)")
-    parser.add_argument("--static-only", action="store_true", help="only the file checks, no model runs")
-    parser.add_argument("--json", type=Path, default=None, help="also write the per-row model answers here")
-    add_threads_arg(parser)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+def _probe_rows(handle: Any, rows: list[dict[str, str]], settings: Any) -> list[dict[str, object]]:
+    """Run every probe, print a line each, write probes.csv with ``parametric_correct`` and print the summary."""
+    from core.engine import run_dual_path
 
-    rows = read_csv(SOURCE, SOURCE_COLUMNS)
-    conflict = read_csv(CONFLICT, CONFLICT_COLUMNS) if CONFLICT.is_file() else []
-    problems = static_checks(rows, conflict)
-    counts = {label: sum(r["label"] == label for r in rows) for label in LABELS}
-    print(
-        f"probes_source.csv: {len(rows)} rows ({counts['memorized']} memorized, {counts['grounded']} grounded); "
-        f"conflict.csv: {len(conflict)} rows"
-    )
-    if not file_checks_pass(problems):
-        return 1
-    if args.static_only:
-        return 0
-
-    from core.engine import DualPathSettings, run_dual_path
-    from core.model.loading import load_model
-
-    set_threads(args.threads)
-    handle = load_model()
-    settings = DualPathSettings(max_new_tokens=MAX_NEW_TOKENS)
-    report: dict[str, list[dict[str, object]]] = {"probes": [], "conflict": []}
+    probes: list[dict[str, object]] = []
     out_rows = []
     for i, row in enumerate(rows, start=1):
         res = run_dual_path(handle, row["query"], row["context"], settings)
         para = contains(row["answer"], res.parametric.answer)
         rag = contains(row["answer"], res.retrieval.answer)
         out_rows.append({**{k: row[k] for k in SOURCE_COLUMNS}, "parametric_correct": "true" if para else "false"})
-        report["probes"].append(
+        probes.append(
             {
                 "row": i,
                 "label": row["label"],
@@ -155,7 +132,7 @@ def main() -> int:
         writer.writerows(out_rows)
     print(f"\nwrote {OUTPUT.relative_to(REPO_ROOT)}: {len(out_rows)} rows")
     for label in LABELS:
-        sub = [r for r in report["probes"] if r["label"] == label]
+        sub = [r for r in probes if r["label"] == label]
         if not sub:
             continue
         para = sum(bool(r["parametric_correct"]) for r in sub)
@@ -165,38 +142,79 @@ def main() -> int:
             f"{label}: parametric answer contains the answer {para}/{len(sub)}; retrieval answer contains it "
             f"{rag}/{len(sub)}; mean Z {mean_z:.2f}"
         )
+    return probes
 
-    if args.conflict and conflict:
-        print(f"\n== conflict.csv ({len(conflict)} rows) ==")
-        for i, row in enumerate(conflict, start=1):
-            res = run_dual_path(handle, row["query"], row["context"], settings)
-            entry = {
-                "row": i,
-                "query": row["query"],
-                "z": round(res.repcs_score, 4),
-                "rag_follows_context": contains(row["answer_context"], res.retrieval.answer),
-                "rag_gives_memory": contains(row["answer_memory"], res.retrieval.answer),
-                "parametric_gives_memory": contains(row["answer_memory"], res.parametric.answer),
-                "parametric_answer": res.parametric.answer,
-                "rag_answer": res.retrieval.answer,
-            }
-            report["conflict"].append(entry)
-            print(
-                f"{i:>3} ctx={'yes' if entry['rag_follows_context'] else ' no'} "
-                f"mem={'yes' if entry['rag_gives_memory'] else ' no'} "
-                f"para_mem={'yes' if entry['parametric_gives_memory'] else ' no'} Z={res.repcs_score:7.2f}  "
-                f"{short(row['query'], 60)} | {short(res.retrieval.answer, 50)}",
-                flush=True,
-            )
-        n = len(report["conflict"])
-        follows = sum(bool(e["rag_follows_context"]) for e in report["conflict"])
-        memory = sum(bool(e["rag_gives_memory"]) for e in report["conflict"])
-        knows = sum(bool(e["parametric_gives_memory"]) for e in report["conflict"])
-        mean_z = sum(float(e["z"]) for e in report["conflict"]) / n
+
+def _conflict_rows(handle: Any, conflict: list[dict[str, str]], settings: Any) -> list[dict[str, object]]:
+    """Run every conflict row (report only), print a line each and the summary."""
+    from core.engine import run_dual_path
+
+    entries: list[dict[str, object]] = []
+    print(f"\n== conflict.csv ({len(conflict)} rows) ==")
+    for i, row in enumerate(conflict, start=1):
+        res = run_dual_path(handle, row["query"], row["context"], settings)
+        entry = {
+            "row": i,
+            "query": row["query"],
+            "z": round(res.repcs_score, 4),
+            "rag_follows_context": contains(row["answer_context"], res.retrieval.answer),
+            "rag_gives_memory": contains(row["answer_memory"], res.retrieval.answer),
+            "parametric_gives_memory": contains(row["answer_memory"], res.parametric.answer),
+            "parametric_answer": res.parametric.answer,
+            "rag_answer": res.retrieval.answer,
+        }
+        entries.append(entry)
         print(
-            f"conflict: retrieval answer follows the context {follows}/{n}; retrieval answer gives the remembered "
-            f"fact {memory}/{n}; parametric answer gives the remembered fact {knows}/{n}; mean Z {mean_z:.2f}"
+            f"{i:>3} ctx={'yes' if entry['rag_follows_context'] else ' no'} "
+            f"mem={'yes' if entry['rag_gives_memory'] else ' no'} "
+            f"para_mem={'yes' if entry['parametric_gives_memory'] else ' no'} Z={res.repcs_score:7.2f}  "
+            f"{short(row['query'], 60)} | {short(res.retrieval.answer, 50)}",
+            flush=True,
         )
+    n = len(entries)
+    follows = sum(bool(e["rag_follows_context"]) for e in entries)
+    memory = sum(bool(e["rag_gives_memory"]) for e in entries)
+    knows = sum(bool(e["parametric_gives_memory"]) for e in entries)
+    mean_z = sum(float(e["z"]) for e in entries) / n
+    print(
+        f"conflict: retrieval answer follows the context {follows}/{n}; retrieval answer gives the remembered "
+        f"fact {memory}/{n}; parametric answer gives the remembered fact {knows}/{n}; mean Z {mean_z:.2f}"
+    )
+    return entries
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conflict", action="store_true", help="also run assets/probes/conflict.csv (report only)")
+    parser.add_argument("--static-only", action="store_true", help="only the file checks, no model runs")
+    parser.add_argument("--json", type=Path, default=None, help="also write the per-row model answers here")
+    add_threads_arg(parser)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    rows = read_csv(SOURCE, SOURCE_COLUMNS)
+    conflict = read_csv(CONFLICT, CONFLICT_COLUMNS) if CONFLICT.is_file() else []
+    problems = static_checks(rows, conflict)
+    counts = {label: sum(r["label"] == label for r in rows) for label in LABELS}
+    print(
+        f"probes_source.csv: {len(rows)} rows ({counts['memorized']} memorized, {counts['grounded']} grounded); "
+        f"conflict.csv: {len(conflict)} rows"
+    )
+    if not file_checks_pass(problems):
+        return 1
+    if args.static_only:
+        return 0
+
+    from core.engine import DualPathSettings
+    from core.model.loading import load_model
+
+    set_threads(args.threads)
+    handle = load_model()
+    settings = DualPathSettings(max_new_tokens=MAX_NEW_TOKENS)
+    report: dict[str, list[dict[str, object]]] = {"probes": [], "conflict": []}
+    report["probes"] = _probe_rows(handle, rows, settings)
+    if args.conflict and conflict:
+        report["conflict"] = _conflict_rows(handle, conflict, settings)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
     return 0
