@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 def call_in_time(fn: Callable[[], Any], timeout: float = 10.0) -> dict[str, Any]:
@@ -26,3 +30,25 @@ def call_in_time(fn: Callable[[], Any], timeout: float = 10.0) -> dict[str, Any]
     thread.join(timeout)
     assert not thread.is_alive(), "the call hung"
     return box
+
+
+def error_in_time(fn: Callable[[], Any], timeout: float = 10.0) -> BaseException | None:
+    """What ``fn`` raised (``None`` when it returned), failing the test when it hangs (:func:`call_in_time`)."""
+    return call_in_time(fn, timeout).get("error")
+
+
+def dev_zero() -> str:
+    """``/dev/zero`` (an endless device that reports size 0); the test is skipped where there is none."""
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    return "/dev/zero"
+
+
+def named_pipe(folder: Path, name: str) -> Path:
+    """A named pipe ``folder/name`` with no writer (a plain ``open`` for reading blocks forever); the test is
+    skipped where the platform has none."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no named pipes here")
+    fifo = folder / name
+    os.mkfifo(fifo)
+    return fifo

@@ -23,7 +23,7 @@ from core.io import (
     format_size,
     read_user_file,
 )
-from tests.helpers import call_in_time
+from tests.helpers import call_in_time, dev_zero, named_pipe
 
 # ----------------------------------------------------------------------------------------------------------
 # 5. special files
@@ -41,18 +41,14 @@ def test_a_folder_is_refused_by_name(tmp_path):
 
 
 def test_dev_zero_is_refused_without_reading_it():
-    if not Path("/dev/zero").exists():
-        pytest.skip("no /dev/zero")
-    box = call_in_time(lambda: read_user_file("/dev/zero", 20 * MiB, "CSV file"))
+    zero = dev_zero()
+    box = call_in_time(lambda: read_user_file(zero, 20 * MiB, "CSV file"))
     assert isinstance(box.get("error"), UserFileError)
     assert "is a device, not a regular file" in str(box["error"])
 
 
 def test_a_named_pipe_is_refused_and_does_not_hang(tmp_path):
-    if not hasattr(os, "mkfifo"):
-        pytest.skip("no named pipes here")
-    fifo = tmp_path / "pipe.csv"
-    os.mkfifo(fifo)  # no writer: a plain open() for reading would block forever
+    fifo = named_pipe(tmp_path, "pipe.csv")  # no writer: a plain open() for reading would block forever
     box = call_in_time(lambda: read_user_file(fifo, 100, "threshold file"))
     assert isinstance(box.get("error"), UserFileError)
     assert "named pipe" in str(box["error"])

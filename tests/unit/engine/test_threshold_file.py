@@ -3,17 +3,10 @@ refused; no hang, no unbounded read)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from core.methods.repcs import Threshold
-from tests.helpers import call_in_time
-
-
-def _error_in_time(fn, timeout: float = 10.0) -> BaseException | None:
-    return call_in_time(fn, timeout).get("error")
+from tests.helpers import dev_zero, error_in_time, named_pipe
 
 
 def test_a_good_threshold_file_still_loads(tmp_path):
@@ -28,18 +21,14 @@ def test_a_folder_is_refused(tmp_path):
 
 
 def test_dev_zero_is_refused_without_reading():
-    if not Path("/dev/zero").exists():
-        pytest.skip("no /dev/zero")
-    error = _error_in_time(lambda: Threshold.load("/dev/zero"))
+    zero = dev_zero()
+    error = error_in_time(lambda: Threshold.load(zero))
     assert isinstance(error, ValueError) and "is a device, not a regular file" in str(error)
 
 
 def test_a_named_pipe_does_not_hang(tmp_path):
-    if not hasattr(os, "mkfifo"):
-        pytest.skip("no named pipes here")
-    fifo = tmp_path / "tau.json"
-    os.mkfifo(fifo)
-    error = _error_in_time(lambda: Threshold.load(fifo))
+    fifo = named_pipe(tmp_path, "tau.json")
+    error = error_in_time(lambda: Threshold.load(fifo))
     assert isinstance(error, ValueError) and "named pipe" in str(error)
 
 

@@ -3,20 +3,13 @@ and sizes in MiB (11) — for files read by path (command line) and for uploaded
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from core.evaluation import DataError, parse_labeled_bytes, parse_labeled_csv, read_conflict_csv, read_labeled_csv
 from core.evaluation.data import MAX_BYTES, decode_csv_bytes
-from tests.helpers import call_in_time
+from tests.helpers import dev_zero, error_in_time, named_pipe
 
 GOOD = "query,context,label\nq1,c1,memorized\nq2,c2,grounded\n"
-
-
-def _returns_in_time(fn, timeout: float = 10.0) -> BaseException | None:
-    return call_in_time(fn, timeout).get("error")
 
 
 def test_a_folder_as_csv_is_a_clear_data_error(tmp_path):
@@ -27,18 +20,14 @@ def test_a_folder_as_csv_is_a_clear_data_error(tmp_path):
 
 
 def test_dev_zero_as_csv_is_refused_not_read():
-    if not Path("/dev/zero").exists():
-        pytest.skip("no /dev/zero")
-    error = _returns_in_time(lambda: read_labeled_csv("/dev/zero"))
+    zero = dev_zero()
+    error = error_in_time(lambda: read_labeled_csv(zero))
     assert isinstance(error, DataError) and "not a regular file" in str(error)
 
 
 def test_a_named_pipe_as_csv_does_not_hang(tmp_path):
-    if not hasattr(os, "mkfifo"):
-        pytest.skip("no named pipes here")
-    fifo = tmp_path / "rows.csv"
-    os.mkfifo(fifo)
-    error = _returns_in_time(lambda: read_labeled_csv(fifo))
+    fifo = named_pipe(tmp_path, "rows.csv")
+    error = error_in_time(lambda: read_labeled_csv(fifo))
     assert isinstance(error, DataError) and "named pipe" in str(error)
 
 
