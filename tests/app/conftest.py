@@ -31,6 +31,24 @@ def open_script(path: str, timeout: float) -> AppTest:
     return ok(AppTest.from_file(path, default_timeout=timeout).run())
 
 
+def evaluate_upload(data: bytes, detectors: list[str], *, batch: int | None = None, timeout: float = 180) -> AppTest:
+    """The Evaluate page after scoring an uploaded CSV with ``detectors`` (4-token answers, T = 4): every row
+    must have been scored."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.session_state["ror.s.max_new_tokens"] = 4
+    at.session_state["ror.s.score_window"] = 4
+    ok(at.run())
+    ok(at.switch_page("pages/9_Evaluate.py").run())
+    at.radio(key="ror.w.eval.source").set_value("Upload a CSV").run()
+    ok(at.file_uploader(key="ror.eval.upload").set_value(("rows.csv", data, "text/csv")).run())
+    at.multiselect(key="ror.w.eval.detectors").set_value(detectors).run()
+    if batch is not None:
+        at.slider(key="ror.w.eval.batch").set_value(batch).run()
+    ok(at.button(key="ror.eval.job.main.run").click().run())
+    assert at.session_state["ror.eval.job.main"].n_done == data.count(b"\n") - 1, [e.value for e in at.error]
+    return at
+
+
 @pytest.fixture
 def use_loader(monkeypatch) -> Iterator[Callable[[Callable[..., ModelHandle]], None]]:
     """``use_loader(load)``: the app loads its model with ``load(spec, revision=...)`` instead of ``load_model``.

@@ -4,13 +4,10 @@ force is described as what it is — never a constant τ labeled as the length-a
 
 from __future__ import annotations
 
-from streamlit.testing.v1 import AppTest
-
 from components import keys
 from components.evaluate_calibration import adoption_problems
-from tests.app.conftest import APP, ok
+from tests.app.conftest import evaluate_upload, ok
 
-PAGE = "pages/9_Evaluate.py"
 MAIN = "ror.eval.job.main"
 TIMEOUT = 180
 EIGHT = (
@@ -39,16 +36,8 @@ def test_too_few_clean_rows_is_a_reason_not_to_adopt_without_a_second_thought():
 
 
 def test_adopting_a_tau_from_two_clean_rows_needs_use_anyway(tiny_app) -> None:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.session_state["ror.s.max_new_tokens"] = 4
-    at.session_state["ror.s.score_window"] = 4
-    ok(at.run())
-    ok(at.switch_page(PAGE).run())
-    at.radio(key="ror.w.eval.source").set_value("Upload a CSV").run()
-    ok(at.file_uploader(key="ror.eval.upload").set_value(("rows.csv", EIGHT, "text/csv")).run())
-    at.multiselect(key="ror.w.eval.detectors").set_value(["repcs"]).run()
-    ok(at.button(key=f"{MAIN}.run").click().run())
-    assert at.session_state[MAIN].n_done == 8, [e.value for e in at.error]
+    at = evaluate_upload(EIGHT, ["repcs"], timeout=TIMEOUT)
+    assert at.session_state[MAIN].n_done == 8
     at.radio(key=keys.EVAL_CAL_MODE).set_value("Rows I pick").run()
     picker = at.multiselect(key=keys.EVAL_CAL_ROWS)
     ok(picker.set_value(list(picker.options)[:2]).run())  # τ from 2 clean rows, 2 held out

@@ -6,7 +6,7 @@ from __future__ import annotations
 from streamlit.testing.v1 import AppTest
 
 from components import keys
-from tests.app.conftest import APP, ok
+from tests.app.conftest import APP, evaluate_upload, ok
 
 PAGE = "pages/9_Evaluate.py"
 MAIN = "ror.eval.job.main"
@@ -23,18 +23,7 @@ SIX = (
 
 
 def _evaluate(data: bytes) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.session_state["ror.s.max_new_tokens"] = 4
-    at.session_state["ror.s.score_window"] = 4
-    ok(at.run())
-    ok(at.switch_page(PAGE).run())
-    at.radio(key="ror.w.eval.source").set_value("Upload a CSV").run()
-    ok(at.file_uploader(key="ror.eval.upload").set_value(("rows.csv", data, "text/csv")).run())
-    at.multiselect(key="ror.w.eval.detectors").set_value(["repcs", "repcs_mean"]).run()
-    at.slider(key="ror.w.eval.batch").set_value(16).run()
-    ok(at.button(key=f"{MAIN}.run").click().run())
-    assert at.session_state[MAIN].n_done == data.count(b"\n") - 1, [e.value for e in at.error]
-    return at
+    return evaluate_upload(data, ["repcs", "repcs_mean"], batch=16, timeout=TIMEOUT)
 
 
 def test_six_rows_warn_and_hide_precision_at_10(tiny_app) -> None:
