@@ -3,6 +3,7 @@
 For each page (``--pages``), a fresh ``streamlit run app.py`` (nothing imported, no model loaded) and a fresh
 Debian chromium tab (Playwright) open the page's URL; from the navigation it times:
 
+* **anything** — the first element of the page's main area is on screen (a heading, or a "Starting" notice);
 * **title** — the page's first heading is on screen;
 * **inputs** — its first input widget (text area, select box or radio) in the main area is on screen;
 * **model** — the sidebar's "Loaded model" facts are on screen (the model is loaded and the page goes on);
@@ -30,6 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+ANYTHING = '[data-testid="stMain"] [data-testid="stElementContainer"]'
 TITLE = '[data-testid="stMain"] h1'
 INPUTS = (
     '[data-testid="stMain"] [data-testid="stTextArea"], [data-testid="stMain"] [data-testid="stSelectbox"], '
@@ -75,11 +77,11 @@ def visit(browser: Any, url: str, path: str, timeout_s: float) -> dict[str, floa
     page = context.new_page()
     t0 = time.perf_counter()
     page.goto(f"{url}/{path}", wait_until="commit")
-    seen: dict[str, float | None] = {"title": None, "inputs": None, "model": None, "idle": None}
+    seen: dict[str, float | None] = {"anything": None, "title": None, "inputs": None, "model": None, "idle": None}
     deadline = t0 + timeout_s
     while time.perf_counter() < deadline and None in seen.values():
         now = time.perf_counter() - t0
-        for name, selector in (("title", TITLE), ("inputs", INPUTS), ("model", MODEL)):
+        for name, selector in (("anything", ANYTHING), ("title", TITLE), ("inputs", INPUTS), ("model", MODEL)):
             if seen[name] is None and page.locator(selector).first.is_visible():
                 seen[name] = now
         if seen["title"] is not None and seen["idle"] is None and page.evaluate(IDLE):
@@ -107,8 +109,8 @@ def main() -> int:
         return "—" if x is None else f"{x:.1f}"
 
     print(f"Serving {args.root}; a fresh server per page (nothing imported, no model loaded).\n")
-    print("| page | title s | inputs s | model loaded s | run finished s |")
-    print("|---|---|---|---|---|")
+    print("| page | anything s | title s | inputs s | model loaded s | run finished s |")
+    print("|---|---|---|---|---|---|")
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as tmp:
         browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
         for path in args.pages:
@@ -118,7 +120,7 @@ def main() -> int:
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
-            cells = " | ".join(fmt(seen[k]) for k in ("title", "inputs", "model", "idle"))
+            cells = " | ".join(fmt(seen[k]) for k in ("anything", "title", "inputs", "model", "idle"))
             print(f"| {path} | {cells} |", flush=True)
         browser.close()
     return 0

@@ -102,6 +102,8 @@ class PageContext:
                 now selects is not returned: a warning says so and the result is ``None``. Views that look
                 inside the model need this (their analysis must come from the model that answered).
         """
+        if not len(state.results()):  # no run in this session: nothing to wait for the model for
+            return None
         query, context = self.inputs()
         result = state.select_result(self.config, query, context)
         if result is None or not same_model or result.model == self.handle.info.name:
