@@ -242,6 +242,14 @@ class AppPage:
         self.wait_idle(RUN_TIMEOUT_MS)
         self.page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
 
+    def dual_path_run(self, query: str, context: str, max_new_tokens: int) -> None:
+        """Open the Dual Path page, set the answer length, type the query and the context, and run both paths."""
+        self.open("Dual_Path", "Dual Path")
+        self.set_number("Max new tokens per answer", max_new_tokens)
+        self.fill("Query", query)
+        self.fill("Context (the retrieved passage)", context)
+        self.run_dual_path()
+
     def screenshot_whole_page(self, path: Path) -> None:
         """Streamlit scrolls inside its main container, so grow the viewport to its height before the shot."""
         height = self.page.evaluate(

@@ -20,11 +20,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def test_agreement_view_and_screenshot(app: AppPage, artifacts: Path) -> None:
-    app.open("Dual_Path", "Dual Path")
-    app.set_number("Max new tokens per answer", 32)
-    app.fill("Query", "What is the capital of France?")
-    app.fill("Context (the retrieved passage)", "Paris is the capital and largest city of France.")
-    app.run_dual_path()
+    app.dual_path_run(
+        "What is the capital of France?", "Paris is the capital and largest city of France.", max_new_tokens=32
+    )
     page = app.page
     section = page.locator(SECTION)
     section.get_by_role("heading", name="Every detector on this example").wait_for(timeout=RUN_TIMEOUT_MS)

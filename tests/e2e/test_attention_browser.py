@@ -16,11 +16,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def test_attention_page_opens_a_head_when_a_cell_is_clicked(app: AppPage, artifacts: Path) -> None:
-    app.open("Dual_Path", "Dual Path")
-    app.set_number("Max new tokens per answer", 6)
-    app.fill("Query", "What is the capital of Veltria?")
-    app.fill("Context (the retrieved passage)", "The capital of the Republic of Veltria is Marrowgate.")
-    app.run_dual_path()
+    app.dual_path_run(
+        "What is the capital of Veltria?", "The capital of the Republic of Veltria is Marrowgate.", max_new_tokens=6
+    )
 
     page = app.page
     # client-side navigation keeps the session (and its last run)

@@ -32,11 +32,9 @@ def _answers(app: AppPage) -> list[str]:
 
 
 def test_dual_path_flow_and_screenshot(app: AppPage, artifacts: Path) -> None:
-    app.open("Dual_Path", "Dual Path")
-    app.set_number(MAX_TOKENS, 32)
-    app.fill(QUERY, "What is the capital of Veltria?")
-    app.fill(CONTEXT, "The capital of the Republic of Veltria is Marrowgate.")
-    app.run_dual_path()
+    app.dual_path_run(
+        "What is the capital of Veltria?", "The capital of the Republic of Veltria is Marrowgate.", max_new_tokens=32
+    )
 
     page = app.page
     page.get_by_text(VERDICT).first.wait_for()
@@ -58,11 +56,7 @@ def test_dual_path_flow_and_screenshot(app: AppPage, artifacts: Path) -> None:
 def test_script_input_is_inert(app: AppPage) -> None:
     dialogs: list[str] = []
     app.page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    app.open("Dual_Path", "Dual Path")
-    app.set_number(MAX_TOKENS, 8)
-    app.fill(QUERY, SCRIPT)
-    app.fill(CONTEXT, SCRIPT)
-    app.run_dual_path()
+    app.dual_path_run(SCRIPT, SCRIPT, max_new_tokens=8)
 
     page = app.page
     page.get_by_text("The exact prompts").click()

@@ -33,7 +33,6 @@ PAGES = (
     ("Start", "Read or Recall"),
 )
 """(the navigation's link text, the page's heading)."""
-MAX_TOKENS = "Max new tokens per answer"
 TICK_GAP_PX = 10
 """Tick labels closer than this along their axis overlap (a label's line is ~12 px at plotly's 12 px font)."""
 
@@ -128,11 +127,9 @@ def _check(app: AppPage, width: int, shot: Path) -> list[str]:
 
 
 def test_no_page_cuts_a_value_or_overlaps_chart_labels(app: AppPage, artifacts: Path) -> None:
-    app.open("Dual_Path", "Dual Path")
-    app.set_number(MAX_TOKENS, 8)
-    app.fill("Query", "What is the capital of Veltria?")
-    app.fill("Context (the retrieved passage)", "The capital of the Republic of Veltria is Marrowgate.")
-    app.run_dual_path()
+    app.dual_path_run(
+        "What is the capital of Veltria?", "The capital of the Republic of Veltria is Marrowgate.", max_new_tokens=8
+    )
 
     names = app.page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()
     problems = [f"the navigation names a page {n!r}" for n in names if n.strip() == "app"]
