@@ -26,13 +26,23 @@ PERTURBATION_LABELS = {"unicode": "altered: letters → Unicode look-alikes (the
 REFERENCE_LABELS = {"answer": "the unperturbed answer ŷ (§IV-E)", "input": "the perturbed input x̃ (eq. 14 as printed)"}
 FIRST_TIER_LABELS = {"off": "β with RAG off (the model alone)", "on": "β with RAG on"}
 
+
+def _capped(label: str, key: str, default: int, limit: tuple[str, int, int], *, help: str) -> Any:
+    """A whole-number input from 1 to the deployment's cap (``limit`` = policy name, cap, step); the default is
+    lowered to the cap when it is over it (:func:`core.public.current_policy`)."""
+    name, cap, step = limit
+    most = current_policy().limit(name, cap)
+    return number(label, key, min(default, most), (1, most, step), help=help)
+
+
 SETTINGS_FORM: Form = (
     {
-        "n_samples": lambda: number(
+        "n_samples": partial(
+            _capped,
             "N — random masks (Shapley: permutations)",
             keys.SMA_N_SAMPLES,
-            min(_DEFAULTS.n_samples, current_policy().limit("sma_masks", 1024)),
-            (1, current_policy().limit("sma_masks", 1024), 8),
+            _DEFAULTS.n_samples,
+            ("sma_masks", 1024, 8),
             help="The paper finds accuracy stable from about 60–80 perturbations.",
         ),
         "granularity": partial(
@@ -72,11 +82,12 @@ SETTINGS_FORM: Form = (
             REFERENCE_LABELS,
             _DEFAULTS.reference,
         ),
-        "max_new_tokens": lambda: number(
+        "max_new_tokens": partial(
+            _capped,
             "Max new tokens per answer",
             keys.SMA_MAX_NEW_TOKENS,
-            min(_DEFAULTS.max_new_tokens, current_policy().limit("max_new_tokens", 256)),
-            (1, current_policy().limit("max_new_tokens", 256), 4),
+            _DEFAULTS.max_new_tokens,
+            ("max_new_tokens", 256, 4),
             help="Every perturbed input is answered again: keep this short.",
         ),
     },
