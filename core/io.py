@@ -117,6 +117,13 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def atomic_write_npz(path: str | Path, arrays: dict[str, Any]) -> Path:
+    """Write ``arrays`` (name → array) as a compressed NPZ atomically; read it back with ``allow_pickle=False``."""
+    import numpy as np
+
+    return atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays))
+
+
 def atomic_write_json(path: str | Path, data: Any, *, indent: int | None = 2) -> Path:
     """Write ``data`` as strict JSON (no NaN), UTF-8, with a final newline, atomically."""
     text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False) + "\n"

@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from core.audit.forward import DEFAULT_AUDIT_BATCH, capture_pairs, model_fingerp
 from core.engine.prepare import prepare_prompts
 from core.engine.settings import DualPathSettings
 from core.evaluation.data import MAX_BYTES, MAX_ROWS, DataError, csv_rows, decode_csv_bytes, open_csv
-from core.io import atomic_write
+from core.io import atomic_write_npz
 from core.methods.crm import PC1, CrmBasis, load_basis
 from core.methods.crm.maths import AUDIT_K, anomaly_score, audit_flags, pc1_directions, project
 from core.methods.repcs import GROUNDED, MEMORIZED
@@ -184,11 +184,7 @@ class AuditCalibration:
             "calib_scores": self.calib_scores.astype(np.float32),
             "meta_json": np.array(json.dumps(meta, ensure_ascii=False)),
         }
-
-        def write(fh: IO[bytes]) -> None:
-            np.savez_compressed(fh, **arrays)
-
-        return atomic_write(path, write)
+        return atomic_write_npz(path, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> AuditCalibration:

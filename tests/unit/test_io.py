@@ -16,6 +16,7 @@ import core.io
 from core.io import (
     MiB,
     UserFileError,
+    atomic_write_npz,
     atomic_write_text,
     check_output_path,
     csv_safe_cell,
@@ -211,3 +212,15 @@ def test_written_files_follow_the_umask_not_mkstemp_0600(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_an_npz_is_written_atomically_and_reads_back_without_pickles(tmp_path):
+    import numpy as np
+
+    arrays = {"pc1": np.arange(6, dtype=np.float32).reshape(2, 3), "meta_json": np.array('{"k": 2}')}
+    path = atomic_write_npz(tmp_path / "sub" / "basis.npz", arrays)
+    with np.load(path, allow_pickle=False) as data:
+        assert sorted(data.files) == ["meta_json", "pc1"]
+        np.testing.assert_array_equal(data["pc1"], arrays["pc1"])
+        assert data["pc1"].dtype == np.float32 and str(data["meta_json"]) == '{"k": 2}'
+    assert [p.name for p in path.parent.iterdir()] == ["basis.npz"], "no temporary file left behind"

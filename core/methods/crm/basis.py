@@ -14,11 +14,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
-from core.io import atomic_write
+from core.io import atomic_write_npz
 from core.methods.crm.classifier import crm_classifier, logistic_pipeline
 from core.methods.crm.maths import (
     DEFAULT_LAYER_RULE,
@@ -217,11 +217,7 @@ class CrmBasis:
             arrays[f"mu_{name}"] = self.mu[name].astype(f32)
             arrays[f"sigma_{name}"] = self.sigma[name].astype(f32)
             arrays[f"calib_lts_{name}"] = self.calib_lts[name].astype(f32)
-
-        def write(fh: IO[bytes]) -> None:
-            np.savez_compressed(fh, **arrays)
-
-        return atomic_write(path, write)
+        return atomic_write_npz(path, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> CrmBasis:
