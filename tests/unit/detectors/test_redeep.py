@@ -122,4 +122,4 @@ def test_the_agreement_threshold_flags_about_alpha_of_the_read_calibration_rows(
         assert t.value is not None and "read calibration rows" in t.source, name
         scores = calibration_scores(name, choice, table.ecs[clean], table.pks[clean])
         flagged = np.mean(scores < t.value) if get(name).higher_means == GROUNDED_HIGH else np.mean(scores > t.value)
-        assert flagged <= 0.05 + 1e-9, name
+        assert flagged <= 0.05 + 1 / clean.sum(), name  # the quantile interpolates between two rows
