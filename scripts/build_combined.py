@@ -17,7 +17,13 @@ Writes
 
 Re-running reproduces the files (greedy decoding; CV folds and bootstrap seeded 42; one CPU thread by default).
 
-    python scripts/build_combined.py [--from-features] [--alpha 0.05] [--threads 1] [--batch-size 8]
+``--add-redeep`` adds ReDeEP's two features (``redeep_ecs``, ``redeep_pks``: the bundled ReDeEP choice's heads
+and layers, ``assets/redeep/``) to the stored table from the per-row ECS/PKS that ``scripts/build_redeep.py``
+cached in ``out/redeep/`` for the same calibration rows, then refits — no other feature is recomputed. ReDeEP's
+heads and layers were chosen on these same rows, so the out-of-fold AUC stored with the model is optimistic for
+those two features; the report sets were never used.
+
+    python scripts/build_combined.py [--from-features | --add-redeep] [--alpha 0.05] [--threads 1] [--batch-size 8]
 """
 
 from __future__ import annotations
@@ -98,9 +104,34 @@ def write_table(table: list[dict[str, Any]], path: Path) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
+def add_redeep(path: Path) -> None:
+    """Add ``redeep_ecs`` / ``redeep_pks`` to the stored table from ``out/redeep/calibration-chat.jsonl``."""
+    import json
+
+    from core.methods.redeep import ReDeEPChoice
+    from core.methods.redeep.choice import bundled_choice_path
+
+    choice = ReDeEPChoice.load(bundled_choice_path(TEMPLATE))
+    cached = REPO_ROOT / "out" / "redeep" / f"calibration-{TEMPLATE}.jsonl"
+    recs = {}
+    for line in cached.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        recs[(rec["set"], int(rec["row"]))] = rec
+    heads_l, heads_h = [h[0] for h in choice.heads], [h[1] for h in choice.heads]
+    table: list[dict[str, Any]] = []
+    for r in read_csv(path):
+        rec = recs[(r["set"], int(r["row"]))]
+        ecs, pks = np.asarray(rec["ecs"]), np.asarray(rec["pks"])
+        r["redeep_ecs"] = float(ecs[heads_l, heads_h].mean())
+        r["redeep_pks"] = float(pks[choice.layers].mean())
+        table.append(r)
+    write_table(table, path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from-features", action="store_true", help="refit from the stored feature table")
+    parser.add_argument("--add-redeep", action="store_true", help="add ReDeEP's features to the table, then refit")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="target FPR on clean rows (default 0.05)")
     parser.add_argument("--batch-size", type=int, default=8)
     add_threads_arg(parser)
@@ -108,7 +139,9 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     set_threads(args.threads)
     table_path = features_path()
-    if args.from_features:
+    if args.add_redeep:
+        add_redeep(table_path)
+    if args.from_features or args.add_redeep:
         from core.io import model_slug
         from core.model.loading import EMBEDDED_NAME
 

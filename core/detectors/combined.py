@@ -6,7 +6,9 @@ generation): RePCS Z and the CRM level-2 statistics of KL_t (mean, max, variance
 not change with the run's window as long as the answer was generated that far), CRM LTS (mean supervised-direction
 z-score, :mod:`core.detectors.crm`), the context-text baselines (log-perplexity, zlib ratio, Min-20% and
 Min-20%++, :mod:`core.detectors.baselines`) and RADAR's recall probability for the query
-(:mod:`core.detectors.radar`). Heavy-tailed non-negative KL features enter as ``log1p``; each feature is then
+(:mod:`core.detectors.radar`) and ReDeEP's two scores over the model's chosen heads and layers (ECS, PKS:
+:mod:`core.detectors.redeep`; one traced forward; the ReDeEP score itself is their linear combination, so it
+adds nothing as a third feature). Heavy-tailed non-negative KL features enter as ``log1p``; each feature is then
 standardized (``StandardScaler``) and combined by ``LogisticRegression`` (L2, C = 1).
 
 **Two detectors** are registered:
@@ -44,6 +46,7 @@ from core.detectors import keys
 from core.detectors.baselines import context_stats
 from core.detectors.crm import basis_for, displacement_for
 from core.detectors.radar import score as radar_score
+from core.detectors.redeep import score_ecs, score_pks
 from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
 from core.io import asset_path, atomic_write_json
 from core.maths.divergence import kl_statistics
@@ -110,6 +113,14 @@ def _radar(inp: DetectorInput, T: int) -> float:
     return float(radar_score(inp))
 
 
+def _redeep_ecs(inp: DetectorInput, T: int) -> float:
+    return score_ecs(inp)
+
+
+def _redeep_pks(inp: DetectorInput, T: int) -> float:
+    return score_pks(inp)
+
+
 FEATURES: dict[str, tuple[Callable[[DetectorInput, int], float], str, str]] = {
     "z": (_z, "log1p", "RePCS Z = Σ_{t<T} KL_t (repcs)"),
     "kl_mean": (_kl_stat("mean"), "log1p", "mean KL_t (repcs_mean; CRM L2 KL-mean)"),
@@ -122,6 +133,8 @@ FEATURES: dict[str, tuple[Callable[[DetectorInput, int], float], str, str]] = {
     "min_k_20": (_min_k, "none", "Min-20% Prob of the context (min_k_20)"),
     "min_kpp_20": (_min_kpp, "none", "Min-20%++ of the context (min_kpp_20)"),
     "radar": (_radar, "none", "RADAR recall probability of the query (radar)"),
+    "redeep_ecs": (_redeep_ecs, "none", "ReDeEP ECS, mean over the chosen copying heads (redeep_ecs)"),
+    "redeep_pks": (_redeep_pks, "none", "ReDeEP PKS, mean over the chosen knowledge layers (redeep_pks)"),
 }
 """Feature name → (raw value from a row, transform, what it is). The order is the feature vector's order."""
 
