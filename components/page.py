@@ -26,6 +26,7 @@ which must come from the model the sidebar selects: :meth:`PageContext.last_resu
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import threading
@@ -323,10 +324,20 @@ class ModelLoads:
             self._loads.clear()
 
 
+PRELOADED = ("core.detectors.catalog",)
+"""Modules the pages import that take seconds (every detector family: scikit-learn, SciPy, captum), imported by
+the loading thread once the model is loaded, so that the next page a visitor opens does not import them."""
+
+
 def _timed_load(spec: str, revision: str | None) -> ModelHandle:
     t0 = time.perf_counter()
     handle = load_model(spec, revision=revision)  # the module's name, so tests can point it elsewhere
     _remember_load_seconds(spec, revision, time.perf_counter() - t0)
+    for module in PRELOADED:
+        try:
+            importlib.import_module(module)
+        except Exception:  # a page that needs it reports its own import error
+            logger.exception("preloading %s failed", module)
     return handle
 
 
