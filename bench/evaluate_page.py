@@ -3,15 +3,16 @@
 One process, one loaded model (the app's shared handle): the CLI's function
 (:func:`core.evaluation.evaluate.evaluate_rows`) and the Evaluate page (``pages/9_Evaluate.py`` in AppTest:
 the bundled probe set, a stratified sample of ``--rows`` rows, the page's default detectors — the CLI's
-``--detectors cheap`` — and its default settings; the run button pressed, timed until the page has drawn its
-results) take turns, in alternating order, after a warm-up run of two rows that pays the first-use costs
-(artefacts, fits) for both. Both run :class:`core.evaluation.scheduler.EvaluationJob` batch by batch; the page
-adds its progress bar (moved at every generated token) and draws its result tabs.
+``--detectors cheap`` — or those of ``--detectors``, and its default settings; the run button pressed, timed
+until the page has drawn its results) take turns, in alternating order, after a warm-up run of two rows that
+pays the first-use costs (artefacts, fits) for both. Both run :class:`core.evaluation.scheduler.EvaluationJob`
+batch by batch; the page adds its progress bar (moved at every generated token) and draws its result tabs.
 
 It prints rows per minute for each and their ratio, and whether both scored the same numbers. Nothing is
 asserted on times (the machine may be shared; read the ratio).
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/evaluate_page.py --rows 8 --repeats 1
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/evaluate_page.py --rows 4 --detectors repcs,ppl,crm_lts,radar
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def cli_run(handle: Any, rows: list[Any], detectors: list[str]) -> tuple[float, 
     return seconds, {r["row"]: r["scores"] for r in report["rows"]}
 
 
-def page_run(n_rows: int) -> tuple[float, dict[int, dict[str, Any]], list[str]]:
+def page_run(n_rows: int, detectors: list[str] | None) -> tuple[float, dict[int, dict[str, Any]], list[str]]:
     """Seconds from the run button to the drawn results on the Evaluate page, each row's raw scores and the
     page's detectors."""
     from streamlit.testing.v1 import AppTest
@@ -51,6 +52,8 @@ def page_run(n_rows: int) -> tuple[float, dict[int, dict[str, Any]], list[str]]:
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
     (sample,) = [n for n in at.number_input if n.label.startswith("Rows to score")]
     sample.set_value(n_rows).run()
+    if detectors is not None:
+        at.multiselect(key=keys.widget_key(keys.EVAL_DETECTORS)).set_value(detectors).run()
     if at.exception:
         raise RuntimeError(at.exception)
     at.button(key=keys.scoped(keys.EVAL_JOB_MAIN, "run")).click()
@@ -83,6 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--detectors", default="cheap", help="'cheap' (the page's default choice) or names")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -93,7 +97,8 @@ def main() -> None:
     handle = page._load_handle("embedded", None)  # the app's shared handle: AppTest's page runs find it loaded
     all_rows = read_labeled_csv(DATA)
     rows = stratified_sample(all_rows, args.rows)
-    cheap = detector_names("cheap")
+    cheap = detector_names(args.detectors)
+    chosen = None if args.detectors == "cheap" else cheap
     cli_run(handle, stratified_sample(all_rows, 2), cheap)  # warm-up: first-use costs paid for both
     cli_s, page_s = [], []
     cli_scores: dict[int, dict[str, Any]] = {}
@@ -106,7 +111,7 @@ def main() -> None:
                 seconds, cli_scores = cli_run(handle, rows, cheap)
                 cli_s.append(seconds)
             else:
-                seconds, page_scores, page_detectors = page_run(len(rows))
+                seconds, page_scores, page_detectors = page_run(len(rows), chosen)
                 page_s.append(seconds)
             print(f"{who}: {seconds:.1f} s for {len(rows)} rows", flush=True)
     cli_rate = 60 * len(rows) / statistics.median(cli_s)
