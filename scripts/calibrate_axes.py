@@ -11,9 +11,10 @@ by what the model's answer *with the context* contains (the behavior rule of ``a
 
 Fits on rows whose ``split`` is ``calibration`` (never a report row, never a bundled example): axis 1's logistic
 regression (label read), axis 2's cut on the parametric log-probability (label recalled). Writes
-``assets/thresholds/axes-embedded.json`` and ``assets/calibration/axes_calibration.csv`` (the calibration rows'
-features and labels, so ``--from-features`` refits without the model). ``--measure`` prints the headline against
-behavior on the report rows (conflict rows, the whole split, NQ-Swap rows) and writes it as JSON.
+``assets/thresholds/axes-embedded.json``, ``assets/calibration/axes_calibration.csv`` (the calibration rows'
+features and labels, so ``--from-features`` refits without the model) and ``assets/calibration/widened_clean.csv``
+(the read calibration rows' Z and L, for ``scripts/calibrate_threshold.py --widen``). ``--measure`` prints the
+headline against behavior on the report rows (conflict rows, the whole split, NQ-Swap rows) and writes it as JSON.
 
     python scripts/calibrate_axes.py [--rows FILE …] [--from-features] [--measure out/axes/measure.json]
 """
@@ -43,6 +44,10 @@ from core.evaluation.behavior import behavior_label, in_subset
 from core.io import asset_path, atomic_write_text
 
 FEATURES_CSV = asset_path("calibration") / "axes_calibration.csv"
+WIDENED_CSV = asset_path("calibration") / "widened_clean.csv"
+"""The read calibration rows of the behavior set (conflict, invented and project rows; answers of 1–16 tokens)
+with Z and L: the extra clean rows ``scripts/calibrate_threshold.py --widen`` fits τ(L) on (issue 23 part 4)."""
+WIDENED_COLUMNS = ["set", "kind", "query", "z", "n_scored"]
 COLUMNS = ["set", "kind", "origin", "label", "query", *RELIANCE_FEATURES, "support_logprob", "in_parametric"]
 
 
@@ -88,6 +93,29 @@ def feature_rows(scored: list[tuple[dict[str, str], DualPathResult, str | None]]
             }
         )
     return rows
+
+
+def widened_rows(scored: list[tuple[dict[str, str], DualPathResult, str | None]]) -> list[dict[str, Any]]:
+    """The read-labeled behavior calibration rows with their Z and L (never a report row)."""
+    return [
+        {
+            "set": row["set"],
+            "kind": row["kind"],
+            "query": row["query"],
+            "z": round(res.repcs_score, 6),
+            "n_scored": res.n_scored,
+        }
+        for row, res, lab in scored
+        if row["set"] == "behavior" and row["split"] == "calibration" and lab == "read" and res.n_scored >= 1
+    ]
+
+
+def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
 
 
 def fit(rows: list[dict[str, Any]], model: str) -> AxesCalibration:
@@ -176,11 +204,8 @@ def main() -> int:
     if not args.no_write:
         atomic_write_text(AXES_FILE, json.dumps(cal.to_dict(), indent=2, sort_keys=True) + "\n")
         if not args.from_features:
-            buffer = io.StringIO()
-            writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
-            atomic_write_text(FEATURES_CSV, buffer.getvalue())
+            atomic_write_text(FEATURES_CSV, _csv(rows, COLUMNS))
+            atomic_write_text(WIDENED_CSV, _csv(widened_rows(scored), WIDENED_COLUMNS))
     sys.stderr.write(json.dumps(cal.to_dict(), indent=2) + "\n")
     if args.measure is not None and scored:
         figures = measure(scored, cal)

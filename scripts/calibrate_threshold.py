@@ -14,7 +14,13 @@ running the model (γ from its column, or from the current ``embedded.json`` for
 column existed). Re-running reproduces the files (greedy decoding, fp32 on CPU; figures rounded to 6
 decimals).
 
-    python scripts/calibrate_threshold.py [--alpha 0.05] [--epsilon 0.05] [--window 64] [--from-scores]
+``--widen`` (issue 23 part 4) fits τ(L) — not the constant τ, which stays the paper's quantile over
+``clean.csv`` — on the clean rows together with ``assets/calibration/widened_clean.csv``: the behavior set's
+calibration rows the model read from the context (conflict, invented and project rows, answers of 1–16 tokens;
+written by ``scripts/calibrate_axes.py``), so that τ(L) covers short answers instead of calling them
+inconclusive.
+
+    python scripts/calibrate_threshold.py [--alpha 0.05] [--epsilon 0.05] [--window 64] [--from-scores] [--widen]
 """
 
 from __future__ import annotations
@@ -94,6 +100,7 @@ def main() -> int:
     parser.add_argument(
         "--from-scores", action="store_true", help="refit from embedded_scores.csv without running the model"
     )
+    parser.add_argument("--widen", action="store_true", help="fit τ(L) on clean.csv + widened_clean.csv")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -128,6 +135,14 @@ def main() -> int:
         value = getattr(th, key)
         if value is not None:
             setattr(th, key, round(float(value), 6))
+    if args.widen:
+        from core.methods.repcs_length import fit_length_tau
+
+        extra = read_csv(CAL / "widened_clean.csv")
+        z_all = np.concatenate([z_clean, [float(r["z"]) for r in extra]])
+        n_all = np.concatenate([n_clean, [int(r["n_scored"]) for r in extra]])
+        th.length_tau = fit_length_tau(z_all, n_all, args.alpha)
+        th.source += " (τ(L) with assets/calibration/widened_clean.csv)"
     lt = th.length_tau
     n_mem = np.array([min(window, r["n_tokens"]) for r in scored["memorized"]])
     th.length_tau = dataclasses.replace(
@@ -146,6 +161,8 @@ def main() -> int:
         "fnr_length_aware": round(float((z_mem >= tau_mem).mean()), 6),
         "rates": "in-sample on assets/calibration/ (fpr/fnr: constant τ; *_length_aware: τ(L))",
     }
+    if args.widen:
+        th.extra["n_clean_length_aware"] = int(th.length_tau.n)
     th.save(EMBEDDED_THRESHOLD)
     rows = [{k: r.get(k) for k in COLUMNS} for name in SETS for r in scored[name]]
     if all(r["max_abs_log_ratio"] is not None for r in rows):  # a CSV without γ per row is left as it is

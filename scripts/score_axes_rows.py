@@ -59,6 +59,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/axes/rows.jsonl"))
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--shard", default="0/1", help="i/n: score every n-th selected row from the i-th")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
     ap.add_argument("--done", type=Path, nargs="*", default=[], help="skip the rows already in these files")
     ap.add_argument("--split", choices=("calibration", "report", "all"), default="all")
     ap.add_argument("--sets", default="behavior,clean,memorized,paraphrase", help="comma-separated sets to score")
@@ -71,6 +73,8 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=16)
     args = ap.parse_args()
 
+    import torch
+
     from core.engine import DualPathSettings, ScoreRequest, score_rows
     from core.model.loading import load_model
 
@@ -80,7 +84,9 @@ def main() -> int:
     for path in args.done:
         with path.open(encoding="utf-8") as fh:
             done |= {_key(json.loads(line)["row"]) for line in fh}
-    items = [r for r in items if _key(r) not in done][: args.limit or None]
+    shard, shards = (int(v) for v in args.shard.split("/"))
+    items = [r for r in items if _key(r) not in done][shard::shards][: args.limit or None]
+    torch.set_num_threads(args.threads)
     handle = load_model()
     settings = DualPathSettings(max_new_tokens=args.max_new_tokens, score_window=64)
     request = ScoreRequest(settings=settings, free_parametric=args.free_parametric)
