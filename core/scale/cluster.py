@@ -26,7 +26,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -71,14 +71,8 @@ class Node:
     resources: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "node_id": self.node_id,
-            "address": self.address,
-            "cpus": self.cpus,
-            "gpus": self.gpus,
-            "memory_gb": self.memory_gb,
-            "is_head": self.is_head,
-        }
+        """Every field but ``resources``, in field order."""
+        return {k: v for k, v in asdict(self).items() if k != "resources"}
 
 
 MAX_CPU_WORKERS = 8

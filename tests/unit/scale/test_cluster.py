@@ -104,3 +104,16 @@ def test_workers_needs_ray():
         check_ray_args(Namespace(workers=2, ray=None))
     with pytest.raises(ValueError, match="at least 1"):
         check_ray_args(Namespace(workers=0, ray="auto"))
+
+
+def test_a_nodes_dict_is_every_field_but_its_resources():
+    node = cluster.Node("n1", "10.0.0.2", 8.0, 1.0, 31.5, is_head=True, resources={"CPU": 8.0, "GPU": 1.0})
+    assert node.to_dict() == {
+        "node_id": "n1",
+        "address": "10.0.0.2",
+        "cpus": 8.0,
+        "gpus": 1.0,
+        "memory_gb": 31.5,
+        "is_head": True,
+    }
+    assert list(node.to_dict()) == ["node_id", "address", "cpus", "gpus", "memory_gb", "is_head"]
