@@ -43,3 +43,20 @@ def test_with_both_boxes_filled_the_hint_says_press_run(tiny_app) -> None:
     hints = [i.value for i in at.info]
     assert "Press **Run both paths** to analyze this query and context." in hints, hints
     assert not any(h.startswith(("Pick an example or type", "Type or pick")) for h in hints)
+
+
+def test_the_headline_is_the_two_axis_verdict_with_both_axes(tiny_app) -> None:
+    at = _open()
+    at.number_input(key=keys.widget_key(keys.MAX_NEW_TOKENS)).set_value(4).run()
+    at.text_area(key=keys.widget_key(keys.QUERY)).input("Where is the tower?")
+    at.text_area(key=keys.widget_key(keys.CONTEXT)).input("The tower stands in Quillmere.")
+    ok(at.button(key=keys.RUN).click().run())
+    assert "Verdict" in [h.value for h in at.subheader] and "RePCS verdict" in [h.value for h in at.subheader]
+    labels = [m.label for m in at.metric]
+    assert any(label.startswith("Context reliance: ") for label in labels), labels
+    assert any(label.startswith("Parametric support: ") for label in labels), labels
+    titles = [m.value for m in at.markdown if m.value.startswith("#### ")]
+    words = ("Read from the context", "Recalled from memory", "Neither", "Inconclusive")
+    assert len(titles) == 1 and titles[0][5:].startswith(words), titles
+    # the tiny model is judged with the embedded model's axes, and the page says so
+    assert any("not calibrated for this model" in c.value for c in at.caption)
