@@ -140,9 +140,9 @@ def reliance_features(result: DualPathResult) -> dict[str, float] | None:
 
 
 def support_features(result: DualPathResult) -> dict[str, Any]:
-    """Axis 2's observations: the content word, the parametric path's mean log-probability of its tokens
-    (teacher-forced, nats), whether the parametric answer contains it (``None`` when it was not generated),
-    and whether the context contains it."""
+    """Axis 2's observations: the content word, the parametric path's mean log-probability of its first
+    :data:`CONTENT_TOKENS` tokens (teacher-forced, nats), whether the parametric answer contains it (``None``
+    when it was not generated), and whether the context contains it."""
     span = first_content(list(result.retrieval.tokens), result.query)
     generated = result.parametric.finish != "not generated" and bool(result.parametric.answer)
     if span is None or not span.positions:
@@ -373,6 +373,10 @@ def support_axis(result: DualPathResult, cal: AxesCalibration) -> Axis:
     )
 
 
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def decide_headline(reliance: Axis, support: Axis) -> tuple[str, str | None, str]:
     """The decision table: ``(verdict, qualifier, reason)`` from the two axes (their states and evidence).
 
@@ -407,17 +411,17 @@ def decide_headline(reliance: Axis, support: Axis) -> tuple[str, str | None, str
         if s == SUPPORTED and not in_ctx:
             return RECALLED, None, f"Only the wording changed: {needed}, but {w} is not in the context and {para}."
         qualifier = OVERRODE if s == UNSUPPORTED or in_para is False else None
-        return READ, qualifier, f"{needed.capitalize()}; {para}."
+        return READ, qualifier, f"{_cap(needed)}; {para}."
     if r == NOT_NEEDED:
         if s == SUPPORTED:
-            return RECALLED, AGREES if in_ctx else None, f"{not_needed.capitalize()}; {para}."
+            return RECALLED, AGREES if in_ctx else None, f"{_cap(not_needed)}; {para}."
         if s == UNSUPPORTED:
-            return NEITHER, None, f"{not_needed.capitalize()}, yet {para}: a guess."
-        return INCONCLUSIVE, None, f"{not_needed.capitalize()}, but whether the model knows {w} is unclear ({para})."
+            return NEITHER, None, f"{_cap(not_needed)}, yet {para}: a guess."
+        return INCONCLUSIVE, None, f"{_cap(not_needed)}, but whether the model knows {w} is unclear ({para})."
     if s == SUPPORTED and not in_ctx:
-        return RECALLED, None, f"{mixed.capitalize()}; {w} is not in the context and {para}."
+        return RECALLED, None, f"{_cap(mixed)}; {w} is not in the context and {para}."
     if s == UNSUPPORTED and in_ctx:
-        return READ, OVERRODE if in_para is False else None, f"{mixed.capitalize()}; {w} is in the context and {para}."
+        return READ, OVERRODE if in_para is False else None, f"{_cap(mixed)}; {w} is in the context and {para}."
     return INCONCLUSIVE, None, f"Mixed evidence: {mixed}, and {para}" + (f"; {w} is in the context." if in_ctx else ".")
 
 
