@@ -93,6 +93,7 @@ class ContentSpan:
 
     word: str
     positions: tuple[int, ...]
+    text: str = ""
 
 
 def _stem(word: str) -> str:
@@ -121,7 +122,7 @@ def first_content(tokens: list[str], query: str) -> ContentSpan | None:
             if offset < end and offset + len(tok) > start:
                 positions.append(i)
             offset += len(tok)
-        return ContentSpan(word, tuple(positions[:CONTENT_TOKENS]))
+        return ContentSpan(word, tuple(positions[:CONTENT_TOKENS]), match.group())
     return None
 
 
@@ -146,10 +147,11 @@ def support_features(result: DualPathResult) -> dict[str, Any]:
     span = first_content(list(result.retrieval.tokens), result.query)
     generated = result.parametric.finish != "not generated" and bool(result.parametric.answer)
     if span is None or not span.positions:
-        return {"word": None, "logprob": None, "in_parametric": None, "in_context": None}
+        return {"word": None, "text": None, "logprob": None, "in_parametric": None, "in_context": None}
     lp = np.asarray(result.parametric.logprob, dtype=np.float32)[list(span.positions)]
     return {
         "word": span.word,
+        "text": span.text,
         "positions": list(span.positions),
         "logprob": float(np.mean(lp.astype(np.float64))),
         "in_parametric": _contains(result.parametric.answer, span.word) if generated else None,
@@ -395,7 +397,7 @@ def decide_headline(reliance: Axis, support: Axis) -> tuple[str, str | None, str
     r, s = reliance.state, support.state
     p = "—" if reliance.score is None else f"{reliance.score:.2f}"
     lp = "—" if support.score is None else f"{support.score:.2f}"
-    w = f"“{word}”" if word else "the answer"
+    w = f"“{ev.get('text') or word}”" if word else "the answer"
     kl = reliance.evidence.get("ln_max_kl")
     max_kl = "—" if kl is None else f"{math.exp(kl):.2f}"
     needed = f"the context moved the answer strongly (largest per-token KL {max_kl} nats; P(read) = {p})"

@@ -119,7 +119,7 @@ def test_read_and_it_overrode_the_parametric_answer():
     assert head.reliance.state == "needed" and head.support.state == "unsupported"
     assert head.verdict == READ and head.qualifier == OVERRODE
     assert head.title == f"{display(READ)}, {OVERRODE}"
-    assert "8.00" in head.reason and "marrowgate" in head.reason  # numbers and words of this run
+    assert "8.00" in head.reason and "“Marrowgate”" in head.reason  # numbers and words of this run
 
 
 def test_recalled_and_the_context_agrees():
