@@ -68,18 +68,18 @@ def page_run(n_rows: int, detectors: list[str] | None) -> tuple[float, dict[int,
     return seconds, {r["row"]: r["scores"] for r in job.scored_records()}, list(job.spec.detectors)
 
 
-def same_scores(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]]) -> bool:
-    """Whether two runs gave every row the same raw scores (fitted detectors' are filled out of fold later)."""
-    if a.keys() != b.keys():
-        return False
-    for row in a:
-        for name, value in a[row].items():
-            other = b[row].get(name)
-            if value is None or other is None:
+def same_scores(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]]) -> str:
+    """How many raw scores two runs share and how many of them are equal (fitted detectors' scores are filled
+    out of fold later and left out; a score one run has and the other lacks counts as different)."""
+    compared = equal = 0
+    for row in a.keys() | b.keys():
+        for name in (a.get(row) or {}).keys() | (b.get(row) or {}).keys():
+            x, y = (a.get(row) or {}).get(name), (b.get(row) or {}).get(name)
+            if x is None and y is None:
                 continue
-            if not math.isclose(value, other, rel_tol=1e-6, abs_tol=1e-9):
-                return False
-    return True
+            compared += 1
+            equal += x is not None and y is not None and math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
+    return f"{equal} of {compared} equal"
 
 
 def main() -> None:
@@ -87,8 +87,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--detectors", default="cheap", help="'cheap' (the page's default choice) or names")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     from components import page
     from core.cli.commands.evaluate import detector_names
@@ -127,7 +132,7 @@ def main() -> None:
     )
     print()
     same = same_scores(cli_scores, page_scores)
-    print(f"same detectors: {sorted(page_detectors) == sorted(cheap)}; same scores: {same}")
+    print(f"same detectors: {sorted(page_detectors) == sorted(cheap)}; scores: {same}")
 
 
 if __name__ == "__main__":
