@@ -7,6 +7,12 @@ detector's training rows (T = max new tokens = 64, template auto, greedy, fp32 C
 
     python scripts/score_redeep_sets.py assets/sets/shift_paraphrase/shift_paraphrase.csv [--limit 120]
     python scripts/score_redeep_sets.py assets/behavior/behavior.csv --split report --limit 120
+    python scripts/score_redeep_sets.py --report     # AUC [95% CI] per scored set, from out/redeep/sets/*.jsonl
+
+The report scores each set's rows with the bundled ReDeEP choice (``redeep``, ``redeep_ecs``, ``redeep_pks``), the
+combined detector as committed before ReDeEP's features (``git show <rev>:assets/combined/embedded-chat.json``,
+``--before``) and the bundled combined detector now; positive class = memorized/recalled; bootstrap CIs as
+``evaluate`` reports them (1,000 resamples, seed 42).
 """
 
 from __future__ import annotations
@@ -32,7 +38,60 @@ def label_of(row: dict[str, str]) -> int | None:
     return {"memorized": 1, "recalled": 1, "grounded": 0, "read": 0}.get(value)
 
 
+def report(before_rev: str) -> None:
+    """Print one Markdown table: AUC [95% CI] per detector and scored set."""
+    import subprocess
+
+    import numpy as np
+
+    from core.detectors.combined import CombinedModel, bundled_model_path
+    from core.maths.metrics import auc, auc_bootstrap_ci
+    from core.methods.redeep import ReDeEPChoice
+    from core.methods.redeep.choice import bundled_choice_path
+
+    choice = ReDeEPChoice.load(bundled_choice_path("chat"))
+    now = CombinedModel.load(bundled_model_path("chat"))
+    old_text = subprocess.run(
+        ["git", "show", f"{before_rev}:assets/combined/embedded-chat.json"], capture_output=True, text=True, check=True
+    ).stdout
+    before = CombinedModel.from_dict(json.loads(old_text))
+    heads_l, heads_h = [h[0] for h in choice.heads], [h[1] for h in choice.heads]
+    columns: dict[str, dict[str, str]] = {}
+    for path in sorted(OUT.glob("*.jsonl")):
+        recs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        recs = [r for r in recs if "error" not in r]
+        y = np.array([r["label"] for r in recs])
+        scores: dict[str, list[float]] = {"redeep": [], "redeep_ecs": [], "redeep_pks": [], "before": [], "now": []}
+        for r in recs:
+            ecs, pks = np.asarray(r["ecs"]), np.asarray(r["pks"])
+            e, p = float(ecs[heads_l, heads_h].mean()), float(pks[choice.layers].mean())
+            scores["redeep"].append(float(choice.score(ecs, pks)))
+            scores["redeep_ecs"].append(-e)  # higher ECS = read: oriented so higher = recalled
+            scores["redeep_pks"].append(p)
+            feats = {**r["base"], "redeep_ecs": e, "redeep_pks": p}
+            for name, model in (("before", before), ("now", now)):
+                x = [feats[f] for f in model.features]  # base features are stored transformed (log1p)
+                scores[name].append(model.probability(np.asarray(x, dtype=np.float64)))
+        col = {}
+        for name, values in scores.items():
+            v = np.asarray(values)
+            low, high = auc_bootstrap_ci(y, v, n_boot=1000, seed=42)
+            col[name] = f"{auc(y, v):.3f} [{low:.2f}, {high:.2f}]"
+        columns[f"{path.stem} (n={len(y)})"] = col
+    names = list(columns)
+    print("| detector | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for det in ("redeep", "redeep_ecs", "redeep_pks", "before", "now"):
+        print(f"| {det} | " + " | ".join(columns[n][det] for n in names) + " |")
+    print(f"\nchoice: {choice.describe()}; alpha={choice.alpha:.4g} beta={choice.beta:.4g}")
+    print(f"combined before ({before_rev}): {len(before.features)} features; now: {len(now.features)} features")
+
+
 def main() -> int:
+    if "--report" in sys.argv:
+        at = sys.argv.index("--before") + 1 if "--before" in sys.argv else None
+        report(sys.argv[at] if at else "a7bfee5")
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv", type=Path)
     parser.add_argument("--split", default=None, help="keep rows whose split column is this")
