@@ -64,7 +64,7 @@ def test_the_figures_draw_every_head_and_token_and_escape_tokens() -> None:
     assert heat.customdata[5][0][0] == "layer 1 · head 1" and "&lt;b&gt;" in heat.customdata[0][0][1]
     with pytest.raises(ValueError, match="layers, heads"):
         lookback_heatmap(lr, tokens[:-1], title="map")
-    curve = np.nanmean(lr, axis=(0, 1))
+    curve = np.concatenate([[np.nan], lr[:, :, 1:].mean(axis=(0, 1))])
     windows = [(1, 9), (2, 10)]
     fig = lookback_curve(curve, tokens, windows, np.array([0.4, 0.5]), np.array([0.2, 0.9]), tau=0.5)
     assert [d.name for d in fig.data] == [
