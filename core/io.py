@@ -286,3 +286,47 @@ def csv_safe_text(text: str) -> str:
     buf = io.StringIO(newline="")
     csv.writer(buf, lineterminator="\r\n" if "\r\n" in text else "\n").writerows(safe)
     return buf.getvalue()
+
+
+class JsonRecord:
+    """A mixin for a dataclass stored as one versioned JSON object (a fitted detector's coefficients, a choice
+    of heads): :meth:`to_dict` / :meth:`from_dict` / :meth:`load` / :meth:`save`, written once.
+
+    The dataclass has a ``version: int`` field and sets two class attributes: ``KIND``, the words its errors use
+    (``"combined model"``), and ``VERSION``, the version this code reads. Unknown keys of a file are ignored;
+    a missing field, a wrong version or unreadable JSON is a ``ValueError`` naming the kind.
+    """
+
+    KIND = "record"
+    VERSION = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Any:
+        """A record from its JSON object (``ValueError`` naming what is wrong)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a {cls.KIND} file holds one JSON object")
+        if int(data.get("version", 0)) != cls.VERSION:
+            raise ValueError(f"{cls.KIND} version {data.get('version')} (this code reads {cls.VERSION})")
+        known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError as exc:
+            raise ValueError(f"{cls.KIND} file: {exc}") from exc
+
+    @classmethod
+    def load(cls, path: str | Path) -> Any:
+        """The record in the JSON file ``path``."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read {cls.KIND} {path}: {exc}") from exc
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the record atomically; returns ``path``."""
+        return atomic_write_json(path, self.to_dict())

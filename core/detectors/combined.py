@@ -33,10 +33,9 @@ leans on.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ from core.detectors.crm import basis_for, displacement_for
 from core.detectors.radar import score as radar_score
 from core.detectors.redeep import score_ecs, score_pks
 from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
-from core.io import asset_path, atomic_write_json
+from core.io import JsonRecord, asset_path
 from core.maths.divergence import kl_statistics
 from core.methods.baselines import min_k_plus_plus, min_k_prob, zlib_ratio
 from core.methods.crm import SUPERVISED, supervised_score
@@ -162,7 +161,7 @@ def raw_features(inp: DetectorInput, names: Sequence[str] = tuple(FEATURES), T: 
 
 
 @dataclass
-class CombinedModel:
+class CombinedModel(JsonRecord):
     """The bundled stacked logistic regression, as stored in its JSON file.
 
     P(memorized | x) = σ(b + Σ_j w_j (x_j − m_j) / s_j) over :attr:`features` (transformed as in
@@ -177,6 +176,9 @@ class CombinedModel:
             ``auc_oof_ci``: out-of-fold AUC with its bootstrap 95% CI.
         trained_on: the training files (path, rows, label, sha256); ``protocol``: how it was fitted.
     """
+
+    KIND = "combined model"
+    VERSION = MODEL_VERSION
 
     model: str
     model_slug: str
@@ -218,33 +220,6 @@ class CombinedModel:
             raise ValueError(f"expected {len(self.features)} features, got shape {v.shape}")
         z = self.intercept + float(np.sum(np.asarray(self.coef) * (v - np.asarray(self.mean)) / np.asarray(self.scale)))
         return float(1.0 / (1.0 + math.exp(-z))) if z > -700 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> CombinedModel:
-        """A model from its JSON object (``ValueError`` naming what is wrong)."""
-        if not isinstance(data, dict):
-            raise ValueError("a combined-model file holds one JSON object")
-        if int(data.get("version", 0)) != MODEL_VERSION:
-            raise ValueError(f"combined-model version {data.get('version')} (this code reads {MODEL_VERSION})")
-        known = set(cls.__dataclass_fields__)
-        try:
-            return cls(**{k: v for k, v in data.items() if k in known})
-        except TypeError as exc:
-            raise ValueError(f"combined-model file: {exc}") from exc
-
-    @classmethod
-    def load(cls, path: str | Path) -> CombinedModel:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cannot read combined model {path}: {exc}") from exc
-        return cls.from_dict(data)
-
-    def save(self, path: str | Path) -> Path:
-        return atomic_write_json(path, self.to_dict())
 
 
 def bundled_model_path(template_key: str) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import stat
 import threading
 from pathlib import Path
@@ -224,3 +225,31 @@ def test_an_npz_is_written_atomically_and_reads_back_without_pickles(tmp_path):
         np.testing.assert_array_equal(data["pc1"], arrays["pc1"])
         assert data["pc1"].dtype == np.float32 and str(data["meta_json"]) == '{"k": 2}'
     assert [p.name for p in path.parent.iterdir()] == ["basis.npz"], "no temporary file left behind"
+
+
+def test_a_json_record_round_trips_and_names_its_kind_in_every_error(tmp_path) -> None:
+    """The one JSON record mixin (the combined model, the Lookback Lens classifier, the ReDeEP choice)."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Fit(core.io.JsonRecord):
+        KIND = "test fit"
+        VERSION = 3
+
+        name: str
+        coef: list
+        version: int = 3
+
+    fit = Fit(name="m", coef=[0.5, -1.0])
+    path = fit.save(tmp_path / "fit.json")
+    assert Fit.load(path) == fit and Fit.from_dict({**fit.to_dict(), "extra": 1}) == fit
+    for data, words in (
+        ([1], "a test fit file holds one JSON object"),
+        ({"name": "m", "coef": [], "version": 2}, "test fit version 2 (this code reads 3)"),
+        ({"coef": [], "version": 3}, "test fit file: "),
+    ):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            Fit.from_dict(data)
+    (tmp_path / "bad.json").write_text("{", encoding="utf-8")
+    with pytest.raises(ValueError, match="cannot read test fit"):
+        Fit.load(tmp_path / "bad.json")

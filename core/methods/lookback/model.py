@@ -13,15 +13,14 @@ embedded model under ``assets/lookback/``, else cached after ``scripts/build_loo
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from core.io import asset_path, atomic_write_json
+from core.io import JsonRecord, asset_path
 from core.model import artifacts
 from core.model.handle import ModelHandle
 from core.model.prompts import resolve_template
@@ -34,7 +33,7 @@ C = 1.0
 
 
 @dataclass
-class LookbackModel:
+class LookbackModel(JsonRecord):
     """The stored classifier.
 
     Attributes:
@@ -48,6 +47,9 @@ class LookbackModel:
             rows — the ``lookback_mean`` detector's threshold (lower = recalled).
         trained_on: the training files (path, split, rows, sha256); ``protocol``: how it was fitted.
     """
+
+    KIND = "lookback model"
+    VERSION = MODEL_VERSION
 
     model: str
     model_slug: str
@@ -96,33 +98,6 @@ class LookbackModel:
     def head_weights(self) -> np.ndarray:
         """``(L, H)``: each head's standardized coefficient (negative: looking back at the context means read)."""
         return np.asarray(self.coef, dtype=np.float64).reshape(self.n_layers, self.n_heads)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> LookbackModel:
-        """A model from its JSON object (``ValueError`` naming what is wrong)."""
-        if not isinstance(data, dict):
-            raise ValueError("a lookback-model file holds one JSON object")
-        if int(data.get("version", 0)) != MODEL_VERSION:
-            raise ValueError(f"lookback-model version {data.get('version')} (this code reads {MODEL_VERSION})")
-        known = set(cls.__dataclass_fields__)
-        try:
-            return cls(**{k: v for k, v in data.items() if k in known})
-        except TypeError as exc:
-            raise ValueError(f"lookback-model file: {exc}") from exc
-
-    @classmethod
-    def load(cls, path: str | Path) -> LookbackModel:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cannot read lookback model {path}: {exc}") from exc
-        return cls.from_dict(data)
-
-    def save(self, path: str | Path) -> Path:
-        return atomic_write_json(path, self.to_dict())
 
 
 def bundled_model_path(template_key: str) -> Path:

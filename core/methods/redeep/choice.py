@@ -19,22 +19,21 @@ flattered by choosing heads on the rows it scores. Stored as JSON (no pickles) n
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from core.io import asset_path, atomic_write_json
+from core.io import JsonRecord, asset_path
 from core.methods.redeep.maths import pearson
 from core.model import artifacts
 from core.model.handle import ModelHandle
 from core.model.prompts import resolve_template
 
-VERSION = 1
+CHOICE_VERSION = 1
 DEFAULT_HEADS = 10
 DEFAULT_LAYERS = 4
 SEED = 42
@@ -81,7 +80,7 @@ class CalibrationTable:
 
 
 @dataclass
-class ReDeEPChoice:
+class ReDeEPChoice(JsonRecord):
     """One model's copying heads A, knowledge layers F and the regression's α, β (see the module docstring).
 
     Attributes:
@@ -92,6 +91,9 @@ class ReDeEPChoice:
         ov_scores: ``(L, H)`` OV copying scores, or ``None`` when the layout is not supported (``ov_refusal``).
         auc_oof, auc_oof_ci: out-of-fold AUC of the score (selection repeated inside each fold).
     """
+
+    KIND = "ReDeEP choice"
+    VERSION = CHOICE_VERSION
 
     model: str
     model_slug: str
@@ -116,7 +118,7 @@ class ReDeEPChoice:
     ov_refusal: str | None = None
     trained_on: list[dict[str, Any]] = field(default_factory=list)
     protocol: str = ""
-    version: int = VERSION
+    version: int = CHOICE_VERSION
 
     def __post_init__(self) -> None:
         bad = [hl for hl in self.heads if not (0 <= hl[0] < self.n_layers and 0 <= hl[1] < self.n_heads)]
@@ -151,34 +153,6 @@ class ReDeEPChoice:
         heads = ", ".join(f"L{layer}.H{head}" for layer, head in self.heads) or "none"
         layers = ", ".join(f"L{x}" for x in self.layers) or "none"
         return f"copying heads ({self.head_method}): {heads}; knowledge layers ({self.layer_method}): {layers}"
-
-    # -- JSON ---------------------------------------------------------------------------------------------
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> ReDeEPChoice:
-        if not isinstance(data, dict):
-            raise ValueError("a ReDeEP choice file holds one JSON object")
-        if int(data.get("version", 0)) != VERSION:
-            raise ValueError(f"ReDeEP choice version {data.get('version')} (this code reads {VERSION})")
-        known = set(cls.__dataclass_fields__)
-        try:
-            return cls(**{k: v for k, v in data.items() if k in known})
-        except TypeError as exc:
-            raise ValueError(f"ReDeEP choice file: {exc}") from exc
-
-    @classmethod
-    def load(cls, path: str | Path) -> ReDeEPChoice:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cannot read ReDeEP choice {path}: {exc}") from exc
-        return cls.from_dict(data)
-
-    def save(self, path: str | Path) -> Path:
-        return atomic_write_json(path, self.to_dict())
 
 
 # -- choosing and fitting (pure: arrays in) ----------------------------------------------------------------
