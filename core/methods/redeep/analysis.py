@@ -60,8 +60,9 @@ def row_means(trace: ReDeEPTrace) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def decompose(handle: ModelHandle, result: DualPathResult, choice: ReDeEPChoice) -> ReDeEPView:
-    """ReDeEP's per-token decomposition of ``result`` under ``choice`` (one traced forward)."""
-    t = redeep_trace(handle, result, choice.k_percent)
+    """ReDeEP's per-token decomposition of ``result`` under ``choice`` (one traced forward; PKS is computed at the
+    chosen layers only, the other layers' PKS are NaN)."""
+    t = redeep_trace(handle, result, choice.k_percent, layers=choice.layers)
     heads_l = [h[0] for h in choice.heads]
     heads_h = [h[1] for h in choice.heads]
     ecs = t.ecs[:, heads_l, heads_h].mean(-1) if choice.heads else np.full(t.n_tokens, np.nan, dtype=np.float32)

@@ -105,15 +105,23 @@ def scored_tokens(result: DualPathResult) -> int:
 
 
 def redeep_trace(
-    handle: ModelHandle, result: DualPathResult, k_percent: float = DEFAULT_K_PERCENT, *, pks: bool = True
+    handle: ModelHandle,
+    result: DualPathResult,
+    k_percent: float = DEFAULT_K_PERCENT,
+    *,
+    pks: bool = True,
+    layers: Sequence[int] | None = None,
 ) -> ReDeEPTrace:
-    """ECS (every head) and PKS (every layer) of the result's first :func:`scored_tokens` answer tokens.
+    """ECS (every head) and PKS (every layer, or only ``layers``) of the result's first :func:`scored_tokens`
+    answer tokens.
 
     Args:
         handle: the model that produced ``result`` (eager attention).
         result: a dual-path result with a non-empty retrieval answer.
         k_percent: the top-k % of context tokens per head (default 10).
         pks: compute PKS (where the model allows it).
+        layers: the layers whose PKS to compute (the others are NaN); ``None``: every layer. Each layer costs two
+            logit lenses over the whole vocabulary, so a detector asks only for its chosen layers.
 
     Raises:
         ValueError: an empty answer, no context token in the prompt, or another model's result.
@@ -141,7 +149,7 @@ def redeep_trace(
             attention={"top": top_context(k, rows, context)},
         )
         ecs = _ecs(handle, parts, t, rows)
-        pks_values = _pks(handle, parts, t, rows) if refusal is None else None
+        pks_values = _pks(handle, parts, t, rows, layers) if refusal is None else None
     return ReDeEPTrace(
         ecs=ecs,
         pks=pks_values,
@@ -171,14 +179,18 @@ def _ecs(handle: ModelHandle, parts, t, rows: list[int]) -> np.ndarray:
     return torch.stack(per_layer).permute(2, 0, 1).cpu().numpy().astype(np.float32)  # (R, L, H)
 
 
-def _pks(handle: ModelHandle, parts, t, rows: list[int]) -> np.ndarray:
+def _pks(handle: ModelHandle, parts, t, rows: list[int], layers: Sequence[int] | None = None) -> np.ndarray:
     param = _param(handle)
+    wanted = set(range(parts.n_layers) if layers is None else layers)
     r = torch.tensor(rows, dtype=torch.long)
     after = t.residual[0][1:, r]  # (L, R, d): x^ℓ
     mlp_out = t.mlp_out[0][:, r]
     before = residual_before_mlp(t)[:, r]  # (L, R, d): h_{ℓ+1} − mlp_out_ℓ
     out = []
     for layer in range(parts.n_layers):
+        if layer not in wanted:
+            out.append(torch.full((len(rows),), float("nan"), device=param.device))
+            continue
         post = after[layer].to(device=param.device, dtype=param.dtype)
         delta = mlp_out[layer].to(device=param.device, dtype=param.dtype)
         norm = _post_mlp_norm(parts.layers[layer])

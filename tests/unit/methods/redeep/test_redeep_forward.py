@@ -91,6 +91,15 @@ def test_a_larger_k_changes_ecs_and_keeps_pks(tiny_handle, tiny_result):
     assert not np.allclose(wide.ecs, base.ecs)
 
 
+def test_pks_of_chosen_layers_only_equals_the_full_computation_there(tiny_handle, tiny_result):
+    """A detector asks only for its chosen layers: the same PKS there, NaN elsewhere, ECS unchanged."""
+    full = redeep_trace(tiny_handle, tiny_result)
+    chosen = redeep_trace(tiny_handle, tiny_result, layers=[1])
+    np.testing.assert_array_equal(chosen.pks[:, 1], full.pks[:, 1])
+    assert np.isnan(np.delete(chosen.pks, 1, axis=1)).all()
+    np.testing.assert_array_equal(chosen.ecs, full.ecs)
+
+
 def test_no_pks_when_not_asked_and_the_window_bounds_the_tokens(tiny_handle, tiny_result):
     t = redeep_trace(tiny_handle, tiny_result, pks=False)
     assert t.pks is None and t.pks_refusal is None
