@@ -40,11 +40,13 @@ def draw_intro() -> None:
     )
     with st.expander("Precise definition"):
         st.markdown(
-            "ECS_n^{ℓ,h} = cos(x_n^L, ē): x_n^L the last layer's (final-normed) state at the step that predicts "
-            "answer token n, ē the mean of the same states over the top-10 % context tokens head (ℓ, h) attends "
-            "to most from there. PKS_n^ℓ = JSD(q(x_n^{mid,ℓ}) ‖ q(x_n^ℓ)): the logit lens before and after layer "
-            "ℓ's MLP, in nats (0 … ln 2). Score = α·ΣPKS − β·ΣECS over the chosen layers and heads (higher: more "
-            "likely recalled). Sun et al., ReDeEP (ICLR 2025, arXiv 2410.11414). Built for hallucination in 7B "
+            r"$\mathrm{ECS}_n^{\ell,h} = \cos(x_n^L, \bar e)$: $x_n^L$ the last layer's (final-normed) state at the "
+            r"step that predicts answer token $n$, $\bar e$ the mean of the same states over the top-10 % context "
+            r"tokens head $(\ell, h)$ attends to most from there. "
+            r"$\mathrm{PKS}_n^\ell = \mathrm{JSD}(q(x_n^{\mathrm{mid},\ell}) \,\|\, q(x_n^\ell))$: the logit lens "
+            r"before and after layer $\ell$'s MLP, in nats ($0 \ldots \ln 2$). "
+            r"Score $= \alpha \sum \mathrm{PKS} - \beta \sum \mathrm{ECS}$ over the chosen layers and heads (higher: "
+            "more likely recalled). Sun et al., ReDeEP (ICLR 2025, arXiv 2410.11414). Built for hallucination in 7B "
             "models; a 135M model may have no clean copying heads — see docs/redeep.md."
         )
 

@@ -21,8 +21,9 @@ def test_attention_page_opens_a_head_when_a_cell_is_clicked(app: AppPage, artifa
     )
 
     page = app.page
-    # client-side navigation keeps the session (and its last run)
-    page.get_by_role("link", name="Attention").click()
+    # client-side navigation keeps the session (and its last run); the sidebar's link (the agreement view links
+    # the Lookback Lens row to the Attention page too)
+    page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name="Attention").click()
     # the heading, or the app's error box (then fail at once with its message instead of a long timeout)
     heading = page.get_by_role("heading", name="Attention entropy per head")
     heading.or_(page.locator(ERRORS)).first.wait_for(timeout=RUN_TIMEOUT_MS)
