@@ -65,10 +65,12 @@ class PageContext:
     def __init__(self, config: AppConfig, handle: ModelHandle | None = None) -> None:
         self.selected = config
         self._resolved: tuple[ModelHandle, AppConfig] | None = None if handle is None else (handle, config)
+        self._notices = st.container()  # above everything the page draws next: a model that cannot load says so here
 
     def _resolve(self) -> tuple[ModelHandle, AppConfig]:
         if self._resolved is None:
-            handle, config = _handle_or_fallback(self.selected)
+            with self._notices:
+                handle, config = _handle_or_fallback(self.selected)
             url_state.restore_result(config, handle)  # a reload: this server's run of the restored inputs, if any
             widgets.draw_model_facts(handle)
             url_state.sync()
