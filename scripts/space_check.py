@@ -70,7 +70,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 CONTAINERS_CONF = '[containers]\ndefault_ulimits = []\n\n[engine]\ncgroup_manager = "cgroupfs"\n'
 # The Dual Path check and the Z comparison both use the first bundled example; the CLI run is short.
 Z_MAX_NEW_TOKENS = 16
-VERDICT = re.compile("Recalled from memory|Read from the context|Inconclusive|No threshold")
+VERDICT = re.compile("Recalled from memory|Read from the context|Neither: a guess|Inconclusive|No threshold")
 
 
 class Skip(Exception):
