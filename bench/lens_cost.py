@@ -1,15 +1,18 @@
-"""ReDeEP's cost per row against RePCS alone (issue 24), on the embedded model.
+"""A lens' cost per row against RePCS alone (issue 24), on the embedded model.
 
 Side by side in one run, several repeats, order alternated each repeat, over the same rows of the behavior set's
 report split:
   repcs   — ``evaluate``'s batched scoring of the rows (one padded generate + one teacher-forced forward per
             batch) and the ``repcs`` detector (Z from the result: free)
-  redeep  — the same, plus the ``redeep`` detectors on each row (one traced forward of the retrieval prompt +
-            answer per row and the logit lens before/after every MLP, shared by ``redeep``, ``redeep_ecs`` and
-            ``redeep_pks``)
-Prints medians, the ratio, and as its last line ``redeep_ratio=<median redeep/repcs>``.
+  <lens>  — the same, plus the lens' detectors on each row: ``lookback`` (one traced forward of the retrieval
+            prompt + answer, shared by ``lookback``, ``lookback_cv`` and ``lookback_mean``) or ``redeep`` (one
+            traced forward and the logit lens before/after the chosen layers' MLPs, shared by ``redeep``,
+            ``redeep_ecs`` and ``redeep_pks``)
+Prints medians, the rows a detector failed on (one-token answers), and as its last line
+``<lens>_ratio=<median lens/repcs>``.
 
-    python bench/redeep.py [--rows 4] [--repeats 2] [--threads 1]
+    python bench/lens_cost.py --lens lookback [--rows 8] [--repeats 3] [--threads 1]
+    python bench/lens_cost.py --lens redeep [--rows 4] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -26,11 +29,17 @@ from core.evaluation.scoring import resolve_detectors, score_records
 from core.io import asset_path
 from core.model.loading import load_model
 
+LENSES = {
+    "lookback": ["lookback", "lookback_cv", "lookback_mean"],
+    "redeep": ["redeep", "redeep_ecs", "redeep_pks"],
+}
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--lens", choices=sorted(LENSES), required=True)
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
@@ -40,10 +49,7 @@ def main() -> int:
         picked = [r for r in csv.DictReader(fh) if r["split"] == "report"][: args.rows]
     rows = [LabeledRow(i + 1, r["query"], r["context"], r["label"]) for i, r in enumerate(picked)]
     settings = DualPathSettings(max_new_tokens=args.tokens, score_window=args.tokens)
-    detectors = {
-        "repcs": resolve_detectors(["repcs"]),
-        "redeep": resolve_detectors(["repcs", "redeep", "redeep_ecs", "redeep_pks"]),
-    }
+    detectors = {"repcs": resolve_detectors(["repcs"]), args.lens: resolve_detectors(["repcs", *LENSES[args.lens]])}
 
     def job(name: str):
         def run() -> int:
@@ -56,12 +62,12 @@ def main() -> int:
     for fn in jobs.values():  # warm-up
         fn()
     rounds, last = time_alternating(jobs, args.repeats)
-    per_row = {name: [r[name] / len(rows) for r in rounds] for name in jobs}
-    for name, values in per_row.items():
-        print(median_line(name, values, "s/row", digits=2))
-    ratio = statistics.median(r["redeep"] / r["repcs"] for r in rounds)
-    print(f"rows a detector failed on: {last['redeep']}")
-    print(f"redeep_ratio={ratio:.2f}")
+    for name in jobs:
+        print(median_line(name, [r[name] / len(rows) for r in rounds], "s/row", digits=2))
+    ratio = statistics.median(r[args.lens] / r["repcs"] for r in rounds)
+    print(f"rows={len(rows)} tokens<={args.tokens} threads={args.threads} repeats={args.repeats}")
+    print(f"rows a detector failed on: {last[args.lens]}")
+    print(f"{args.lens}_ratio={ratio:.2f}")
     return 0
 
 
