@@ -47,7 +47,7 @@ from core.detectors.crm import basis_for, displacement_for
 from core.detectors.radar import score as radar_score
 from core.detectors.redeep import score_ecs, score_pks
 from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
-from core.io import JsonRecord, asset_path
+from core.io import JsonRecord
 from core.maths.divergence import kl_statistics
 from core.methods.baselines import min_k_plus_plus, min_k_prob, zlib_ratio
 from core.methods.crm import SUPERVISED, supervised_score
@@ -224,22 +224,10 @@ class CombinedModel(JsonRecord):
 
 def bundled_model_path(template_key: str) -> Path:
     """``assets/combined/embedded-<template>.json``: the embedded model's combined detector."""
-    return asset_path("combined", f"embedded-{template_key}.json")
+    return COMBINED_MODEL.bundled("", template_key)  # type: ignore[misc]
 
 
-def _unfit(model: CombinedModel, handle: ModelHandle, template_key: str) -> str | None:
-    if model.model == handle.info.name and model.template == template_key:
-        return None
-    return f"made for {model.model!r} / {model.template!r}"
-
-
-COMBINED_MODEL = artifacts.ArtifactKind(
-    name="combined-detector",
-    read=CombinedModel.load,
-    bundled=lambda slug, key: bundled_model_path(key),
-    cache=lambda slug, key: Path("combined") / slug / f"{key}.json",
-    fresh=_unfit,
-)
+COMBINED_MODEL = artifacts.per_template("combined-detector", CombinedModel.load, "combined")
 """The combined detector per (model, resolved template): bundled for the embedded model, else built and cached."""
 
 

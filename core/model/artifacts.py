@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from core.io import cache_dir
+from core.io import asset_path, cache_dir
 from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,30 @@ class ArtifactKind(Generic[T]):
     bundled_embedded_only: bool = True
     fresh: Callable[[T, ModelHandle, str], str | None] | None = None
     memo: bool = True
+
+
+def made_for(value: Any, handle: ModelHandle, variant: str) -> str | None:
+    """The freshness check of a record stored per (model, template): ``None`` when its ``model`` and ``template``
+    name this model and ``variant`` and, where the record has ``n_layers`` / ``n_heads``, they are the model's;
+    else what it was made for."""
+    if value.model != handle.info.name or value.template != variant:
+        return f"made for {value.model!r} / {value.template!r}"
+    shape = (getattr(value, "n_layers", None), getattr(value, "n_heads", None))
+    if shape != (None, None) and shape != (handle.info.n_layers, handle.info.n_heads):
+        return f"made for {shape[0]} layers × {shape[1]} heads"
+    return None
+
+
+def per_template(name: str, read: Callable[[Path], T], folder: str) -> ArtifactKind[T]:
+    """A JSON record kind stored per (model, resolved template), checked by :func:`made_for`: bundled for the
+    embedded model as ``assets/<folder>/embedded-<template>.json``, cached as ``<folder>/<slug>/<template>.json``."""
+    return ArtifactKind(
+        name=name,
+        read=read,
+        bundled=lambda slug, key: asset_path(folder, f"embedded-{key}.json"),
+        cache=lambda slug, key: Path(folder) / slug / f"{key}.json",
+        fresh=made_for,
+    )
 
 
 def cache_path(kind: ArtifactKind[Any], handle: ModelHandle, variant: str = "") -> Path:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from core.io import JsonRecord, asset_path
+from core.io import JsonRecord
 from core.model import artifacts
 from core.model.handle import ModelHandle
 from core.model.prompts import resolve_template
@@ -102,24 +102,10 @@ class LookbackModel(JsonRecord):
 
 def bundled_model_path(template_key: str) -> Path:
     """``assets/lookback/embedded-<template>.json``: the embedded model's Lookback Lens classifier."""
-    return asset_path("lookback", f"embedded-{template_key}.json")
+    return LOOKBACK_MODEL.bundled("", template_key)  # type: ignore[misc]
 
 
-def _unfit(model: LookbackModel, handle: ModelHandle, template_key: str) -> str | None:
-    if model.model != handle.info.name or model.template != template_key:
-        return f"made for {model.model!r} / {model.template!r}"
-    if (model.n_layers, model.n_heads) != (handle.info.n_layers, handle.info.n_heads):
-        return f"made for {model.n_layers} layers × {model.n_heads} heads"
-    return None
-
-
-LOOKBACK_MODEL = artifacts.ArtifactKind(
-    name="lookback-lens",
-    read=LookbackModel.load,
-    bundled=lambda slug, key: bundled_model_path(key),
-    cache=lambda slug, key: Path("lookback") / slug / f"{key}.json",
-    fresh=_unfit,
-)
+LOOKBACK_MODEL = artifacts.per_template("lookback-lens", LookbackModel.load, "lookback")
 """The Lookback Lens classifier per (model, resolved template): bundled for the embedded model, else cached."""
 
 

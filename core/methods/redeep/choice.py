@@ -359,7 +359,7 @@ def parse_layers(text: str) -> list[int]:
 
 def bundled_choice_path(template_key: str) -> Path:
     """``assets/redeep/embedded-<template>.json``: the embedded model's choice."""
-    return asset_path("redeep", f"embedded-{template_key}.json")
+    return REDEEP_CHOICE.bundled("", template_key)  # type: ignore[misc]
 
 
 def bundled_table_path(template_key: str) -> Path:
@@ -367,21 +367,7 @@ def bundled_table_path(template_key: str) -> Path:
     return asset_path("redeep", f"embedded-{template_key}.calibration.npz")
 
 
-def _unfit(choice: ReDeEPChoice, handle: ModelHandle, template_key: str) -> str | None:
-    if choice.model != handle.info.name or choice.template != template_key:
-        return f"made for {choice.model!r} / {choice.template!r}"
-    if (choice.n_layers, choice.n_heads) != (handle.info.n_layers, handle.info.n_heads):
-        return "made for another shape"
-    return None
-
-
-REDEEP_CHOICE = artifacts.ArtifactKind(
-    name="redeep-choice",
-    read=ReDeEPChoice.load,
-    bundled=lambda slug, key: bundled_choice_path(key),
-    cache=lambda slug, key: Path("redeep") / slug / f"{key}.json",
-    fresh=_unfit,
-)
+REDEEP_CHOICE = artifacts.per_template("redeep-choice", ReDeEPChoice.load, "redeep")
 """ReDeEP's choice per (model, resolved template): bundled for the embedded model, else built and cached."""
 
 
@@ -397,7 +383,7 @@ def load_choice_for(handle: ModelHandle, template: str) -> ReDeEPChoice | None:
     override = os.environ.get(OVERRIDE_ENV)
     if override:
         choice = ReDeEPChoice.load(override)
-        why = _unfit(choice, handle, key)
+        why = artifacts.made_for(choice, handle, key)
         if why is not None:
             raise ValueError(f"${OVERRIDE_ENV} names a ReDeEP choice {why}")
         return choice

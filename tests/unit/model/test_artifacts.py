@@ -103,3 +103,28 @@ def test_no_module_asks_is_this_the_embedded_model_its_own_way():
         text = (ROOT / name).read_text(encoding="utf-8")
         assert not pattern.search(text), name
         assert "artifacts" in text or name == "core/methods/repcs.py", name
+
+
+def test_a_per_template_kind_places_its_files_and_checks_model_template_and_shape(tiny_handle, tmp_path, monkeypatch):
+    """The combined model, the Lookback classifier and the ReDeEP choice are declared this one way."""
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path / "cache"))
+    kind = artifacts.per_template("fit", lambda path: path, "fits")
+    assert kind.bundled("any-slug", "chat") == ROOT / "assets" / "fits" / "embedded-chat.json"
+    cached = artifacts.cache_path(kind, tiny_handle, "chat")
+    assert cached == tmp_path / "cache" / "fits" / tiny_handle.slug / "chat.json"
+
+    @dataclasses.dataclass
+    class Record:
+        model: str
+        template: str
+        n_layers: int | None = None
+        n_heads: int | None = None
+
+    info = tiny_handle.info
+    assert artifacts.made_for(Record(info.name, "chat"), tiny_handle, "chat") is None
+    assert artifacts.made_for(Record(info.name, "chat", info.n_layers, info.n_heads), tiny_handle, "chat") is None
+    assert artifacts.made_for(Record("other", "chat"), tiny_handle, "chat") == "made for 'other' / 'chat'"
+    assert artifacts.made_for(Record(info.name, "plain"), tiny_handle, "chat") == f"made for {info.name!r} / 'plain'"
+    wrong = Record(info.name, "chat", info.n_layers + 1, info.n_heads)
+    shape = f"made for {info.n_layers + 1} layers × {info.n_heads} heads"
+    assert artifacts.made_for(wrong, tiny_handle, "chat") == shape
