@@ -31,14 +31,14 @@ gives no guarantee at all — the held-out FPR/FNR are the honest figures.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from core.engine.verdict import INCONCLUSIVE
-from core.evaluation.length_rates import label_array, rates_by_length
+from core.evaluation.length_rates import label_array, rates_by_length, scored_lengths
+from core.evaluation.pac import DEFAULT_EPSILON, max_or_none, pac_summary, pac_table
 from core.methods.repcs import (
     DEFAULT_TAU_MODE,
     TAU_LENGTH,
@@ -52,7 +52,6 @@ from core.methods.repcs import (
 )
 
 DEFAULT_ALPHA = 0.05
-DEFAULT_EPSILON = 0.05
 DEFAULT_FRACTION = 0.5
 
 
@@ -148,60 +147,6 @@ def achieved_rates(z: np.ndarray, labels: np.ndarray, tau: float | np.ndarray) -
     return fpr, fnr
 
 
-def pac_table(
-    gamma_token: float,
-    gamma_vocab: float | None,
-    delta: float | None,
-    T: int,
-    n_scored: np.ndarray | None,
-    epsilon: float = DEFAULT_EPSILON,
-) -> dict[str, Any]:
-    """The PAC sample size n ≥ 8 γ² T Δ⁻² log(2/ε) (RePCS Thm III.4) for each reading of γ and of T.
-
-    * γ: ``"vocabulary"`` — max over rows, scored tokens and every vocabulary entry that enters the KL of
-      |log P_rag − log P_para|, the quantity Lemma III.3 assumes bounded (its proof bounds the log-ratio
-      X_i of every outcome the KL averages over); ``"realised_token"`` — the same at the realised answer
-      token only (γ̂, what earlier versions reported). The realised-token γ̂ is never larger, so the n it gives
-      is optimistic.
-    * T: ``"nominal"`` — the window T; ``"max"``, ``"mean"``, ``"median"`` of the scored tokens
-      L = min(T, answer length): Z of a row sums L terms, so its variance proxy is 2γ²L (``"max"`` is the
-      conservative effective T over these rows).
-
-    Args:
-        gamma_token, gamma_vocab: the two γ (nats); ``gamma_vocab`` ``None`` when the rows lack it.
-        delta: Δ̂ (nats); no n without a positive gap.
-        n_scored: L per row, or ``None``.
-
-    Returns:
-        JSON-ready: ``gamma`` and ``T`` (each reading's value), ``n`` (``{gamma reading: {T reading: n}}``,
-        ``None`` where undefined), ``delta``, ``epsilon`` and a ``note``.
-    """
-    gammas: dict[str, float | None] = {"vocabulary": gamma_vocab, "realised_token": float(gamma_token)}
-    Ts: dict[str, float | None] = {"nominal": float(T), "max": None, "mean": None, "median": None}
-    if n_scored is not None and np.asarray(n_scored).size:
-        L = np.asarray(n_scored, dtype=np.float64)
-        Ts.update(max=float(L.max()), mean=float(L.mean()), median=float(np.median(L)))
-    n: dict[str, dict[str, int | None]] = {}
-    for g_name, g in gammas.items():
-        n[g_name] = {}
-        for t_name, t in Ts.items():
-            ok = g is not None and t is not None and t >= 1 and delta is not None and delta > 0
-            n[g_name][t_name] = pac_sample_size(float(g), t, float(delta), epsilon) if ok else None  # type: ignore[arg-type]
-    return {
-        "gamma": gammas,
-        "T": Ts,
-        "delta": delta,
-        "epsilon": epsilon,
-        "n": n,
-        "note": (
-            "n ≥ 8 γ² T Δ⁻² log(2/ε). Lemma III.3 bounds |log P_rag − log P_para| over the vocabulary entries that "
-            "enter the KL: the 'vocabulary' γ is that bound as observed; 'realised_token' looks at the answer token "
-            "only and understates it. Z sums L = min(T, answer length) tokens: the effective T (max/mean/median L) "
-            "is what the rows actually sum."
-        ),
-    }
-
-
 def calibrate(
     z: np.ndarray,
     labels: np.ndarray,
@@ -240,6 +185,80 @@ def calibrate(
         ValueError: shape mismatch, no calibration row, a memorized row in the calibration set, bad α/ε, an
             unknown mode, ``mode="length"`` without lengths, or too few clean rows per length bucket.
     """
+    zz, y, g, mask, L, mode = _checked_inputs(z, labels, max_abs_log_ratio, calibration_mask, n_scored, mode, epsilon)
+    held = ~mask
+    gamma = float(g.max()) if g.size else 0.0
+    clean_all, mem_all = zz[y == 0], zz[y == 1]
+    delta = float(clean_all.mean() - mem_all.mean()) if mem_all.size else None
+    n_required = pac_sample_size(gamma, T, delta, epsilon) if delta is not None and delta > 0 else None
+    base = fit_threshold(
+        zz[mask],
+        mem_all,
+        gamma,
+        T=T,
+        model=model,
+        alpha=alpha,
+        epsilon=epsilon,
+        source=source,
+        n_scored_clean=L[mask] if mode == TAU_LENGTH and L is not None else None,
+    )
+    rates = _heldout_rates(zz[held], y[held], None if L is None else L[held], base, calibrate_tau(zz[mask], alpha))
+    n_cal = int(mask.sum())
+    n_held_clean, n_held_mem = int((held & (y == 0)).sum()), int((held & (y == 1)).sum())
+    warnings = _calibration_warnings(delta, n_required, n_cal, n_held_clean, epsilon=epsilon, gamma=gamma, T=T)
+    threshold = dataclasses.replace(
+        base,
+        delta=delta,
+        n_required=n_required,
+        fpr=rates.fpr,
+        fnr=rates.fnr,
+        mean_z_clean=float(clean_all.mean()),
+        extra={
+            **(extra or {}),
+            **({"template": template} if template else {}),
+            "tau_mode": base.mode,
+            "fpr_heldout_constant": rates.fpr_constant,
+            "fnr_heldout_constant": rates.fnr_constant,
+            "fpr_calibration": float(base.fpr) if base.fpr is not None else None,
+            "n_heldout_clean": n_held_clean,
+            "n_heldout_memorized": n_held_mem,
+            "rates": "held-out",
+            "delta_from": "all labeled rows",
+            "gamma_from": "max over all rows",
+        },
+    )
+    return CalibrationReport(
+        threshold=threshold,
+        n_calibration=n_cal,
+        n_heldout_clean=n_held_clean,
+        n_heldout_memorized=n_held_mem,
+        fpr_heldout=rates.fpr,
+        fnr_heldout=rates.fnr,
+        fpr_calibration=float(base.fpr),
+        gamma=gamma,
+        delta=delta,
+        n_required=n_required,
+        warnings=warnings,
+        mode=base.mode,
+        fpr_heldout_constant=rates.fpr_constant,
+        fnr_heldout_constant=rates.fnr_constant,
+        inconclusive_heldout=rates.inconclusive,
+        rates_by_length=[] if L is None or not held.any() else rates_by_length(zz[held], y[held], L[held], threshold),
+        pac=pac_table(gamma, max_or_none(max_abs_log_ratio_vocab), delta, T, L, epsilon),
+    )
+
+
+def _checked_inputs(
+    z: np.ndarray,
+    labels: np.ndarray,
+    max_abs_log_ratio: np.ndarray,
+    calibration_mask: np.ndarray,
+    n_scored: np.ndarray | None,
+    mode: str | None,
+    epsilon: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, str]:
+    """:func:`calibrate`'s inputs as arrays (Z and log-ratios float64, labels 0/1, mask bool, L int64 or
+    ``None``) and the τ setting resolved; raises ``ValueError`` for each refusal :func:`calibrate` lists."""
     zz = np.asarray(z, dtype=np.float64)
     y = label_array(labels)
     g = np.asarray(max_abs_log_ratio, dtype=np.float64)
@@ -268,36 +287,42 @@ def calibrate(
             "The length-aware τ needs each row's number of scored answer tokens (rows of an older evaluation "
             "JSON lack n_tokens): score the rows again, or use the paper's constant τ (--tau-mode paper)."
         )
-    tau = calibrate_tau(zz[mask], alpha)
-    held = ~mask
-    gamma = float(g.max()) if g.size else 0.0
-    clean_all, mem_all = zz[y == 0], zz[y == 1]
-    delta = float(clean_all.mean() - mem_all.mean()) if mem_all.size else None
-    n_required = pac_sample_size(gamma, T, delta, epsilon) if delta is not None and delta > 0 else None
-    base = fit_threshold(
-        zz[mask],
-        mem_all,
-        gamma,
-        T=T,
-        model=model,
-        alpha=alpha,
-        epsilon=epsilon,
-        source=source,
-        n_scored_clean=L[mask] if mode == TAU_LENGTH and L is not None else None,
-    )
-    fpr_const, fnr_const = achieved_rates(zz[held], y[held], tau)
-    if base.length_tau is not None and L is not None:
-        tau_rows = np.array([base.length_tau.tau(max(int(n), 1)) for n in L[held]])
-        fpr_held, fnr_held = achieved_rates(zz[held], y[held], tau_rows)
-        verdicts = np.array([decide(float(zi), int(li), base).verdict for zi, li in zip(zz[held], L[held])])
-        yh = y[held]
-        inconclusive = {
-            "grounded": float((verdicts[yh == 0] == INCONCLUSIVE).mean()) if (yh == 0).any() else None,
-            "memorized": float((verdicts[yh == 1] == INCONCLUSIVE).mean()) if (yh == 1).any() else None,
-        }
-    else:
-        fpr_held, fnr_held, inconclusive = fpr_const, fnr_const, None
-    n_cal = int(mask.sum())
+    return zz, y, g, mask, L, mode
+
+
+@dataclass(frozen=True)
+class _HeldoutRates:
+    """Held-out error rates: the calibrated rule's (``fpr``/``fnr``), the constant τ's, and the share of each
+    class the τ(L) band leaves inconclusive (``None`` without τ(L))."""
+
+    fpr: float | None
+    fnr: float | None
+    fpr_constant: float | None
+    fnr_constant: float | None
+    inconclusive: dict[str, float | None] | None
+
+
+def _heldout_rates(z: np.ndarray, y: np.ndarray, L: np.ndarray | None, base: Threshold, tau: float) -> _HeldoutRates:
+    """FPR/FNR on the held-out rows ``z``/``y`` (lengths ``L``) of the constant ``tau`` and, when ``base`` has
+    τ(L) and the rows their lengths, of τ(L) with the inconclusive shares of its decision rule."""
+    fpr_const, fnr_const = achieved_rates(z, y, tau)
+    if base.length_tau is None or L is None:
+        return _HeldoutRates(fpr_const, fnr_const, fpr_const, fnr_const, None)
+    tau_rows = np.array([base.length_tau.tau(max(int(n), 1)) for n in L])
+    fpr_held, fnr_held = achieved_rates(z, y, tau_rows)
+    verdicts = np.array([decide(float(zi), int(li), base).verdict for zi, li in zip(z, L)])
+    inconclusive = {
+        "grounded": float((verdicts[y == 0] == INCONCLUSIVE).mean()) if (y == 0).any() else None,
+        "memorized": float((verdicts[y == 1] == INCONCLUSIVE).mean()) if (y == 1).any() else None,
+    }
+    return _HeldoutRates(fpr_held, fnr_held, fpr_const, fnr_const, inconclusive)
+
+
+def _calibration_warnings(
+    delta: float | None, n_required: int | None, n_cal: int, n_held_clean: int, *, epsilon: float, gamma: float, T: int
+) -> list[str]:
+    """Plain sentences on what the calibration cannot conclude: no gap, fewer rows than the PAC n, no
+    held-out grounded row."""
     warnings: list[str] = []
     if delta is None:
         warnings.append("No memorized rows: Δ (the influence gap) and the FNR cannot be estimated.")
@@ -311,71 +336,9 @@ def calibrate(
             f"The calibration set has {n_cal} clean rows, fewer than the PAC n = {n_required:,} for ε = {epsilon:g} "
             f"(γ̂ = {gamma:.3g}, T = {T}, Δ̂ = {delta:.3g}): the FPR ≤ α / FNR ≤ ε guarantee is not established."
         )
-    if int((held & (y == 0)).sum()) == 0:
+    if n_held_clean == 0:
         warnings.append("Every grounded row was used for calibration: there is no held-out FPR; keep some back.")
-    threshold = dataclasses.replace(
-        base,
-        delta=delta,
-        n_required=n_required,
-        fpr=fpr_held,
-        fnr=fnr_held,
-        mean_z_clean=float(clean_all.mean()),
-        extra={
-            **(extra or {}),
-            **({"template": template} if template else {}),
-            "tau_mode": base.mode,
-            "fpr_heldout_constant": fpr_const,
-            "fnr_heldout_constant": fnr_const,
-            "fpr_calibration": float(base.fpr) if base.fpr is not None else None,
-            "n_heldout_clean": int((held & (y == 0)).sum()),
-            "n_heldout_memorized": int((held & (y == 1)).sum()),
-            "rates": "held-out",
-            "delta_from": "all labeled rows",
-            "gamma_from": "max over all rows",
-        },
-    )
-    return CalibrationReport(
-        threshold=threshold,
-        n_calibration=n_cal,
-        n_heldout_clean=int((held & (y == 0)).sum()),
-        n_heldout_memorized=int((held & (y == 1)).sum()),
-        fpr_heldout=fpr_held,
-        fnr_heldout=fnr_held,
-        fpr_calibration=float(base.fpr),
-        gamma=gamma,
-        delta=delta,
-        n_required=n_required,
-        warnings=warnings,
-        mode=base.mode,
-        fpr_heldout_constant=fpr_const,
-        fnr_heldout_constant=fnr_const,
-        inconclusive_heldout=inconclusive,
-        rates_by_length=[] if L is None or not held.any() else rates_by_length(zz[held], y[held], L[held], threshold),
-        pac=pac_table(gamma, _max_or_none(max_abs_log_ratio_vocab), delta, T, L, epsilon),
-    )
-
-
-def _max_or_none(values: np.ndarray | Sequence[float | None] | None) -> float | None:
-    """The largest value, or ``None`` when there are none or any is missing."""
-    if values is None:
-        return None
-    items = list(values)
-    if not items or any(v is None for v in items):
-        return None
-    return float(np.max(np.asarray(items, dtype=np.float64)))
-
-
-def pac_summary(records: Sequence[dict[str, Any]], T: int, epsilon: float = DEFAULT_EPSILON) -> dict[str, Any] | None:
-    """:func:`pac_table` over evaluation records (γ over all rows, Δ̂ = mean Z grounded − mean Z memorized,
-    L = min(T, ``n_tokens``)); ``None`` without records of both labels."""
-    labeled = [r for r in records if r.get("label") in ("memorized", "grounded") and r.get("repcs_score") is not None]
-    z_mem = [float(r["repcs_score"]) for r in labeled if r["label"] == "memorized"]
-    z_clean = [float(r["repcs_score"]) for r in labeled if r["label"] == "grounded"]
-    if not z_mem or not z_clean:
-        return None
-    gamma = max(float(r.get("max_abs_log_ratio") or 0.0) for r in labeled)
-    vocab = _max_or_none([r.get("max_abs_log_ratio_vocab") for r in labeled])
-    return pac_table(gamma, vocab, float(np.mean(z_clean) - np.mean(z_mem)), T, _n_scored(labeled, T), epsilon)
+    return warnings
 
 
 def calibrate_records(
@@ -420,17 +383,10 @@ def calibrate_records(
         template=template,
         source=source,
         extra={"calibration_rows": sorted(int(r["row"]) for r, m in zip(records, mask) if m)},
-        n_scored=_n_scored(records, T),
+        n_scored=scored_lengths(records, T),
         mode=mode,
         max_abs_log_ratio_vocab=[r.get("max_abs_log_ratio_vocab") for r in records],  # type: ignore[arg-type]
     )
-
-
-def _n_scored(records: Sequence[dict[str, Any]], T: int) -> np.ndarray | None:
-    """L = min(T, n_tokens) per record, or ``None`` when a record has no ``n_tokens``."""
-    if any(r.get("n_tokens") is None for r in records):
-        return None
-    return np.array([min(int(T), int(r["n_tokens"])) for r in records], dtype=np.int64)
 
 
 def check_threshold(threshold: Threshold, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -438,7 +394,7 @@ def check_threshold(threshold: Threshold, records: list[dict[str, Any]]) -> dict
     has one and the records carry their lengths, else its constant τ."""
     labels = np.array([1 if r["label"] == "memorized" else 0 for r in records])
     z = np.array([r["repcs_score"] for r in records], dtype=np.float64)
-    L = _n_scored(records, threshold.T)
+    L = scored_lengths(records, threshold.T)
     length_aware = threshold.length_tau is not None and L is not None
     tau = np.array([threshold.tau_at(max(int(n), 1)) for n in L]) if length_aware else float(threshold.tau)
     fpr, fnr = achieved_rates(z, labels, tau)

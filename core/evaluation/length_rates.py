@@ -192,3 +192,10 @@ def length_report(records: Sequence[dict[str, Any]], threshold: Threshold | None
             threshold,
         ),
     }
+
+
+def scored_lengths(records: Sequence[dict[str, Any]], T: int) -> np.ndarray | None:
+    """L = min(T, n_tokens) per record, or ``None`` when a record has no ``n_tokens``."""
+    if any(r.get("n_tokens") is None for r in records):
+        return None
+    return np.array([min(int(T), int(r["n_tokens"])) for r in records], dtype=np.int64)

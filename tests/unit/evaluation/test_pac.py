@@ -1,4 +1,4 @@
-"""core.evaluation.calibration: the PAC sample size with γ as RePCS Lemma III.3 uses it and with the effective T
+"""core.evaluation.pac: the PAC sample size with γ as RePCS Lemma III.3 uses it and with the effective T
 (issue 11)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from core.evaluation.calibration import calibrate_records, pac_summary, pac_table
+from core.evaluation.calibration import calibrate_records
+from core.evaluation.pac import pac_summary, pac_table
 
 
 def _n(gamma: float, T: float, delta: float, eps: float) -> int:
