@@ -265,6 +265,57 @@ def fact_rows(
     return rows
 
 
+def _labeled_rows(
+    rows: Sequence[SourceRow], answers: Sequence[str | None], options: BuildOptions
+) -> tuple[list[dict[str, str]], dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """The rows whose with-context answer has a behavior label, as the set's CSV rows, with the counts kept
+    (kind → label → n) and left out (kind → reason → n)."""
+    kept: list[dict[str, str]] = []
+    by_kind: dict[str, dict[str, int]] = {}
+    dropped: dict[str, dict[str, int]] = {}
+    for r, answer in zip(rows, answers):
+        if answer is None:
+            _count(dropped, r.kind, "prompt too long for the model")
+            continue
+        label, reason = behavior_label(answer, r.answer_context, r.answer_memory)
+        if label is None:
+            _count(dropped, r.kind, f"answer names {reason}")
+            continue
+        _count(by_kind, r.kind, label)
+        kept.append(
+            {
+                "query": r.query,
+                "context": r.context,
+                "label": MEMORIZED if label == RECALLED else GROUNDED,
+                "behavior": label,
+                "kind": r.kind,
+                "source": r.source,
+                "answer_context": join_aliases(r.answer_context),
+                "answer_memory": join_aliases(r.answer_memory),
+                "group": r.group,
+                "split": split_of(r.group, options.seed, options.calibration_fraction),
+                "build_answer": answer,
+                "no_context_answer": r.no_context_answer,
+            }
+        )
+    return kept, by_kind, dropped
+
+
+def _totals(kept: Sequence[dict[str, str]]) -> dict[str, Any]:
+    """The kept rows' ``total`` (read, recalled, conflict rows) and ``split`` (split → behavior → n) counts."""
+    return {
+        "total": {
+            READ: sum(r["behavior"] == READ for r in kept),
+            RECALLED: sum(r["behavior"] == RECALLED for r in kept),
+            "conflict_rows": sum(r["kind"] in CONFLICT_KINDS for r in kept),
+        },
+        "split": {
+            s: {b: sum(r["split"] == s and r["behavior"] == b for r in kept) for b in (READ, RECALLED)}
+            for s in (CALIBRATION, REPORT)
+        },
+    }
+
+
 def build_conflict_set(
     handle: ModelHandle,
     facts: Sequence[Fact],
@@ -305,46 +356,11 @@ def build_conflict_set(
         cache=cache,
         progress=progress,
     )
-    kept: list[dict[str, str]] = []
-    by_kind: dict[str, dict[str, int]] = {}
-    dropped: dict[str, dict[str, int]] = {}
-    for r, answer in zip(rows, answers):
-        if answer is None:
-            _count(dropped, r.kind, "prompt too long for the model")
-            continue
-        label, reason = behavior_label(answer, r.answer_context, r.answer_memory)
-        if label is None:
-            _count(dropped, r.kind, f"answer names {reason}")
-            continue
-        _count(by_kind, r.kind, label)
-        kept.append(
-            {
-                "query": r.query,
-                "context": r.context,
-                "label": MEMORIZED if label == RECALLED else GROUNDED,
-                "behavior": label,
-                "kind": r.kind,
-                "source": r.source,
-                "answer_context": join_aliases(r.answer_context),
-                "answer_memory": join_aliases(r.answer_memory),
-                "group": r.group,
-                "split": split_of(r.group, options.seed, options.calibration_fraction),
-                "build_answer": answer,
-                "no_context_answer": r.no_context_answer,
-            }
-        )
+    kept, by_kind, dropped = _labeled_rows(rows, answers, options)
     counts["rows_answered"] = len(rows)
     counts["kept"] = by_kind
     counts["left_out"]["rows"] = dropped
-    counts["total"] = {
-        READ: sum(r["behavior"] == READ for r in kept),
-        RECALLED: sum(r["behavior"] == RECALLED for r in kept),
-        "conflict_rows": sum(r["kind"] in CONFLICT_KINDS for r in kept),
-    }
-    counts["split"] = {
-        s: {b: sum(r["split"] == s and r["behavior"] == b for r in kept) for b in (READ, RECALLED)}
-        for s in (CALIBRATION, REPORT)
-    }
+    counts.update(_totals(kept))
     meta = {
         "model": handle.info.name,
         "max_new_tokens": options.max_new_tokens,
