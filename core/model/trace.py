@@ -189,30 +189,11 @@ def trace(
         raise ValueError(f"logits must be >= 0, got {logits}")
     out = Trace(lengths=lengths, positions=keep)
     out.attention = {name: [[None] * n_layers for _ in range(batch)] for name in reducers}
-    columns = [torch.tensor([pad + p for p in ps], dtype=torch.long) for pad, ps in zip(pads, keep)]
-
-    def pick(h: torch.Tensor) -> list[torch.Tensor]:  # (B, W, d) → per sequence (P, d) float32 CPU
-        return [h[b, columns[b].to(h.device)].float().cpu() for b in range(batch)]
-
-    states: list[list[torch.Tensor] | None] = [None] * (n_layers + 1)
-    mlp_io: dict[str, list[list[torch.Tensor] | None]] = {"in": [None] * n_layers, "out": [None] * n_layers}
-
-    def on_state(index: int, h: torch.Tensor) -> None:
-        states[index] = pick(h)
-
-    def on_mlp(kind: str, layer: int, h: torch.Tensor) -> None:
-        mlp_io[kind][layer] = pick(h)
-
-    def on_weights(layer: int, w: torch.Tensor) -> None:  # (B, H, W, W), this layer only
-        for b in range(batch):
-            row = w[b, :, pads[b] :, pads[b] :].float()
-            for name, fns in reducers.items():
-                out.attention[name][b][layer] = fns[b](layer, row)
-
+    sink = _Sink(out, pads, n_layers, reducers)
     registrations: list[HookRegistration] = [
-        *(residual_hooks(parts, on_state) if residual else []),
-        *(module_io_hooks(layer_mlps(parts), on_mlp) if mlp else []),
-        *(attention_hooks(parts, on_weights, layers) if reducers else []),
+        *(residual_hooks(parts, sink.on_state) if residual else []),
+        *(module_io_hooks(layer_mlps(parts), sink.on_mlp) if mlp else []),
+        *(attention_hooks(parts, sink.on_weights, layers) if reducers else []),
     ]
     inputs = _inputs(handle, seqs)
     with handle.hooked(registrations) as model:
@@ -221,10 +202,37 @@ def trace(
             out.logits = result.logits[:, -logits:]
     del result
     if residual:
-        out.residual = _stack(states, "decoder layers")
+        out.residual = _stack(sink.states, "decoder layers")
     if mlp:
-        out.mlp_in, out.mlp_out = _stack(mlp_io["in"], "MLPs"), _stack(mlp_io["out"], "MLPs")
+        out.mlp_in, out.mlp_out = _stack(sink.mlp_io["in"], "MLPs"), _stack(sink.mlp_io["out"], "MLPs")
     return out
+
+
+class _Sink:
+    """Where :func:`trace`'s hooks put what they read: each kept position's residual stream and MLP
+    input/output (per sequence, ``(P, d)`` float32 on the CPU) and the attention reducers' values (into
+    ``out.attention``, this layer's weights only, the sequence's padding cut off)."""
+
+    def __init__(self, out: Trace, pads: list[int], n_layers: int, reducers: dict[str, list[AttentionReducer]]) -> None:
+        self.out, self.pads, self.reducers = out, pads, reducers
+        self.columns = [torch.tensor([pad + p for p in ps], dtype=torch.long) for pad, ps in zip(pads, out.positions)]
+        self.states: list[list[torch.Tensor] | None] = [None] * (n_layers + 1)
+        self.mlp_io: dict[str, list[list[torch.Tensor] | None]] = {"in": [None] * n_layers, "out": [None] * n_layers}
+
+    def pick(self, h: torch.Tensor) -> list[torch.Tensor]:  # (B, W, d) → per sequence (P, d) float32 CPU
+        return [h[b, cols.to(h.device)].float().cpu() for b, cols in enumerate(self.columns)]
+
+    def on_state(self, index: int, h: torch.Tensor) -> None:
+        self.states[index] = self.pick(h)
+
+    def on_mlp(self, kind: str, layer: int, h: torch.Tensor) -> None:
+        self.mlp_io[kind][layer] = self.pick(h)
+
+    def on_weights(self, layer: int, w: torch.Tensor) -> None:  # (B, H, W, W), this layer only
+        for b, pad in enumerate(self.pads):
+            row = w[b, :, pad:, pad:].float()
+            for name, fns in self.reducers.items():
+                self.out.attention[name][b][layer] = fns[b](layer, row)
 
 
 def _per_sequence(name: str, fn: AttentionReducer | Sequence[AttentionReducer], batch: int) -> list[AttentionReducer]:
