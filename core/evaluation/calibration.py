@@ -204,34 +204,14 @@ def calibrate(
     )
     rates = _heldout_rates(zz[held], y[held], None if L is None else L[held], base, calibrate_tau(zz[mask], alpha))
     n_cal = int(mask.sum())
-    n_held_clean, n_held_mem = int((held & (y == 0)).sum()), int((held & (y == 1)).sum())
-    warnings = _calibration_warnings(delta, n_required, n_cal, n_held_clean, epsilon=epsilon, gamma=gamma, T=T)
-    threshold = dataclasses.replace(
-        base,
-        delta=delta,
-        n_required=n_required,
-        fpr=rates.fpr,
-        fnr=rates.fnr,
-        mean_z_clean=float(clean_all.mean()),
-        extra={
-            **(extra or {}),
-            **({"template": template} if template else {}),
-            "tau_mode": base.mode,
-            "fpr_heldout_constant": rates.fpr_constant,
-            "fnr_heldout_constant": rates.fnr_constant,
-            "fpr_calibration": float(base.fpr) if base.fpr is not None else None,
-            "n_heldout_clean": n_held_clean,
-            "n_heldout_memorized": n_held_mem,
-            "rates": "held-out",
-            "delta_from": "all labeled rows",
-            "gamma_from": "max over all rows",
-        },
-    )
+    warnings = _calibration_warnings(delta, n_required, n_cal, rates.n_clean, epsilon=epsilon, gamma=gamma, T=T)
+    provenance = {**(extra or {}), **({"template": template} if template else {})}
+    threshold = _with_heldout(base, rates, delta, n_required, float(clean_all.mean()), provenance)
     return CalibrationReport(
         threshold=threshold,
         n_calibration=n_cal,
-        n_heldout_clean=n_held_clean,
-        n_heldout_memorized=n_held_mem,
+        n_heldout_clean=rates.n_clean,
+        n_heldout_memorized=rates.n_memorized,
         fpr_heldout=rates.fpr,
         fnr_heldout=rates.fnr,
         fpr_calibration=float(base.fpr),
@@ -292,22 +272,25 @@ def _checked_inputs(
 
 @dataclass(frozen=True)
 class _HeldoutRates:
-    """Held-out error rates: the calibrated rule's (``fpr``/``fnr``), the constant τ's, and the share of each
-    class the τ(L) band leaves inconclusive (``None`` without τ(L))."""
+    """Held-out error rates: the calibrated rule's (``fpr``/``fnr``), the constant τ's, the share of each
+    class the τ(L) band leaves inconclusive (``None`` without τ(L)), and the held-out rows of each class."""
 
     fpr: float | None
     fnr: float | None
     fpr_constant: float | None
     fnr_constant: float | None
     inconclusive: dict[str, float | None] | None
+    n_clean: int
+    n_memorized: int
 
 
 def _heldout_rates(z: np.ndarray, y: np.ndarray, L: np.ndarray | None, base: Threshold, tau: float) -> _HeldoutRates:
     """FPR/FNR on the held-out rows ``z``/``y`` (lengths ``L``) of the constant ``tau`` and, when ``base`` has
     τ(L) and the rows their lengths, of τ(L) with the inconclusive shares of its decision rule."""
     fpr_const, fnr_const = achieved_rates(z, y, tau)
+    counts = int((y == 0).sum()), int((y == 1).sum())
     if base.length_tau is None or L is None:
-        return _HeldoutRates(fpr_const, fnr_const, fpr_const, fnr_const, None)
+        return _HeldoutRates(fpr_const, fnr_const, fpr_const, fnr_const, None, *counts)
     tau_rows = np.array([base.length_tau.tau(max(int(n), 1)) for n in L])
     fpr_held, fnr_held = achieved_rates(z, y, tau_rows)
     verdicts = np.array([decide(float(zi), int(li), base).verdict for zi, li in zip(z, L)])
@@ -315,7 +298,39 @@ def _heldout_rates(z: np.ndarray, y: np.ndarray, L: np.ndarray | None, base: Thr
         "grounded": float((verdicts[y == 0] == INCONCLUSIVE).mean()) if (y == 0).any() else None,
         "memorized": float((verdicts[y == 1] == INCONCLUSIVE).mean()) if (y == 1).any() else None,
     }
-    return _HeldoutRates(fpr_held, fnr_held, fpr_const, fnr_const, inconclusive)
+    return _HeldoutRates(fpr_held, fnr_held, fpr_const, fnr_const, inconclusive, *counts)
+
+
+def _with_heldout(
+    base: Threshold,
+    rates: _HeldoutRates,
+    delta: float | None,
+    n_required: int | None,
+    mean_z_clean: float,
+    provenance: dict[str, Any],
+) -> Threshold:
+    """``base`` (fit on the calibration rows) with the held-out rates, Δ̂, the PAC n and where each came from:
+    the threshold to save."""
+    return dataclasses.replace(
+        base,
+        delta=delta,
+        n_required=n_required,
+        fpr=rates.fpr,
+        fnr=rates.fnr,
+        mean_z_clean=mean_z_clean,
+        extra={
+            **provenance,
+            "tau_mode": base.mode,
+            "fpr_heldout_constant": rates.fpr_constant,
+            "fnr_heldout_constant": rates.fnr_constant,
+            "fpr_calibration": float(base.fpr) if base.fpr is not None else None,
+            "n_heldout_clean": rates.n_clean,
+            "n_heldout_memorized": rates.n_memorized,
+            "rates": "held-out",
+            "delta_from": "all labeled rows",
+            "gamma_from": "max over all rows",
+        },
+    )
 
 
 def _calibration_warnings(
