@@ -163,6 +163,115 @@ def run_clients(
     return latencies, statuses, time.perf_counter() - t0
 
 
+class Load:
+    """The requests the phases send: pairs in turn to ``/audit`` or ``/audit/batch`` of the server."""
+
+    def __init__(self, server: Server, pairs: list[tuple[str, str]], token: str, batch_size: int) -> None:
+        self.server, self.pairs, self.batch_size = server, pairs, batch_size
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def post(self, client: httpx.Client, path: str, body: dict) -> tuple[httpx.Response | None, float]:
+        """The response (``None`` when there was none) and its latency in ms."""
+        t0 = time.perf_counter()
+        try:
+            r = client.post(f"{self.server.url}{path}", json=body, headers=self.headers)
+        except httpx.HTTPError:
+            return None, 0.0
+        return r, (time.perf_counter() - t0) * 1000
+
+    def audit_body(self, i: int, request_id: str | None = None) -> dict[str, str]:
+        q, c = self.pairs[i % len(self.pairs)]
+        return {"query": q, "context": c} | ({"request_id": request_id} if request_id else {})
+
+    def one(self, client: httpx.Client, i: int) -> tuple[int, float]:
+        r, ms = self.post(client, "/audit", self.audit_body(i))
+        return (r.status_code, ms) if r is not None else (0, 0.0)
+
+    def batch(self, client: httpx.Client, i: int) -> tuple[int, float]:
+        items = [self.audit_body(i + j) for j in range(self.batch_size)]
+        r, ms = self.post(client, "/audit/batch", {"items": items})
+        return (r.status_code, ms) if r is not None else (0, 0.0)
+
+
+def load_phases(load: Load, args: argparse.Namespace, bare_ms: float) -> None:
+    """Phases 1–3: one client in turn, then concurrent ``/audit``, then concurrent ``/audit/batch``."""
+    with httpx.Client(timeout=120) as client:
+        load.one(client, 0)  # warm-up
+        seq = [load.one(client, i)[1] for i in range(args.sequential)]
+    seq_med = statistics.median(seq)
+    print(
+        f"[1] sequential /audit (1 client)         median {seq_med:8.1f} ms   p99 {pct(seq, 0.99):8.1f} ms   "
+        f"ratio to bare forwards {seq_med / bare_ms:.2f}"
+    )
+
+    lat, st, wall = run_clients(args.clients, args.seconds, load.one)
+    rps = len(lat) / wall
+    mean = statistics.mean(lat) if lat else float("nan")
+    print(
+        f"[2] concurrent /audit ({args.clients} clients)       p50 {pct(lat, 0.5):8.1f} ms   "
+        f"p99 {pct(lat, 0.99):8.1f} ms   mean {mean:8.1f} ms   {rps:6.2f} req/s   statuses {st}"
+    )
+    blat, bst, bwall = run_clients(args.clients, args.seconds, load.batch)
+    pairs_per_s = len(blat) * args.batch / bwall
+    speedup = pairs_per_s / rps if rps else float("nan")
+    print(
+        f"[3] concurrent /audit/batch (×{args.batch})      p50 {pct(blat, 0.5):8.1f} ms   "
+        f"p99 {pct(blat, 0.99):8.1f} ms   {pairs_per_s:6.2f} pairs/s   statuses {bst}   batch speed-up {speedup:.2f}"
+    )
+
+
+def kill_phase(load: Load, args: argparse.Namespace, db: Path) -> bool:
+    """Phase 4: kill -9 in the middle of the load, restart, resend what got no answer with the same request_id.
+
+    Returns:
+        Whether the database kept every answered request once, with a chain that verifies.
+    """
+    answered: dict[str, str] = {}
+    unanswered: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    prefix = uuid.uuid4().hex[:8]
+
+    def durable(client: httpx.Client, i: int) -> tuple[int, float]:
+        rid = f"{prefix}-{i}"
+        r, ms = load.post(client, "/audit", load.audit_body(i, rid))
+        if r is None:
+            with lock:
+                unanswered.append((rid, i))
+            return -1, 0.0
+        if r.status_code == 200:
+            with lock:
+                answered[rid] = r.json()["id"]
+        return r.status_code, ms
+
+    server = load.server
+    killer = threading.Timer(args.seconds / 2, server.kill9)
+    killer.start()
+    _, kst, _ = run_clients(args.clients, args.seconds, durable)
+    killer.join()
+    restart = server.start()
+    in_db_before = {r["request_id"]: r["id"] for r in AuditReader(db).requests_with_prefix(prefix)}
+    missing = [rid for rid, rec in answered.items() if in_db_before.get(rid) != rec]
+    lost_answers = [rid for rid, _ in unanswered if rid in in_db_before]
+    with httpx.Client(timeout=120) as client:
+        resent = {
+            rid: client.post(f"{server.url}/audit", json=load.audit_body(i, rid), headers=load.headers)
+            for rid, i in unanswered
+        }
+    replays = sum(r.headers.get("x-audit-replay") == "true" for r in resent.values())
+    server.kill9()
+    ids = [r["request_id"] for r in AuditReader(db).requests_with_prefix(prefix)]
+    duplicates = len(ids) - len(set(ids))
+    report = verify_chain(db)
+    print(
+        f"[4] kill -9 after {args.seconds / 2:g} s: statuses {kst}; {len(answered)} answered 200, all in the database: "
+        f"{not missing} ({len(missing)} missing); {len(unanswered)} got no answer, of which {len(lost_answers)} had "
+        f"been committed before the kill; restart {restart:.1f} s; resent {len(resent)} with their request_id → "
+        f"{replays} replayed from the log, {len(resent) - replays} scored anew; duplicates {duplicates}; "
+        f"chain {'verifies' if report.ok else 'BROKEN: ' + report.message} ({report.n_records} records)"
+    )
+    return not missing and duplicates == 0 and report.ok and all(r.status_code == 200 for r in resent.values())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded", help="embedded, a hub id or a local folder")
@@ -184,7 +293,6 @@ def main() -> int:
         p.unlink(missing_ok=True)
     token = secrets.token_urlsafe(24)
     token_file.write_text(token + "\n")
-    headers = {"Authorization": f"Bearer {token}"}
     pairs = load_pairs(args.pairs)
 
     bare_ms, tokens, name, params = bare_forwards(args.model, pairs, repeats=2)
@@ -197,99 +305,9 @@ def main() -> int:
 
     server = Server(args, db, token_file, log)
     print(f"    server start {server.start():.1f} s (imports + model load); database {db}")
-
-    def one(client: httpx.Client, i: int, request_id: str | None = None) -> tuple[int, float]:
-        q, c = pairs[i % len(pairs)]
-        body = {"query": q, "context": c} | ({"request_id": request_id} if request_id else {})
-        t0 = time.perf_counter()
-        try:
-            r = client.post(f"{server.url}/audit", json=body, headers=headers)
-        except httpx.HTTPError:
-            return 0, 0.0
-        return r.status_code, (time.perf_counter() - t0) * 1000
-
-    def batch(client: httpx.Client, i: int) -> tuple[int, float]:
-        items = [{"query": q, "context": c} for q, c in (pairs[(i + j) % len(pairs)] for j in range(args.batch))]
-        t0 = time.perf_counter()
-        try:
-            r = client.post(f"{server.url}/audit/batch", json={"items": items}, headers=headers)
-        except httpx.HTTPError:
-            return 0, 0.0
-        return r.status_code, (time.perf_counter() - t0) * 1000
-
-    with httpx.Client(timeout=120) as client:
-        one(client, 0)  # warm-up
-        seq = [one(client, i)[1] for i in range(args.sequential)]
-    seq_med = statistics.median(seq)
-    print(
-        f"[1] sequential /audit (1 client)         median {seq_med:8.1f} ms   p99 {pct(seq, 0.99):8.1f} ms   "
-        f"ratio to bare forwards {seq_med / bare_ms:.2f}"
-    )
-
-    lat, st, wall = run_clients(args.clients, args.seconds, one)
-    rps = len(lat) / wall
-    mean = statistics.mean(lat) if lat else float("nan")
-    print(
-        f"[2] concurrent /audit ({args.clients} clients)       p50 {pct(lat, 0.5):8.1f} ms   "
-        f"p99 {pct(lat, 0.99):8.1f} ms   mean {mean:8.1f} ms   {rps:6.2f} req/s   statuses {st}"
-    )
-    blat, bst, bwall = run_clients(args.clients, args.seconds, batch)
-    pairs_per_s = len(blat) * args.batch / bwall
-    speedup = pairs_per_s / rps if rps else float("nan")
-    print(
-        f"[3] concurrent /audit/batch (×{args.batch})      p50 {pct(blat, 0.5):8.1f} ms   "
-        f"p99 {pct(blat, 0.99):8.1f} ms   {pairs_per_s:6.2f} pairs/s   statuses {bst}   batch speed-up {speedup:.2f}"
-    )
-
-    # [4] kill -9 in the middle of the load, restart, resend what got no answer with the same request_id.
-    answered: dict[str, str] = {}
-    unanswered: list[tuple[str, int]] = []
-    lock = threading.Lock()
-    prefix = uuid.uuid4().hex[:8]
-
-    def durable(client: httpx.Client, i: int) -> tuple[int, float]:
-        rid = f"{prefix}-{i}"
-        q, c = pairs[i % len(pairs)]
-        t0 = time.perf_counter()
-        try:
-            r = client.post(f"{server.url}/audit", json={"query": q, "context": c, "request_id": rid}, headers=headers)
-        except httpx.HTTPError:
-            with lock:
-                unanswered.append((rid, i))
-            return -1, 0.0
-        if r.status_code == 200:
-            with lock:
-                answered[rid] = r.json()["id"]
-        return r.status_code, (time.perf_counter() - t0) * 1000
-
-    killer = threading.Timer(args.seconds / 2, server.kill9)
-    killer.start()
-    _, kst, _ = run_clients(args.clients, args.seconds, durable)
-    killer.join()
-    restart = server.start()
-    in_db_before = {r["request_id"]: r["id"] for r in AuditReader(db).requests_with_prefix(prefix)}
-    missing = [rid for rid, rec in answered.items() if in_db_before.get(rid) != rec]
-    lost_answers = [rid for rid, _ in unanswered if rid in in_db_before]
-    with httpx.Client(timeout=120) as client:
-        resent = {rid: client.post(
-            f"{server.url}/audit",
-            json={"query": pairs[i % len(pairs)][0], "context": pairs[i % len(pairs)][1], "request_id": rid},
-            headers=headers,
-        ) for rid, i in unanswered}  # fmt: skip
-    replays = sum(r.headers.get("x-audit-replay") == "true" for r in resent.values())
-    server.kill9()
-    stored = AuditReader(db).requests_with_prefix(prefix)
-    ids = [r["request_id"] for r in stored]
-    duplicates = len(ids) - len(set(ids))
-    report = verify_chain(db)
-    print(
-        f"[4] kill -9 after {args.seconds / 2:g} s: statuses {kst}; {len(answered)} answered 200, all in the database: "
-        f"{not missing} ({len(missing)} missing); {len(unanswered)} got no answer, of which {len(lost_answers)} had "
-        f"been committed before the kill; restart {restart:.1f} s; resent {len(resent)} with their request_id → "
-        f"{replays} replayed from the log, {len(resent) - replays} scored anew; duplicates {duplicates}; "
-        f"chain {'verifies' if report.ok else 'BROKEN: ' + report.message} ({report.n_records} records)"
-    )
-    ok = not missing and duplicates == 0 and report.ok and all(r.status_code == 200 for r in resent.values())
+    load = Load(server, pairs, token, args.batch)
+    load_phases(load, args, bare_ms)
+    ok = kill_phase(load, args, db)
     print(f"durability={'ok' if ok else 'FAILED'}")
     return 0
 

@@ -92,6 +92,33 @@ def read_scores() -> dict[str, list[dict[str, Any]]]:
     return scored
 
 
+def _scores(args: argparse.Namespace) -> tuple[dict[str, list[dict[str, Any]]], str, str, float, int]:
+    """``(scored rows per set, model, template, γ, T)``: from ``embedded_scores.csv`` with ``--from-scores`` (γ
+    and T as the current ``embedded.json`` says where the CSV lacks them), else scored with the model."""
+    if not args.from_scores:
+        scored, model, template = score_with_model(args.window)
+        return scored, model, template, max(r["max_abs_log_ratio"] for name in SETS for r in scored[name]), args.window
+    scored = read_scores()
+    old = json.loads(EMBEDDED_THRESHOLD.read_text(encoding="utf-8"))
+    gammas = [r["max_abs_log_ratio"] for name in SETS for r in scored[name]]
+    gamma = max(gammas) if all(g is not None for g in gammas) else float(old["gamma"])
+    window = int(old["T"])
+    if window != args.window:
+        raise SystemExit(f"the scores were computed with T = {window}, not --window {args.window}")
+    return scored, old["model"], (old.get("extra") or {}).get("template", "auto"), gamma, window
+
+
+def _write_scores(scored: dict[str, list[dict[str, Any]]]) -> None:
+    """Write the per-prompt scores CSV (a CSV without γ per row is left as it is)."""
+    rows = [{k: r.get(k) for k in COLUMNS} for name in SETS for r in scored[name]]
+    if all(r["max_abs_log_ratio"] is not None for r in rows):
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(SCORES, buffer.getvalue())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alpha", type=float, default=0.05)
@@ -104,19 +131,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    if args.from_scores:
-        scored = read_scores()
-        old = json.loads(EMBEDDED_THRESHOLD.read_text(encoding="utf-8"))
-        model, template = old["model"], (old.get("extra") or {}).get("template", "auto")
-        gammas = [r["max_abs_log_ratio"] for name in SETS for r in scored[name]]
-        gamma = max(gammas) if all(g is not None for g in gammas) else float(old["gamma"])
-        window = int(old["T"])
-        if window != args.window:
-            raise SystemExit(f"the scores were computed with T = {window}, not --window {args.window}")
-    else:
-        scored, model, template = score_with_model(args.window)
-        gamma = max(r["max_abs_log_ratio"] for name in SETS for r in scored[name])
-        window = args.window
+    scored, model, template, gamma, window = _scores(args)
     z_clean = np.array([r["z"] for r in scored["clean"]])
     z_mem = np.array([r["z"] for r in scored["memorized"]])
     n_clean = np.array([min(window, r["n_tokens"]) for r in scored["clean"]])
@@ -164,13 +179,7 @@ def main() -> int:
     if args.widen:
         th.extra["n_clean_length_aware"] = int(th.length_tau.n)
     th.save(EMBEDDED_THRESHOLD)
-    rows = [{k: r.get(k) for k in COLUMNS} for name in SETS for r in scored[name]]
-    if all(r["max_abs_log_ratio"] is not None for r in rows):  # a CSV without γ per row is left as it is
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-        atomic_write_text(SCORES, buffer.getvalue())
+    _write_scores(scored)
     sys.stderr.write(th.to_json())
     return 0
 

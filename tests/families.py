@@ -32,111 +32,33 @@ def _ids(vocab: int) -> dict[str, int]:
     return {"bos_token_id": last - 1, "eos_token_id": last, "pad_token_id": last}
 
 
-def _llama_like(cls_name: str, vocab: int, **extra: Any) -> Any:
+GPT2_DIMS = {"n_embd": D, "n_layer": LAYERS, "n_head": HEADS, "n_positions": MAX_POS}
+"""The tiny sizes under GPT-2's names (GPT-2, GPT-J, GPTBigCode)."""
+HF_DIMS = {
+    "hidden_size": D,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": HEADS,
+    "max_position_embeddings": MAX_POS,
+}
+"""The tiny sizes under the names most configs use."""
+LLAMA_DIMS = {**HF_DIMS, "intermediate_size": FF, "num_key_value_heads": KV}
+"""…and the MLP width and key/value heads of the Llama-like configs."""
+
+
+def _config(cls_name: str, vocab: int, dims: dict[str, int], **extra: Any) -> Any:
+    """The transformers config ``cls_name`` at the tiny sizes ``dims`` (that config's names), the tiny vocabulary
+    and its special-token ids, with the family's ``extra`` switches (which win over ``dims``)."""
     import transformers
 
-    base = {
-        "vocab_size": vocab,
-        "hidden_size": D,
-        "intermediate_size": FF,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV,
-        "max_position_embeddings": MAX_POS,
-        **_ids(vocab),
-    }
-    return getattr(transformers, cls_name)(**{**base, **extra})
+    return getattr(transformers, cls_name)(**{"vocab_size": vocab, **dims, **_ids(vocab), **extra})
 
 
-def _gpt2(vocab: int) -> Any:
-    from transformers import GPT2Config
-
-    return GPT2Config(vocab_size=vocab, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_positions=MAX_POS, **_ids(vocab))
-
-
-def _gptj(vocab: int) -> Any:
-    from transformers import GPTJConfig
-
-    return GPTJConfig(
-        vocab_size=vocab, n_embd=D, n_layer=LAYERS, n_head=HEADS, rotary_dim=4, n_positions=MAX_POS, **_ids(vocab)
-    )
-
-
-def _gpt_neox(vocab: int) -> Any:
-    from transformers import GPTNeoXConfig
-
-    return GPTNeoXConfig(
-        vocab_size=vocab,
-        hidden_size=D,
-        intermediate_size=FF,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        max_position_embeddings=MAX_POS,
-        use_parallel_residual=True,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
-        tie_word_embeddings=False,
-        **_ids(vocab),
-    )
-
-
-def _gpt_bigcode(vocab: int) -> Any:
-    from transformers import GPTBigCodeConfig
-
-    return GPTBigCodeConfig(
-        vocab_size=vocab, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_positions=MAX_POS, multi_query=True, **_ids(vocab)
-    )
+def _llama_like(cls_name: str, vocab: int, **extra: Any) -> Any:
+    return _config(cls_name, vocab, LLAMA_DIMS, **extra)
 
 
 def _falcon(vocab: int) -> Any:
-    from transformers import FalconConfig
-
-    return FalconConfig(
-        vocab_size=vocab,
-        hidden_size=D,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        multi_query=True,
-        parallel_attn=True,
-        alibi=False,
-        max_position_embeddings=MAX_POS,
-        **_ids(vocab),
-    )
-
-
-def _opt(vocab: int) -> Any:
-    from transformers import OPTConfig
-
-    return OPTConfig(
-        vocab_size=vocab,
-        hidden_size=D,
-        ffn_dim=FF,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        word_embed_proj_dim=D,
-        max_position_embeddings=MAX_POS,
-        do_layer_norm_before=True,
-        **_ids(vocab),
-    )
-
-
-def _bloom(vocab: int) -> Any:
-    from transformers import BloomConfig
-
-    return BloomConfig(vocab_size=vocab, hidden_size=D, n_layer=LAYERS, n_head=HEADS, **_ids(vocab))
-
-
-def _mpt(vocab: int) -> Any:
-    from transformers import MptConfig
-
-    return MptConfig(
-        vocab_size=vocab,
-        d_model=D,
-        n_heads=HEADS,
-        n_layers=LAYERS,
-        expansion_ratio=2,
-        max_seq_len=MAX_POS,
-        **_ids(vocab),
-    )
+    return _config("FalconConfig", vocab, HF_DIMS, multi_query=True, parallel_attn=True, alibi=False)
 
 
 FAMILY_CONFIGS: dict[str, Callable[[int], Any]] = {
@@ -166,13 +88,23 @@ FAMILY_CONFIGS: dict[str, Callable[[int], Any]] = {
         query_pre_attn_scalar=HEAD_DIM,
     ),
     "phi3": lambda v: _llama_like("Phi3Config", v, tie_word_embeddings=False),
-    "gpt2": _gpt2,
-    "gptj": _gptj,
-    "gpt_neox": _gpt_neox,
+    "gpt2": lambda v: _config("GPT2Config", v, GPT2_DIMS),
+    "gptj": lambda v: _config("GPTJConfig", v, GPT2_DIMS, rotary_dim=4),
+    "gpt_neox": lambda v: _config(
+        "GPTNeoXConfig",
+        v,
+        HF_DIMS,
+        intermediate_size=FF,
+        use_parallel_residual=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        tie_word_embeddings=False,
+    ),
     "falcon": _falcon,
-    "opt": _opt,
-    "bloom": _bloom,
-    "mpt": _mpt,
+    "opt": lambda v: _config("OPTConfig", v, HF_DIMS, ffn_dim=FF, word_embed_proj_dim=D, do_layer_norm_before=True),
+    "bloom": lambda v: _config("BloomConfig", v, {"hidden_size": D, "n_layer": LAYERS, "n_head": HEADS}),
+    "mpt": lambda v: _config(
+        "MptConfig", v, {"d_model": D, "n_heads": HEADS, "n_layers": LAYERS, "max_seq_len": MAX_POS}, expansion_ratio=2
+    ),
     "olmo2": lambda v: _llama_like("Olmo2Config", v),
     "stablelm": lambda v: _llama_like(
         "StableLmConfig", v, use_parallel_residual=True, qk_layernorm=True, tie_word_embeddings=False
@@ -195,7 +127,7 @@ FAMILY_CONFIGS: dict[str, Callable[[int], Any]] = {
         tie_word_embeddings=True,
     ),
     "phi": lambda v: _llama_like("PhiConfig", v, num_key_value_heads=HEADS, tie_word_embeddings=False),
-    "gpt_bigcode": _gpt_bigcode,
+    "gpt_bigcode": lambda v: _config("GPTBigCodeConfig", v, GPT2_DIMS, multi_query=True),
     "starcoder2": lambda v: _llama_like("Starcoder2Config", v, sliding_window=WINDOW, tie_word_embeddings=True),
     "mixtral": lambda v: _llama_like(
         "MixtralConfig", v, num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW, head_dim=HEAD_DIM
