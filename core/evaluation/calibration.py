@@ -204,25 +204,19 @@ def calibrate(
     )
     rates = _heldout_rates(zz[held], y[held], None if L is None else L[held], base, calibrate_tau(zz[mask], alpha))
     n_cal = int(mask.sum())
-    warnings = _calibration_warnings(delta, n_required, n_cal, rates.n_clean, epsilon=epsilon, gamma=gamma, T=T)
+    warnings = _calibration_warnings(delta, n_required, n_cal, rates.n_heldout_clean, epsilon=epsilon, gamma=gamma, T=T)
     provenance = {**(extra or {}), **({"template": template} if template else {})}
     threshold = _with_heldout(base, rates, delta, n_required, float(clean_all.mean()), provenance)
     return CalibrationReport(
         threshold=threshold,
         n_calibration=n_cal,
-        n_heldout_clean=rates.n_clean,
-        n_heldout_memorized=rates.n_memorized,
-        fpr_heldout=rates.fpr,
-        fnr_heldout=rates.fnr,
         fpr_calibration=float(base.fpr),
         gamma=gamma,
         delta=delta,
         n_required=n_required,
         warnings=warnings,
         mode=base.mode,
-        fpr_heldout_constant=rates.fpr_constant,
-        fnr_heldout_constant=rates.fnr_constant,
-        inconclusive_heldout=rates.inconclusive,
+        **dataclasses.asdict(rates),
         rates_by_length=[] if L is None or not held.any() else rates_by_length(zz[held], y[held], L[held], threshold),
         pac=pac_table(gamma, max_or_none(max_abs_log_ratio_vocab), delta, T, L, epsilon),
     )
@@ -272,16 +266,17 @@ def _checked_inputs(
 
 @dataclass(frozen=True)
 class _HeldoutRates:
-    """Held-out error rates: the calibrated rule's (``fpr``/``fnr``), the constant τ's, the share of each
-    class the τ(L) band leaves inconclusive (``None`` without τ(L)), and the held-out rows of each class."""
+    """Held-out error rates: the calibrated rule's, the constant τ's, the share of each class the τ(L) band
+    leaves inconclusive (``None`` without τ(L)), and the held-out rows of each class; named as in
+    :class:`CalibrationReport`."""
 
-    fpr: float | None
-    fnr: float | None
-    fpr_constant: float | None
-    fnr_constant: float | None
-    inconclusive: dict[str, float | None] | None
-    n_clean: int
-    n_memorized: int
+    fpr_heldout: float | None
+    fnr_heldout: float | None
+    fpr_heldout_constant: float | None
+    fnr_heldout_constant: float | None
+    inconclusive_heldout: dict[str, float | None] | None
+    n_heldout_clean: int
+    n_heldout_memorized: int
 
 
 def _heldout_rates(z: np.ndarray, y: np.ndarray, L: np.ndarray | None, base: Threshold, tau: float) -> _HeldoutRates:
@@ -315,17 +310,17 @@ def _with_heldout(
         base,
         delta=delta,
         n_required=n_required,
-        fpr=rates.fpr,
-        fnr=rates.fnr,
+        fpr=rates.fpr_heldout,
+        fnr=rates.fnr_heldout,
         mean_z_clean=mean_z_clean,
         extra={
             **provenance,
             "tau_mode": base.mode,
-            "fpr_heldout_constant": rates.fpr_constant,
-            "fnr_heldout_constant": rates.fnr_constant,
+            "fpr_heldout_constant": rates.fpr_heldout_constant,
+            "fnr_heldout_constant": rates.fnr_heldout_constant,
             "fpr_calibration": float(base.fpr) if base.fpr is not None else None,
-            "n_heldout_clean": rates.n_clean,
-            "n_heldout_memorized": rates.n_memorized,
+            "n_heldout_clean": rates.n_heldout_clean,
+            "n_heldout_memorized": rates.n_heldout_memorized,
             "rates": "held-out",
             "delta_from": "all labeled rows",
             "gamma_from": "max over all rows",
