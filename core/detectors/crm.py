@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.detectors import keys
-from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, register
+from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, DetectorInput, declare
 from core.engine.generation import generate_greedy
 from core.engine.prepare import prepare_prompts
 from core.methods.crm import PC1, SUPERVISED, CrmBasis, load_basis, semantic_delta, supervised_score
@@ -73,43 +73,33 @@ def score_lr(inp: DetectorInput) -> float:
     return basis.lr_probability(basis.lts(displacement_for(inp), PC1))
 
 
-register(
-    Detector(
-        name="crm_l1",
-        label="CRM L1: 1 − cos of the two answers' embeddings",
-        higher_means=GROUNDED_HIGH,
-        score=score_l1,
-        cost="generate",
-        source="CRM appendix P.1, eq. 3 (embedder: all-MiniLM-L6-v2 instead of BGE-M3)",
-    )
-)
-register(
-    Detector(
-        name="crm_lts",
-        label="CRM LTS: mean supervised-direction z-score over layers",
-        higher_means=MEMORIZED_HIGH,
-        score=score_lts,
-        cost="forward",
-        source="CRM §4.5 eq. 2 (supervised direction), standardized by the calibration μ/σ (appendix V.1)",
-    )
-)
-register(
-    Detector(
-        name="crm_l2",
-        label="CRM L2-norm: mean ‖h^c − h^0‖ over layers",
-        higher_means=MEMORIZED_HIGH,
-        score=score_l2,
-        cost="forward",
-        source="CRM appendix E (L2-norm baseline of the displacement), averaged over the decoder layers",
-    )
-)
-register(
-    Detector(
-        name="crm_lr",
-        label="CRM-LR: P(memorized) from the kept-layer PC1 LTS features",
-        higher_means=MEMORIZED_HIGH,
-        score=score_lr,
-        cost="forward",
-        source="CRM §2 eq. 1, logistic regression over Φ_L3 fitted on the bundled calibration prompts",
-    )
+declare(
+    {
+        "name": "crm_l1",
+        "label": "CRM L1: 1 − cos of the two answers' embeddings",
+        "higher_means": GROUNDED_HIGH,
+        "score": score_l1,
+        "cost": "generate",
+        "source": "CRM appendix P.1, eq. 3 (embedder: all-MiniLM-L6-v2 instead of BGE-M3)",
+    },
+    {
+        "name": "crm_lts",
+        "label": "CRM LTS: mean supervised-direction z-score over layers",
+        "score": score_lts,
+        "source": "CRM §4.5 eq. 2 (supervised direction), standardized by the calibration μ/σ (appendix V.1)",
+    },
+    {
+        "name": "crm_l2",
+        "label": "CRM L2-norm: mean ‖h^c − h^0‖ over layers",
+        "score": score_l2,
+        "source": "CRM appendix E (L2-norm baseline of the displacement), averaged over the decoder layers",
+    },
+    {
+        "name": "crm_lr",
+        "label": "CRM-LR: P(memorized) from the kept-layer PC1 LTS features",
+        "score": score_lr,
+        "source": "CRM §2 eq. 1, logistic regression over Φ_L3 fitted on the bundled calibration prompts",
+    },
+    higher_means=MEMORIZED_HIGH,
+    cost="forward",
 )

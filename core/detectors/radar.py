@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.detectors import keys
-from core.detectors.registry import MEMORIZED_HIGH, RECALL_VS_REASONING, Detector, DetectorInput, register
+from core.detectors.registry import MEMORIZED_HIGH, RECALL_VS_REASONING, DetectorInput, declare
 from core.methods.radar import FEATURE_VERSION, analyze_prompt, classifier_for, radar_prompt
 
 
@@ -28,14 +28,14 @@ def score(inp: DetectorInput) -> float:
     return float(details["prediction"]["p_recall"])
 
 
-register(
-    Detector(
-        name="radar",
-        label="RADAR recall probability (query only)",
-        higher_means=MEMORIZED_HIGH,
-        score=score,
-        cost="forward",
-        group=RECALL_VS_REASONING,
-        source="RADAR (2025) §2.3 ensemble over the 37 features of appendix D",
-    )
+declare(
+    {
+        "name": "radar",
+        "label": "RADAR recall probability (query only)",
+        "higher_means": MEMORIZED_HIGH,
+        "score": score,
+        "cost": "forward",
+        "group": RECALL_VS_REASONING,
+        "source": "RADAR (2025) §2.3 ensemble over the 37 features of appendix D",
+    }
 )

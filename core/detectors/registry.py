@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +107,19 @@ def register(detector: Detector) -> Detector:
         raise ValueError(f"group must be one of {', '.join(GROUPS)}, got {detector.group!r}")
     REGISTRY[detector.name] = detector
     return detector
+
+
+def declare(*rows: Mapping[str, Any], **shared: Any) -> list[Detector]:
+    """Register one detector per row of a declarative table: ``Detector(**shared, **row)`` for each row.
+
+    ``shared`` holds the fields every row has in common (a row's own value wins), so a family module states
+    its detectors as one table instead of one ``register(Detector(...))`` block each.
+
+    Raises:
+        TypeError: a row names a field :class:`Detector` does not have.
+        ValueError: as :func:`register`.
+    """
+    return [register(Detector(**{**shared, **row})) for row in rows]
 
 
 def register_family(pattern: str, factory: Callable[[re.Match[str]], Detector], listed: Iterable[str] = ()) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from core.detectors import keys
-from core.detectors.registry import MEMORIZED_HIGH, PARAMETRIC_KNOWLEDGE, Detector, DetectorInput, register
+from core.detectors.registry import MEMORIZED_HIGH, PARAMETRIC_KNOWLEDGE, DetectorInput, declare
 from core.methods.selfcritique import DETECTOR_NAME, SelfCritiqueSettings, run_self_critique
 
 
@@ -20,14 +20,14 @@ def score(inp: DetectorInput) -> float:
     return value if math.isfinite(value) else 0.0
 
 
-register(
-    Detector(
-        name=DETECTOR_NAME,
-        label="Self-Critique entropy similarity (parametric path)",
-        higher_means=MEMORIZED_HIGH,
-        score=score,
-        cost="generate",
-        group=PARAMETRIC_KNOWLEDGE,
-        source="Self-Critique §4.1 (greedy r₁, critique r₂, length-penalized cosine of top-50 entropies)",
-    )
+declare(
+    {
+        "name": DETECTOR_NAME,
+        "label": "Self-Critique entropy similarity (parametric path)",
+        "higher_means": MEMORIZED_HIGH,
+        "score": score,
+        "cost": "generate",
+        "group": PARAMETRIC_KNOWLEDGE,
+        "source": "Self-Critique §4.1 (greedy r₁, critique r₂, length-penalized cosine of top-50 entropies)",
+    }
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.detectors import keys
-from core.detectors.registry import GROUNDED_HIGH, SOURCE_ATTRIBUTION, Detector, DetectorInput, register
+from core.detectors.registry import GROUNDED_HIGH, SOURCE_ATTRIBUTION, DetectorInput, declare
 from core.methods.sma import DETECTOR_NAME, SMASettings, run_sma
 
 
@@ -30,14 +30,14 @@ def score(inp: DetectorInput) -> float:
     return result.membership_score()
 
 
-register(
-    Detector(
-        name=DETECTOR_NAME,
-        label="SMA mean |ADS| over query units",
-        higher_means=GROUNDED_HIGH,
-        score=score,
-        cost="heavy",
-        group=SOURCE_ATTRIBUTION,
-        source="SMA eqs. 14–20 (Lime + ridge, N = 64 masks, word units, RAG on vs off)",
-    )
+declare(
+    {
+        "name": DETECTOR_NAME,
+        "label": "SMA mean |ADS| over query units",
+        "higher_means": GROUNDED_HIGH,
+        "score": score,
+        "cost": "heavy",
+        "group": SOURCE_ATTRIBUTION,
+        "source": "SMA eqs. 14–20 (Lime + ridge, N = 64 masks, word units, RAG on vs off)",
+    }
 )

@@ -5,6 +5,9 @@ The expected sentences are written out by hand from the group's question; the ve
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import re
 
 import pytest
@@ -36,6 +39,9 @@ from core.detectors.wording import (
 from core.engine.verdict import DISPLAY, INCONCLUSIVE, READ, RECALLED, UNCALIBRATED
 
 READ_OR_RECALLED = {DISPLAY[READ], DISPLAY[RECALLED]}
+WORDS_DIGEST = "75cd6a271219b82fba30f4723603df9bb381aa2ea7548ed13087a7c4af9f7a40"
+"""sha256 of the JSON of every group's words (all fields, in GROUPS order), taken before the words became one
+table: any word that changes changes it."""
 
 
 def _v(name: str, verdict: str, higher: str = GROUNDED_HIGH) -> DetectorVerdict:
@@ -46,6 +52,12 @@ def test_every_group_has_its_words_in_the_registry_order() -> None:
     assert list(GROUP_WORDS) == list(GROUPS), "one set of words per group, in GROUPS order"
     assert HEADLINE_GROUPS == (CONTEXT_RELIANCE, PARAMETRIC_KNOWLEDGE), "only the first two feed the headline"
     assert all(d.group in GROUP_WORDS for d in available().values())
+
+
+def test_every_word_of_every_group_is_unchanged() -> None:
+    words = {group: dataclasses.asdict(w) for group, w in GROUP_WORDS.items()}
+    assert hashlib.sha256(json.dumps(words, ensure_ascii=False).encode()).hexdigest() == WORDS_DIGEST
+    assert all(all(dataclasses.asdict(w).values()) for w in GROUP_WORDS.values()), "no field left blank"
 
 
 @pytest.mark.parametrize(
