@@ -221,43 +221,8 @@ def estimate(
     batch_factor: float = 1.0,
     meter: CostMeter | None = None,
 ) -> Estimate | None:
-    """How long a run will take, with its likely range (arguments as :func:`estimate_seconds`).
-
-    ``generated_tokens`` is a budget (``max_new_tokens`` per generation): it is scaled by the share of their
-    budget the last runs used (:meth:`CostMeter.fill`). ``None`` when a unit the run needs was never measured.
-    """
-    central = estimate_seconds(
-        handle, generated_tokens=generated_tokens, forwards=forwards, batch_factor=batch_factor, meter=meter
-    )
-    if central is None:
-        return None
-    meter = meter or METER
-    shares = [v for _, v in meter.recent(handle, FILL)]
-    low = high = 0.0
-    runs = []
-    for unit, amount, factor in ((GENERATED_TOKEN, generated_tokens, batch_factor), (FORWARD, forwards, 1.0)):
-        if amount <= 0:
-            continue
-        costs = [v for _, v in meter.recent(handle, unit)] or [
-            v for _, v in meter.recent(handle, GENERATED_TOKEN if unit == FORWARD else FORWARD)
-        ]
-        runs.append(len(costs))
-        small, large = (min(shares), max(shares)) if unit == GENERATED_TOKEN and shares else (1.0, 1.0)
-        low += amount * factor * min(costs) * small
-        high += amount * factor * max(costs) * large
-    low, high = min(low, central), max(high, central)
-    return Estimate(central, low, high, min(runs, default=0), bool(shares) and generated_tokens > 0)
-
-
-def estimate_seconds(
-    handle: Any,
-    *,
-    generated_tokens: float = 0.0,
-    forwards: float = 0.0,
-    batch_factor: float = 1.0,
-    meter: CostMeter | None = None,
-) -> float | None:
-    """Seconds a run will take: ``generated_tokens × share × s/token × batch_factor + forwards × s/forward``.
+    """How long a run will take, ``generated_tokens × share × s/token × batch_factor + forwards × s/forward``,
+    with its likely range.
 
     Args:
         generated_tokens: the most decoding steps the run may make, its token budget (a batch of b sequences ×
@@ -277,20 +242,33 @@ def estimate_seconds(
     if batch_factor < 1.0:
         raise ValueError(f"batch_factor must be >= 1, got {batch_factor}")
     meter = meter or METER
-    total = 0.0
+    shares = [v for _, v in meter.recent(handle, FILL)]
+    central = low = high = 0.0
+    runs = []
     for unit, amount, factor in ((GENERATED_TOKEN, generated_tokens, batch_factor), (FORWARD, forwards, 1.0)):
         if amount <= 0:
             continue
-        rate = meter.per_unit(handle, unit)
-        if rate is None:
-            # A forward over a prompt costs about one decoding step when nothing else is known.
-            fallback = meter.per_unit(handle, GENERATED_TOKEN if unit == FORWARD else FORWARD)
-            if fallback is None:
-                return None
-            rate = fallback
+        # A forward over a prompt costs about one decoding step when nothing else is known.
+        costs = [v for _, v in meter.recent(handle, unit)] or [
+            v for _, v in meter.recent(handle, GENERATED_TOKEN if unit == FORWARD else FORWARD)
+        ]
+        if not costs:
+            return None
         share = (meter.fill(handle) or 1.0) if unit == GENERATED_TOKEN else 1.0
-        total += amount * share * rate * factor
-    return total
+        small, large = (min(shares), max(shares)) if unit == GENERATED_TOKEN and shares else (1.0, 1.0)
+        central += amount * share * statistics.median(costs) * factor
+        low += amount * factor * min(costs) * small
+        high += amount * factor * max(costs) * large
+        runs.append(len(costs))
+    low, high = min(low, central), max(high, central)
+    return Estimate(central, low, high, min(runs, default=0), bool(shares) and generated_tokens > 0)
+
+
+def estimate_seconds(handle: Any, **work: Any) -> float | None:
+    """The central figure of :func:`estimate` (same arguments) in seconds; ``None`` when a unit the run needs
+    has never been measured on this handle."""
+    found = estimate(handle, **work)
+    return None if found is None else found.seconds
 
 
 def format_seconds(seconds: float | None) -> str:
