@@ -3,7 +3,7 @@ ablation. Plain dataclasses of CPU numpy arrays and strings; ``to_dict``/``from_
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -69,32 +69,16 @@ class SMARun:
     seconds: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "rag": self.rag,
-            "prompt": self.prompt,
-            "reference_answer": self.reference_answer,
-            "reference_tokens": self.reference_tokens,
-            "unit_indices": list(self.unit_indices),
-            "beta": [float(b) for b in self.beta],
-            "intercept": self.intercept,
-            "samples": [s.to_dict() for s in self.samples],
-            "generations": self.generations,
-            "seconds": self.seconds,
-        }
+        return _plain_fields(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SMARun:
-        return cls(
-            rag=bool(data["rag"]),
-            prompt=data["prompt"],
-            reference_answer=data["reference_answer"],
-            reference_tokens=int(data["reference_tokens"]),
-            unit_indices=[int(i) for i in data["unit_indices"]],
-            beta=np.asarray(data["beta"], dtype=np.float64),
-            intercept=data.get("intercept"),
-            samples=[Sample(**s) for s in data["samples"]],
-            generations=int(data["generations"]),
-            seconds=float(data["seconds"]),
+        return _from_fields(
+            cls,
+            {"intercept": None, **data},
+            beta=_float64,
+            unit_indices=lambda ids: [int(i) for i in ids],
+            samples=lambda samples: [Sample(**x) for x in samples],
         )
 
 
@@ -157,37 +141,22 @@ class SMAResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "model": self.model,
-            "query": self.query,
-            "context": self.context,
-            "template": self.template,
-            "settings": dict(self.settings),
-            "units": [u.to_dict() for u in self.units],
-            "beta_on": [float(b) for b in self.beta_on],
-            "beta_off": [float(b) for b in self.beta_off],
-            "ads": [float(d) for d in self.ads],
+            **_plain_fields(self),
             "membership_score": self.membership_score(),
             "labels_default": self.labels(),
-            "on": self.on.to_dict(),
-            "off": self.off.to_dict(),
-            "timings": dict(self.timings),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SMAResult:
-        return cls(
-            model=data["model"],
-            query=data["query"],
-            context=data["context"],
-            template=data["template"],
-            settings=dict(data["settings"]),
-            units=[Unit(**u) for u in data["units"]],
-            beta_on=np.asarray(data["beta_on"], dtype=np.float64),
-            beta_off=np.asarray(data["beta_off"], dtype=np.float64),
-            ads=np.asarray(data["ads"], dtype=np.float64),
-            on=SMARun.from_dict(data["on"]),
-            off=SMARun.from_dict(data["off"]),
-            timings=dict(data.get("timings", {})),
+        return _from_fields(
+            cls,
+            data,
+            units=lambda units: [Unit(**u) for u in units],
+            beta_on=_float64,
+            beta_off=_float64,
+            ads=_float64,
+            on=SMARun.from_dict,
+            off=SMARun.from_dict,
         )
 
 
@@ -226,30 +195,36 @@ class ContextAblation:
     score_kind: str = "agreement"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "model": self.model,
-            "query": self.query,
-            "context": self.context,
-            "settings": dict(self.settings),
-            "reference_answer": self.reference_answer,
-            "sentences": list(self.sentences),
-            "full_score": self.full_score,
-            "scores": [float(s) for s in self.scores],
-            "delta": [float(d) for d in self.delta],
-            "answers": list(self.answers),
-            "similarities": [float(s) for s in self.similarities],
-            "length_ratios": [float(x) for x in self.length_ratios],
-            "seconds": self.seconds,
-            "score_kind": self.score_kind,
-        }
+        return {"kind": self.kind, **_plain_fields(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContextAblation:
         """A context ablation back from its :meth:`to_dict` form (the arrays as float64)."""
-        arrays = {name: np.asarray(data[name], dtype=np.float64) for name in _ABLATION_ARRAYS}
-        return cls(**{**data, **arrays})
+        return _from_fields(cls, data, **dict.fromkeys(("scores", "delta", "similarities", "length_ratios"), _float64))
 
 
-_ABLATION_ARRAYS = ("scores", "delta", "similarities", "length_ratios")
-"""The fields of a :class:`ContextAblation` that are arrays (lists in its dict form)."""
+def _plain(value: Any) -> Any:
+    """``value`` as JSON: an array as a list, a result as its ``to_dict()``, lists and dicts copied."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return dict(value) if isinstance(value, dict) else value
+
+
+def _plain_fields(obj: Any) -> dict[str, Any]:
+    """Every field of the dataclass ``obj`` by name, in order, as JSON (:func:`_plain`)."""
+    return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+
+
+def _from_fields(cls: type, data: dict[str, Any], **convert: Any) -> Any:
+    """``cls`` from the fields of ``data`` it has (other keys, such as derived figures, ignored), each field
+    named in ``convert`` passed through its converter."""
+    kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+    return cls(**{**kwargs, **{name: fn(kwargs[name]) for name, fn in convert.items() if name in kwargs}})
+
+
+def _float64(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64)
