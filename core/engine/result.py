@@ -47,7 +47,12 @@ _PATH_KEYS: dict[str, tuple[str, str, Any]] = {
     "topk_probs": ("topk_probs_rag", "topk_probs_para", np.float32),
     "topk_tokens": ("topk_tokens_rag", "topk_tokens_para", None),
 }
-# The JSON key order of schema 1, with schema 3's verdict keys after "verdict" (diffs of exported files stay
+SCHEMA_KEYS: dict[int, tuple[str, ...]] = {
+    3: ("verdict_reason", "tau_band", "tau_mode", "n_scored"),
+    4: ("repcs_verdict", "repcs_verdict_reason", "axes"),
+}
+"""The JSON keys each schema added (a result of an older schema lacks them)."""
+# The JSON key order of schema 1, with the later schemas' verdict keys after "verdict" (diffs of exported files stay
 # readable).
 _JSON_ORDER = (
     "model",
@@ -84,13 +89,8 @@ _JSON_ORDER = (
     "threshold",
     "threshold_source",
     "verdict",
-    "verdict_reason",
-    "tau_band",
-    "tau_mode",
-    "n_scored",
-    "repcs_verdict",
-    "repcs_verdict_reason",
-    "axes",
+    *SCHEMA_KEYS[3],
+    *SCHEMA_KEYS[4],
     "kl_stats",
     "max_abs_log_ratio",
     "max_abs_log_ratio_vocab",
@@ -248,14 +248,9 @@ class DualPathResult:
             "timings",
             "extras",
             "schema_version",
-            "verdict_reason",
-            "tau_band",
-            "tau_mode",
-            "n_scored",
             "max_abs_log_ratio_vocab",
-            "repcs_verdict",
-            "repcs_verdict_reason",
-            "axes",
+            *SCHEMA_KEYS[3],
+            *SCHEMA_KEYS[4],
         }
         missing = [k for k in _JSON_ORDER if k not in data and k not in optional]
         if missing:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from core.engine import SCHEMA_VERSION, DualPathResult, DualPathSettings, run_dual_path
+from core.engine.result import SCHEMA_KEYS
 from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, UNCALIBRATED
 from core.methods.repcs import TAU_LENGTH, TAU_PAPER, LengthTau, Threshold
 
@@ -67,15 +68,7 @@ def test_results_of_schema_2_read_back_with_todays_verdicts(tiny_handle, setting
     res = run_dual_path(tiny_handle, QUERY, CONTEXT, settings, threshold=_threshold(), free_parametric=False)
     for old_verdict, new_verdict in (("memorized", RECALLED), ("grounded", READ), ("uncalibrated", UNCALIBRATED)):
         data = res.to_dict()
-        for key in (
-            "verdict_reason",
-            "tau_band",
-            "tau_mode",
-            "n_scored",
-            "repcs_verdict",
-            "repcs_verdict_reason",
-            "axes",
-        ):
+        for key in (*SCHEMA_KEYS[3], *SCHEMA_KEYS[4]):
             del data[key]
         data.update(schema_version=2, verdict=old_verdict, threshold=6.7)
         back = DualPathResult.from_dict(json.loads(json.dumps(data)))
