@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from components import keys
+from components import keys, prefetch
 from components.lru import SessionLRU, session_lru
 from components.page import open_page
 from components.panels import draw_run_context
@@ -30,6 +30,7 @@ from core.engine.result import DualPathResult, result_digest
 from core.methods.crm import CrmBasis, compute_basis, load_basis, unit_directions, vocabulary_projection
 from core.methods.internals import Internals, analyze, attention_pattern, path_sequence
 from core.model.handle import ModelHandle
+from core.model.progress import Progress
 
 MAX_ANALYSES = 6
 """Analyses kept per browser session (each holds 2 × (L + 1) × answer-length × hidden floats, ~5 MB for the
@@ -82,15 +83,26 @@ def cached_internals(result: DualPathResult) -> Internals | None:
     return session_lru(keys.INTERNALS_ANALYSES, MAX_ANALYSES).get(result_digest(result))
 
 
+def compute_internals(handle: ModelHandle, result: DualPathResult, progress: Progress | None = None) -> Internals:
+    """The analysis of ``result`` as the views show it (also what :mod:`components.prefetch` computes)."""
+    return analyze(handle, result, top_k=LENS_TOP_K, progress=progress)
+
+
 def internals_for(handle: ModelHandle, result: DualPathResult) -> Internals | None:
-    """The analysis of ``result``: from this session's cache, else computed now with a progress bar.
+    """The analysis of ``result``: from this session's cache, else prepared after the run
+    (:mod:`components.prefetch`), else computed now with a progress bar.
 
     Returns ``None`` (after an error box) when the analysis fails, e.g. for a model without eager attention.
     """
+    cache, digest = session_lru(keys.INTERNALS_ANALYSES, MAX_ANALYSES), result_digest(result)
+    if digest not in cache:
+        prefetched = prefetch.take(prefetch.INTERNALS, digest)
+        if prefetched is not None:
+            cache.put(digest, prefetched)
     return run_cached(
-        session_lru(keys.INTERNALS_ANALYSES, MAX_ANALYSES),
-        result_digest(result),
-        lambda progress: analyze(handle, result, top_k=LENS_TOP_K, progress=progress),
+        cache,
+        digest,
+        lambda progress: compute_internals(handle, result, progress),
         start="Looking inside the model: one instrumented forward pass per path…",
         describe=lambda done, total, label: f"{label} ({done}/{total})",
         what="analysis",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import agreement, inputs, keys, panels, state, url_state, widgets
+from components import agreement, inputs, keys, panels, prefetch, state, url_state, widgets
 from components.page import PageContext, open_page
 from components.stored_runs import start_hint
 from core.engine.axes import headline
@@ -83,6 +83,7 @@ def main() -> None:
     panels.draw_crm_statistics(result)
     st.divider()
     panels.draw_export(result)
+    prefetch.after_run(page.handle, result)  # the views' passes, in the background once the result is drawn
 
 
 main()

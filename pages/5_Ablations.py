@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from components import ablation_controls, inputs, keys, panels, state, widgets
+from components import ablation_controls, inputs, keys, panels, prefetch, state, widgets
 from components import ablation_figures as figs
 from components.ablation_controls import Choice
 from components.lru import SessionLRU, session_lru
@@ -159,6 +159,10 @@ def clean_trajectory(page: PageContext, clean: DualPathResult) -> ablation.Traje
     """The clean per-layer trajectory (kept per result)."""
     key = _key("trajectory", result_digest(clean))
     traj = experiments().get(key)
+    if traj is None:
+        traj = prefetch.take(prefetch.TRAJECTORY, result_digest(clean))  # computed right after the run, if it was
+        if traj is not None:
+            experiments().put(key, traj)
     if traj is None:
         with st.spinner("Computing the clean per-layer trajectory (two forward passes)…"):
             traj = experiments().put(key, ablation.layer_trajectory(page.handle, clean))

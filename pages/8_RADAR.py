@@ -14,7 +14,7 @@ from typing import Any
 
 import streamlit as st
 
-from components import controls, inputs, keys, panels, state, widgets
+from components import controls, inputs, keys, panels, prefetch, state, widgets
 from components import radar_figures as rf
 from components.page import PageContext, open_page
 from components.text import escape_markdown, plain_message
@@ -42,10 +42,16 @@ CAVEAT = (
 
 @st.cache_resource(show_spinner="One instrumented forward pass over the prompt…", max_entries=128)
 def _analysis(
-    model_key: str, text: str, digest: str, _handle: ModelHandle, _table: radar.FeatureTable | None
+    model_key: str,
+    text: str,
+    digest: str,
+    _handle: ModelHandle,
+    _table: radar.FeatureTable | None,
+    _ready: radar.RadarAnalysis | None = None,
 ) -> radar.RadarAnalysis:
-    """One instrumented forward pass over ``text``: its trace, its 37 features and (with a table) the prediction."""
-    return radar.analyze_with_table(_handle, text, _table)
+    """One instrumented forward pass over ``text``: its trace, its 37 features and (with a table) the prediction
+    (``_ready``: the same analysis, computed after the run by :mod:`components.prefetch`)."""
+    return _ready if _ready is not None else radar.analyze_with_table(_handle, text, _table)
 
 
 def _digest(table: radar.FeatureTable | None) -> str:
@@ -321,7 +327,8 @@ def draw_analysis(
         st.info("Pick an example or type a query to see how the model processes it.")
         return None
     try:
-        analysis = _analysis(page.config.model_key, text, _digest(table), page.handle, table)
+        ready = prefetch.take(prefetch.RADAR, prefetch.radar_key(page.handle, text, _digest(table)))
+        analysis = _analysis(page.config.model_key, text, _digest(table), page.handle, table, ready)
     except ValueError as exc:
         st.error(plain_message(str(exc)))
         return None
