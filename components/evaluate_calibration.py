@@ -12,8 +12,8 @@ from typing import Any
 
 import streamlit as st
 
+from components import calibration_figures as cf
 from components import controls, keys, widgets
-from components import evaluate_figures as ef
 from components.text import escape_markdown
 from components.threshold_state import (
     active_threshold,
@@ -172,7 +172,7 @@ def _draw_report(report: Any, records: list[dict[str, Any]], alpha: float, epsil
         st.warning(escape_markdown(warning))
     cal_rows = set(report.threshold.extra.get("calibration_rows", []))
     st.plotly_chart(
-        ef.calibration_figure(
+        cf.calibration_figure(
             [r["repcs_score"] for r in records],
             [r["label"] for r in records],
             [r["row"] in cal_rows for r in records],
@@ -182,7 +182,7 @@ def _draw_report(report: Any, records: list[dict[str, Any]], alpha: float, epsil
     )
     if lt is not None and all(r.get("n_tokens") is not None for r in records):
         st.plotly_chart(
-            ef.length_tau_figure(
+            cf.length_tau_figure(
                 [r["repcs_score"] for r in records],
                 [min(window, int(r["n_tokens"])) for r in records],
                 [r["label"] for r in records],
@@ -252,8 +252,8 @@ def draw_tau_setting() -> str:
 
 def draw_length_rates(rows: list[dict[str, Any]], alpha: float, *, key: str) -> None:
     """FPR/FNR per answer length for the constant τ and τ(L): the figure and the table."""
-    st.plotly_chart(ef.length_rates_figure(rows, alpha), key=key)
-    st.dataframe(ef.length_rates_frame(rows), hide_index=True, key=f"{key}.table")
+    st.plotly_chart(cf.length_rates_figure(rows, alpha), key=key)
+    st.dataframe(cf.length_rates_frame(rows), hide_index=True, key=f"{key}.table")
 
 
 def draw_length_rates_in_force(records: list[dict[str, Any]], model: str, T: int) -> None:

@@ -20,19 +20,6 @@ def test_the_table_says_how_each_score_is_oriented_not_which_label_is_high() -> 
     assert not any(str(v) == "grounded" for v in table.to_numpy().ravel()), "no cell says higher = grounded"
 
 
-def test_the_calibration_charts_keep_their_legends_off_the_axis_titles() -> None:
-    """Issue 26: a horizontal legend sits, by plotly's default, over the x-axis title."""
-    rows = [
-        {"calibration": "paper", "bucket": "1–8", "fpr": 0.2, "fpr_ci": [0.1, 0.4], "n_grounded": 5, "fnr": None},
-        {"calibration": "length", "bucket": "1–8", "fpr": 0.1, "fpr_ci": [0.0, 0.3], "n_grounded": 5, "fnr": None},
-    ]
-    rates = ef.length_rates_figure(rows, 0.05)
-    assert rates.layout.legend.yanchor == "top" and rates.layout.legend.y < -0.2, "below the axis titles"
-    assert rates.layout.margin.b >= 90, "with the room it needs"
-    curve = ef.length_tau_figure([1.0, 2.0], [4, 8], ["grounded", "memorized"], None, 3.0)
-    assert curve.layout.legend.yanchor == "bottom" and curve.layout.legend.y > 1, "above the plot"
-
-
 GROUPED = {
     "ppl": {"auc": 0.9, "auc_ci": [0.8, 0.95], "higher_means": GROUNDED_HIGH, "n": 8, "label": "Perplexity"},
     "radar": {"auc": 0.95, "auc_ci": [0.9, 0.99], "higher_means": MEMORIZED_HIGH, "n": 8, "label": "RADAR"},
