@@ -288,7 +288,16 @@ def csv_safe_text(text: str) -> str:
     return buf.getvalue()
 
 
-class JsonRecord:
+class AsDict:
+    """A mixin for a dataclass whose JSON form is :func:`dataclasses.asdict`: :meth:`to_dict`, written once."""
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)  # type: ignore[call-overload]
+
+
+class JsonRecord(AsDict):
     """A mixin for a dataclass stored as one versioned JSON object (a fitted detector's coefficients, a choice
     of heads): :meth:`to_dict` / :meth:`from_dict` / :meth:`load` / :meth:`save`, written once.
 
@@ -299,11 +308,6 @@ class JsonRecord:
 
     KIND = "record"
     VERSION = 1
-
-    def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)  # type: ignore[call-overload]
 
     @classmethod
     def from_dict(cls, data: Any) -> Any:

@@ -35,8 +35,10 @@ import math
 import re
 import sqlite3
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
+
+from core.io import AsDict
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ def check_head_format(value: str) -> str:
 
 
 @dataclass(frozen=True)
-class VerifyReport:
+class VerifyReport(AsDict):
     """The outcome of walking the chain.
 
     Attributes:
@@ -102,9 +104,6 @@ class VerifyReport:
     seq: int | None = None
     record_id: str | None = None
     message: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def stored_head(conn: sqlite3.Connection) -> tuple[int, str]:

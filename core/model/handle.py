@@ -31,10 +31,12 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from core.io import AsDict
 
 HookRegistration = Callable[[], torch.utils.hooks.RemovableHandle]
 """A zero-argument callable that registers one hook and returns its removable handle."""
@@ -257,7 +259,7 @@ class _FairLock:
 
 
 @dataclass(frozen=True)
-class ModelInfo:
+class ModelInfo(AsDict):
     """Facts about a loaded model (all plain Python values, JSON-serializable)."""
 
     name: str
@@ -270,9 +272,6 @@ class ModelInfo:
     dtype: str
     max_tokens: int
     has_chat_template: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @property
     def is_embedded(self) -> bool:
