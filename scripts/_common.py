@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -31,6 +32,20 @@ def read_csv(path: Path, columns: list[str] | None = None) -> list[dict[str, str
 def empty_cells(row: dict[str, str], columns: list[str]) -> list[str]:
     """The ``columns`` whose cell in ``row`` is missing, empty or only whitespace."""
     return [k for k in columns if not (row.get(k) or "").strip()]
+
+
+def filled_rows(
+    name: str, rows: list[dict[str, str]], columns: list[str], problems: list[str]
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """``(where, row)`` for each row with every one of ``columns`` filled (``where`` = ``"<name> row <i>"``,
+    1-based); each other row adds ``"<where>: empty <columns>"`` to ``problems`` and is skipped."""
+    for i, row in enumerate(rows, start=1):
+        where = f"{name} row {i}"
+        empty = empty_cells(row, columns)
+        if empty:
+            problems.append(f"{where}: empty {', '.join(empty)}")
+        else:
+            yield where, row
 
 
 def contains(answer: str, text: str) -> bool:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-from _common import contains, empty_cells, read_csv
+from _common import contains, filled_rows, read_csv
 
 from core.io import ASSETS
 
@@ -225,12 +225,7 @@ def labeled_set_checks(names: list[str] | None = None) -> tuple[list[str], list[
             problems.append(f"{name}: labels unbalanced ({counts})")
         same_fact: list[str] = []
         overlaps: list[float] = []
-        for i, row in enumerate(source, start=1):
-            where = f"{name} row {i}"
-            empty = empty_cells(row, SET_COLUMNS)
-            if empty:
-                problems.append(f"{where}: empty {', '.join(empty)}")
-                continue
+        for where, row in filled_rows(name, source, SET_COLUMNS, problems):
             if row["label"] not in LABELS:
                 problems.append(f"{where}: label {row['label']!r}")
                 continue

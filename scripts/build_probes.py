@@ -25,7 +25,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from _common import add_threads_arg, contains, empty_cells, file_checks_pass, read_csv, set_threads, short
+from _common import add_threads_arg, contains, file_checks_pass, filled_rows, read_csv, set_threads, short
 
 from core.io import ASSETS, REPO_ROOT
 
@@ -67,32 +67,24 @@ def static_checks(rows: list[dict[str, str]], conflict: list[dict[str, str]] | N
     problems: list[str] = []
     cal_queries, cal_contexts = reserved_texts()
     seen: set[str] = set()
-    for i, row in enumerate(rows, start=1):
-        empty = empty_cells(row, SOURCE_COLUMNS)
-        if empty:
-            problems.append(f"probe row {i}: empty {', '.join(empty)}")
-            continue
+    for where, row in filled_rows("probe", rows, SOURCE_COLUMNS, problems):
         if row["label"] not in LABELS:
-            problems.append(f"probe row {i}: label {row['label']!r} is not one of {LABELS}")
+            problems.append(f"{where}: label {row['label']!r} is not one of {LABELS}")
         if row["answer"] not in row["context"]:
-            problems.append(f"probe row {i}: answer {row['answer']!r} is not verbatim in its context")
+            problems.append(f"{where}: answer {row['answer']!r} is not verbatim in its context")
         q = _key(row["query"])
         if q in seen:
-            problems.append(f"probe row {i}: duplicate query {row['query']!r}")
+            problems.append(f"{where}: duplicate query {row['query']!r}")
         seen.add(q)
         if q in cal_queries or _key(row["context"]) in cal_contexts:
-            problems.append(f"probe row {i}: repeats a calibration or example query/context: {row['query']!r}")
-    for i, row in enumerate(conflict or [], start=1):
-        empty = empty_cells(row, CONFLICT_COLUMNS)
-        if empty:
-            problems.append(f"conflict row {i}: empty {', '.join(empty)}")
-            continue
+            problems.append(f"{where}: repeats a calibration or example query/context: {row['query']!r}")
+    for where, row in filled_rows("conflict", conflict or [], CONFLICT_COLUMNS, problems):
         if row["answer_context"] not in row["context"]:
-            problems.append(f"conflict row {i}: answer_context {row['answer_context']!r} not verbatim in context")
+            problems.append(f"{where}: answer_context {row['answer_context']!r} not verbatim in context")
         if contains(row["answer_memory"], row["context"]):
-            problems.append(f"conflict row {i}: the context mentions the remembered answer {row['answer_memory']!r}")
+            problems.append(f"{where}: the context mentions the remembered answer {row['answer_memory']!r}")
         if _key(row["query"]) in cal_queries:
-            problems.append(f"conflict row {i}: repeats a calibration or example query: {row['query']!r}")
+            problems.append(f"{where}: repeats a calibration or example query: {row['query']!r}")
     return problems
 
 

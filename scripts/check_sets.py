@@ -43,7 +43,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from _common import add_threads_arg, contains, empty_cells, file_checks_pass, read_csv, set_threads, short
+from _common import add_threads_arg, contains, file_checks_pass, filled_rows, read_csv, set_threads, short
 from _labeled_sets import CAL, EXAMPLES, LABELS, SETS_DIR, labeled_set_checks, set_names
 
 from core.io import REPO_ROOT
@@ -58,16 +58,12 @@ def static_checks(sets: dict[str, list[dict[str, str]]]) -> list[str]:
     queries: dict[str, set[str]] = {}
     for name, rows in sets.items():
         seen: set[str] = set()
-        for i, row in enumerate(rows, start=1):
-            empty = empty_cells(row, COLUMNS)
-            if empty:
-                problems.append(f"{name} row {i}: empty {', '.join(empty)}")
-                continue
+        for where, row in filled_rows(name, rows, COLUMNS, problems):
             if row["answer"] not in row["context"]:
-                problems.append(f"{name} row {i}: answer {row['answer']!r} is not verbatim in its context")
+                problems.append(f"{where}: answer {row['answer']!r} is not verbatim in its context")
             key = row["query"].strip().casefold()
             if key in seen:
-                problems.append(f"{name} row {i}: duplicate query {row['query']!r}")
+                problems.append(f"{where}: duplicate query {row['query']!r}")
             seen.add(key)
         queries[name] = seen
     if len(queries) == 2:
