@@ -8,6 +8,7 @@ paper itself says a feature is a proxy (appendix D.2 and F.1) its ``proxy`` fiel
 features"); :data:`RDS_FEATURES` and :data:`RCI_FEATURES` give the formulas used here.
 """
 
+# ruff: noqa: E501
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -59,205 +60,95 @@ _ATTN_NOTE = (
 )
 _ENTROPY_PROXY = "Derived from attention entropy instead of actual interventions (appendix F.1)."
 
-FEATURES: tuple[FeatureSpec, ...] = (
-    # D.1.1 confidence-based (8)
-    FeatureSpec(
-        "mean_confidence",
-        _S,
-        _CONF,
-        "float",
-        "c̄ = (1/L) Σ_ℓ c_ℓ,  c_ℓ = max_i p_ℓ,i",
-        note="p_ℓ = softmax(lm_head(final_norm(h_ℓ))) at the last prompt position (logit lens).",
-    ),
-    FeatureSpec("std_confidence", _S, _CONF, "float", "σ_c = sqrt( (1/(L−1)) Σ_ℓ (c_ℓ − c̄)² )"),
-    FeatureSpec("max_confidence", _S, _CONF, "float", "c_max = max_ℓ c_ℓ"),
-    FeatureSpec("min_confidence", _S, _CONF, "float", "c_min = min_ℓ c_ℓ"),
-    FeatureSpec("confidence_range", _S, _CONF, "float", "Δc = c_max − c_min"),
-    FeatureSpec(
-        "convergence_layer",
-        _S,
-        _CONF,
-        "int",
-        "ℓ* = argmax_ℓ c_ℓ",
-        note="0-based decoder layer (the first maximum), which is what the +1 in convergence_speed implies.",
-    ),
-    FeatureSpec("convergence_speed", _S, _CONF, "float", "v_conv = 1 / (ℓ* + 1)"),
-    FeatureSpec("confidence_slope", _S, _CONF, "float", "β = Σ_ℓ (ℓ − ℓ̄)(c_ℓ − c̄) / Σ_ℓ (ℓ − ℓ̄)²,  ℓ = 1…L"),
-    # D.1.2 trajectory dynamics (4)
-    FeatureSpec(
-        "oscillation_count",
-        _S,
-        _TRAJ,
-        "int",
-        "#{ℓ : Δc_ℓ · Δc_ℓ+1 < 0},  Δc_ℓ = c_ℓ+1 − c_ℓ",
-        note="A zero difference never counts as a sign change (the product is then 0).",
-    ),
-    FeatureSpec("early_confidence", _S, _TRAJ, "float", "c_early = mean of c_ℓ over the first ⌊L/2⌋ layers"),
-    FeatureSpec("late_confidence", _S, _TRAJ, "float", "c_late = mean of c_ℓ over the remaining L − ⌊L/2⌋ layers"),
-    FeatureSpec(
-        "prediction_stability",
-        _S,
-        _TRAJ,
-        "float",
-        "s_pred = 1 / (σ_c + ε)",
-        note="ε = 1e-8 (as in factual_head_activation) keeps a flat trajectory finite.",
-    ),
-    # D.1.3 information-theoretic (4)
-    FeatureSpec("mean_entropy", _S, _INFO, "float", "H̄ = (1/L) Σ_ℓ H_ℓ,  H_ℓ = −Σ_i p_ℓ,i log p_ℓ,i  (nats)"),
-    FeatureSpec("entropy_change", _S, _INFO, "float", "ΔH = H_L − H_1"),
-    FeatureSpec("information_gain", _S, _INFO, "float", "IG = −ΔH = H_1 − H_L"),
-    FeatureSpec(
-        "layer_consistency",
-        _S,
-        _INFO,
-        "float",
-        "1 / (σ_H + ε),  σ_H = sqrt( (1/(L−1)) Σ_ℓ (H_ℓ − H̄)² )",
-        note="ε = 1e-8 keeps a flat entropy trajectory finite.",
-    ),
-    # D.2.1 attention specialization (5)
-    FeatureSpec(
-        "num_specialized_heads",
-        _M,
-        _SPEC,
-        "int",
-        f"N_spec = Σ_ℓ Σ_h 1[H_ℓ,h < τ],  τ = {SPECIALIZATION_TAU:g}",
-        note=_ATTN_NOTE,
-    ),
-    FeatureSpec("head_specialization_score", _M, _SPEC, "float", "S_head = 1 − H̄_attn / 3"),
-    FeatureSpec("factual_head_activation", _M, _SPEC, "float", "A_fact = 1 / (H̄_attn + ε),  ε = 1e-8"),
-    FeatureSpec("reasoning_head_activation", _M, _SPEC, "float", "A_reason = H̄_attn / 3"),
-    FeatureSpec(
-        "attention_entropy",
-        _M,
-        _SPEC,
-        "float",
-        "H̄_attn = (1/(LH)) Σ_ℓ Σ_h H_ℓ,h,  H_ℓ,h = −Σ_{i,j} A_ℓ,h(i,j) log A_ℓ,h(i,j)",
-        note=_ATTN_NOTE,
-    ),
-    # D.2.2 circuit dynamics (4)
-    FeatureSpec(
-        "effective_circuit_depth",
-        _M,
-        _CIRC,
-        "float",
-        "D = L (number of attention layers analyzed)",
-        proxy='"Equal to the number of attention layers analyzed": a constant per model.',
-    ),
-    FeatureSpec(
-        "circuit_complexity",
-        _M,
-        _CIRC,
-        "float",
-        "C = σ²_var · γ_norm,  σ²_var = v_L / v_1",
-        note="v_ℓ = variance of all activations of h_ℓ (positions × hidden units); the paper calls σ²_var "
-        '"activation variance growth" without a formula: the last/first decoder-layer ratio here.',
-    ),
-    FeatureSpec(
-        "activation_flow_variance",
-        _M,
-        _CIRC,
-        "float",
-        "Var_ℓ(n_ℓ),  n_ℓ = (1/T) Σ_t ‖h_ℓ,t‖₂",
-        note='"Variance in activation magnitudes across layers": population variance over decoder layers '
-        "of the mean token L2 norm.",
-    ),
-    FeatureSpec(
-        "causal_path_length",
-        _M,
-        _CIRC,
-        "float",
-        "= effective_circuit_depth = L",
-        proxy='"Currently equal to circuit depth": a constant per model.',
-    ),
-    # D.2.3 intervention sensitivity (4)
-    FeatureSpec(
-        "ablation_robustness",
-        _M,
-        _INTV,
-        "float",
-        "R_ablation = 1 − H̄_attn / 5",
-        note="No component is ablated: the paper computes it from attention entropy.",
-    ),
-    FeatureSpec(
-        "critical_component_count",
-        _M,
-        _INTV,
-        "int",
-        "N_critical = max(1, N_spec)",
-        proxy='"Uses specialized head count as a proxy for critical components" (appendix F.1).',
-    ),
-    FeatureSpec(
-        "performance_degradation_slope",
-        _M,
-        _INTV,
-        "float",
-        "β_degrad = |σ_causal|,  σ_causal = std_ℓ(H̄_attn,ℓ / 10)",
-        proxy=_ENTROPY_PROXY,
-        note="Layer-wise causal effect estimates are the paper's E_direct terms H̄_attn,ℓ/10; population std.",
-    ),
-    FeatureSpec(
-        "intervention_sensitivity",
-        _M,
-        _INTV,
-        "float",
-        "S_interv = 1 − R_ablation",
-        note="No intervention is run: the paper computes it from attention entropy.",
-    ),
-    # D.2.4 working memory (4)
-    FeatureSpec(
-        "hidden_state_variance",
-        _M,
-        _WORK,
-        "float",
-        "(1/L) Σ_ℓ v_ℓ,  v_ℓ = Var_{t,d}(h_ℓ,t,d)",
-        note='"Variance in hidden state activations … across layers": the mean over decoder layers of the '
-        "per-layer activation variance (residual stream before the final norm).",
-    ),
-    FeatureSpec(
-        "norm_growth_trajectory",
-        _M,
-        _WORK,
-        "float",
-        "γ_norm = n_L / n_1",
-        note='"Growth pattern of activation norms": ratio of the last to the first decoder layer\'s mean '
-        "token L2 norm.",
-    ),
-    FeatureSpec(
-        "working_memory_complexity",
-        _M,
-        _WORK,
-        "float",
-        "= state_rank_evolution",
-        proxy='"Currently uses rank evolution as a proxy for working memory complexity" (appendix F.1).',
-    ),
-    FeatureSpec(
-        "state_rank_evolution",
-        _M,
-        _WORK,
-        "float",
-        "R_evolution = r_L − r_1,  r_ℓ = exp(−Σ_k q_k log q_k),  q_k = s_k / Σ s  (SVD of h_ℓ, T × d)",
-        note="Effective rank (Roy & Vetterli) of the layer's token × hidden matrix, last minus first "
-        "decoder layer; 0 for a one-token prompt.",
-    ),
-    # D.2.5 causal effects (4)
-    FeatureSpec(
-        "direct_logit_attribution",
-        _M,
-        _CAUS,
-        "float",
-        "E_direct = (1/L) Σ_ℓ H̄_attn,ℓ / 10",
-        proxy='"Proxy for direct causal contribution", computed from attention entropy (appendix F.1).',
-    ),
-    FeatureSpec("indirect_effect_strength", _M, _CAUS, "float", "E_indirect = σ_causal", proxy=_ENTROPY_PROXY),
-    FeatureSpec("causal_mediation_score", _M, _CAUS, "float", "M_causal = E_direct × E_indirect", proxy=_ENTROPY_PROXY),
-    FeatureSpec(
-        "activation_patching_effect",
-        _M,
-        _CAUS,
-        "float",
-        "P_patch = E_direct",
-        proxy='"Computed from attention entropy, not from actual activation patching experiments."',
-    ),
+_GROUPS = {_CONF: _S, _TRAJ: _S, _INFO: _S, _SPEC: _M, _CIRC: _M, _INTV: _M, _WORK: _M, _CAUS: _M}
+"""The group of each subgroup (the appendix D table a feature comes from)."""
+# One row per feature, as a table reads, however long its formula (two run past 120 columns).
+# fmt: off
+_TABLE: tuple[tuple[str, str, str, str], ...] = (
+    ("mean_confidence", _CONF, "float", "c̄ = (1/L) Σ_ℓ c_ℓ,  c_ℓ = max_i p_ℓ,i"),
+    ("std_confidence", _CONF, "float", "σ_c = sqrt( (1/(L−1)) Σ_ℓ (c_ℓ − c̄)² )"),
+    ("max_confidence", _CONF, "float", "c_max = max_ℓ c_ℓ"),
+    ("min_confidence", _CONF, "float", "c_min = min_ℓ c_ℓ"),
+    ("confidence_range", _CONF, "float", "Δc = c_max − c_min"),
+    ("convergence_layer", _CONF, "int", "ℓ* = argmax_ℓ c_ℓ"),
+    ("convergence_speed", _CONF, "float", "v_conv = 1 / (ℓ* + 1)"),
+    ("confidence_slope", _CONF, "float", "β = Σ_ℓ (ℓ − ℓ̄)(c_ℓ − c̄) / Σ_ℓ (ℓ − ℓ̄)²,  ℓ = 1…L"),
+    ("oscillation_count", _TRAJ, "int", "#{ℓ : Δc_ℓ · Δc_ℓ+1 < 0},  Δc_ℓ = c_ℓ+1 − c_ℓ"),
+    ("early_confidence", _TRAJ, "float", "c_early = mean of c_ℓ over the first ⌊L/2⌋ layers"),
+    ("late_confidence", _TRAJ, "float", "c_late = mean of c_ℓ over the remaining L − ⌊L/2⌋ layers"),
+    ("prediction_stability", _TRAJ, "float", "s_pred = 1 / (σ_c + ε)"),
+    ("mean_entropy", _INFO, "float", "H̄ = (1/L) Σ_ℓ H_ℓ,  H_ℓ = −Σ_i p_ℓ,i log p_ℓ,i  (nats)"),
+    ("entropy_change", _INFO, "float", "ΔH = H_L − H_1"),
+    ("information_gain", _INFO, "float", "IG = −ΔH = H_1 − H_L"),
+    ("layer_consistency", _INFO, "float", "1 / (σ_H + ε),  σ_H = sqrt( (1/(L−1)) Σ_ℓ (H_ℓ − H̄)² )"),
+    ("num_specialized_heads", _SPEC, "int", f"N_spec = Σ_ℓ Σ_h 1[H_ℓ,h < τ],  τ = {SPECIALIZATION_TAU:g}"),
+    ("head_specialization_score", _SPEC, "float", "S_head = 1 − H̄_attn / 3"),
+    ("factual_head_activation", _SPEC, "float", "A_fact = 1 / (H̄_attn + ε),  ε = 1e-8"),
+    ("reasoning_head_activation", _SPEC, "float", "A_reason = H̄_attn / 3"),
+    ("attention_entropy", _SPEC, "float", "H̄_attn = (1/(LH)) Σ_ℓ Σ_h H_ℓ,h,  H_ℓ,h = −Σ_{i,j} A_ℓ,h(i,j) log A_ℓ,h(i,j)"),
+    ("effective_circuit_depth", _CIRC, "float", "D = L (number of attention layers analyzed)"),
+    ("circuit_complexity", _CIRC, "float", "C = σ²_var · γ_norm,  σ²_var = v_L / v_1"),
+    ("activation_flow_variance", _CIRC, "float", "Var_ℓ(n_ℓ),  n_ℓ = (1/T) Σ_t ‖h_ℓ,t‖₂"),
+    ("causal_path_length", _CIRC, "float", "= effective_circuit_depth = L"),
+    ("ablation_robustness", _INTV, "float", "R_ablation = 1 − H̄_attn / 5"),
+    ("critical_component_count", _INTV, "int", "N_critical = max(1, N_spec)"),
+    ("performance_degradation_slope", _INTV, "float", "β_degrad = |σ_causal|,  σ_causal = std_ℓ(H̄_attn,ℓ / 10)"),
+    ("intervention_sensitivity", _INTV, "float", "S_interv = 1 − R_ablation"),
+    ("hidden_state_variance", _WORK, "float", "(1/L) Σ_ℓ v_ℓ,  v_ℓ = Var_{t,d}(h_ℓ,t,d)"),
+    ("norm_growth_trajectory", _WORK, "float", "γ_norm = n_L / n_1"),
+    ("working_memory_complexity", _WORK, "float", "= state_rank_evolution"),
+    ("state_rank_evolution", _WORK, "float", "R_evolution = r_L − r_1,  r_ℓ = exp(−Σ_k q_k log q_k),  q_k = s_k / Σ s  (SVD of h_ℓ, T × d)"),
+    ("direct_logit_attribution", _CAUS, "float", "E_direct = (1/L) Σ_ℓ H̄_attn,ℓ / 10"),
+    ("indirect_effect_strength", _CAUS, "float", "E_indirect = σ_causal"),
+    ("causal_mediation_score", _CAUS, "float", "M_causal = E_direct × E_indirect"),
+    ("activation_patching_effect", _CAUS, "float", "P_patch = E_direct"),
+)
+# fmt: on
+"""Appendix D as one table, one row per feature in the paper's order: ``(name, subgroup, kind, formula)``."""
+
+_PROXIES: dict[str, str] = {
+    "effective_circuit_depth": '"Equal to the number of attention layers analyzed": a constant per model.',
+    "causal_path_length": '"Currently equal to circuit depth": a constant per model.',
+    "critical_component_count": '"Uses specialized head count as a proxy for critical components" (appendix F.1).',
+    "performance_degradation_slope": _ENTROPY_PROXY,
+    "working_memory_complexity": '"Currently uses rank evolution as a proxy for working memory complexity" '
+    "(appendix F.1).",
+    "direct_logit_attribution": '"Proxy for direct causal contribution", computed from attention entropy '
+    "(appendix F.1).",
+    "indirect_effect_strength": _ENTROPY_PROXY,
+    "causal_mediation_score": _ENTROPY_PROXY,
+    "activation_patching_effect": '"Computed from attention entropy, not from actual activation patching experiments."',
+}
+"""The paper's own words where it says a feature is a proxy (appendix D.2 and F.1), by feature."""
+_NOTES: dict[str, str] = {
+    "mean_confidence": "p_ℓ = softmax(lm_head(final_norm(h_ℓ))) at the last prompt position (logit lens).",
+    "convergence_layer": "0-based decoder layer (the first maximum), which is what the +1 in convergence_speed "
+    "implies.",
+    "oscillation_count": "A zero difference never counts as a sign change (the product is then 0).",
+    "prediction_stability": "ε = 1e-8 (as in factual_head_activation) keeps a flat trajectory finite.",
+    "layer_consistency": "ε = 1e-8 keeps a flat entropy trajectory finite.",
+    "num_specialized_heads": _ATTN_NOTE,
+    "attention_entropy": _ATTN_NOTE,
+    "circuit_complexity": "v_ℓ = variance of all activations of h_ℓ (positions × hidden units); the paper calls σ²_var "
+    '"activation variance growth" without a formula: the last/first decoder-layer ratio here.',
+    "activation_flow_variance": '"Variance in activation magnitudes across layers": population variance over decoder '
+    "layers of the mean token L2 norm.",
+    "ablation_robustness": "No component is ablated: the paper computes it from attention entropy.",
+    "performance_degradation_slope": "Layer-wise causal effect estimates are the paper's E_direct terms H̄_attn,ℓ/10; "
+    "population std.",
+    "intervention_sensitivity": "No intervention is run: the paper computes it from attention entropy.",
+    "hidden_state_variance": '"Variance in hidden state activations … across layers": the mean over decoder layers '
+    "of the per-layer activation variance (residual stream before the final norm).",
+    "norm_growth_trajectory": '"Growth pattern of activation norms": ratio of the last to the first decoder '
+    "layer's mean token L2 norm.",
+    "state_rank_evolution": "Effective rank (Roy & Vetterli) of the layer's token × hidden matrix, last minus first "
+    "decoder layer; 0 for a one-token prompt.",
+}
+"""What this implementation decided where appendix D is not explicit, by feature."""
+
+FEATURES: tuple[FeatureSpec, ...] = tuple(
+    FeatureSpec(name, _GROUPS[subgroup], subgroup, kind, formula, _PROXIES.get(name), _NOTES.get(name))
+    for name, subgroup, kind, formula in _TABLE
 )
 FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in FEATURES)
 SURFACE_FEATURES = tuple(f.name for f in FEATURES if f.group == _S)

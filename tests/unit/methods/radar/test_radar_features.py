@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+
 import numpy as np
 import pytest
 
@@ -27,6 +31,21 @@ def test_feature_names_match_appendix_d(paper_surface, paper_mechanistic):
         "causal_mediation_score",
     } <= proxies
     assert not proxies & set(paper_surface)
+
+
+SPECS_DIGEST = "ad30e24ae8dd6228afde776ce15316c58130cdea9ddb6538af709757e4d1bff0"
+"""sha256 of the JSON of every FeatureSpec (all fields, in order), taken from the FeatureSpec(...) blocks before the
+specs became one table: a name, group, subgroup, kind, formula, proxy or note that changes changes it."""
+
+
+def test_every_spec_is_unchanged():
+    specs = [dataclasses.asdict(f) for f in radar.FEATURES]
+    assert hashlib.sha256(json.dumps(specs, ensure_ascii=False).encode()).hexdigest() == SPECS_DIGEST
+
+
+def test_every_note_and_proxy_names_a_feature():
+    assert set(features._NOTES) | set(features._PROXIES) <= set(radar.FEATURE_NAMES)
+    assert set(features._GROUPS) == {f.subgroup for f in radar.FEATURES}, "each subgroup has its group"
 
 
 def test_one_tau_everywhere():
