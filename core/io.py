@@ -21,7 +21,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -49,6 +49,25 @@ def package_folder(package: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def package_files(
+    package: str, files: Sequence[str], *, under: str = "", error: type[Exception], install: str, reinstall: str
+) -> Path:
+    """The folder ``under`` of the installed ``package`` (:func:`package_folder`), holding every one of ``files``.
+
+    Raises:
+        error: the package is not installed (the message is ``install``) or one of ``files`` is missing (the
+            message names it and says ``reinstall``).
+    """
+    installed = package_folder(package)
+    if installed is None:
+        raise error(install)
+    folder = installed / under if under else installed
+    for name in files:
+        if not (folder / name).is_file():
+            raise error(f"{name} is missing from {folder}; {reinstall}.")
+    return folder
 
 
 def cache_dir() -> Path:

