@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from core.io import EMBEDDED_SLUG, atomic_write_bytes, cache_dir
-from core.methods.radar.ensemble import StoredEnsemble, ensemble_arrays
+from core.methods.radar.ensemble import ESTIMATORS, StoredEnsemble, ensemble_arrays
 from core.methods.radar.features import FEATURE_NAMES, RCI_FEATURES, RDS_FEATURES
 from core.methods.radar.prompts import RADAR_DIR, REASONING, RECALL, TRAIN
 from core.methods.radar.store import FeatureTable, feature_table_for
@@ -47,29 +47,20 @@ def build_ensemble(random_state: int = 0) -> Any:
     from sklearn.preprocessing import StandardScaler
     from sklearn.svm import SVC
 
-    voter = VotingClassifier(
-        estimators=[
-            ("random_forest", RandomForestClassifier(n_estimators=200, random_state=random_state)),
-            ("gradient_boosting", GradientBoostingClassifier(random_state=random_state)),
-            (
-                "svm",
-                CalibratedClassifierCV(
-                    SVC(kernel="rbf", random_state=random_state), method="sigmoid", cv=5, ensemble=False
-                ),
-            ),
-            ("logistic_regression", LogisticRegression(max_iter=5000)),
-        ],
-        voting="soft",
+    members = (
+        RandomForestClassifier(n_estimators=200, random_state=random_state),
+        GradientBoostingClassifier(random_state=random_state),
+        CalibratedClassifierCV(SVC(kernel="rbf", random_state=random_state), method="sigmoid", cv=5, ensemble=False),
+        LogisticRegression(max_iter=5000),
     )
+    voter = VotingClassifier(estimators=list(zip(ESTIMATORS, members, strict=True)), voting="soft")
     return Pipeline([("scaler", StandardScaler()), ("ensemble", voter)])
 
 
-ESTIMATOR_TITLES = {
-    "random_forest": "Random forest",
-    "gradient_boosting": "Gradient boosting",
-    "svm": "SVM (Platt-scaled)",
-    "logistic_regression": "Logistic regression",
-}
+ESTIMATOR_TITLES = dict(
+    zip(ESTIMATORS, ("Random forest", "Gradient boosting", "SVM (Platt-scaled)", "Logistic regression"), strict=True)
+)
+"""How a page names each member of the ensemble (keys: :data:`~core.methods.radar.ensemble.ESTIMATORS`)."""
 
 
 def _sigmoid(x: float) -> float:

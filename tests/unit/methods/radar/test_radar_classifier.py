@@ -37,6 +37,20 @@ def test_ensemble_trains_and_predicts_on_synthetic_features():
     np.testing.assert_array_equal(again.p_recall(X_test), p_bar)
 
 
+def test_the_members_are_named_and_titled_in_voting_order():
+    steps = radar.build_ensemble().named_steps["ensemble"].estimators
+    assert [name for name, _ in steps] == ["random_forest", "gradient_boosting", "svm", "logistic_regression"]
+    assert [type(est).__name__ for _, est in steps] == [
+        "RandomForestClassifier",
+        "GradientBoostingClassifier",
+        "CalibratedClassifierCV",
+        "LogisticRegression",
+    ]
+    titles = ["Random forest", "Gradient boosting", "SVM (Platt-scaled)", "Logistic regression"]
+    assert list(radar.ESTIMATOR_TITLES) == [name for name, _ in steps]
+    assert list(radar.ESTIMATOR_TITLES.values()) == titles
+
+
 def test_ensemble_rejects_bad_training_data():
     X, y = _synthetic(15, seed=0)
     with pytest.raises(ValueError):
