@@ -31,14 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from core.engine.axes import (
-    AXES_FILE,
-    RELIANCE_FEATURES,
-    AxesCalibration,
-    headline,
-    reliance_features,
-    support_features,
-)
+from core.engine.axes import headline, reliance_features, support_features
+from core.engine.axes_calibration import AXES_FILE, RELIANCE_FEATURES, AxesCalibration
 from core.engine.result import DualPathResult
 from core.evaluation.behavior import behavior_label, in_subset
 from core.io import asset_path, atomic_write_text
@@ -48,7 +42,17 @@ WIDENED_CSV = asset_path("calibration") / "widened_clean.csv"
 """The read calibration rows of the behavior set (conflict, invented and project rows; answers of 1–16 tokens)
 with Z and L: the extra clean rows ``scripts/calibrate_threshold.py --widen`` fits τ(L) on (issue 23 part 4)."""
 WIDENED_COLUMNS = ["set", "kind", "query", "z", "n_scored"]
-COLUMNS = ["set", "kind", "origin", "label", "query", *RELIANCE_FEATURES, "support_logprob", "in_parametric"]
+COLUMNS = [
+    "set",
+    "kind",
+    "origin",
+    "label",
+    "query",
+    *RELIANCE_FEATURES,
+    "support_logprob",
+    "in_parametric",
+    "in_context",
+]
 
 
 def label(row: dict[str, str], answer: str) -> str | None:
@@ -90,6 +94,7 @@ def feature_rows(scored: list[tuple[dict[str, str], DualPathResult, str | None]]
                 **{k: round(v, 6) for k, v in feats.items()},
                 "support_logprob": round(sup["logprob"], 6),
                 "in_parametric": sup["in_parametric"],
+                "in_context": sup["in_context"],
             }
         )
     return rows
@@ -124,6 +129,7 @@ def fit(rows: list[dict[str, Any]], model: str) -> AxesCalibration:
     X = np.array([[float(r[k]) for k in RELIANCE_FEATURES] for r in rows])
     read = np.array([r["label"] == "read" for r in rows])
     lp = np.array([float(r["support_logprob"]) for r in rows])
+    joint = np.column_stack([X, lp, [_joint_flags(r) for r in rows]])
     counts: dict[str, Any] = {"rows": len(rows), "read": int(read.sum()), "recalled": int((~read).sum())}
     for key in ("set", "kind"):
         for value in sorted({r[key] for r in rows}):
@@ -137,7 +143,21 @@ def fit(rows: list[dict[str, Any]], model: str) -> AxesCalibration:
         model=model,
         source="scripts/calibrate_axes.py on calibration rows (assets/calibration/axes_calibration.csv)",
         fitted_on=counts,
+        joint_X=joint,
     )
+
+
+def _flag(value: Any) -> bool | None:
+    """A CSV's or a row's True/False/empty as ``True``/``False``/``None``."""
+    if value is None or value == "":
+        return None
+    return value is True or str(value).strip().lower() == "true"
+
+
+def _joint_flags(row: dict[str, Any]) -> list[float]:
+    """The joint resolver's three text observations (in_parametric, not_in_parametric, in_context) as 0/1."""
+    para = _flag(row.get("in_parametric"))
+    return [float(para is True), float(para is False), float(bool(_flag(row.get("in_context"))))]
 
 
 def _rate(values: list[bool]) -> float | None:

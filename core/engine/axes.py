@@ -27,22 +27,18 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.engine.threshold import THRESHOLD_DIR, finite_number
+from core.engine.axes_calibration import AxesCalibration, JointModel, bundled_axes
 from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, display
-from core.io import read_user_file
 
 if TYPE_CHECKING:
     from core.engine.result import DualPathResult
 
-AXES_FILE = THRESHOLD_DIR / "axes-embedded.json"
-"""The embedded model's bundled axis calibration (``scripts/calibrate_axes.py``)."""
-MAX_AXES_BYTES = 64 * 1024
+
 CONTENT_TOKENS = 3
 """At most this many tokens of the first content word enter the parametric support score."""
 RELIANCE_WINDOW = 16
@@ -60,9 +56,6 @@ AGREES = "the context agrees"
 
 RELIANCE_DIRECTION = "higher = the answer needed the context (probability that the model read it)"
 SUPPORT_DIRECTION = "higher = the model gives this answer without the context (log-probability, nats)"
-
-RELIANCE_FEATURES = ("ln_max_kl", "ln_mean_kl", "ln_L")
-"""The features of axis 1, in the order of the stored coefficients."""
 
 _STOP_TEXT = """a an the is are was were be been being am of in on at to for from by with as and or but not no nor
     it its
@@ -159,119 +152,18 @@ def support_features(result: DualPathResult) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class AxesCalibration:
-    """The fitted axes of one model (a small JSON file; :meth:`from_dict` checks every field).
-
-    Attributes:
-        model: the model's name.
-        mean, scale: standardization of :data:`RELIANCE_FEATURES` before the logistic regression.
-        coef, intercept: the logistic regression (P(read) = σ(intercept + coef · z)).
-        reliance_threshold, reliance_band: the P(read) cut and the inconclusive band ``(low, high)`` around it.
-        support_threshold, support_band: the cut on the parametric log-probability (nats) and its band.
-        source: how it was made; fitted_on: counts of the rows it was fitted on.
-    """
-
-    model: str
-    mean: tuple[float, ...]
-    scale: tuple[float, ...]
-    coef: tuple[float, ...]
-    intercept: float
-    reliance_threshold: float
-    reliance_band: tuple[float, float]
-    support_threshold: float
-    support_band: tuple[float, float]
-    source: str = "scripts/calibrate_axes.py"
-    features: tuple[str, ...] = RELIANCE_FEATURES
-    fitted_on: dict[str, Any] = field(default_factory=dict)
-
-    def reliance(self, feats: dict[str, float]) -> float:
-        """P(read) of axis 1 for the features of :func:`reliance_features`."""
-        x = np.array([feats[name] for name in self.features], dtype=np.float64)
-        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
-        logit = float(self.intercept + np.dot(np.asarray(self.coef), z))
-        return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in ("mean", "scale", "coef", "reliance_band", "support_band", "features"):
-            out[key] = list(out[key])
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Any) -> AxesCalibration:
-        """Read and check an axes file's object (``ValueError`` names the bad field)."""
-        if not isinstance(data, dict):
-            raise ValueError("An axes calibration is one JSON object")
-        need = ("model", "mean", "scale", "coef", "intercept", "reliance_threshold", "reliance_band")
-        need += ("support_threshold", "support_band")
-        for name in need:
-            if name not in data:
-                raise ValueError(f"An axes calibration needs a {name!r} entry")
-        features = tuple(data.get("features", RELIANCE_FEATURES))
-        if features != RELIANCE_FEATURES:
-            raise ValueError(f"'features' must be {list(RELIANCE_FEATURES)}, got {list(features)}")
-        vec = {}
-        for name in ("mean", "scale", "coef"):
-            raw = data[name]
-            if not isinstance(raw, (list, tuple)) or len(raw) != len(features):
-                raise ValueError(f"{name!r} must be a list of {len(features)} numbers")
-            vec[name] = tuple(finite_number(v, name) for v in raw)
-        if any(s <= 0 for s in vec["scale"]):
-            raise ValueError("'scale' must be positive")
-        bands = {}
-        for name in ("reliance_band", "support_band"):
-            raw = data[name]
-            if not isinstance(raw, (list, tuple)) or len(raw) != 2:
-                raise ValueError(f"{name!r} must be [low, high]")
-            low, high = (finite_number(v, name) for v in raw)
-            cut = finite_number(data[name.replace("band", "threshold")], name.replace("band", "threshold"))
-            if not low <= cut <= high:
-                raise ValueError(f"{name!r} must contain its threshold: {low} <= {cut} <= {high}")
-            bands[name] = (low, high)
-        if not 0.0 < float(data["reliance_threshold"]) < 1.0:
-            raise ValueError("'reliance_threshold' is a probability in (0, 1)")
-        if not isinstance(data["model"], str) or not data["model"].strip():
-            raise ValueError("'model' must be a non-empty string")
-        fitted = data.get("fitted_on", {})
-        if not isinstance(fitted, dict):
-            raise ValueError("'fitted_on' must be a JSON object")
-        return cls(
-            model=data["model"],
-            intercept=finite_number(data["intercept"], "intercept"),
-            reliance_threshold=float(data["reliance_threshold"]),
-            support_threshold=float(data["support_threshold"]),
-            source=str(data.get("source", "axes file")),
-            features=features,
-            fitted_on=fitted,
-            **vec,
-            **bands,
-        )
-
-    @classmethod
-    def load(cls, path: str | Path) -> AxesCalibration:
-        """An axes calibration from a JSON file of at most 64 KiB."""
-        import json
-
-        raw = read_user_file(path, MAX_AXES_BYTES, "axes calibration file")
-        try:
-            return cls.from_dict(json.loads(raw.decode("utf-8")))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"Axes calibration {path}: {exc}") from exc
-
-
-_BUNDLED: dict[str, tuple[float, AxesCalibration]] = {}
-
-
-def bundled_axes() -> AxesCalibration | None:
-    """The embedded model's bundled axes calibration (re-read when the file changes), ``None`` without one."""
-    if not AXES_FILE.is_file():
+def joint_features(result: DualPathResult) -> dict[str, float] | None:
+    """The joint resolver's features of ``result`` (``None`` without an answer or a content word)."""
+    feats, obs = reliance_features(result), support_features(result)
+    if feats is None or obs["logprob"] is None:
         return None
-    mtime = AXES_FILE.stat().st_mtime
-    cached = _BUNDLED.get("embedded")
-    if cached is None or cached[0] != mtime:
-        _BUNDLED["embedded"] = (mtime, AxesCalibration.load(AXES_FILE))
-    return _BUNDLED["embedded"][1]
+    return {
+        **feats,
+        "support_logprob": float(obs["logprob"]),
+        "in_parametric": float(obs["in_parametric"] is True),
+        "not_in_parametric": float(obs["in_parametric"] is False),
+        "in_context": float(bool(obs["in_context"])),
+    }
 
 
 @dataclass(frozen=True)
@@ -312,6 +204,9 @@ class Headline:
     reliance: Axis
     support: Axis
     calibration: str
+    joint: dict[str, Any] | None = None
+    """Where the decision table said *Inconclusive* and a joint resolver exists: its ``score`` (P(read)),
+    ``threshold``, ``band`` and whether it ``decided``; ``None`` otherwise."""
 
     @property
     def title(self) -> str:
@@ -329,6 +224,7 @@ class Headline:
             "calibration": self.calibration,
             RELIANCE: self.reliance.to_dict(),
             SUPPORT: self.support.to_dict(),
+            "joint": self.joint,
         }
 
 
@@ -440,7 +336,29 @@ def headline(result: DualPathResult, calibration: AxesCalibration | None = None)
         source = f"{cal.model}'s axes calibration ({cal.source}), not calibrated for this model"
     rel, sup = reliance_axis(result, cal), support_axis(result, cal)
     verdict, qualifier, reason = decide_headline(rel, sup)
-    return Headline(verdict, qualifier, reason, rel, sup, source)
+    joint = None
+    feats = joint_features(result) if verdict == INCONCLUSIVE and cal.joint is not None else None
+    if feats is not None:
+        verdict, qualifier, reason, joint = resolve_jointly(cal.joint, feats, sup, reason)
+    return Headline(verdict, qualifier, reason, rel, sup, source, joint)
+
+
+def resolve_jointly(
+    model: JointModel, feats: dict[str, float], support: Axis, reason: str
+) -> tuple[str, str | None, str, dict[str, Any]]:
+    """The joint resolver's ``(verdict, qualifier, reason, joint)`` for a run the table left *Inconclusive*:
+    *Read* above its band, *Recalled* below it, still *Inconclusive* inside it."""
+    p = model.probability(feats)
+    low, high = model.band
+    joint = {"score": p, "threshold": model.threshold, "band": [low, high], "decided": not low <= p <= high}
+    where = "above" if p > high else "below" if p < low else "inside"
+    why = f"{reason.rstrip('.')}; taken together, both axes' observations give P(read) = {p:.2f}, {where} the joint "
+    why += f"band [{low:.2f}, {high:.2f}]."
+    if p > high:
+        return READ, OVERRODE if support.evidence.get("in_parametric") is False else None, why, joint
+    if p < low:
+        return RECALLED, AGREES if support.evidence.get("in_context") else None, why, joint
+    return INCONCLUSIVE, None, why, joint
 
 
 def with_headline(result: DualPathResult, calibration: AxesCalibration | None = None) -> DualPathResult:

@@ -6,6 +6,9 @@
   band reflects held-out, not in-sample, errors.
 * Axis 2: a cut on the parametric log-probability of the answer's first content word (label 1 = the model gives
   the answer without the context, i.e. the row was recalled) and its band.
+* The joint resolver: the same logistic regression on both axes' observations (:data:`JOINT_FEATURES`), with its
+  cut and band on cross-validated probabilities; the headline consults it only where the decision table says
+  *Inconclusive*.
 
 A cut is the score that maximizes balanced accuracy; the band is the narrowest interval around it, holding at most
 ``max_inside`` of the rows, that maximizes the balanced accuracy of the rows outside it (:func:`cut_and_band`).
@@ -19,7 +22,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-from core.engine.axes import RELIANCE_FEATURES, AxesCalibration
+from core.engine.axes_calibration import JOINT_FEATURES, RELIANCE_FEATURES, AxesCalibration, JointModel
 
 MAX_INSIDE = 0.10
 """At most this share of calibration rows may fall inside a band."""
@@ -87,6 +90,26 @@ def fit_reliance(X: np.ndarray, y: np.ndarray, seed: int = SEED) -> dict[str, An
     }
 
 
+def _r6(v: float) -> float:
+    return round(float(v), 6)
+
+
+def fit_joint(joint_X: np.ndarray, read: np.ndarray, max_inside: float = MAX_INSIDE) -> JointModel:
+    """The joint resolver from ``joint_X`` (columns :data:`JOINT_FEATURES`) and ``read`` labels."""
+    if joint_X.shape[1] != len(JOINT_FEATURES):
+        raise ValueError(f"joint_X needs {len(JOINT_FEATURES)} columns ({', '.join(JOINT_FEATURES)})")
+    lr = fit_reliance(joint_X, read)
+    cut, low, high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
+    return JointModel(
+        mean=tuple(_r6(v) for v in lr["mean"]),
+        scale=tuple(_r6(v) for v in lr["scale"]),
+        coef=tuple(_r6(v) for v in lr["coef"]),
+        intercept=_r6(lr["intercept"]),
+        threshold=_r6(cut),
+        band=(_r6(low), _r6(high)),
+    )
+
+
 def fit_axes(
     reliance_X: np.ndarray,
     read: np.ndarray,
@@ -97,13 +120,15 @@ def fit_axes(
     source: str,
     fitted_on: dict[str, Any],
     max_inside: float = MAX_INSIDE,
+    joint_X: np.ndarray | None = None,
 ) -> AxesCalibration:
     """An :class:`AxesCalibration` from calibration rows: axis 1 from ``reliance_X`` (columns
-    :data:`RELIANCE_FEATURES`) and ``read`` labels; axis 2 from ``support_logprob`` and ``recalled`` labels."""
+    :data:`RELIANCE_FEATURES`) and ``read`` labels; axis 2 from ``support_logprob`` and ``recalled`` labels; the
+    joint resolver from ``joint_X`` (columns :data:`JOINT_FEATURES`, same rows) when given."""
     lr = fit_reliance(reliance_X, read)
     r_cut, r_low, r_high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
     s_cut, s_low, s_high = cut_and_band(support_logprob, np.asarray(recalled, bool), max_inside)
-    r6 = lambda v: round(float(v), 6)  # noqa: E731
+    r6 = _r6
     return AxesCalibration(
         model=model,
         mean=tuple(r6(v) for v in lr["mean"]),
@@ -117,4 +142,5 @@ def fit_axes(
         source=source,
         features=RELIANCE_FEATURES,
         fitted_on=fitted_on,
+        joint=None if joint_X is None else fit_joint(np.asarray(joint_X, np.float64), read, max_inside),
     )

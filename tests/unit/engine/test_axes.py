@@ -1,10 +1,11 @@
 """The two-axis headline (core.engine.axes) on hand-built DualPathResults: the features against an independent
-computation, both axes, the decision table, the calibration file's checks and the JSON (schema 4)."""
+computation, both axes, the decision table, the joint resolver of its Inconclusive cells and the JSON (schema 4)."""
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,17 +14,17 @@ from core.engine import DualPathResult, PathOutput
 from core.engine.axes import (
     AGREES,
     OVERRODE,
-    AxesCalibration,
     Axis,
-    bundled_axes,
     decide_headline,
     first_content,
     headline,
+    joint_features,
     normalize,
     reliance_features,
     support_features,
     with_headline,
 )
+from core.engine.axes_calibration import JOINT_FEATURES, AxesCalibration, JointModel
 from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, display, normalize_verdict
 
 
@@ -176,24 +177,43 @@ def test_decision_table(reliance, support, in_context, in_parametric, expected):
         assert "unclear" in reason or "Mixed evidence" in reason
 
 
-def test_calibration_file_round_trip_and_checks(tmp_path):
-    path = tmp_path / "axes.json"
-    path.write_text(json.dumps(CAL.to_dict()), encoding="utf-8")
-    assert AxesCalibration.load(path) == CAL
-    bad = CAL.to_dict() | {"reliance_band": [0.6, 0.7]}
-    with pytest.raises(ValueError, match="must contain its threshold"):
-        AxesCalibration.from_dict(bad)
-    with pytest.raises(ValueError, match="'coef' must be a list of 3"):
-        AxesCalibration.from_dict(CAL.to_dict() | {"coef": [1.0]})
-    with pytest.raises(ValueError, match="needs a 'support_threshold'"):
-        AxesCalibration.from_dict({k: v for k, v in CAL.to_dict().items() if k != "support_threshold"})
+def _joint(intercept: float) -> JointModel:
+    """A joint resolver whose P(read) is σ(intercept) for every run (all coefficients 0)."""
+    n = len(JOINT_FEATURES)
+    return JointModel(
+        mean=(0.0,) * n, scale=(1.0,) * n, coef=(0.0,) * n, intercept=intercept, threshold=0.5, band=(0.3, 0.7)
+    )
 
 
-def test_bundled_calibration_loads():
-    cal = bundled_axes()
-    assert cal is not None and cal.model.startswith("SmolLM2-135M-Instruct")
-    assert cal.reliance_band[0] <= cal.reliance_threshold <= cal.reliance_band[1]
-    assert cal.fitted_on.get("report_rows", 0) == 0, "never fitted on a report row"
+# Both axes mixed: max KL 1 (P(read) = 0.5, inside [0.4, 0.6]); the word's log-probability −3 inside [−4, −2].
+MIXED_RUN = {"kl": [0.5, 1.0, 0.5, 0.25, 0.0, 0.5], "para_logprob": [-1, -1, -1, -3.0, -3.0, -1], "para_answer": "Nova"}
+
+
+@pytest.mark.parametrize(
+    ("intercept", "verdict", "qualifier", "where"),
+    [(2.0, READ, OVERRODE, "above"), (-2.0, RECALLED, AGREES, "below"), (0.0, INCONCLUSIVE, None, "inside")],
+)
+def test_joint_resolver_decides_only_what_the_table_leaves_inconclusive(intercept, verdict, qualifier, where):
+    res = _result(VELTRIA, **MIXED_RUN)
+    assert headline(res, CAL).verdict == INCONCLUSIVE and headline(res, CAL).joint is None  # no resolver: as before
+    head = headline(res, replace(CAL, joint=_joint(intercept)))
+    assert (head.reliance.state, head.support.state) == ("mixed", "mixed")
+    assert (head.verdict, head.qualifier) == (verdict, qualifier)
+    p = 1 / (1 + math.exp(-intercept))
+    assert head.joint == {"score": pytest.approx(p), "threshold": 0.5, "band": [0.3, 0.7], "decided": where != "inside"}
+    assert f"P(read) = {p:.2f}, {where} the joint band [0.30, 0.70]" in head.reason
+    assert head.to_dict()["joint"] == head.joint
+    decided = _result(VELTRIA, [0.5, 2.0, 8.0, 0.25, 0.0, 1.0], [-1, -1, -1, -9.0, -8.0, -1], "Nova Nova")
+    assert headline(decided, replace(CAL, joint=_joint(-9.0))).verdict == READ  # a decisive cell is never re-judged
+
+
+def test_joint_features_match_the_axes_observations():
+    res = _result(VELTRIA, **MIXED_RUN)
+    feats = joint_features(res)
+    assert list(feats) == list(JOINT_FEATURES)
+    assert feats["ln_max_kl"] == pytest.approx(math.log(1.0 + 1e-6)) and feats["support_logprob"] == pytest.approx(-3.0)
+    assert (feats["in_parametric"], feats["not_in_parametric"], feats["in_context"]) == (0.0, 1.0, 1.0)
+    assert joint_features(_result(["The", " is", "."], [0.1, 0.1, 0.1], [-1, -1, -1], "x")) is None  # no content word
 
 
 def test_json_schema_4_headline_on_top_repcs_kept(tmp_path):

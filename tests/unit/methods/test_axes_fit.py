@@ -8,7 +8,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import balanced_accuracy_score
 
-from core.engine.axes import AxesCalibration
+from core.engine.axes_calibration import AxesCalibration
 from core.methods.axes_fit import balanced_accuracy, best_cut, cut_and_band, fit_axes, fit_reliance
 
 

@@ -1,0 +1,202 @@
+"""The calibration of the two-axis headline (:mod:`core.engine.axes`): the fitted axes and the joint resolver of
+one model, as a small checked JSON file (no pickle). Fitting lives in :mod:`core.methods.axes_fit`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.engine.threshold import THRESHOLD_DIR, finite_number
+from core.io import read_user_file
+
+AXES_FILE = THRESHOLD_DIR / "axes-embedded.json"
+"""The embedded model's bundled axis calibration (``scripts/calibrate_axes.py``)."""
+MAX_AXES_BYTES = 64 * 1024
+RELIANCE_FEATURES = ("ln_max_kl", "ln_mean_kl", "ln_L")
+"""The features of axis 1, in the order of the stored coefficients."""
+JOINT_FEATURES = (*RELIANCE_FEATURES, "support_logprob", "in_parametric", "not_in_parametric", "in_context")
+"""The features of the joint resolver (:class:`JointModel`): axis 1's features, axis 2's log-probability, and the
+three text observations as 0/1 (the parametric answer contains the content word; it was generated and does not;
+the context contains it)."""
+
+
+def _vector(data: dict[str, Any], name: str, n: int) -> tuple[float, ...]:
+    raw = data[name]
+    if not isinstance(raw, (list, tuple)) or len(raw) != n:
+        raise ValueError(f"{name!r} must be a list of {n} numbers")
+    return tuple(finite_number(v, name) for v in raw)
+
+
+def _band(data: dict[str, Any], name: str, cut_name: str) -> tuple[float, float]:
+    raw = data[name]
+    if not isinstance(raw, (list, tuple)) or len(raw) != 2:
+        raise ValueError(f"{name!r} must be [low, high]")
+    low, high = (finite_number(v, name) for v in raw)
+    cut = finite_number(data[cut_name], cut_name)
+    if not low <= cut <= high:
+        raise ValueError(f"{name!r} must contain its threshold: {low} <= {cut} <= {high}")
+    return low, high
+
+
+def _sigmoid(logit: float) -> float:
+    return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
+
+
+@dataclass(frozen=True)
+class JointModel:
+    """The joint resolver: a logistic regression on both axes' observations (:data:`JOINT_FEATURES`), P(read),
+    consulted only where the decision table says *Inconclusive* — it decides when its probability lies outside
+    its band (cut and band fitted on 5-fold cross-validated probabilities of the calibration rows), so
+    *Inconclusive* is left for runs whose evidence is ambiguous taken together, not only axis by axis."""
+
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    coef: tuple[float, ...]
+    intercept: float
+    threshold: float
+    band: tuple[float, float]
+    features: tuple[str, ...] = JOINT_FEATURES
+
+    def probability(self, feats: dict[str, float]) -> float:
+        """P(read) for the features of :func:`joint_features`."""
+        x = np.array([feats[name] for name in self.features], dtype=np.float64)
+        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
+        return _sigmoid(float(self.intercept + np.dot(np.asarray(self.coef), z)))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("mean", "scale", "coef", "band", "features"):
+            out[key] = list(out[key])
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JointModel:
+        if not isinstance(data, dict):
+            raise ValueError("'joint' must be a JSON object")
+        for name in ("mean", "scale", "coef", "intercept", "threshold", "band"):
+            if name not in data:
+                raise ValueError(f"'joint' needs a {name!r} entry")
+        features = tuple(data.get("features", JOINT_FEATURES))
+        if features != JOINT_FEATURES:
+            raise ValueError(f"'joint.features' must be {list(JOINT_FEATURES)}, got {list(features)}")
+        vec = {name: _vector(data, name, len(features)) for name in ("mean", "scale", "coef")}
+        if any(s <= 0 for s in vec["scale"]):
+            raise ValueError("'joint.scale' must be positive")
+        threshold = finite_number(data["threshold"], "joint.threshold")
+        if not 0.0 < threshold < 1.0:
+            raise ValueError("'joint.threshold' is a probability in (0, 1)")
+        band = _band(data, "band", "threshold")
+        return cls(intercept=finite_number(data["intercept"], "joint.intercept"), threshold=threshold, band=band, **vec)
+
+
+@dataclass(frozen=True)
+class AxesCalibration:
+    """The fitted axes of one model (a small JSON file; :meth:`from_dict` checks every field).
+
+    Attributes:
+        model: the model's name.
+        mean, scale: standardization of :data:`RELIANCE_FEATURES` before the logistic regression.
+        coef, intercept: the logistic regression (P(read) = σ(intercept + coef · z)).
+        reliance_threshold, reliance_band: the P(read) cut and the inconclusive band ``(low, high)`` around it.
+        support_threshold, support_band: the cut on the parametric log-probability (nats) and its band.
+        source: how it was made; fitted_on: counts of the rows it was fitted on.
+        joint: the joint resolver of the table's *Inconclusive* cells (``None`` in a file without one).
+    """
+
+    model: str
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    coef: tuple[float, ...]
+    intercept: float
+    reliance_threshold: float
+    reliance_band: tuple[float, float]
+    support_threshold: float
+    support_band: tuple[float, float]
+    source: str = "scripts/calibrate_axes.py"
+    features: tuple[str, ...] = RELIANCE_FEATURES
+    fitted_on: dict[str, Any] = field(default_factory=dict)
+    joint: JointModel | None = None
+
+    def reliance(self, feats: dict[str, float]) -> float:
+        """P(read) of axis 1 for the features of :func:`reliance_features`."""
+        x = np.array([feats[name] for name in self.features], dtype=np.float64)
+        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
+        return _sigmoid(float(self.intercept + np.dot(np.asarray(self.coef), z)))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("mean", "scale", "coef", "reliance_band", "support_band", "features"):
+            out[key] = list(out[key])
+        if self.joint is None:
+            out.pop("joint")
+        else:
+            out["joint"] = self.joint.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AxesCalibration:
+        """Read and check an axes file's object (``ValueError`` names the bad field)."""
+        if not isinstance(data, dict):
+            raise ValueError("An axes calibration is one JSON object")
+        need = ("model", "mean", "scale", "coef", "intercept", "reliance_threshold", "reliance_band")
+        need += ("support_threshold", "support_band")
+        for name in need:
+            if name not in data:
+                raise ValueError(f"An axes calibration needs a {name!r} entry")
+        features = tuple(data.get("features", RELIANCE_FEATURES))
+        if features != RELIANCE_FEATURES:
+            raise ValueError(f"'features' must be {list(RELIANCE_FEATURES)}, got {list(features)}")
+        vec = {name: _vector(data, name, len(features)) for name in ("mean", "scale", "coef")}
+        if any(s <= 0 for s in vec["scale"]):
+            raise ValueError("'scale' must be positive")
+        bands = {
+            name: _band(data, name, name.replace("band", "threshold")) for name in ("reliance_band", "support_band")
+        }
+        if not 0.0 < float(data["reliance_threshold"]) < 1.0:
+            raise ValueError("'reliance_threshold' is a probability in (0, 1)")
+        if not isinstance(data["model"], str) or not data["model"].strip():
+            raise ValueError("'model' must be a non-empty string")
+        fitted = data.get("fitted_on", {})
+        if not isinstance(fitted, dict):
+            raise ValueError("'fitted_on' must be a JSON object")
+        return cls(
+            model=data["model"],
+            intercept=finite_number(data["intercept"], "intercept"),
+            reliance_threshold=float(data["reliance_threshold"]),
+            support_threshold=float(data["support_threshold"]),
+            source=str(data.get("source", "axes file")),
+            features=features,
+            fitted_on=fitted,
+            joint=None if data.get("joint") is None else JointModel.from_dict(data["joint"]),
+            **vec,
+            **bands,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> AxesCalibration:
+        """An axes calibration from a JSON file of at most 64 KiB."""
+        import json
+
+        raw = read_user_file(path, MAX_AXES_BYTES, "axes calibration file")
+        try:
+            return cls.from_dict(json.loads(raw.decode("utf-8")))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"Axes calibration {path}: {exc}") from exc
+
+
+_BUNDLED: dict[str, tuple[float, AxesCalibration]] = {}
+
+
+def bundled_axes() -> AxesCalibration | None:
+    """The embedded model's bundled axes calibration (re-read when the file changes), ``None`` without one."""
+    if not AXES_FILE.is_file():
+        return None
+    mtime = AXES_FILE.stat().st_mtime
+    cached = _BUNDLED.get("embedded")
+    if cached is None or cached[0] != mtime:
+        _BUNDLED["embedded"] = (mtime, AxesCalibration.load(AXES_FILE))
+    return _BUNDLED["embedded"][1]

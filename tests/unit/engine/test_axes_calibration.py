@@ -1,0 +1,86 @@
+"""The headline's calibration file (core.engine.axes_calibration): round trips, the checks that name a bad field,
+the joint resolver's stored coefficients against scikit-learn, and the bundled file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+from core.engine.axes_calibration import JOINT_FEATURES, AxesCalibration, JointModel, bundled_axes
+from core.methods.axes_fit import fit_joint
+
+CAL = AxesCalibration(
+    model="m",
+    mean=(0.0, 0.0, 0.0),
+    scale=(1.0, 1.0, 1.0),
+    coef=(2.0, 0.0, 0.0),
+    intercept=0.0,
+    reliance_threshold=0.5,
+    reliance_band=(0.4, 0.6),
+    support_threshold=-3.0,
+    support_band=(-4.0, -2.0),
+    source="test",
+)
+N = len(JOINT_FEATURES)
+JOINT = JointModel(mean=(0.0,) * N, scale=(1.0,) * N, coef=(0.5,) * N, intercept=0.1, threshold=0.5, band=(0.3, 0.7))
+
+
+def test_calibration_file_round_trip_and_checks(tmp_path):
+    path = tmp_path / "axes.json"
+    path.write_text(json.dumps(CAL.to_dict()), encoding="utf-8")
+    assert AxesCalibration.load(path) == CAL
+    assert "joint" not in CAL.to_dict()  # a file without a resolver stays as it was
+    bad = CAL.to_dict() | {"reliance_band": [0.6, 0.7]}
+    with pytest.raises(ValueError, match="must contain its threshold"):
+        AxesCalibration.from_dict(bad)
+    with pytest.raises(ValueError, match="'coef' must be a list of 3"):
+        AxesCalibration.from_dict(CAL.to_dict() | {"coef": [1.0]})
+    with pytest.raises(ValueError, match="needs a 'support_threshold'"):
+        AxesCalibration.from_dict({k: v for k, v in CAL.to_dict().items() if k != "support_threshold"})
+
+
+def test_joint_round_trip_and_checks(tmp_path):
+    cal = replace(CAL, joint=JOINT)
+    path = tmp_path / "axes.json"
+    path.write_text(json.dumps(cal.to_dict()), encoding="utf-8")
+    assert AxesCalibration.load(path) == cal
+    joint = JOINT.to_dict()
+    for change, message in [
+        ({"features": ["ln_max_kl"]}, "'joint.features' must be"),
+        ({"coef": [1.0]}, f"'coef' must be a list of {N}"),
+        ({"scale": [0.0] * N}, "'joint.scale' must be positive"),
+        ({"band": [0.6, 0.7]}, "must contain its threshold"),
+        ({"threshold": 1.5}, "'joint.threshold' is a probability"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            AxesCalibration.from_dict(CAL.to_dict() | {"joint": joint | change})
+    with pytest.raises(ValueError, match="'joint' needs a 'intercept'"):
+        AxesCalibration.from_dict(CAL.to_dict() | {"joint": {k: v for k, v in joint.items() if k != "intercept"}})
+
+
+def test_fitted_joint_reproduces_sklearn_probabilities():
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.normal(size=(200, 4)), rng.integers(0, 2, size=(200, 3))]).astype(np.float64)
+    y = (X[:, 0] + 0.5 * X[:, 3] - X[:, 4] + rng.normal(scale=0.5, size=200)) > 0
+    joint = fit_joint(X, y)
+    assert joint.band[0] <= joint.threshold <= joint.band[1]
+    mean, scale = X.mean(axis=0), X.std(axis=0)
+    reference = LogisticRegression(C=1.0, max_iter=1000).fit((X - mean) / scale, y)
+    want = reference.predict_proba((X - mean) / scale)[:, 1]
+    got = [joint.probability(dict(zip(JOINT_FEATURES, row, strict=True))) for row in X]
+    np.testing.assert_allclose(got, want, atol=1e-4)  # the stored coefficients are rounded to 6 decimals
+    with pytest.raises(ValueError, match="joint_X needs 7 columns"):
+        fit_joint(X[:, :3], y)
+
+
+def test_bundled_calibration_loads():
+    cal = bundled_axes()
+    assert cal is not None and cal.model.startswith("SmolLM2-135M-Instruct")
+    assert cal.reliance_band[0] <= cal.reliance_threshold <= cal.reliance_band[1]
+    assert cal.fitted_on.get("report_rows", 0) == 0, "never fitted on a report row"
+    assert cal.joint is not None and cal.joint.features == JOINT_FEATURES
+    assert cal.joint.band[0] <= cal.joint.threshold <= cal.joint.band[1]
