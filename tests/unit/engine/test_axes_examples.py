@@ -25,7 +25,8 @@ def test_every_example_names_its_expected_headline():
 
 KNOWN_MISMATCH = {"zorvath-moons"}
 """Measured with the bundled axes: Zorvath's headline is Inconclusive (P(read) 0.59 and the parametric
-log-probability of “14”, −1.83 nats, both inside their bands), not the expected Read. Kept visible, not tuned
+log-probability of “14”, −1.83 nats, both inside their bands; the joint resolver's P(read) 0.72 inside its band
+[0.42, 0.79]), not the expected Read. Kept visible, not tuned
 away (docs/dual-path.md)."""
 
 
