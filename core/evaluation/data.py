@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,21 +224,15 @@ def parse_labeled_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
         DataError: missing columns, an unterminated quote (with its line), an empty query/context, an unknown
             label, too many rows, or no rows.
     """
-    reader, _ = _reader(text, REQUIRED_COLUMNS)
-    rows: list[LabeledRow] = []
-    nul_rows: list[int] = []
-    for number, raw in enumerate(csv_rows(reader), start=1):
-        if number > max_rows:
-            raise DataError(f"Too many rows: the limit is {max_rows:,}.")
-        values = _values(number, raw, ("query", "context"), nul_rows)
+
+    def labeled(number: int, values: dict[str, str]) -> LabeledRow:
         label = values["label"].strip().lower()
         if label not in LABELS:
             raise DataError(f"Row {number}, column 'label': {values['label']!r} is not one of {', '.join(LABELS)}.")
         extra = {k: v for k, v in values.items() if k not in REQUIRED_COLUMNS}
-        rows.append(LabeledRow(number, values["query"], values["context"], label, extra))
-    if not rows:
-        raise DataError("The file has a header but no data rows.")
-    return ParsedRows(rows, _notes(rows, nul_rows))
+        return LabeledRow(number, values["query"], values["context"], label, extra)
+
+    return _parse(text, REQUIRED_COLUMNS, ("query", "context"), max_rows, labeled)
 
 
 def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
@@ -247,15 +241,30 @@ def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
     Raises:
         DataError: as :func:`parse_labeled_csv`, naming the row and column.
     """
-    reader, _ = _reader(text, CONFLICT_COLUMNS)
-    rows: list[ConflictRow] = []
+
+    def conflict(number: int, v: dict[str, str]) -> ConflictRow:
+        extra = {k: x for k, x in v.items() if k not in CONFLICT_COLUMNS}
+        return ConflictRow(number, v["query"], v["context"], v["answer_context"], v["answer_memory"], extra)
+
+    return _parse(text, CONFLICT_COLUMNS, CONFLICT_COLUMNS, max_rows, conflict)
+
+
+def _parse(
+    text: str,
+    columns: Sequence[str],
+    nonempty: Sequence[str],
+    max_rows: int,
+    make_row: Callable[[int, dict[str, str]], Row],
+) -> ParsedRows:
+    """The rows of a CSV with ``columns`` (``nonempty`` ones non-blank), each built by ``make_row(number,
+    values)`` (which may refuse it with a :class:`DataError`), with the file's notes."""
+    reader, _ = _reader(text, columns)
+    rows: list[Row] = []
     nul_rows: list[int] = []
     for number, raw in enumerate(csv_rows(reader), start=1):
         if number > max_rows:
             raise DataError(f"Too many rows: the limit is {max_rows:,}.")
-        v = _values(number, raw, CONFLICT_COLUMNS, nul_rows)
-        extra = {k: x for k, x in v.items() if k not in CONFLICT_COLUMNS}
-        rows.append(ConflictRow(number, v["query"], v["context"], v["answer_context"], v["answer_memory"], extra))
+        rows.append(make_row(number, _values(number, raw, nonempty, nul_rows)))
     if not rows:
         raise DataError("The file has a header but no data rows.")
     return ParsedRows(rows, _notes(rows, nul_rows))
