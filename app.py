@@ -5,15 +5,15 @@ Run with ``streamlit run app.py``. The views live in ``pages/``; :func:`navigati
 file name ("app", which Streamlit's automatic ``pages/`` discovery would show). The URLs stay those of the
 discovery (``/Dual_Path``, ``/Evaluate`` …), and every page still runs on its own (``AppTest.from_file``).
 
-Nothing waits before the first paint: this script imports only Streamlit at the top, so on a server's first run
-the navigation, the landing page's title and intro (or, on another page, a "Starting …" notice) are on screen
-while the libraries behind the model (PyTorch, transformers: seconds, once per server) are imported, and the
-model itself loads in the background (:func:`components.page.open_page`).
+Nothing waits before the first paint: this script imports only Streamlit at the top, and every view draws its
+title and intro before it imports its libraries (:mod:`components.frame`), so on a server's first run the
+navigation and the page's title are on screen while the libraries behind the model (PyTorch, transformers:
+seconds, once per server) are imported, and the model itself loads in the background
+(:func:`components.page.open_page`).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import streamlit as st
@@ -90,22 +90,8 @@ def navigation() -> list[st.Page]:
     return [home, *(st.Page(script) for script in page_scripts())]
 
 
-LIBRARIES = "components.page"
-"""The module whose import brings in the model's libraries (PyTorch, transformers)."""
-
-
 def main() -> None:
-    page = st.navigation(navigation())
-    if LIBRARIES not in sys.modules and page.title != LANDING_TITLE:
-        notice = st.empty()  # a view's first run on a fresh server: say why its title is not there yet
-        notice.info(
-            "Starting the app: loading its libraries (PyTorch, transformers; a few seconds, once per server). "
-            "The page appears right after.",
-            icon=":material/hourglass_top:",
-        )
-        __import__(LIBRARIES)
-        notice.empty()
-    page.run()
+    st.navigation(navigation()).run()  # every view draws its title before it imports its libraries
 
 
 main()

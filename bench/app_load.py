@@ -23,33 +23,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _browser as browsers
+
 from core.examples import load_examples
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-IDLE = (
-    "() => document.querySelector('[data-test-script-state]')?.getAttribute('data-test-script-state') === 'notRunning'"
-)
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 QUEUED = '[data-testid="stAlertContentInfo"]:has-text("Queued:")'
 QUERY_LABEL, CONTEXT_LABEL = "Query", "Context (the retrieved passage)"
@@ -73,42 +59,13 @@ class Visitor:
 # The server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(log: Path, public: bool) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    if public:
-        env["READ_OR_RECALL_PUBLIC"] = "1"
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
-           str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"streamlit exited early; see {log}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit(f"streamlit was not healthy within 120 s; see {log}")
-
-
 # ----------------------------------------------------------------------------------------------------------
 # One session's steps (all on the main thread: Playwright's sync API is single-threaded)
 
 
 def wait_idle(page: Any, timeout_s: float) -> None:
     page.wait_for_timeout(800)  # let a rerun that an interaction triggers start
-    page.wait_for_function(IDLE, timeout=timeout_s * 1000)
+    page.wait_for_function(browsers.IDLE, timeout=timeout_s * 1000)
 
 
 def open_page(browser: Any, url: str, path: str, heading: str, name: str, timeout_s: float) -> Visitor:
@@ -219,7 +176,7 @@ def main() -> int:
     parser.add_argument("--no-noise", action="store_true", help="leave out the noise-ablation session")
     parser.add_argument("--not-public", action="store_true", help="run the app without READ_OR_RECALL_PUBLIC=1")
     args = parser.parse_args()
-    chromium = shutil.which("chromium")
+    chromium = browsers.chromium()
     if chromium is None:
         print("Debian's chromium is not on PATH (apt-get install chromium).", file=sys.stderr)
         return 2
@@ -227,11 +184,11 @@ def main() -> int:
 
     example = next(e for e in load_examples() if e.id == args.example)
     log = Path(tempfile.mkdtemp(prefix="app-load-")) / "server.log"
-    proc, url = start_server(log, public=not args.not_public)
+    proc, url = browsers.start_server(log, env=None if args.not_public else {"READ_OR_RECALL_PUBLIC": "1"})
     failed = False
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=browsers.CHROMIUM_ARGS)
             solo = run_round(browser, url, example, 1, args.timeout, noise=False)["visitors"][0]
             if solo.result is None:
                 print(f"the solo run failed: {solo.error}; server log: {log}", file=sys.stderr)
@@ -264,11 +221,7 @@ def main() -> int:
                 failed = failed or bool(errors) or same != len(done)
             browser.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        browsers.stop_server(proc)
     print(f"\nserver log: {log}")
     return 1 if failed else 0
 

@@ -45,20 +45,18 @@ DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
 # Which result the views show
 
 
-def open_view(title: str, draw_header: Callable[[], None]) -> tuple[ModelHandle, DualPathResult, Internals] | None:
-    """The start of every inside-the-model page: the page prologue, its header, the session's last run and its
-    analysis.
+def open_view(title: str) -> tuple[ModelHandle, DualPathResult, Internals] | None:
+    """The start of every inside-the-model page (after its header, :func:`components.frame.first_paint`): the
+    page prologue, the session's last run and its analysis.
 
     Args:
         title: the page's name for the browser tab (see :func:`components.page.open_page`).
-        draw_header: draws the page's title and caption (between the prologue and the content).
 
     Returns:
         ``(handle, result, internals)``, or ``None`` once the page has said why there is nothing to show yet
         (no run in this session, a run made by another model than the sidebar's, or a failed analysis).
     """
     page = open_page(title)
-    draw_header()  # before the model: the page's frame is on screen while it loads
     result = page.last_result()  # None (after a warning) when another model made it
     if result is None:
         draw_no_result()
@@ -66,6 +64,14 @@ def open_view(title: str, draw_header: Callable[[], None]) -> tuple[ModelHandle,
     draw_run_context(result)
     internals = internals_for(page.handle, result)
     return None if internals is None else (page.handle, result, internals)
+
+
+def run_view(title: str, draw: Callable[[ModelHandle, DualPathResult, Internals], None]) -> None:
+    """An inside-the-model page after its header: :func:`open_view`, then ``draw(handle, result, internals)``
+    when there is something to show."""
+    opened = open_view(title)
+    if opened is not None:
+        draw(*opened)
 
 
 def draw_no_result() -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 import streamlit as st
 
 from components import inputs, keys, queue, state, url_state, widgets
+from components.frame import page_title
 from components.state import AppConfig
 from components.text import escape_markdown, plain_message
 from core.engine.result import DualPathResult
@@ -46,7 +47,6 @@ from core.public import current_policy
 
 logger = logging.getLogger(__name__)
 
-APP_TITLE = "Read or Recall"
 POLL_S = 0.5
 """How often the loading notice is redrawn (each redraw also lets a rerun interrupt the wait)."""
 MIN_REMEMBERED_S = 0.5
@@ -117,11 +117,6 @@ class PageContext:
             "inside this model."
         )
         return None
-
-
-def page_title(title: str | None) -> str:
-    """The browser tab's title: ``"<title> · Read or Recall"``, or the app's name alone."""
-    return f"{title} · {APP_TITLE}" if title else APP_TITLE
 
 
 def open_page(title: str | None = None) -> PageContext:

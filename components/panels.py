@@ -9,6 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from components import figures, keys, widgets
+from components.frame import draw_intro as draw_intro  # the pages draw it before their imports
 from components.text import escape_markdown, plain_message
 from core.engine.axes import Headline, with_headline
 from core.engine.result import DualPathResult, result_digest
@@ -26,14 +27,6 @@ CAVEAT = (
 
 def _num(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
-
-
-def draw_intro(plain: str, precise: str, citation: str) -> None:
-    """A page's introduction for a newcomer: one plain sentence, the precise definition (collapsed), the source."""
-    st.markdown(plain)
-    with st.expander("Precisely", icon=":material/functions:"):
-        st.markdown(precise)
-    st.caption(citation)
 
 
 def _clip(text: str, most: int = 60) -> str:

@@ -10,7 +10,25 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import keys, panels
+from components import frame
+
+
+def draw_header() -> None:
+    st.title("Audit log")
+    frame.draw_intro(
+        "Every question and passage the audit service checked before the model answered, with a flag when the "
+        "passage moved the model's internal state unusually — and proof that no record was changed afterwards.",
+        "Each record holds CRM's latent trajectory shift LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ scored against the deployment's "
+        "calibration (μ_ℓ ± 2σ_ℓ per layer). Records are kept in a hash chain (sha256 of the previous hash and "
+        "the canonical record). A flag says this pair moved the hidden states unusually compared with the "
+        "calibration rows; it does not certify which source a generation used.",
+        "CRM (2025) eq. 1 and appendix V.1; the service is described in docs/audit.md.",
+    )
+
+
+frame.first_paint("Audit log", draw_header)  # on screen while the imports below run
+
+from components import keys
 from components.audit_figures import (
     history_frame,
     rate_figure,
@@ -25,19 +43,6 @@ from core.public import AUDIT_LOG_ENV, current_policy
 
 HISTORY_ROWS = 200
 FILTERS = {"all": "All audits", "flagged": "Flagged only", "unflagged": "Not flagged"}
-
-
-def draw_header() -> None:
-    st.title("Audit log")
-    panels.draw_intro(
-        "Every question and passage the audit service checked before the model answered, with a flag when the "
-        "passage moved the model's internal state unusually — and proof that no record was changed afterwards.",
-        "Each record holds CRM's latent trajectory shift LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ scored against the deployment's "
-        "calibration (μ_ℓ ± 2σ_ℓ per layer). Records are kept in a hash chain (sha256 of the previous hash and "
-        "the canonical record). A flag says this pair moved the hidden states unusually compared with the "
-        "calibration rows; it does not certify which source a generation used.",
-        "CRM (2025) eq. 1 and appendix V.1; the service is described in docs/audit.md.",
-    )
 
 
 def draw_source() -> AuditReader | None:
@@ -151,7 +156,6 @@ def draw_record(reader: AuditReader, records: list[dict]) -> None:
 
 def main() -> None:
     open_page("Audit log")
-    draw_header()
     reader = draw_source()
     if reader is None:
         return

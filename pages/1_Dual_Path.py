@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import agreement, inputs, keys, panels, prefetch, state, url_state, widgets
-from components.page import PageContext, open_page
-from components.stored_runs import start_hint
-from core.engine.axes import headline
-from core.engine.estimate import describe_estimate, dual_path_estimate
-from core.engine.result import DualPathResult, result_digest
+from components import frame
 
 
 def draw_header() -> None:
     """The page's title and what it shows."""
     st.title("Dual Path")
-    panels.draw_intro(
+    frame.draw_intro(
         "The model answers your question twice — once with the passage, once without — and the page measures how "
         "much the passage changed its answer: little change suggests it answered from memory.",
         "The same model answers with the context (retrieval path) and without it (parametric path). The parametric "
@@ -30,6 +25,16 @@ def draw_header() -> None:
         "threshold $\\tau$.",
         "RePCS (2025) §III, eq. 2 and Algorithm 1; the KL statistics are CRM (2025) level 2.",
     )
+
+
+frame.first_paint("Dual Path", draw_header)  # on screen while the imports below run
+
+from components import agreement, inputs, keys, panels, prefetch, state, url_state, widgets
+from components.page import PageContext, open_page
+from components.stored_runs import start_hint
+from core.engine.axes import headline
+from core.engine.estimate import describe_estimate, dual_path_estimate
+from core.engine.result import DualPathResult, result_digest
 
 
 def draw_inputs(page: PageContext) -> tuple[str, str, bool]:
@@ -65,7 +70,6 @@ def draw_answers(page: PageContext, query: str, context: str, run: bool) -> Dual
 
 def main() -> None:
     page = open_page("Dual Path")
-    draw_header()
     query, context, run = draw_inputs(page)
     st.divider()
     result = draw_answers(page, query, context, run)

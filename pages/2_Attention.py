@@ -9,14 +9,35 @@ forward per path) is computed once per run and cached.
 
 from __future__ import annotations
 
+import streamlit as st
+
+from components import frame
+
+
+def draw_header() -> None:
+    st.title("Attention")
+    frame.draw_intro(
+        "Where does the model look while it answers? Each cell of the maps is one attention head: focused heads "
+        "look at a few tokens, diffuse ones spread out; the lower chart shows how much of the answer's attention "
+        "lands on the passage you gave it.",
+        "For every layer and head, the entropy of the attention distribution of one query position i, "
+        "$H = -\\sum_j A(i, j) \\log A(i, j)$ in nats, on both paths (with and without the context), and their "
+        "difference; and the share of attention mass that answer positions put on the context tokens. Attention "
+        "weights show where information can flow, not what the model used.",
+        "Attention entropy as in RADAR (2025) appendix D.2.1.",
+    )
+
+
+frame.first_paint("Attention", draw_header)  # on screen while the imports below run
+
 import json
+from collections.abc import Iterator
 from functools import partial
 
 import numpy as np
 import pandas as pd
-import streamlit as st
 
-from components import controls, keys, panels, state, widgets
+from components import controls, keys, state, widgets
 from components import internals_state as views
 from components.attention_figures import (
     head_heatmap,
@@ -42,20 +63,6 @@ WHERE_LABELS = {
     ONE: "One answer position",
     MEAN: "Averaged over the answer",
 }
-
-
-def draw_header() -> None:
-    st.title("Attention")
-    panels.draw_intro(
-        "Where does the model look while it answers? Each cell of the maps is one attention head: focused heads "
-        "look at a few tokens, diffuse ones spread out; the lower chart shows how much of the answer's attention "
-        "lands on the passage you gave it.",
-        "For every layer and head, the entropy of the attention distribution of one query position i, "
-        "$H = -\\sum_j A(i, j) \\log A(i, j)$ in nats, on both paths (with and without the context), and their "
-        "difference; and the share of attention mass that answer positions put on the context tokens. Attention "
-        "weights show where information can flow, not what the model used.",
-        "Attention entropy as in RADAR (2025) appendix D.2.1.",
-    )
 
 
 def draw_where(internals: Internals, result: DualPathResult) -> int | str:
@@ -323,24 +330,27 @@ def draw_lookback_view(view: LookbackAnalysis, digest: str) -> None:
         )
 
 
+def _per_path(internals: Internals, where: int | str) -> Iterator[tuple[str, np.ndarray, dict[str, np.ndarray]]]:
+    """Each path, its entropy map and its attention mass on each segment at ``where`` (all ``(layers, heads)``)."""
+    for path in (RETRIEVAL, PARAMETRIC):
+        yield path, internals.entropy_at(path, where), {s: internals.mass_at(path, s, where) for s in SEGMENTS}
+
+
 def export_payload(internals: Internals, where: int | str, tau: float) -> dict:
     out: dict = {"position": where, "tau": tau, "layers": internals.n_layers, "heads": internals.n_heads, "paths": {}}
-    for path in (RETRIEVAL, PARAMETRIC):
-        ent = internals.entropy_at(path, where)
+    for path, ent, masses in _per_path(internals, where):
         out["paths"][path] = {
             "entropy": np.round(ent, 6).tolist(),
             "specialized_heads": specialized_heads(ent, tau),
             "radar_features": attention_specialization(ent, tau),
-            "segment_mass": {s: np.round(internals.mass_at(path, s, where), 6).tolist() for s in SEGMENTS},
+            "segment_mass": {s: np.round(mass, 6).tolist() for s, mass in masses.items()},
         }
     return out
 
 
 def export_frame(internals: Internals, where: int | str) -> pd.DataFrame:
     rows = []
-    for path in (RETRIEVAL, PARAMETRIC):
-        ent = internals.entropy_at(path, where)
-        masses = {s: internals.mass_at(path, s, where) for s in SEGMENTS}
+    for path, ent, masses in _per_path(internals, where):
         for layer in range(internals.n_layers):
             for head in range(internals.n_heads):
                 rows.append(
@@ -364,11 +374,8 @@ def draw_export(internals: Internals, where: int | str, tau: float) -> None:
     widgets.download(c2, "Download per-head values (CSV)", frame, "attention_heads.csv", key=keys.ATTN_CSV)
 
 
-def main() -> None:
-    opened = views.open_view("Attention", draw_header)
-    if opened is None:
-        return
-    handle, result, internals = opened
+def draw_view(handle: ModelHandle, result: DualPathResult, internals: Internals) -> None:
+    """The page's sections on the session's last run and its analysis."""
     where = draw_where(internals, result)
     tau = draw_tau()
     st.divider()
@@ -383,4 +390,4 @@ def main() -> None:
     draw_export(internals, where, tau)
 
 
-main()
+views.run_view("Attention", draw_view)

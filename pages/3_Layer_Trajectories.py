@@ -8,12 +8,32 @@ position, the cross-validated CRM classifier on the calibration prompts, and the
 
 from __future__ import annotations
 
+import streamlit as st
+
+from components import frame
+
+
+def draw_header() -> None:
+    st.title("Layer trajectories")
+    frame.draw_intro(
+        "Layer by layer, how far does adding the passage move the model's internal state, and in which "
+        "direction? The chart compares this run with prompts whose answers are known to come from memory or "
+        "from the passage.",
+        "The displacement d_ℓ = h_ℓ(with context) − h_ℓ(without context) of every layer ℓ at the last prompt "
+        "token, projected on a calibrated direction v_ℓ (PC1 of the calibration displacements): "
+        "LTS_ℓ = ⟨d_ℓ, v_ℓ⟩. A layer is flagged when its LTS lies outside μ_ℓ ± 2σ_ℓ of the calibration rows. "
+        "CRM detects whether internal computation differs systematically for memorized-like contexts; it does "
+        "not certify which source a single generation used.",
+        "CRM (2025) eq. 1 and appendix V.1.",
+    )
+
+
+frame.first_paint("Layer trajectories", draw_header)  # on screen while the imports below run
+
 import json
 from typing import Any
 
-import streamlit as st
-
-from components import controls, keys, panels, widgets
+from components import controls, keys, widgets
 from components import internals_state as views
 from components.layer_axes import row_label
 from components.redeep_view import draw_redeep
@@ -35,21 +55,6 @@ QUANTITIES = {
     "l2": "‖d_ℓ‖ (L2 norm of the displacement)",
     "lens": "logit-lens KL between the paths (nats)",
 }
-
-
-def draw_header() -> None:
-    st.title("Layer trajectories")
-    panels.draw_intro(
-        "Layer by layer, how far does adding the passage move the model's internal state, and in which "
-        "direction? The chart compares this run with prompts whose answers are known to come from memory or "
-        "from the passage.",
-        "The displacement d_ℓ = h_ℓ(with context) − h_ℓ(without context) of every layer ℓ at the last prompt "
-        "token, projected on a calibrated direction v_ℓ (PC1 of the calibration displacements): "
-        "LTS_ℓ = ⟨d_ℓ, v_ℓ⟩. A layer is flagged when its LTS lies outside μ_ℓ ± 2σ_ℓ of the calibration rows. "
-        "CRM detects whether internal computation differs systematically for memorized-like contexts; it does "
-        "not certify which source a single generation used.",
-        "CRM (2025) eq. 1 and appendix V.1.",
-    )
 
 
 def draw_basis(handle: ModelHandle, result: DualPathResult) -> CrmBasis | None:
@@ -255,11 +260,8 @@ def draw_export(internals: Internals, basis: CrmBasis | None, result: DualPathRe
         st.dataframe(table, hide_index=True)
 
 
-def main() -> None:
-    opened = views.open_view("Layer trajectories", draw_header)
-    if opened is None:
-        return
-    handle, result, internals = opened
+def draw_view(handle: ModelHandle, result: DualPathResult, internals: Internals) -> None:
+    """The page's sections on the session's last run and its analysis."""
     basis = draw_basis(handle, result)
     direction = draw_direction()
     st.divider()
@@ -278,4 +280,4 @@ def main() -> None:
     draw_export(internals, basis, result)
 
 
-main()
+views.run_view("Layer trajectories", draw_view)

@@ -10,7 +10,26 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import controls, keys, panels, widgets
+from components import frame
+
+
+def draw_header() -> None:
+    st.title("Vocabulary lens")
+    frame.draw_intro(
+        "Which words does the model's internal state point to? The page turns the shift the passage causes into "
+        "the words it makes more and less likely, and shows what each layer would answer if the model stopped "
+        "there.",
+        "A direction u in hidden space is read as words by projecting it through the unembedding: the logits "
+        "W_U·u, top and bottom tokens (back-projection). The logit lens applies the final norm and W_U to each "
+        "layer's hidden state h_ℓ of both paths and reads the result as a next-token prediction; early layers "
+        "were not trained to be read this way, so their predictions are approximate.",
+        "Back-projection as in CRM (2025) appendix U.2; the logit lens after nostalgebraist (2020).",
+    )
+
+
+frame.first_paint("Vocabulary lens", draw_header)  # on screen while the imports below run
+
+from components import controls, keys, widgets
 from components import internals_state as views
 from components.figures import default_position, position_label
 from components.layer_axes import row_label
@@ -26,20 +45,6 @@ DIRECTION_LABELS = {
     SUPERVISED: "Supervised (class-mean difference)",
     RUN: "This run's displacement d_ℓ",
 }
-
-
-def draw_header() -> None:
-    st.title("Vocabulary lens")
-    panels.draw_intro(
-        "Which words does the model's internal state point to? The page turns the shift the passage causes into "
-        "the words it makes more and less likely, and shows what each layer would answer if the model stopped "
-        "there.",
-        "A direction u in hidden space is read as words by projecting it through the unembedding: the logits "
-        "W_U·u, top and bottom tokens (back-projection). The logit lens applies the final norm and W_U to each "
-        "layer's hidden state h_ℓ of both paths and reads the result as a next-token prediction; early layers "
-        "were not trained to be read this way, so their predictions are approximate.",
-        "Back-projection as in CRM (2025) appendix U.2; the logit lens after nostalgebraist (2020).",
-    )
 
 
 def draw_direction(basis: CrmBasis | None) -> str:
@@ -154,11 +159,8 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
     widgets.download(st, "Download logit lens at this position (CSV)", csv, "logit_lens.csv", key=keys.VOCAB_LENS_CSV)
 
 
-def main() -> None:
-    opened = views.open_view("Vocabulary lens", draw_header)
-    if opened is None:
-        return
-    handle, result, internals = opened
+def draw_view(handle: ModelHandle, result: DualPathResult, internals: Internals) -> None:
+    """The page's sections on the session's last run and its analysis."""
     basis = views.basis_for(handle, result.template)
     direction = draw_direction(basis)
     st.divider()
@@ -167,4 +169,4 @@ def main() -> None:
     draw_lens(internals, result)
 
 
-main()
+views.run_view("Vocabulary lens", draw_view)

@@ -11,12 +11,31 @@ lives in :mod:`core.methods.ablation`; the controls in :mod:`components.ablation
 
 from __future__ import annotations
 
+import streamlit as st
+
+from components import frame
+
+
+def draw_header() -> None:
+    """The page's title and what it perturbs."""
+    st.title("Ablations")
+    frame.draw_intro(
+        "Shake some of the model's layers a little and see whether its answer, and how much the passage "
+        "mattered, change: layers whose disturbance changes them carry part of that difference.",
+        "Perturb chosen decoder layers and watch what changes: the two answers, the RePCS score Z, the KL per "
+        "token and the per-layer trajectory. Noise: h′ = h + ε·σ(h)·N(0, 1) at each chosen layer's output; "
+        "activation patching replaces the retrieval path's state at the last prompt token with the parametric "
+        "path's. Layer ℓ is decoder layer ℓ (0-based); 'emb' is the embedding output.",
+        "CRM (2025) §4.4 and appendix J (Tables 5 and 16).",
+    )
+
+
+frame.first_paint("Ablations", draw_header)  # on screen while the imports below run
+
 import json
 from typing import Any
 
-import streamlit as st
-
-from components import ablation_controls, inputs, keys, panels, prefetch, state, widgets
+from components import ablation_controls, inputs, keys, prefetch, state, widgets
 from components import ablation_figures as figs
 from components.ablation_controls import Choice
 from components.lru import SessionLRU, session_lru
@@ -118,20 +137,6 @@ def _perturbed_run(page: PageContext, clean: DualPathResult, status: str, **inte
 
 # ----------------------------------------------------------------------------------------------------------
 # Page sections
-
-
-def draw_header() -> None:
-    """The page's title and what it perturbs."""
-    st.title("Ablations")
-    panels.draw_intro(
-        "Shake some of the model's layers a little and see whether its answer, and how much the passage "
-        "mattered, change: layers whose disturbance changes them carry part of that difference.",
-        "Perturb chosen decoder layers and watch what changes: the two answers, the RePCS score Z, the KL per "
-        "token and the per-layer trajectory. Noise: h′ = h + ε·σ(h)·N(0, 1) at each chosen layer's output; "
-        "activation patching replaces the retrieval path's state at the last prompt token with the parametric "
-        "path's. Layer ℓ is decoder layer ℓ (0-based); 'emb' is the embedding output.",
-        "CRM (2025) §4.4 and appendix J (Tables 5 and 16).",
-    )
 
 
 def draw_clean_run(page: PageContext, query: str, context: str) -> DualPathResult | None:
@@ -419,7 +424,6 @@ def draw_downloads(grid: ablation.NoiseGrid, name: str) -> None:
 
 def main() -> None:
     page = open_page("Ablations")
-    draw_header()
     query, context = inputs.draw_inputs()
     clean = draw_clean_run(page, query, context)
     if clean is None:

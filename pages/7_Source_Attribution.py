@@ -11,13 +11,32 @@ inputs and settings show the stored run, and moving a threshold only relabels it
 
 from __future__ import annotations
 
+import streamlit as st
+
+from components import frame
+
+
+def draw_header() -> None:
+    """The page's title and how SMA attributes the answer."""
+    st.title("Source Attribution (SMA)")
+    frame.draw_intro(
+        "Which words of the query and the passage does the answer depend on? The page hides random parts of the "
+        "input, asks again many times, and sees which parts change the answer when they are missing.",
+        "Random masks perturb the input units; every perturbed input is answered again and scored by length "
+        "ratio and semantic similarity to the full answer (eq. 14); ridge regression turns masks and scores "
+        "into an attribution β per unit (captum Lime + ridge). Done with the context (RAG on) and without "
+        "(RAG off): ADS = β_on − β_off per unit.",
+        "SMA: Sun et al. (2025), arXiv:2508.09105.",
+    )
+
+
+frame.first_paint("Source Attribution", draw_header)  # on screen while the imports below run
+
 import json
 from typing import Any
 
-import streamlit as st
-
 from components import detector_figures as figs
-from components import inputs, keys, panels, sma_controls, widgets
+from components import inputs, keys, sma_controls, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.progress import StepTicker
@@ -48,20 +67,6 @@ CAVEAT = (
     "given), and a small model's answers shift for many reasons — read the labels as hints about where the "
     "answer's sensitivity moves when retrieval is switched on, not as proof of training-data membership."
 )
-
-
-def draw_header() -> None:
-    """The page's title and how SMA attributes the answer."""
-    st.title("Source Attribution (SMA)")
-    panels.draw_intro(
-        "Which words of the query and the passage does the answer depend on? The page hides random parts of the "
-        "input, asks again many times, and sees which parts change the answer when they are missing.",
-        "Random masks perturb the input units; every perturbed input is answered again and scored by length "
-        "ratio and semantic similarity to the full answer (eq. 14); ridge regression turns masks and scores "
-        "into an attribution β per unit (captum Lime + ridge). Done with the context (RAG on) and without "
-        "(RAG off): ADS = β_on − β_off per unit.",
-        "SMA: Sun et al. (2025), arXiv:2508.09105.",
-    )
 
 
 def _count_units(page: PageContext, text: str, settings: SMASettings) -> int:
@@ -300,7 +305,6 @@ def draw_run(
 
 def main() -> None:
     page = open_page("Source Attribution")
-    draw_header()
     query, context = inputs.draw_inputs()
     settings, run = draw_controls(page, query, context)
     st.divider()

@@ -15,11 +15,36 @@ in :mod:`core.evaluation`; the run widgets in :mod:`components.evaluate_jobs`, t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import streamlit as st
 
-from components import controls, keys, panels, state
+from components import frame
+
+
+def draw_header() -> None:
+    """The page's title, what it compares, and what its labels can and cannot mean."""
+    st.title("Evaluate")
+    frame.draw_intro(
+        "How well does each detector tell memorized answers from read ones? Upload rows you have labeled (or "
+        "use the bundled probes), run every detector on them, and compare; then set RePCS' threshold from "
+        "rows you trust.",
+        "Every detector scores the same labeled rows (positive class: memorized). Reported: ROC curves, AUC with "
+        "a bootstrap 95% CI, FPR at 95% TPR and Precision@k (only when k < n). RePCS' τ is calibrated on clean "
+        "rows as a quantile of their Z (optionally length-aware, τ(L)) and checked on held-out rows.",
+        "Metrics computed with scikit-learn; RePCS calibration as in RePCS (2025) §IV-A, with the PAC sample "
+        "size of §III-G.",
+    )
+    st.caption(
+        'Labels are only as good as the probe set: *memorized* means "a well-known fact the model was likely '
+        'trained on", *grounded* "a fact that exists only in the context". An AUC describes this model on '
+        "these rows, not any single answer."
+    )
+
+
+frame.first_paint("Evaluate", draw_header)  # on screen while the imports below run
+
+from dataclasses import dataclass
+
+from components import controls, keys, state
 from components import evaluate_calibration as ec
 from components import evaluate_tabs as et
 from components.evaluate_jobs import draw_run_controls, job, run_job
@@ -61,26 +86,6 @@ class RunOptions:
     detectors: tuple[str, ...]
     sigmas: tuple[float, ...]
     batch_size: int
-
-
-def draw_header() -> None:
-    """The page's title, what it compares, and what its labels can and cannot mean."""
-    st.title("Evaluate")
-    panels.draw_intro(
-        "How well does each detector tell memorized answers from read ones? Upload rows you have labeled (or "
-        "use the bundled probes), run every detector on them, and compare; then set RePCS' threshold from "
-        "rows you trust.",
-        "Every detector scores the same labeled rows (positive class: memorized). Reported: ROC curves, AUC with "
-        "a bootstrap 95% CI, FPR at 95% TPR and Precision@k (only when k < n). RePCS' τ is calibrated on clean "
-        "rows as a quantile of their Z (optionally length-aware, τ(L)) and checked on held-out rows.",
-        "Metrics computed with scikit-learn; RePCS calibration as in RePCS (2025) §IV-A, with the PAC sample "
-        "size of §III-G.",
-    )
-    st.caption(
-        'Labels are only as good as the probe set: *memorized* means "a well-known fact the model was likely '
-        'trained on", *grounded* "a fact that exists only in the context". An AUC describes this model on '
-        "these rows, not any single answer."
-    )
 
 
 def draw_threshold_in_force(model: str) -> None:
@@ -306,7 +311,6 @@ def draw_results(handle: ModelHandle) -> None:
 
 def main() -> None:
     page = open_page("Evaluate")
-    draw_header()  # before the model: the page's frame is on screen while it loads
     handle, config = page.handle, page.config
     draw_threshold_in_force(handle.info.name)
     data = draw_data_source()

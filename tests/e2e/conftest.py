@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from bench._browser import CHROMIUM_ARGS, ServerError, chromium, start_server, stop_server
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -30,25 +25,11 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS_ENV = "READ_OR_RECALL_ARTIFACTS"
 DEFAULT_ARTIFACTS = ROOT / "out" / "e2e"
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
+CHROMIUM = chromium()
 SERVER_START_TIMEOUT_S = 120
 RUN_TIMEOUT_MS = 300_000  # a full dual-path run of the embedded model on a busy CPU
 STEP_TIMEOUT_MS = 120_000  # one rerun after an interaction (the first one loads the model)
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
@@ -63,23 +44,6 @@ class Server:
             return self.log.read_text(errors="replace")[-n_chars:]
         except OSError:
             return "(no server log)"
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-3000:]
-            pytest.fail(f"streamlit exited early with code {proc.returncode}; log:\n{tail}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    tail = log.read_text(errors="replace")[-3000:]
-    pytest.fail(f"streamlit was not healthy within {SERVER_START_TIMEOUT_S} s; log:\n{tail}")
 
 
 @pytest.fixture(scope="session")
@@ -110,42 +74,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "Debian's chromium is not on PATH (`apt-get install chromium` or `make browser`); "
             "Playwright cannot download its own browsers here."
         )
-    port = _free_port()
     log = tmp_path_factory.mktemp("streamlit") / "server.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    url = f"http://127.0.0.1:{port}"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streamlit",
-                "run",
-                "app.py",
-                "--server.headless",
-                "true",
-                "--server.port",
-                str(port),
-                "--server.address",
-                "127.0.0.1",
-                "--browser.gatherUsageStats",
-                "false",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            _wait_healthy(url, proc, log)
-            yield Server(url, log)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+    try:
+        proc, url = start_server(log, timeout_s=SERVER_START_TIMEOUT_S)
+    except ServerError as exc:
+        pytest.fail(f"{exc}; log:\n{log.read_text(errors='replace')[-3000:]}")
+    try:
+        yield Server(url, log)
+    finally:
+        stop_server(proc)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,83 @@
+"""components.frame (issue 27): every page draws its title and intro before it imports its libraries, and its
+title and inputs before it first waits for the model."""
+
+from __future__ import annotations
+
+import ast
+import threading
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from components import page
+from tests.app.conftest import APP, ROOT, ok
+
+PAGES = sorted((ROOT / "pages").glob("*.py"))
+LIGHT = {"__future__", "streamlit", "components.frame"}
+TITLES = {
+    "1_Dual_Path.py": "Dual Path",
+    "2_Attention.py": "Attention",
+    "3_Layer_Trajectories.py": "Layer trajectories",
+    "4_Vocabulary_Lens.py": "Vocabulary lens",
+    "5_Ablations.py": "Ablations",
+    "6_Self_Critique.py": "Self-Critique",
+    "7_Source_Attribution.py": "Source Attribution (SMA)",
+    "8_RADAR.py": "RADAR: recall or reasoning?",
+    "9_Evaluate.py": "Evaluate",
+    "10_Audit_Log.py": "Audit log",
+}
+WITH_INPUTS = {"1_Dual_Path.py", "5_Ablations.py", "6_Self_Critique.py", "7_Source_Attribution.py", "8_RADAR.py"}
+"""The pages whose query box is drawn before the model is needed (RADAR's before any run)."""
+
+
+def _imported(node: ast.stmt) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or ""] if node.module != "components" else [f"components.{a.name}" for a in node.names]
+    return []
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_a_page_imports_only_streamlit_and_the_frame_before_its_first_paint(path) -> None:
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    paint = [
+        i
+        for i, node in enumerate(body)
+        if isinstance(node, ast.Expr) and "first_paint" in ast.unparse(node.value).split("(")[0]
+    ]
+    assert len(paint) == 1, "one frame.first_paint(...) call at the module's top level"
+    before = {name for node in body[: paint[0]] for name in _imported(node)}
+    assert before <= LIGHT, before - LIGHT
+    assert any(_imported(node) for node in body[paint[0] :]), "the libraries come after the first paint"
+
+
+@pytest.fixture
+def model_never_ready(use_loader, tiny_handle, monkeypatch):
+    """The model is still loading: a page stops where it first waits for it (what it drew until then stays)."""
+    release = threading.Event()
+
+    def slow(spec=None, revision=None, **kw):
+        release.wait(60)
+        return tiny_handle
+
+    def first_wait(spec, revision):
+        st.stop()
+
+    use_loader(slow)
+    monkeypatch.setattr(page._load_handle, "wait", first_wait)
+    yield
+    release.set()
+
+
+@pytest.mark.parametrize("name", sorted(TITLES), ids=str)
+def test_a_page_draws_its_title_and_inputs_while_the_model_loads(model_never_ready, name) -> None:
+    at = AppTest.from_file(APP, default_timeout=120)
+    ok(at.run())
+    ok(at.switch_page(f"pages/{name}").run())
+    assert not page._load_handle.is_loaded("embedded", None)
+    assert [t.value for t in at.title] == [TITLES[name]]
+    assert any(e.label == "Precisely" for e in at.expander), "the intro"
+    if name in WITH_INPUTS:
+        assert at.text_area(key="ror.w.query") is not None
