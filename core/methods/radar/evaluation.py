@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from core.io import EMBEDDED_SLUG, atomic_write_json, cache_dir
-from core.methods.radar.classifier import ENSEMBLE_DIR, RadarClassifier, cross_validated_accuracy, table_digest
+from core.methods.radar.classifier import (
+    ENSEMBLE_DIR,
+    RadarClassifier,
+    RadarPrediction,
+    cross_validated_accuracy,
+    table_digest,
+)
 from core.methods.radar.prompts import (
     CATEGORY_TITLES,
     LABELS,
@@ -55,6 +61,16 @@ def prompt_token_counts(handle: ModelHandle, prompts: Sequence[RadarPrompt]) -> 
     return [len(encode_radar_prompt(handle, p.prompt)) for p in prompts]
 
 
+def _length_model(table: FeatureTable, counts: np.ndarray, random_state: int) -> tuple[Any, np.ndarray]:
+    """The length control's logistic regression on log(prompt length), fitted on the table's training rows, and
+    the training-row mask."""
+    from sklearn.linear_model import LogisticRegression
+
+    is_train = np.array([p.split == TRAIN for p in table.prompts])
+    model = LogisticRegression(random_state=random_state).fit(np.log(counts)[is_train, None], table.labels(TRAIN))
+    return model, is_train
+
+
 def length_baseline(table: FeatureTable, token_counts: Sequence[int], random_state: int = 0) -> np.ndarray:
     """A control the paper does not report: logistic regression on log(prompt length) alone, trained on the
     same training rows; returns its 0/1 (1 = recall) predictions for the test rows.
@@ -62,15 +78,11 @@ def length_baseline(table: FeatureTable, token_counts: Sequence[int], random_sta
     Several RADAR features grow with the prompt length by construction (the attention entropy sums over all
     query positions), so this shows how much of the accuracy the length alone explains.
     """
-    from sklearn.linear_model import LogisticRegression
-
     counts = np.asarray(token_counts, dtype=np.float64)
     if counts.shape != (len(table.prompts),) or (counts < 1).any():
         raise ValueError(f"need one positive token count per prompt ({len(table.prompts)}), got shape {counts.shape}")
-    is_train = np.array([p.split == TRAIN for p in table.prompts])
-    logt = np.log(counts)[:, None]
-    model = LogisticRegression(random_state=random_state).fit(logt[is_train], table.labels(TRAIN))
-    return model.predict(logt[~is_train]).astype(np.int64)
+    model, is_train = _length_model(table, counts, random_state)
+    return model.predict(np.log(counts)[~is_train, None]).astype(np.int64)
 
 
 def length_control_probability(
@@ -82,14 +94,51 @@ def length_control_probability(
     Raises:
         ValueError: a token count that is not positive, or one count per prompt missing.
     """
-    from sklearn.linear_model import LogisticRegression
-
     counts = np.asarray(token_counts, dtype=np.float64)
     if counts.shape != (len(table.prompts),) or (counts < 1).any() or n_tokens < 1:
         raise ValueError("need one positive token count per prompt and a positive n_tokens")
-    is_train = np.array([p.split == TRAIN for p in table.prompts])
-    model = LogisticRegression(random_state=random_state).fit(np.log(counts)[is_train, None], table.labels(TRAIN))
+    model, _ = _length_model(table, counts, random_state)
     return float(model.predict_proba(np.log([[float(n_tokens)]]))[0, list(model.classes_).index(1)])
+
+
+def _test_rows(
+    prompts: Sequence[RadarPrompt],
+    preds: Sequence[RadarPrediction],
+    counts: Sequence[int | None],
+    baseline: np.ndarray | None,
+) -> list[dict[str, Any]]:
+    """One report row per test prompt: its prediction, whether it is right, and the length control's verdict."""
+    return [
+        {
+            "id": p.id,
+            "prompt": p.prompt,
+            "category": p.category,
+            "label": p.label,
+            "predicted": pr.label,
+            "correct": pr.label == p.label,
+            "soft_correct": pr.soft_label == p.label,
+            "p_recall": pr.p_recall,
+            "rds": pr.rds,
+            "rci": pr.rci,
+            "n_tokens": counts[i],
+            "length_correct": None if baseline is None else bool((baseline[i] == 1) == (p.label == RECALL)),
+        }
+        for i, (p, pr) in enumerate(zip(prompts, preds, strict=True))
+    ]
+
+
+def _summary(selected: list[dict[str, Any]], with_length: bool, paper: float | None = None) -> dict[str, Any]:
+    """Counts and accuracies (hard label, soft label, length control) of some report rows, with the paper's."""
+    n = len(selected)
+    correct = sum(r["correct"] for r in selected)
+    summary = {
+        "n": n,
+        "correct": int(correct),
+        "accuracy": correct / n if n else None,
+        "soft_accuracy": sum(r["soft_correct"] for r in selected) / n if n else None,
+        "length_accuracy": (sum(r["length_correct"] for r in selected) / n if n and with_length else None),
+    }
+    return summary if paper is None else {**summary, "paper": paper}
 
 
 def evaluate_table(
@@ -111,67 +160,28 @@ def evaluate_table(
     if not prompts:
         raise ValueError("The feature table has no test rows.")
     preds = clf.predict(X)
+    with_length = token_counts is not None
     baseline = length_baseline(table, token_counts, random_state) if token_counts is not None else None
     test_counts = (
         [int(n) for n, p in zip(token_counts, table.prompts, strict=True) if p.split == TEST]
         if token_counts is not None
         else [None] * len(prompts)
     )
-    rows = [
-        {
-            "id": p.id,
-            "prompt": p.prompt,
-            "category": p.category,
-            "label": p.label,
-            "predicted": pr.label,
-            "correct": pr.label == p.label,
-            "soft_correct": pr.soft_label == p.label,
-            "p_recall": pr.p_recall,
-            "rds": pr.rds,
-            "rci": pr.rci,
-            "n_tokens": test_counts[i],
-            "length_correct": None if baseline is None else bool((baseline[i] == 1) == (p.label == RECALL)),
-        }
-        for i, (p, pr) in enumerate(zip(prompts, preds, strict=True))
-    ]
-
-    def summary(selected: list[dict[str, Any]]) -> dict[str, Any]:
-        n = len(selected)
-        correct = sum(r["correct"] for r in selected)
-        return {
-            "n": n,
-            "correct": int(correct),
-            "accuracy": correct / n if n else None,
-            "soft_accuracy": sum(r["soft_correct"] for r in selected) / n if n else None,
-            "length_accuracy": (sum(r["length_correct"] for r in selected) / n if n and baseline is not None else None),
-        }
-
-    categories = []
-    for cat in TEST_CATEGORIES:
-        selected = [r for r in rows if r["category"] == cat]
-        categories.append(
-            {"category": cat, "title": CATEGORY_TITLES[cat], **summary(selected), "paper": PAPER_RESULTS[cat]}
-        )
-    rds_mean: dict[str, float | None] = {}
-    for lab in LABELS:
-        values = [r["rds"] for r in rows if r["label"] == lab]
-        rds_mean[lab] = float(np.mean(values)) if values else None
+    rows = _test_rows(prompts, preds, test_counts, baseline)
+    by_label = {lab: [r for r in rows if r["label"] == lab] for lab in LABELS}
+    rds_mean = {lab: float(np.mean([r["rds"] for r in sel])) if sel else None for lab, sel in by_label.items()}
     _, X_train = table.split(TRAIN)
+    train_cv = cross_validated_accuracy(X_train, table.labels(TRAIN), random_state=random_state) if cv else None
     return {
         "model": table.meta.get("model"),
-        "categories": categories,
-        "overall": {**summary(rows), "paper": PAPER_RESULTS["overall"]},
-        "recall_tasks": {**summary([r for r in rows if r["label"] == RECALL]), "paper": PAPER_RESULTS["recall_tasks"]},
-        "reasoning_tasks": {
-            **summary([r for r in rows if r["label"] == REASONING]),
-            "paper": PAPER_RESULTS["reasoning_tasks"],
-        },
-        "train_cv": {
-            "accuracy": cross_validated_accuracy(X_train, table.labels(TRAIN), random_state=random_state)
-            if cv
-            else None,
-            "paper": PAPER_RESULTS["train_cv"],
-        },
+        "categories": [
+            {"category": cat, "title": CATEGORY_TITLES[cat], **_summary(sel, with_length), "paper": PAPER_RESULTS[cat]}
+            for cat, sel in ((c, [r for r in rows if r["category"] == c]) for c in TEST_CATEGORIES)
+        ],
+        "overall": _summary(rows, with_length, PAPER_RESULTS["overall"]),
+        "recall_tasks": _summary(by_label[RECALL], with_length, PAPER_RESULTS["recall_tasks"]),
+        "reasoning_tasks": _summary(by_label[REASONING], with_length, PAPER_RESULTS["reasoning_tasks"]),
+        "train_cv": {"accuracy": train_cv, "paper": PAPER_RESULTS["train_cv"]},
         "rds_mean": {
             "recall": rds_mean[RECALL],
             "reasoning": rds_mean[REASONING],

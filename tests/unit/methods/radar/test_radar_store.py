@@ -66,6 +66,27 @@ def test_evaluate_table_reports_each_category():
         radar.length_baseline(table, [10] * 3)
 
 
+def test_the_length_control_probability_is_the_logistic_fit_on_log_length():
+    table = _synthetic_table()
+    counts = [4 + i % 7 if p.label == radar.RECALL else 9 + i % 11 for i, p in enumerate(table.prompts)]
+    train = [i for i, p in enumerate(table.prompts) if p.split == radar.TRAIN]
+    # independently: P(recall) = expit(w log n + b) of scikit-learn's fit on the training rows' log lengths
+    from scipy.special import expit
+    from sklearn.linear_model import LogisticRegression
+
+    fit = LogisticRegression(random_state=0).fit(np.log([[float(counts[i])] for i in train]), table.labels(radar.TRAIN))
+    for n in (1, 6, 12, 50):
+        expected = float(expit(fit.coef_[0, 0] * np.log(n) + fit.intercept_[0]))
+        assert radar.length_control_probability(table, counts, n) == pytest.approx(expected, rel=1e-9)
+    assert (
+        radar.length_control_probability(table, counts, 4) > 0.5 > radar.length_control_probability(table, counts, 20)
+    )
+    with pytest.raises(ValueError):
+        radar.length_control_probability(table, counts, 0)
+    with pytest.raises(ValueError):
+        radar.length_control_probability(table, counts[:-1], 5)
+
+
 def test_features_are_extracted_once_and_cached(tiny_handle, tmp_path, monkeypatch):
     monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path))
     full = radar.load_prompt_sets()
