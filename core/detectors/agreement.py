@@ -51,7 +51,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +61,22 @@ from core.detectors import keys as detector_keys
 from core.detectors.registry import (
     CONTEXT_RELIANCE,
     GROUNDED_HIGH,
-    GROUPS,
     MEMORIZED_HIGH,
     PARAMETRIC_KNOWLEDGE,
     Detector,
     DetectorInput,
     available,
 )
-from core.detectors.wording import GROUP_WORDS, REASONING_TYPE, RECALL_TYPE, direction, finding, group_of, says
+from core.detectors.shared import release
+from core.detectors.verdicts import GROUP_ORDER as GROUP_ORDER
+from core.detectors.verdicts import GROUPS_FIRST as GROUPS_FIRST
+from core.detectors.verdicts import Agreement as Agreement
+from core.detectors.verdicts import CostlyDetector as CostlyDetector
+from core.detectors.verdicts import DetectorThreshold as DetectorThreshold
+from core.detectors.verdicts import DetectorVerdict as DetectorVerdict
 from core.detectors.wording import HEADLINE_GROUPS as HEADLINE_GROUPS
 from core.detectors.wording import OTHER_AXIS_DISPLAY as OTHER_AXIS_DISPLAY
+from core.detectors.wording import REASONING_TYPE, RECALL_TYPE, group_of
 from core.detectors.wording import SHORT_NAMES as SHORT_NAMES
 from core.detectors.wording import group_summary as group_summary
 from core.detectors.wording import short_name as short_name
@@ -79,7 +85,7 @@ from core.detectors.wording import summary_lines as summary_lines
 from core.detectors.wording import verdict_words as verdict_words
 from core.engine import DualPathResult, DualPathSettings
 from core.engine import axes as axes_module
-from core.engine.estimate import describe_estimate, estimate_seconds, observe_result
+from core.engine.estimate import estimate_seconds, observe_result
 from core.engine.verdict import READ, RECALLED, UNCALIBRATED, normalize_verdict
 from core.io import asset_path
 from core.model import artifacts
@@ -101,9 +107,6 @@ PROBABILITY_RULES = {
 }
 """Detectors whose score is a fitted probability: their own decision rule is the fallback threshold."""
 
-GROUP_ORDER = {group: i for i, group in enumerate(GROUPS)}
-GROUPS_FIRST = next(iter(GROUPS))
-
 RECALL_VS_REASONING = ("radar",)
 """Detectors on RADAR's recall-vs-reasoning axis: their label is shown in their own words, never as a verdict."""
 
@@ -114,138 +117,6 @@ NOTES = {
     "zlib": "scores the context text, not the answer",
 }
 """One clause per detector whose verdict means something narrower than the others' (shown next to it)."""
-
-
-@dataclass(frozen=True)
-class DetectorThreshold:
-    """A detector's threshold and a sentence saying where it came from (``value`` is ``None`` when unknown)."""
-
-    value: float | None
-    source: str
-
-
-@dataclass
-class DetectorVerdict:
-    """One detector's reading of one example.
-
-    Attributes:
-        name, label: the registry's name and label; ``higher_means``: ``"memorized"`` or ``"grounded"``.
-        score: the raw score (``None`` when the detector could not run on this example, see ``error``).
-        threshold, source: the threshold and where it came from.
-        verdict: a value of :data:`core.engine.verdict.VERDICTS`.
-        cost: the registry's cost; ``error``: why there is no score; ``note``: what the verdict means here.
-        group: the question it answers (a key of :data:`~core.detectors.registry.GROUPS`; by default the
-            registry's group of ``name``, else context reliance).
-    """
-
-    name: str
-    label: str
-    higher_means: str
-    score: float | None
-    threshold: float | None
-    source: str
-    verdict: str
-    cost: str
-    error: str | None = None
-    note: str | None = None
-    group: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.group is None:
-            from core.detectors.registry import get
-
-            detector = get(self.name)
-            self.group = detector.group if detector is not None else None
-        self.group = group_of(self.group)
-
-    @property
-    def says(self) -> str:
-        """What the verdict says, in the group's own words (a table cell)."""
-        return says(self.group, self.verdict)
-
-    @property
-    def finding(self) -> str:
-        """The verdict as its group's token (``"read"``, ``"familiar"``, ``"recall-type"``, …)."""
-        return finding(self.group, self.verdict)
-
-    @property
-    def direction(self) -> str:
-        """``"higher = …"`` in the group's words."""
-        return direction(self.group, self.higher_means)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (``score``/``threshold`` ``None`` → ``null``), with ``group``, ``direction``, ``finding``
-        and ``says`` (``verdict`` keeps the shared values: the side of the threshold)."""
-        return asdict(self) | {"direction": self.direction, "finding": self.finding, "says": self.says}
-
-
-@dataclass(frozen=True)
-class CostlyDetector:
-    """A detector that needs extra generations: listed with an estimate, run on request."""
-
-    name: str
-    label: str
-    cost: str
-    estimate_s: float | None
-    group: str = GROUPS_FIRST
-
-    @property
-    def estimate(self) -> str:
-        """``"≈ 2 min on this machine"`` (or that no cost is measured yet)."""
-        return describe_estimate(self.estimate_s)
-
-
-@dataclass
-class Agreement:
-    """Every cheap detector's verdict on one example, the costly ones not yet run, the headline's axes by the group
-    they belong to (:func:`headline_axes`; ``{}`` when none), and the summary line."""
-
-    verdicts: list[DetectorVerdict]
-    costly: list[CostlyDetector]
-    axes: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def summary(self) -> str:
-        """Each group's sentence (counted within the group only), one after the other."""
-        return summary_line(self.verdicts)
-
-    def ordered(self) -> list[DetectorVerdict]:
-        """The verdicts group by group, in :data:`~core.detectors.registry.GROUPS` order (stable within one)."""
-        return sorted(self.verdicts, key=lambda v: GROUP_ORDER[group_of(v.group)])
-
-    def by_group(self) -> list[tuple[str, list[DetectorVerdict], list[CostlyDetector]]]:
-        """``(group, verdicts, costly not run yet)`` for every group with a detector, in GROUPS order."""
-        done = {v.name for v in self.verdicts}
-        out = []
-        for group in GROUPS:
-            rows = [v for v in self.ordered() if v.group == group]
-            pending = [c for c in self.costly if c.group == group and c.name not in done]
-            if rows or pending or group in self.axes:
-                out.append((group, rows, pending))
-        return out
-
-    def groups(self) -> list[dict[str, Any]]:
-        """The ``detector_groups`` of ``run --json --all-detectors``: per group, in order, its question, whether
-        it feeds the headline, its own summary sentence, the detectors scored and those not run."""
-        return [
-            {
-                "group": group,
-                "title": GROUP_WORDS[group].title,
-                "question": GROUPS[group],
-                "feeds_headline": group in HEADLINE_GROUPS,
-                "summary": group_summary(group, rows),
-                "detectors": [v.name for v in rows],
-                "not_run": [c.name for c in pending],
-                "cannot_conclude": GROUP_WORDS[group].cannot,
-                **({"headline_axis": self.axes[group]} if group in self.axes else {}),
-            }
-            for group, rows, pending in self.by_group()
-        ]
-
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        """``{name: {score, threshold, verdict, source, group, direction, …}}`` group by group (the ``detectors``
-        key of ``run --json --all-detectors``)."""
-        return {v.name: {k: x for k, x in v.to_dict().items() if k != "name"} for v in self.ordered()}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -530,7 +401,9 @@ def assess(
         handle: the model the result came from.
         result: the run.
         names: only these cheap detectors (default: every one, :func:`cheap_detectors`).
-        inp: a :class:`DetectorInput` to reuse (its cache shares work with later calls, e.g. :func:`judge`).
+        inp: a :class:`DetectorInput` to reuse (its cache shares work with later calls, e.g. :func:`judge`). The
+            detectors share one traced forward of the retrieval path (:mod:`core.detectors.shared`), dropped
+            from the cache when every detector has run.
         on_detector: ``on_detector(done, total, name)`` before each detector (a progress bar).
     """
     inp = inp or detector_input(handle, result)
@@ -545,6 +418,7 @@ def assess(
         if on_detector is not None:
             on_detector(i, len(detectors), detector.name)
         verdicts.append(judge(detector, inp))
+    release(inp)  # the shared retrieval pass: its products stay in inp.cache, its residual stream goes
     costly = [
         CostlyDetector(d.name, d.label, d.cost, estimate_cost(handle, d, inp.settings), d.group)
         for d in costly_detectors()

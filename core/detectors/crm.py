@@ -1,8 +1,9 @@
 """CRM detectors: L1 (answer embeddings), L3 LTS along the supervised direction, CRM-LR on PC1 features.
 
 The per-row helpers (:func:`basis_for`, :func:`displacement_for`, :func:`parametric_answer`) keep their work
-in ``DetectorInput.cache`` under :mod:`core.detectors.keys`, so the displacement's two forward passes are paid
-once per row whichever CRM detectors run (the fitted ``crm_lr_cv`` included).
+in ``DetectorInput.cache`` under :mod:`core.detectors.keys`, so the displacement is paid once per row whichever
+CRM detectors run (the fitted ``crm_lr_cv`` included): h^c from the retrieval path's pass that the Lookback Lens
+and ReDeEP share (:mod:`core.detectors.shared`), h^0 from one forward of the parametric prompt.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 
 from core.detectors import keys
 from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, DetectorInput, declare
+from core.detectors.shared import retrieval_state
 from core.engine.generation import generate_greedy
 from core.engine.prepare import prepare_prompts
 from core.methods.crm import PC1, SUPERVISED, CrmBasis, load_basis, semantic_delta, supervised_score
@@ -32,9 +34,10 @@ def basis_for(inp: DetectorInput) -> CrmBasis:
 
 
 def displacement_for(inp: DetectorInput) -> np.ndarray:
-    """The row's per-layer displacement h^c − h^0 at the last prompt token, cached per row."""
+    """The row's per-layer displacement h^c − h^0 at the last prompt token, cached per row (h^c from the row's
+    shared traced forward of the retrieval path, :mod:`core.detectors.shared`: one forward of its own, h^0)."""
     if keys.CRM_DISPLACEMENT not in inp.cache:
-        inp.cache[keys.CRM_DISPLACEMENT] = displacement(inp.handle, inp.result)
+        inp.cache[keys.CRM_DISPLACEMENT] = displacement(inp.handle, inp.result, retrieval_state(inp))
     return inp.cache[keys.CRM_DISPLACEMENT]
 
 

@@ -20,13 +20,15 @@ score says how this run's attention compares with the calibration rows', not whe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from core.detectors import keys
 from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, register
-from core.methods.lookback import LookbackMap, LookbackModel, lookback_map, model_for, span_features
+from core.detectors.shared import lookback_map_for
+from core.methods.lookback import LookbackMap, LookbackModel, model_for, span_features
 from core.methods.lookback.maths import head_mean_curve
 
 NAME = "lookback"
@@ -36,9 +38,9 @@ SOURCE = "Lookback Lens (Chuang et al., EMNLP 2024) eq. 1 + §3 linear classifie
 
 
 def map_for(inp: DetectorInput) -> LookbackMap:
-    """The row's lookback map, one traced forward, cached per row."""
+    """The row's lookback map (from the row's shared traced forward, :mod:`core.detectors.shared`), cached per row."""
     if keys.LOOKBACK_MAP not in inp.cache:
-        inp.cache[keys.LOOKBACK_MAP] = lookback_map(inp.handle, inp.result)
+        inp.cache[keys.LOOKBACK_MAP] = lookback_map_for(inp)
     return inp.cache[keys.LOOKBACK_MAP]
 
 
@@ -91,19 +93,33 @@ def _cv_score(inp: DetectorInput) -> float:
     raise ValueError(f"{CV_NAME} is fitted by cross-validation during an evaluation; it has no single-row score")
 
 
+def classifier_tau(model: LookbackModel) -> tuple[float, str] | None:
+    """``lookback``'s τ: the classifier's own, and where it came from."""
+    return model.tau, (
+        f"the {1 - model.alpha:g}-quantile of the out-of-fold P(recalled) over {model.n_grounded} read "
+        f"calibration rows (out-of-fold FPR {model.fpr_oof:.1%}, FNR {model.fnr_oof:.1%})"
+    )
+
+
+def mean_tau(model: LookbackModel) -> tuple[float, str] | None:
+    """``lookback_mean``'s τ: the α-quantile of its value over the classifier's read calibration rows."""
+    if model.mean_tau is None:
+        return None
+    return model.mean_tau, (
+        f"the {model.alpha:g}-quantile of the mean lookback ratio over {model.n_grounded} read calibration rows"
+    )
+
+
 @dataclass(frozen=True)
 class LookbackDetector(Detector):
-    """The bundled Lookback Lens detector, with its calibrated τ for the agreement view."""
+    """A Lookback Lens detector whose τ for the agreement view comes from this model's classifier file."""
+
+    tau: Callable[[LookbackModel], tuple[float, str] | None] = classifier_tau
 
     def threshold(self, inp: DetectorInput) -> tuple[float, str] | None:
-        """``(τ, where it came from)`` of this model's classifier, or ``None`` without one."""
+        """``(τ, where it came from)``, or ``None`` without a classifier for this model and template."""
         model = model_for(inp.handle, inp.result.template)
-        if model is None:
-            return None
-        return model.tau, (
-            f"the {1 - model.alpha:g}-quantile of the out-of-fold P(recalled) over {model.n_grounded} read "
-            f"calibration rows (out-of-fold FPR {model.fpr_oof:.1%}, FNR {model.fnr_oof:.1%})"
-        )
+        return None if model is None else self.tau(model)
 
 
 register(
@@ -130,26 +146,14 @@ register(
 )
 
 
-@dataclass(frozen=True)
-class LookbackMeanDetector(Detector):
-    """``lookback_mean``, with the α-quantile of its value over the classifier's read calibration rows as τ."""
-
-    def threshold(self, inp: DetectorInput) -> tuple[float, str] | None:
-        model = model_for(inp.handle, inp.result.template)
-        if model is None or model.mean_tau is None:
-            return None
-        return model.mean_tau, (
-            f"the {model.alpha:g}-quantile of the mean lookback ratio over {model.n_grounded} read calibration rows"
-        )
-
-
 register(
-    LookbackMeanDetector(
+    LookbackDetector(
         name=MEAN_NAME,
         label="Lookback ratio, mean over heads and answer tokens",
         higher_means=GROUNDED_HIGH,
         score=score_mean,
         cost="forward",
         source="Lookback Lens (Chuang et al., EMNLP 2024) eq. 1, averaged (no fit)",
+        tau=mean_tau,
     )
 )

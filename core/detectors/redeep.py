@@ -1,10 +1,10 @@
 """ReDeEP detectors (Sun et al., ICLR 2025, arXiv 2410.11414): ECS of the copying heads, PKS of the knowledge
 layers, and their fitted regression.
 
-One traced forward of the retrieval path per row (:func:`core.methods.redeep.decompose`), shared by the three
-detectors through ``DetectorInput.cache[DETAILS]``. The heads, layers and α, β are the model's stored choice
-(``assets/redeep/`` for the embedded model; ``$READ_OR_RECALL_REDEEP_CHOICE`` names a user's own; a choice put
-in ``inp.cache[SETTINGS]`` wins), else a label-free default (OV-chosen heads, every layer, α = β = 1).
+One traced forward of the retrieval path per row, shared by the three detectors (``DetectorInput.cache[DETAILS]``)
+and with the Lookback Lens and CRM (:mod:`core.detectors.shared`). The heads, layers and α, β are the model's
+stored choice (``assets/redeep/`` for the embedded model; ``$READ_OR_RECALL_REDEEP_CHOICE`` names a user's own; a
+choice put in ``inp.cache[SETTINGS]`` wins), else a label-free default (OV-chosen heads, every layer, α = β = 1).
 
 * ``redeep`` — ``α·Σ_{ℓ∈F} PKS^ℓ − β·Σ_{(ℓ,h)∈A} ECS^{ℓ,h}`` (token means): higher = recalled (context reliance);
 * ``redeep_ecs`` — the chosen heads' mean ECS: higher = read (context reliance);
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from core.detectors import keys
 from core.detectors.registry import (
     CONTEXT_RELIANCE,
     GROUNDED_HIGH,
@@ -30,21 +31,23 @@ from core.detectors.registry import (
     DetectorInput,
     register,
 )
-from core.methods.redeep import ReDeEPChoice, ReDeEPView, choice_for, decompose, is_fitted, load_table_for
+from core.detectors.shared import redeep_trace_for
+from core.methods.redeep import ReDeEPChoice, ReDeEPView, choice_for, is_fitted, load_table_for
+from core.methods.redeep.analysis import view_of
 
-SETTINGS = "redeep.settings"
+SETTINGS = keys.REDEEP_SETTINGS
 """``DetectorInput.cache`` key: a :class:`~core.methods.redeep.ReDeEPChoice` to use instead of the stored one."""
-DETAILS = "redeep"
+DETAILS = keys.REDEEP_DETAILS
 """``DetectorInput.cache`` key: the row's :class:`~core.methods.redeep.ReDeEPView`."""
 SOURCE = "ReDeEP (Sun et al., ICLR 2025, arXiv 2410.11414)"
 
 
 def view_for(inp: DetectorInput) -> ReDeEPView:
-    """The row's ReDeEP decomposition (one traced forward, cached per row)."""
+    """The row's ReDeEP decomposition (from the row's shared traced forward, cached per row)."""
     view = inp.cache.get(DETAILS)
     if view is None:
         choice: ReDeEPChoice = inp.cache.get(SETTINGS) or choice_for(inp.handle, inp.result.template)
-        view = decompose(inp.handle, inp.result, choice)
+        view = view_of(redeep_trace_for(inp, choice), choice, inp.result)
         inp.cache[DETAILS] = view
     return view
 
@@ -124,36 +127,43 @@ class ReDeEPDetector(Detector):
         )
 
 
-register(
-    ReDeEPDetector(
-        name="redeep",
-        label="ReDeEP: α·PKS − β·ECS over the chosen layers and heads",
-        higher_means=MEMORIZED_HIGH,
-        score=score_redeep,
-        cost="forward",
-        source=f"{SOURCE}, eq. 7; heads/layers by Pearson on assets/calibration/, α, β by logistic regression",
-        group=CONTEXT_RELIANCE,
-    )
+DETECTORS = (
+    (
+        "redeep",
+        "ReDeEP: α·PKS − β·ECS over the chosen layers and heads",
+        MEMORIZED_HIGH,
+        score_redeep,
+        "eq. 7; heads/layers by Pearson on assets/calibration/, α, β by logistic regression",
+        CONTEXT_RELIANCE,
+    ),
+    (
+        "redeep_ecs",
+        "ReDeEP ECS: copying heads' agreement with the context they attend to",
+        GROUNDED_HIGH,
+        score_ecs,
+        "eq. 3 (top-10 % attended context tokens), mean over the chosen heads and answer tokens",
+        CONTEXT_RELIANCE,
+    ),
+    (
+        "redeep_pks",
+        "ReDeEP PKS: JSD of the logit lens before/after the knowledge MLPs",
+        MEMORIZED_HIGH,
+        score_pks,
+        "eq. 5 (JSD in nats, a sum over the vocabulary), mean over the chosen layers and tokens",
+        PARAMETRIC_KNOWLEDGE,
+    ),
 )
-register(
-    ReDeEPDetector(
-        name="redeep_ecs",
-        label="ReDeEP ECS: copying heads' agreement with the context they attend to",
-        higher_means=GROUNDED_HIGH,
-        score=score_ecs,
-        cost="forward",
-        source=f"{SOURCE}, eq. 3 (top-10 % attended context tokens), mean over the chosen heads and answer tokens",
-        group=CONTEXT_RELIANCE,
+"""(name, label, higher means, score, where in the paper, group) of the three detectors."""
+
+for _name, _label, _higher, _score, _where, _group in DETECTORS:
+    register(
+        ReDeEPDetector(
+            name=_name,
+            label=_label,
+            higher_means=_higher,
+            score=_score,
+            cost="forward",
+            source=f"{SOURCE}, {_where}",
+            group=_group,
+        )
     )
-)
-register(
-    ReDeEPDetector(
-        name="redeep_pks",
-        label="ReDeEP PKS: JSD of the logit lens before/after the knowledge MLPs",
-        higher_means=MEMORIZED_HIGH,
-        score=score_pks,
-        cost="forward",
-        source=f"{SOURCE}, eq. 5 (JSD in nats, a sum over the vocabulary), mean over the chosen layers and tokens",
-        group=PARAMETRIC_KNOWLEDGE,
-    )
-)

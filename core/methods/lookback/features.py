@@ -22,7 +22,7 @@ from core.engine import DualPathResult
 from core.methods.internals.replay import prepared_for
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
-from core.model.trace import lookback_ratio, trace
+from core.model.trace import AttentionReducer, lookback_ratio, trace
 
 BATCH_SIZE = 8
 
@@ -51,14 +51,41 @@ class LookbackMap:
         return int(self.lr.shape[1])
 
 
-def _sequence(handle: ModelHandle, result: DualPathResult) -> tuple[list[int], int, int]:
+@dataclass(frozen=True)
+class LookbackPlan:
+    """The traced sequence of one row (retrieval prompt + answer[:-1]) and where its answer starts."""
+
+    ids: list[int]
+    prompt_len: int
+    n_answer: int
+    answer_tokens: list[str]
+
+    def reducer(self) -> AttentionReducer:
+        """The Lookback Lens' reducer over this sequence (the whole prompt is the context)."""
+        context = [True] * self.prompt_len + [False] * (len(self.ids) - self.prompt_len)
+        return lookback_ratio(context, self.prompt_len, produced=True)
+
+    def map_from(self, per_layer: Sequence[np.ndarray]) -> LookbackMap:
+        """The map from the reducer's per-layer values ``(H, n)`` of a traced forward over (at least) ``ids``."""
+        lr = np.stack(per_layer).astype(np.float32)[..., : self.n_answer]  # (L, H, n)
+        if lr.shape[-1] != self.n_answer:
+            raise ValueError(f"lookback map of {lr.shape[-1]} tokens for an answer of {self.n_answer}")
+        return LookbackMap(lr=lr, answer_tokens=list(self.answer_tokens), prompt_len=self.prompt_len)
+
+
+def plan_map(handle: ModelHandle, result: DualPathResult) -> LookbackPlan:
+    """The traced sequence of ``result``'s lookback map (no model call).
+
+    Raises:
+        ValueError: a result of another model, or an empty answer.
+    """
     if result.model != handle.info.name:
         raise ValueError(f"This result was produced by {result.model!r}, but the loaded model is {handle.info.name!r}.")
     answer = [int(i) for i in result.answer_token_ids]
     if not answer:
         raise ValueError("the retrieval answer is empty: there is no answer token to compute a lookback ratio for")
     prompt = list(prepared_for(handle, result).retrieval.ids)
-    return prompt + answer[:-1], len(prompt), len(answer)
+    return LookbackPlan(prompt + answer[:-1], len(prompt), len(answer), list(result.answer_tokens))
 
 
 def lookback_maps(
@@ -75,22 +102,14 @@ def lookback_maps(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    rows = [_sequence(handle, r) for r in results]
+    plans = [plan_map(handle, r) for r in results]
     out: list[LookbackMap] = []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start : start + batch_size]
-        reducers = [
-            lookback_ratio([True] * plen + [False] * (len(seq) - plen), plen, produced=True) for seq, plen, _ in chunk
-        ]
-        t = trace(handle, [seq for seq, _, _ in chunk], residual=False, attention={"lr": reducers})
-        for b, (_, plen, n) in enumerate(chunk):
-            lr = np.stack(t.attention["lr"][b]).astype(np.float32)  # (L, H, n)
-            if lr.shape[-1] != n:
-                raise ValueError(f"lookback map of {lr.shape[-1]} tokens for an answer of {n}")
-            result = results[start + b]
-            out.append(LookbackMap(lr=lr, answer_tokens=list(result.answer_tokens), prompt_len=plen))
+    for start in range(0, len(plans), batch_size):
+        chunk = plans[start : start + batch_size]
+        t = trace(handle, [p.ids for p in chunk], residual=False, attention={"lr": [p.reducer() for p in chunk]})
+        out.extend(p.map_from(t.attention["lr"][b]) for b, p in enumerate(chunk))
         if progress is not None:
-            progress(len(out), len(rows), "lookback ratios")
+            progress(len(out), len(plans), "lookback ratios")
     return out
 
 

@@ -62,7 +62,12 @@ def row_means(trace: ReDeEPTrace) -> tuple[np.ndarray, np.ndarray | None]:
 def decompose(handle: ModelHandle, result: DualPathResult, choice: ReDeEPChoice) -> ReDeEPView:
     """ReDeEP's per-token decomposition of ``result`` under ``choice`` (one traced forward; PKS is computed at the
     chosen layers only, the other layers' PKS are NaN)."""
-    t = redeep_trace(handle, result, choice.k_percent, layers=choice.layers)
+    return view_of(redeep_trace(handle, result, choice.k_percent, layers=choice.layers), choice, result)
+
+
+def view_of(t: ReDeEPTrace, choice: ReDeEPChoice, result: DualPathResult) -> ReDeEPView:
+    """The decomposition of a computed trace under ``choice`` (no model call; ``t`` at ``choice.k_percent``,
+    with PKS at least at the chosen layers)."""
     heads_l = [h[0] for h in choice.heads]
     heads_h = [h[1] for h in choice.heads]
     ecs = t.ecs[:, heads_l, heads_h].mean(-1) if choice.heads else np.full(t.n_tokens, np.nan, dtype=np.float32)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +37,7 @@ from core.model.families import support
 from core.model.handle import ModelHandle
 from core.model.lens import lens_logits
 from core.model.parts import model_parts
-from core.model.trace import ALL, AttentionReducer, residual_before_mlp, trace
+from core.model.trace import ALL, AttentionReducer, Trace, residual_before_mlp, trace
 
 DEFAULT_K_PERCENT = 10.0
 POST_MLP_NORMS = ("post_feedforward_layernorm",)
@@ -104,24 +105,35 @@ def scored_tokens(result: DualPathResult) -> int:
     return min(n, int(result.n_scored)) if result.n_scored else n
 
 
-def redeep_trace(
-    handle: ModelHandle,
-    result: DualPathResult,
-    k_percent: float = DEFAULT_K_PERCENT,
-    *,
-    pks: bool = True,
-    layers: Sequence[int] | None = None,
-) -> ReDeEPTrace:
-    """ECS (every head) and PKS (every layer, or only ``layers``) of the result's first :func:`scored_tokens`
-    answer tokens.
+@dataclass(frozen=True)
+class ReDeEPPlan:
+    """What ReDeEP reads from a traced forward of the retrieval path, decided before the pass.
 
-    Args:
-        handle: the model that produced ``result`` (eager attention).
-        result: a dual-path result with a non-empty retrieval answer.
-        k_percent: the top-k % of context tokens per head (default 10).
-        pks: compute PKS (where the model allows it).
-        layers: the layers whose PKS to compute (the others are NaN); ``None``: every layer. Each layer costs two
-            logit lenses over the whole vocabulary, so a detector asks only for its chosen layers.
+    Attributes:
+        ids: the traced tokens (retrieval prompt + the first ``n_answer − 1`` answer tokens).
+        rows: the query rows that predict answer tokens ``0 … n_answer − 1``; ``context``: the context positions.
+        k: how many context tokens ē averages; ``k_percent``: the k of the top-k %.
+        tokens: the scored answer tokens' texts; ``pks_refusal``: why there is no PKS (``"not asked"`` when
+            PKS was not asked for), else ``None``.
+    """
+
+    ids: list[int]
+    rows: list[int]
+    context: list[int]
+    k: int
+    k_percent: float
+    tokens: list[str]
+    pks_refusal: str | None
+
+    def reducer(self) -> AttentionReducer:
+        """The attention reducer the pass needs (each head's top-k context positions from each scored row)."""
+        return top_context(self.k, self.rows, self.context)
+
+
+def plan_trace(
+    handle: ModelHandle, result: DualPathResult, k_percent: float = DEFAULT_K_PERCENT, *, pks: bool = True
+) -> ReDeEPPlan:
+    """The tokens, rows and reducer of ReDeEP's traced forward of ``result`` (no model call).
 
     Raises:
         ValueError: an empty answer, no context token in the prompt, or another model's result.
@@ -135,57 +147,101 @@ def redeep_trace(
     if not context:
         raise ValueError("the retrieval prompt has no context token: ReDeEP's ECS needs the context")
     ids, tokens, prompt_len = path_sequence(handle, result, RETRIEVAL)
-    ids = ids[: prompt_len + n_answer - 1]
-    rows = [prompt_len - 1 + n for n in range(n_answer)]
-    k = n_top(k_percent, len(context))
-    refusal = pks_refusal(handle) if pks else "not asked"
-    parts = model_parts(handle)
-    with handle.session():
-        t = trace(
-            handle,
-            [ids],
-            positions=ALL,
-            mlp=refusal is None,
-            attention={"top": top_context(k, rows, context)},
-        )
-        ecs = _ecs(handle, parts, t, rows)
-        pks_values = _pks(handle, parts, t, rows, layers) if refusal is None else None
-    return ReDeEPTrace(
-        ecs=ecs,
-        pks=pks_values,
-        pks_refusal=None if refusal == "not asked" else refusal,
-        n_context=len(context),
-        n_top=k,
+    return ReDeEPPlan(
+        ids=ids[: prompt_len + n_answer - 1],
+        rows=[prompt_len - 1 + n for n in range(n_answer)],
+        context=context,
+        k=n_top(k_percent, len(context)),
         k_percent=float(k_percent),
         tokens=list(result.retrieval.tokens[:n_answer]) if result.retrieval.tokens else tokens[prompt_len:],
-        rows=rows,
+        pks_refusal=pks_refusal(handle) if pks else "not asked",
     )
+
+
+def trace_options(plan: ReDeEPPlan) -> dict[str, Any]:
+    """The :func:`core.model.trace.trace` options ReDeEP's pass needs (its reducer under ``"top"``)."""
+    return {"positions": ALL, "mlp": plan.pks_refusal is None, "attention": {"top": plan.reducer()}}
+
+
+def from_trace(
+    handle: ModelHandle, plan: ReDeEPPlan, t: Trace, b: int = 0, *, layers: Sequence[int] | None = None
+) -> ReDeEPTrace:
+    """ECS and PKS from sequence ``b`` of a trace run with :func:`trace_options` (every position kept; the
+    sequence may go on past ``plan.ids``: the scored rows and the context come first, and the pass is causal).
+
+    Raises:
+        ValueError: a trace without the reducer's values, or (PKS asked) without the MLP outputs.
+    """
+    if "top" not in t.attention or (plan.pks_refusal is None and not t.mlp_out):
+        raise ValueError("this trace was not run with ReDeEP's options (trace_options)")
+    parts = model_parts(handle)
+    with handle.session():
+        ecs = _ecs(handle, parts, t.residual[b], t.attention["top"][b], plan.rows)
+        pks = _pks(handle, parts, t, b, plan.rows, layers) if plan.pks_refusal is None else None
+    return ReDeEPTrace(
+        ecs=ecs,
+        pks=pks,
+        pks_refusal=None if plan.pks_refusal == "not asked" else plan.pks_refusal,
+        n_context=len(plan.context),
+        n_top=plan.k,
+        k_percent=plan.k_percent,
+        tokens=list(plan.tokens),
+        rows=list(plan.rows),
+    )
+
+
+def redeep_trace(
+    handle: ModelHandle,
+    result: DualPathResult,
+    k_percent: float = DEFAULT_K_PERCENT,
+    *,
+    pks: bool = True,
+    layers: Sequence[int] | None = None,
+) -> ReDeEPTrace:
+    """ECS (every head) and PKS (every layer, or only ``layers``) of the result's first :func:`scored_tokens`
+    answer tokens: :func:`plan_trace`, one :func:`core.model.trace.trace`, :func:`from_trace`.
+
+    Args:
+        handle: the model that produced ``result`` (eager attention).
+        result: a dual-path result with a non-empty retrieval answer.
+        k_percent: the top-k % of context tokens per head (default 10).
+        pks: compute PKS (where the model allows it).
+        layers: the layers whose PKS to compute (the others are NaN); ``None``: every layer. Each layer costs two
+            logit lenses over the whole vocabulary, so a detector asks only for its chosen layers.
+
+    Raises:
+        ValueError: an empty answer, no context token in the prompt, or another model's result.
+    """
+    plan = plan_trace(handle, result, k_percent, pks=pks)
+    with handle.session():
+        t = trace(handle, [plan.ids], **trace_options(plan))
+        return from_trace(handle, plan, t, layers=layers)
 
 
 def _param(handle: ModelHandle) -> torch.nn.Parameter:
     return next(handle.model.parameters())
 
 
-def _ecs(handle: ModelHandle, parts, t, rows: list[int]) -> np.ndarray:
+def _ecs(handle: ModelHandle, parts, residual: torch.Tensor, tops: list, rows: list[int]) -> np.ndarray:
     param = _param(handle)
-    last = t.residual[0][-1].to(device=param.device, dtype=param.dtype)  # (T, d) raw last-layer output
+    last = residual[-1].to(device=param.device, dtype=param.dtype)  # (T, d) raw last-layer output
     normed = parts.final_norm(last).float()  # what the unembedding reads
     answer = normed[torch.tensor(rows, device=normed.device)]  # (R, d)
     per_layer = []
-    for top in t.attention["top"][0]:  # per layer: (H, R, k) positions
+    for top in tops:  # per layer: (H, R, k) positions
         idx = torch.as_tensor(top, device=normed.device)
         mean = normed[idx].mean(dim=-2)  # (H, R, d)
         per_layer.append(cosine(answer[None], mean))  # (H, R)
     return torch.stack(per_layer).permute(2, 0, 1).cpu().numpy().astype(np.float32)  # (R, L, H)
 
 
-def _pks(handle: ModelHandle, parts, t, rows: list[int], layers: Sequence[int] | None = None) -> np.ndarray:
+def _pks(handle: ModelHandle, parts, t: Trace, b: int, rows: list[int], layers: Sequence[int] | None) -> np.ndarray:
     param = _param(handle)
     wanted = set(range(parts.n_layers) if layers is None else layers)
     r = torch.tensor(rows, dtype=torch.long)
-    after = t.residual[0][1:, r]  # (L, R, d): x^ℓ
-    mlp_out = t.mlp_out[0][:, r]
-    before = residual_before_mlp(t)[:, r]  # (L, R, d): h_{ℓ+1} − mlp_out_ℓ
+    after = t.residual[b][1:, r]  # (L, R, d): x^ℓ
+    mlp_out = t.mlp_out[b][:, r]
+    before = residual_before_mlp(t, b)[:, r]  # (L, R, d): h_{ℓ+1} − mlp_out_ℓ
     out = []
     for layer in range(parts.n_layers):
         if layer not in wanted:
