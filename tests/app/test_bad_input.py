@@ -60,6 +60,14 @@ def _open(page: str) -> AppTest:
     return ok(at.run().switch_page(page).run())
 
 
+def _run_dual_path(query: str, context: str) -> AppTest:
+    """The Dual Path page after typing ``query`` and ``context`` and pressing Run."""
+    at = _open(DUAL_PATH)
+    at.text_area(key=QUERY).input(query)
+    at.text_area(key=CONTEXT).input(context)
+    return ok(at.button(key=keys.RUN).click().run())
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Dual Path: the query and the context
 
@@ -79,10 +87,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("query", "context", "message"), REFUSED)
 def test_refused_inputs_get_a_message_keep_the_text_and_store_nothing(tiny_app, query, context, message) -> None:
-    at = _open(DUAL_PATH)
-    at.text_area(key=QUERY).input(query)
-    at.text_area(key=CONTEXT).input(context)
-    ok(at.button(key=keys.RUN).click().run())
+    at = _run_dual_path(query, context)
     assert message in _errors(at), _errors(at)
     assert at.text_area(key=QUERY).value == query and at.text_area(key=CONTEXT).value == context, "text kept"
     assert not at.session_state[keys.RESULTS], "nothing stored"
@@ -102,10 +107,7 @@ ACCEPTED = [
 
 @pytest.mark.parametrize(("query", "context", "note"), ACCEPTED)
 def test_unusual_but_valid_inputs_run_literally_with_a_note_when_cleaned(tiny_app, query, context, note) -> None:
-    at = _open(DUAL_PATH)
-    at.text_area(key=QUERY).input(query)
-    at.text_area(key=CONTEXT).input(context)
-    ok(at.button(key=keys.RUN).click().run())
+    at = _run_dual_path(query, context)
     assert not at.error, [e.value for e in at.error]
     (result,) = at.session_state[keys.RESULTS].values()
     assert at.text_area(key=QUERY).value == query, "the typed text is kept as typed"
@@ -288,10 +290,7 @@ def test_a_refused_tau_file_says_why_and_changes_nothing(tiny_app, data, message
     ],
 )
 def test_a_bad_layer_list_is_a_short_message_and_disables_the_runs(tiny_app, text, message) -> None:
-    at = _open(DUAL_PATH)
-    at.text_area(key=QUERY).input("Where is the tower?")
-    at.text_area(key=CONTEXT).input("The tower stands in Quillmere.")
-    ok(at.button(key=keys.RUN).click().run())
+    at = _run_dual_path("Where is the tower?", "The tower stands in Quillmere.")
     ok(at.switch_page(ABLATIONS).run())
     at.radio(key=keys.widget_key(keys.ABLATE_MODE)).set_value("Custom list").run()
     at.text_input(key=keys.widget_key(keys.ABLATE_CUSTOM)).input(text).run()

@@ -44,17 +44,36 @@ def _error_line(capsys) -> str:
     return lines[0]
 
 
-def test_out_under_a_regular_file_is_refused_before_the_model_loads(tmp_path, data, no_model, capsys):
-    blocker = tmp_path / "result.json"
-    blocker.write_text("{}")
-    assert main(["evaluate", str(data), "--out", str(blocker / "out.json")]) == 2
-    assert "is a file, not a folder" in _error_line(capsys)
-    assert no_model == []
+def _written(path, text: str = "{}"):
+    """``path``, after writing ``text`` to it."""
+    path.write_text(text)
+    return path
 
 
-def test_out_that_is_a_folder_is_refused_before_the_model_loads(tmp_path, data, no_model, capsys):
-    assert main(["evaluate", str(data), "--out", str(tmp_path)]) == 2
-    assert "is a folder" in _error_line(capsys)
+ONE_LABEL = "query,context,label\nq1,c1,grounded\nq2,c2,grounded\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(
+            lambda tmp, data: [str(data), "--out", str(_written(tmp / "result.json") / "out.json")],
+            "is a file, not a folder",
+            id="out-under-a-regular-file",
+        ),
+        pytest.param(lambda tmp, data: [str(data), "--out", str(tmp)], "is a folder", id="out-is-a-folder"),
+        pytest.param(
+            lambda tmp, data: [str(_written(tmp / "one.csv", ONE_LABEL)), "--out", str(tmp / "r.json")],
+            "both labels",
+            id="a-file-with-one-label",
+        ),
+    ],
+)
+def test_evaluate_refuses_a_bad_output_or_input_file_before_the_model_loads(
+    tmp_path, data, no_model, capsys, argv, message
+):
+    assert main(["evaluate", *argv(tmp_path, data)]) == 2
+    assert message in _error_line(capsys)
     assert no_model == []
 
 
@@ -88,50 +107,35 @@ def test_the_cli_and_the_metrics_share_one_bound():
     assert parser_default == MIN_BOOTSTRAP
 
 
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--detectors", "repcs,nope"], "Unknown detector"),
-        (["--sigmas", "0,-1"], "--sigmas must be finite numbers >= 0"),
-        (["--sigmas", "0,nan"], "--sigmas must be finite numbers >= 0"),
-        (["--sample", "0"], "--sample must be at least 1"),
-        (["--batch-size", "0"], "--batch-size must be at least 1"),
-        (["--window", "0"], "score_window must be between 1 and 4096, got 0"),
-        (["--max-new-tokens", "0"], "max_new_tokens"),
-        (["--model", ""], "--model is empty"),
-        (["--model", "  "], "--model is empty"),
-        (["--threshold-file", "/dev/zero"], "not a regular file"),
-    ],
-)
-def test_evaluate_checks_every_argument_before_the_model_loads(data, tmp_path, no_model, extra, message, capsys):
-    assert main(["evaluate", str(data), "--out", str(tmp_path / "r.json"), *extra]) == 2
+REFUSALS = [
+    ("evaluate", ["--detectors", "repcs,nope"], "Unknown detector"),
+    ("evaluate", ["--sigmas", "0,-1"], "--sigmas must be finite numbers >= 0"),
+    ("evaluate", ["--sigmas", "0,nan"], "--sigmas must be finite numbers >= 0"),
+    ("evaluate", ["--sample", "0"], "--sample must be at least 1"),
+    ("evaluate", ["--batch-size", "0"], "--batch-size must be at least 1"),
+    ("evaluate", ["--window", "0"], "score_window must be between 1 and 4096, got 0"),
+    ("evaluate", ["--max-new-tokens", "0"], "max_new_tokens"),
+    ("evaluate", ["--model", ""], "--model is empty"),
+    ("evaluate", ["--model", "  "], "--model is empty"),
+    ("evaluate", ["--threshold-file", "/dev/zero"], "not a regular file"),
+    ("calibrate", ["--alpha", "1.5"], "--alpha"),
+    ("calibrate", ["--epsilon", "0"], "--epsilon"),
+    ("calibrate", ["--calibration-fraction", "0"], "--calibration-fraction"),
+    ("calibrate", ["--calibration-rows", "1,x"], "--calibration-rows"),
+    ("calibrate", ["--window", "0"], "score_window must be between 1 and 4096"),
+]
+"""(command, extra flags, part of the error line): each refused before the model loads."""
+
+
+@pytest.mark.parametrize(("command", "extra", "message"), REFUSALS)
+def test_evaluate_and_calibrate_check_every_value_before_the_model_loads(
+    data, tmp_path, no_model, command, extra, message, capsys
+):
+    out = tmp_path / "r.json"
+    assert main([command, str(data), *(["--out", str(out)] if command == "evaluate" else []), *extra]) == 2
     assert message in _error_line(capsys)
     assert no_model == []
-    assert not (tmp_path / "r.json").exists()
-
-
-def test_evaluate_refuses_a_file_with_one_label_before_the_model_loads(tmp_path, no_model, capsys):
-    path = tmp_path / "one.csv"
-    path.write_text("query,context,label\nq1,c1,grounded\nq2,c2,grounded\n")
-    assert main(["evaluate", str(path), "--out", str(tmp_path / "r.json")]) == 2
-    assert "both labels" in _error_line(capsys)
-    assert no_model == []
-
-
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--alpha", "1.5"], "--alpha"),
-        (["--epsilon", "0"], "--epsilon"),
-        (["--calibration-fraction", "0"], "--calibration-fraction"),
-        (["--calibration-rows", "1,x"], "--calibration-rows"),
-        (["--window", "0"], "score_window must be between 1 and 4096"),
-    ],
-)
-def test_calibrate_checks_values_before_the_model_loads(data, no_model, extra, message, capsys):
-    assert main(["calibrate", str(data), *extra]) == 2
-    assert message in _error_line(capsys)
-    assert no_model == []
+    assert not out.exists()
 
 
 def test_calibrate_checks_its_output_files_first(tmp_path, data, no_model, capsys):
