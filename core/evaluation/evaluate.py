@@ -15,7 +15,9 @@ The Evaluate page runs the same job batch by batch, so a stopped run keeps its r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from core.detectors.registry import Detector
@@ -78,19 +80,42 @@ def plan_job(
     return EvaluationJob(spec, list(rows)), chosen, lengths, threshold, source
 
 
+@dataclass(frozen=True)
+class EvaluateOptions:
+    """What an evaluation scores and how, the same for the local run and the Ray run.
+
+    Attributes:
+        threshold: τ to apply (default: :func:`core.methods.repcs.threshold_for` the model).
+        detectors: names from :func:`core.detectors.available` (default: ``["repcs"]``).
+        batch_size: rows per padded batch.
+        noise_sigmas: σ values for the RePCS Table IV robustness table (``robustness`` in the output; default
+            0, 0.02, 0.05, 0.10 — cheap: a few log-softmaxes per row; ``()`` to skip).
+        noise_seed: the run seed of the noise draws (:func:`core.maths.noise.row_seed`).
+        n_boot, seed: the AUC bootstrap's resamples and seed.
+    """
+
+    threshold: Threshold | None = None
+    detectors: list[str] | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+    noise_sigmas: Sequence[float] = DEFAULT_SIGMAS
+    noise_seed: int = 0
+    n_boot: int = N_BOOT
+    seed: int = SEED
+
+    @classmethod
+    def of(cls, options: EvaluateOptions | None, fields: dict[str, Any]) -> EvaluateOptions:
+        """``options`` (default: the defaults) with ``fields`` given as keywords replacing theirs."""
+        return dataclasses.replace(options or cls(), **fields)
+
+
 def evaluate_rows(
     handle: ModelHandle,
     rows: list[LabeledRow],
     settings: DualPathSettings,
+    options: EvaluateOptions | None = None,
     *,
-    threshold: Threshold | None = None,
-    detectors: list[str] | None = None,
     progress: Progress | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    noise_sigmas: Sequence[float] = DEFAULT_SIGMAS,
-    noise_seed: int = 0,
-    n_boot: int = N_BOOT,
-    seed: int = SEED,
+    **fields: Any,
 ) -> dict[str, Any]:
     """Score every row with the chosen detectors and compute their detection metrics.
 
@@ -98,11 +123,8 @@ def evaluate_rows(
     likely memorized (RePCS: −Z).
 
     Args:
-        detectors: names from :func:`core.detectors.available` (default: ``["repcs"]``).
+        options: :class:`EvaluateOptions`; any of its fields may be given as a keyword instead (``n_boot=20``).
         progress: called once per row, ``progress(done, total)``, as each batch finishes.
-        noise_sigmas: σ values for the RePCS Table IV robustness table (``robustness`` in the output; default
-            0, 0.02, 0.05, 0.10 — cheap: a few log-softmaxes per row; ``()`` to skip).
-        noise_seed: the run seed of the noise draws (:func:`core.maths.noise.row_seed`).
 
     Returns:
         ``{"n", "model", "settings", "threshold", "threshold_source", "positive_class", "detectors": {name:
@@ -113,8 +135,16 @@ def evaluate_rows(
     Raises:
         ValueError: an unknown detector; :class:`DataError` for a row that does not fit or a single label.
     """
+    o = EvaluateOptions.of(options, fields)
     job, chosen, lengths, threshold, source = plan_job(
-        handle, rows, settings, threshold, detectors, noise_sigmas, batch_size=batch_size, noise_seed=noise_seed
+        handle,
+        rows,
+        settings,
+        o.threshold,
+        o.detectors,
+        o.noise_sigmas,
+        batch_size=o.batch_size,
+        noise_seed=o.noise_seed,
     )
     job.prepare(handle, lengths)
     reported = 0
@@ -128,5 +158,5 @@ def evaluate_rows(
     job.run(
         handle, threshold=threshold, threshold_source=source, on_batch=on_batch if progress else None, raise_errors=True
     )
-    summary, out_rows = summarize(job.scored_records(), chosen, n_boot=n_boot, seed=seed)
+    summary, out_rows = summarize(job.scored_records(), chosen, n_boot=o.n_boot, seed=o.seed)
     return build_report(handle.info.name, settings, threshold, source, summary, out_rows)

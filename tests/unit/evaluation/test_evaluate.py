@@ -25,6 +25,7 @@ from core.evaluation import (
     parse_labeled_bytes,
     summarize,
 )
+from core.evaluation.evaluate import EvaluateOptions
 from core.maths.metrics import auc_bootstrap_ci, roc_points
 
 Y = np.array([1, 1, 1, 1, 0, 0, 0, 0, 1, 0])
@@ -273,3 +274,12 @@ def test_crm_lr_cv_on_the_embedded_model_uses_the_kept_layers(embedded_handle):
     assert all(len(r["features"]["crm_lr_cv"]) == len(kept) and "errors" not in r for r in report["rows"])
     assert all(0.0 <= r["scores"]["crm_lr_cv"] <= 1.0 for r in report["rows"])
     assert report["detectors"]["crm_lr_cv"]["n"] == 8
+
+
+def test_evaluate_options_take_keywords_over_the_given_options():
+    given = EvaluateOptions(detectors=["repcs"], n_boot=50)
+    merged = EvaluateOptions.of(given, {"n_boot": 20, "noise_sigmas": ()})
+    assert (merged.detectors, merged.n_boot, tuple(merged.noise_sigmas)) == (["repcs"], 20, ())
+    assert EvaluateOptions.of(None, {}) == EvaluateOptions()
+    with pytest.raises(TypeError):
+        EvaluateOptions.of(None, {"bootstrap": 20})
