@@ -81,15 +81,12 @@ def progress_bar(total: int, unit: str = "row", desc: str = "ray") -> Iterator[P
 
 
 def evaluate_from_args(
-    args: argparse.Namespace,
-    rows: Sequence[Any],
-    settings: DualPathSettings,
-    *,
-    threshold: Any,
-    detectors: list[str],
-    noise_sigmas: Sequence[float],
+    args: argparse.Namespace, rows: Sequence[Any], settings: DualPathSettings, **scoring: Any
 ) -> dict[str, Any]:
     """``evaluate --ray``: :func:`core.scale.ray_eval.evaluate_on_ray` with the command's flags.
+
+    ``scoring`` (``threshold``, ``detectors``, ``batch_size``, ``noise_sigmas``, ``n_boot``) is what the local
+    :func:`core.evaluation.evaluate_rows` gets.
 
     Raises:
         ClusterError (a ValueError): Ray cannot be reached or cannot place the workers.
@@ -102,16 +99,7 @@ def evaluate_from_args(
     try:
         with progress_bar(len(rows)) as progress:
             report = evaluate_on_ray(
-                spec_from_args(args),
-                list(rows),
-                settings,
-                threshold=threshold,
-                detectors=detectors,
-                batch_size=args.batch_size,
-                noise_sigmas=noise_sigmas,
-                n_boot=args.bootstrap,
-                workers=args.workers,
-                progress=progress,
+                spec_from_args(args), list(rows), settings, workers=args.workers, progress=progress, **scoring
             )
     finally:
         disconnect(session)
@@ -120,10 +108,11 @@ def evaluate_from_args(
     return report
 
 
-def sweep_from_args(
-    args: argparse.Namespace, settings: DualPathSettings, seeds: list[int], max_new_tokens: int
-) -> dict[str, Any]:
+def sweep_from_args(args: argparse.Namespace, sweep: dict[str, Any]) -> dict[str, Any]:
     """``ablate --sweep --ray``: :func:`core.scale.ray_sweep.layer_sweep_on_ray`; the grid's dict plus ``"ray"``.
+
+    ``sweep`` (``query``, ``context``, ``settings``, ``eps``, ``seeds``, ``layers``, ``max_new_tokens``) is what
+    the local :func:`core.methods.ablation.layer_sweep` gets.
 
     Raises:
         ValueError: ``--ray`` without ``--sweep`` (only the single-layer sweep runs on Ray), bad layers/ε/seeds;
@@ -138,18 +127,7 @@ def sweep_from_args(
     session = connect(args.ray)
     try:
         with progress_bar(0, unit="run") as progress:
-            grid, stats = layer_sweep_on_ray(
-                spec_from_args(args),
-                args.query,
-                args.context,
-                settings,
-                args.eps,
-                seeds,
-                layers=args.layers,
-                max_new_tokens=max_new_tokens,
-                workers=args.workers,
-                progress=progress,
-            )
+            grid, stats = layer_sweep_on_ray(spec_from_args(args), workers=args.workers, progress=progress, **sweep)
     finally:
         disconnect(session)
     report = grid.to_dict()

@@ -82,8 +82,17 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     seeds = list(range(args.seed, args.seed + args.seeds))
     n_tokens = sweep_settings(settings, settings.max_new_tokens).max_new_tokens
+    sweep = {
+        "query": args.query,
+        "context": args.context,
+        "settings": settings,
+        "eps": args.eps,
+        "seeds": seeds,
+        "layers": args.layers,
+        "max_new_tokens": n_tokens,
+    }  # the single-layer sweep, here or on Ray
     if args.ray is not None:  # the sweep's runs on Ray actors (core.scale); same report plus "ray"
-        swept = annotate_report(sweep_from_args(args, settings, seeds, n_tokens))
+        swept = annotate_report(sweep_from_args(args, sweep))
         sys.stdout.write((json.dumps(swept, ensure_ascii=False, allow_nan=False) if args.json else _text(swept)) + "\n")
         return 0
     check_ray_args(args)
@@ -101,17 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(done - bar.n)
 
             if args.sweep:
-                grid = layer_sweep(
-                    handle,
-                    args.query,
-                    args.context,
-                    settings,
-                    args.eps,
-                    seeds,
-                    layers=args.layers,
-                    max_new_tokens=n_tokens,
-                    progress=progress,
-                )
+                grid = layer_sweep(handle, progress=progress, **sweep)
             else:
                 grid = dose_response(
                     handle,

@@ -179,22 +179,19 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     missing = [label for label in LABELS if label not in {r.label for r in rows}]
     if missing:
         raise ValueError(f"Evaluation needs rows of both labels; {args.data} has no {' or '.join(missing)} row.")
+    scoring = {
+        "threshold": threshold,
+        "detectors": names,
+        "batch_size": args.batch_size,
+        "noise_sigmas": sigmas,
+        "n_boot": args.bootstrap,
+    }  # the same scoring, here or on Ray
     if args.ray is not None:  # the scoring on Ray actors (core.scale); metrics computed here as below
-        report = evaluate_from_args(args, rows, settings, threshold=threshold, detectors=names, noise_sigmas=sigmas)
+        report = evaluate_from_args(args, rows, settings, **scoring)
     else:
         handle = load_handle(args)
         with row_progress(len(rows)) as progress:
-            report = evaluate_rows(
-                handle,
-                rows,
-                settings,
-                threshold=threshold,
-                detectors=names,
-                batch_size=args.batch_size,
-                noise_sigmas=sigmas,
-                n_boot=args.bootstrap,
-                progress=progress,
-            )
+            report = evaluate_rows(handle, rows, settings, progress=progress, **scoring)
     report["dataset"] = os.path.splitext(os.path.basename(args.data))[0]  # the set's name: the file's stem
     behavior = behavior_report(report["rows"], resolve_detectors(names), n_boot=args.bootstrap)
     if behavior is not None:  # a behavior-labeled set: AUCs against the labels of this run's own answers

@@ -35,9 +35,7 @@ class NoiseSpec:
         Raises:
             ValueError: no layer, a layer out of range, ε outside ``[0, MAX_EPS]`` or a bad seed.
         """
-        if not self.layers:
-            raise ValueError("Noise needs at least one layer.")
-        parts.check_layers(self.layers)
+        _check_layers(parts, self.layers, "Noise")
         if not isinstance(self.eps, (int, float)) or not math.isfinite(self.eps) or not 0 <= self.eps <= MAX_EPS:
             raise ValueError(f"ε must be a finite number in [0, {MAX_EPS:g}], got {self.eps!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**63:
@@ -45,8 +43,7 @@ class NoiseSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": "noise",
-            "layers": [int(x) for x in self.layers],
+            **_kind_and_layers("noise", self.layers),
             "eps": float(self.eps),
             "seed": int(self.seed),
             "sigma": "per-token std over the hidden dimension (population)",
@@ -74,20 +71,33 @@ class PatchSpec:
         Raises:
             ValueError: no layer, a layer out of range or an empty prompt.
         """
-        if not self.layers:
-            raise ValueError("Patching needs at least one layer.")
-        parts.check_layers(self.layers)
+        _check_layers(parts, self.layers, "Patching")
         if not self.source_ids or not self.target_ids:
             raise ValueError("Patching needs a non-empty source prompt and target prompt.")
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": "patch",
-            "layers": [int(x) for x in self.layers],
+            **_kind_and_layers("patch", self.layers),
             "source_prompt_len": len(self.source_ids),
             "target_prompt_len": len(self.target_ids),
             "position": "last prompt token",
         }
+
+
+def _check_layers(parts: ModelParts, layers: tuple[int, ...], what: str) -> None:
+    """At least one layer, each a decoder layer of ``parts``.
+
+    Raises:
+        ValueError: no layer, or a layer out of range.
+    """
+    if not layers:
+        raise ValueError(f"{what} needs at least one layer.")
+    parts.check_layers(layers)
+
+
+def _kind_and_layers(kind: str, layers: tuple[int, ...]) -> dict[str, Any]:
+    """The head of an intervention's JSON form: its kind and its layers as plain ints."""
+    return {"kind": kind, "layers": [int(x) for x in layers]}
 
 
 @dataclass
