@@ -9,7 +9,8 @@ ratios, not the seconds. Sections (``--sections``, default all of them):
 * ``pages`` — one AppTest session through app.py's navigation: the landing page (its first run loads the
   model), a Dual Path run of the first bundled example, then each page's first visit after that run and a
   second run of the same page, each first visit sampled every 10 ms (its three most expensive project
-  functions, cumulative);
+  functions, cumulative); twice, each in a fresh interpreter: without the prefetch of the run's views
+  (:mod:`components.prefetch`) and with it (the visits start once it is done);
 * ``evaluate`` — ``evaluate --detectors repcs`` and ``--detectors cheap`` on the same stratified rows, each in a
   fresh interpreter (fixed costs included: first-use fits, bases, artefacts), and what each cheap detector adds
   per row on top of the dual-path run (each detector's own calls timed; a shared pass is paid by the first
@@ -212,8 +213,14 @@ def _time_agreement() -> list[float]:
     return spent
 
 
-def profile_pages() -> list[tuple[str, float, float | None, str]]:
-    """``(page, first visit s, second run s, what the first visit spent its time on)`` in one session."""
+def profile_pages(prefetched: bool = True) -> list[tuple[str, float, float | None, str]]:
+    """``(page, first visit s, second run s, what the first visit spent its time on)`` in one session.
+
+    With ``prefetched`` the run's views are prepared in the background after the Dual Path run
+    (:mod:`components.prefetch`, as under ``streamlit run``); the first visits start once that is done (a
+    visitor reading the result), and a row says how long it took after the run's page had returned.
+    """
+    os.environ["READ_OR_RECALL_PREFETCH"] = "1" if prefetched else "0"
     from streamlit.testing.v1 import AppTest
 
     from components import keys
@@ -236,6 +243,17 @@ def profile_pages() -> list[tuple[str, float, float | None, str]]:
     out.append(("1 Dual Path: the run of the first example", run_s, None, run_top))
     if agreement:
         out.append(("… of which the agreement view (`assess`: every cheap detector)", sum(agreement), None, ""))
+    if prefetched:
+        from components import prefetch
+
+        t0 = time.perf_counter()
+        done = (
+            at.session_state[prefetch.SESSION_KEY].wait(PAGE_TIMEOUT)
+            if prefetch.SESSION_KEY in at.session_state
+            else False
+        )
+        waited = time.perf_counter() - t0
+        out.append((f"the run's views prepared in the background ({'done' if done else 'NOT done'})", waited, None, ""))
     for script in sorted((ROOT / "pages").glob("[0-9]*_*.py"), key=lambda p: int(p.stem.split("_", 1)[0])):
         if script.name.startswith("1_"):
             continue
@@ -273,13 +291,38 @@ def load_table() -> str:
     )
 
 
+def worker_pages(mode: str) -> list[tuple[str, float, float | None, str]]:
+    return profile_pages(prefetched=mode == "on")
+
+
 def pages_table() -> str:
-    rows = [
-        [name, f"{first:.2f}", "—" if second is None else f"{second:.2f}", top or "—"]
-        for name, first, second, top in profile_pages()
-    ]
-    return "Pages (AppTest, one session, the model loaded by the first run)\n\n" + table(
-        ["page", "first visit s", "second run s", "where the first visit's time went (cumulative)"], rows
+    """Both modes side by side, each in a fresh interpreter (no cache shared between them): without the
+    prefetch (what a first visit computes itself) and with it."""
+    off, on = run_worker("pages", "off"), run_worker("pages", "on")
+    found = {name: (first, second, top) for name, first, second, top in off}
+    rows = []
+    for name, first, second, top in on:
+        before = found.get(name)
+        rows.append(
+            [
+                name,
+                "—" if before is None else f"{before[0]:.2f}",
+                f"{first:.2f}",
+                "—" if second is None else f"{second:.2f}",
+                (before[2] if before is not None else "") or "—",
+                top or "—",
+            ]
+        )
+    return "Pages (AppTest, one session per column, the model loaded by the first run)\n\n" + table(
+        [
+            "page",
+            "no prefetch: first visit s",
+            "prefetch: first visit s",
+            "prefetch: second run s",
+            "where the first visit's time went (no prefetch)",
+            "(prefetch)",
+        ],
+        rows,
     )
 
 
@@ -319,7 +362,10 @@ def main() -> None:
     if args.worker:
         kind, *rest = args.worker
         result = {"imports": worker_imports, "load": worker_load}.get(kind)
-        out = result() if result else worker_evaluate(rest[0], int(rest[1]))
+        if kind == "pages":
+            out: Any = worker_pages(rest[0])
+        else:
+            out = result() if result else worker_evaluate(rest[0], int(rest[1]))
         print(json.dumps(out))
         return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

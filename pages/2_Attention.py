@@ -312,22 +312,13 @@ def draw_lookback_view(view: LookbackAnalysis, digest: str) -> None:
             f"Sliding windows of {WINDOW} answer tokens (the paper's span): where the curve drops, the heads "
             "stopped looking back at the context; with a classifier, each window's P(recalled) against τ."
         )
-    c1, c2 = st.columns(2)
-    widgets.download(
-        c1,
-        "Download the lookback map (CSV)",
-        pd.DataFrame(view.table()).to_csv(index=False),
-        "lookback_map.csv",
-        key=keys.ATTN_LOOKBACK_CSV,
-    )
+    downloads = [("Download the lookback map (CSV)", view.table(), "lookback_map.csv", keys.ATTN_LOOKBACK_CSV)]
     if view.windows:
-        widgets.download(
-            c2,
-            "Download the windows (CSV)",
-            pd.DataFrame(view.window_table()).to_csv(index=False),
-            "lookback_windows.csv",
-            key=keys.ATTN_LOOKBACK_WINDOWS_CSV,
+        downloads.append(
+            ("Download the windows (CSV)", view.window_table(), "lookback_windows.csv", keys.ATTN_LOOKBACK_WINDOWS_CSV)
         )
+    for column, (label, rows, name, key) in zip(st.columns(2), downloads):
+        widgets.download(column, label, pd.DataFrame(rows).to_csv(index=False), name, key=key)
 
 
 def _per_path(internals: Internals, where: int | str) -> Iterator[tuple[str, np.ndarray, dict[str, np.ndarray]]]:

@@ -113,25 +113,26 @@ def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> No
     d0 = internals.displacement[:, 0]
     lts = basis.lts(d0, direction)
     flagged = basis.flagged(lts, direction)
-    c1, c2, c3, c4 = st.columns(4)
-    c1.metric(
-        "Layers outside μ ± 2σ",
-        f"{len(flagged)} of {len(basis.audited_layers)}",
-        help="CRM's audit rule: |LTS_ℓ − μ_ℓ| > 2σ_ℓ against the calibration prompts.",
+    metrics = (  # label, value, help
+        (
+            "Layers outside μ ± 2σ",
+            f"{len(flagged)} of {len(basis.audited_layers)}",
+            "CRM's audit rule: |LTS_ℓ − μ_ℓ| > 2σ_ℓ against the calibration prompts.",
+        ),
+        ("Anomaly score", f"{basis.anomaly_score(lts, direction):.2f}", "Mean |LTS_ℓ − μ_ℓ| / σ_ℓ over the layers."),
+        (
+            "CRM-LR P(memorized)",
+            f"{basis.lr_probability(basis.lts(d0, PC1)):.2f}",
+            "Logistic regression on the kept-layer PC1 LTS, fitted on all calibration prompts.",
+        ),
+        (
+            "Supervised z-score (crm_lts)",
+            f"{supervised_score(basis, basis.lts(d0, SUPERVISED)):+.2f}",
+            "Mean over layers of the standardized supervised-direction LTS; higher = more memorized-like.",
+        ),
     )
-    c2.metric(
-        "Anomaly score", f"{basis.anomaly_score(lts, direction):.2f}", help="Mean |LTS_ℓ − μ_ℓ| / σ_ℓ over the layers."
-    )
-    c3.metric(
-        "CRM-LR P(memorized)",
-        f"{basis.lr_probability(basis.lts(d0, PC1)):.2f}",
-        help="Logistic regression on the kept-layer PC1 LTS, fitted on all calibration prompts.",
-    )
-    c4.metric(
-        "Supervised z-score (crm_lts)",
-        f"{supervised_score(basis, basis.lts(d0, SUPERVISED)):+.2f}",
-        help="Mean over layers of the standardized supervised-direction LTS; higher = more memorized-like.",
-    )
+    for column, (label, value, help_text) in zip(st.columns(len(metrics)), metrics):
+        column.metric(label, value, help=help_text)
     fig = lts_figure(
         lts,
         basis.mu[direction],
