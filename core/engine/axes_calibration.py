@@ -46,6 +46,14 @@ def _sigmoid(logit: float) -> float:
     return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
 
 
+def _p_read(model: JointModel | AxesCalibration, feats: dict[str, float]) -> float:
+    """A standardized logistic regression's P(read) = σ(intercept + coef · (x − mean) / scale), x = the
+    ``model.features`` of ``feats``."""
+    x = np.array([feats[name] for name in model.features], dtype=np.float64)
+    z = (x - np.asarray(model.mean)) / np.asarray(model.scale)
+    return _sigmoid(float(model.intercept + np.dot(np.asarray(model.coef), z)))
+
+
 @dataclass(frozen=True)
 class JointModel:
     """The joint resolver: a logistic regression on both axes' observations (:data:`JOINT_FEATURES`), P(read),
@@ -63,9 +71,7 @@ class JointModel:
 
     def probability(self, feats: dict[str, float]) -> float:
         """P(read) for the features of :func:`joint_features`."""
-        x = np.array([feats[name] for name in self.features], dtype=np.float64)
-        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
-        return _sigmoid(float(self.intercept + np.dot(np.asarray(self.coef), z)))
+        return _p_read(self, feats)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -123,9 +129,7 @@ class AxesCalibration:
 
     def reliance(self, feats: dict[str, float]) -> float:
         """P(read) of axis 1 for the features of :func:`reliance_features`."""
-        x = np.array([feats[name] for name in self.features], dtype=np.float64)
-        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
-        return _sigmoid(float(self.intercept + np.dot(np.asarray(self.coef), z)))
+        return _p_read(self, feats)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
