@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from core.io import atomic_write_npz
-from core.methods.crm.classifier import crm_classifier, logistic_pipeline
+from core.methods.crm.classifier import checked_inputs, crm_classifier, logistic_pipeline
 from core.methods.crm.maths import (
     DEFAULT_LAYER_RULE,
     DIRECTIONS,
@@ -30,9 +30,6 @@ from core.methods.crm.maths import (
     SUPERVISED,
     anomaly_score,
     audit_flags,
-    check_displacements,
-    check_labels,
-    check_layer_rule,
     pc1_directions,
     project,
     select_layers_by_rule,
@@ -328,9 +325,7 @@ def fit_basis(
         layer_rule: ``"within_layer"`` (default, the paper's PCA explained-variance ratio inside each layer)
             or ``"share_of_total"`` (PC1 variance as a share of all layers' displacement variance).
     """
-    check_layer_rule(layer_rule)
-    X = check_displacements(D)
-    y = check_labels(labels, X.shape[0])
+    X, y = checked_inputs(D, labels, layer_rule)
     pc1, evr, evr_within = pc1_directions(X)
     sup = supervised_directions(X, y)
     kept = select_layers_by_rule(layer_rule, evr, evr_within, threshold)

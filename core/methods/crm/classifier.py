@@ -117,6 +117,20 @@ def _out_of_fold(
     return oof, fold_aucs, n_features
 
 
+def checked_inputs(D: np.ndarray, labels: Sequence[int] | np.ndarray, layer_rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """What a fit on calibration displacements checks first: the layer rule, then ``D`` and the labels.
+
+    Returns:
+        ``(X, y)``: ``D`` as float64 ``(n, L1, d)`` and the labels as ints ``(n,)``.
+
+    Raises:
+        ValueError: an unknown layer rule, bad displacements, or labels that are not n zeros and ones.
+    """
+    check_layer_rule(layer_rule)
+    X = check_displacements(D)
+    return X, check_labels(labels, X.shape[0])
+
+
 def crm_classifier(
     D: np.ndarray,
     labels: Sequence[int] | np.ndarray,
@@ -154,14 +168,12 @@ def crm_classifier(
     Raises:
         ValueError: bad displacements or labels, a class smaller than ``folds``, or a baseline of another shape.
     """
-    X = check_displacements(D)
-    y = check_labels(labels, X.shape[0])
+    X, y = checked_inputs(D, labels, layer_rule)
     counts = np.bincount(y, minlength=2)
     if counts.min() < folds:
         raise ValueError(f"each class needs at least {folds} prompts for {folds}-fold CV, got {counts.tolist()}")
     extra = _checked_baselines(baselines, X.shape[:2])
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    check_layer_rule(layer_rule)
     kinds = [
         PC1,
         SUPERVISED,
