@@ -4,6 +4,7 @@ one model, as a small checked JSON file (no pickle). Fitting lives in :mod:`core
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,29 @@ def _band(data: dict[str, Any], name: str, cut_name: str) -> tuple[float, float]
     if not low <= cut <= high:
         raise ValueError(f"{name!r} must contain its threshold: {low} <= {cut} <= {high}")
     return low, high
+
+
+def _logistic_fields(
+    data: Any, what: str, prefix: str, need: Sequence[str], expected: tuple[str, ...]
+) -> tuple[tuple[str, ...], dict[str, tuple[float, ...]]]:
+    """Check a logistic regression's JSON object (``what`` names it in errors, ``prefix`` its fields): every
+    ``need`` entry there, its features ``expected``; its ``mean``, ``scale`` (positive) and ``coef`` vectors.
+
+    Returns:
+        ``(features, {"mean": …, "scale": …, "coef": …})``.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be one JSON object")
+    for name in need:
+        if name not in data:
+            raise ValueError(f"{what} needs a {name!r} entry")
+    features = tuple(data.get("features", expected))
+    if features != expected:
+        raise ValueError(f"'{prefix}features' must be {list(expected)}, got {list(features)}")
+    vec = {name: _vector(data, name, len(features)) for name in ("mean", "scale", "coef")}
+    if any(s <= 0 for s in vec["scale"]):
+        raise ValueError(f"'{prefix}scale' must be positive")
+    return features, vec
 
 
 def _sigmoid(logit: float) -> float:
@@ -81,17 +105,8 @@ class JointModel:
 
     @classmethod
     def from_dict(cls, data: Any) -> JointModel:
-        if not isinstance(data, dict):
-            raise ValueError("'joint' must be a JSON object")
-        for name in ("mean", "scale", "coef", "intercept", "threshold", "band"):
-            if name not in data:
-                raise ValueError(f"'joint' needs a {name!r} entry")
-        features = tuple(data.get("features", JOINT_FEATURES))
-        if features != JOINT_FEATURES:
-            raise ValueError(f"'joint.features' must be {list(JOINT_FEATURES)}, got {list(features)}")
-        vec = {name: _vector(data, name, len(features)) for name in ("mean", "scale", "coef")}
-        if any(s <= 0 for s in vec["scale"]):
-            raise ValueError("'joint.scale' must be positive")
+        need = ("mean", "scale", "coef", "intercept", "threshold", "band")
+        _, vec = _logistic_fields(data, "'joint'", "joint.", need, JOINT_FEATURES)
         threshold = finite_number(data["threshold"], "joint.threshold")
         if not 0.0 < threshold < 1.0:
             raise ValueError("'joint.threshold' is a probability in (0, 1)")
@@ -144,19 +159,9 @@ class AxesCalibration:
     @classmethod
     def from_dict(cls, data: Any) -> AxesCalibration:
         """Read and check an axes file's object (``ValueError`` names the bad field)."""
-        if not isinstance(data, dict):
-            raise ValueError("An axes calibration is one JSON object")
         need = ("model", "mean", "scale", "coef", "intercept", "reliance_threshold", "reliance_band")
         need += ("support_threshold", "support_band")
-        for name in need:
-            if name not in data:
-                raise ValueError(f"An axes calibration needs a {name!r} entry")
-        features = tuple(data.get("features", RELIANCE_FEATURES))
-        if features != RELIANCE_FEATURES:
-            raise ValueError(f"'features' must be {list(RELIANCE_FEATURES)}, got {list(features)}")
-        vec = {name: _vector(data, name, len(features)) for name in ("mean", "scale", "coef")}
-        if any(s <= 0 for s in vec["scale"]):
-            raise ValueError("'scale' must be positive")
+        features, vec = _logistic_fields(data, "An axes calibration", "", need, RELIANCE_FEATURES)
         bands = {
             name: _band(data, name, name.replace("band", "threshold")) for name in ("reliance_band", "support_band")
         }
