@@ -67,7 +67,7 @@ from core.detectors.registry import (
     DetectorInput,
     available,
 )
-from core.detectors.shared import release
+from core.detectors.shared import plan, release
 from core.detectors.verdicts import GROUP_ORDER as GROUP_ORDER
 from core.detectors.verdicts import GROUPS_FIRST as GROUPS_FIRST
 from core.detectors.verdicts import Agreement as Agreement
@@ -413,6 +413,7 @@ def assess(
         detectors = [d for d in detectors if d.name in wanted]
     if estimate_seconds(handle, generated_tokens=1) is None:
         observe_result(handle, result)  # a result from before this process: its own timings seed the meter
+    plan(inp, [d.name for d in detectors])
     verdicts = []
     for i, detector in enumerate(detectors):
         if on_detector is not None:

@@ -35,6 +35,8 @@ LOOKBACK_DETAILS = "lookback"
 RETRIEVAL_TRACE = "shared.retrieval_trace"
 """The row's :class:`~core.detectors.shared.RetrievalPass`: one traced forward of the retrieval prompt + answer that
 the Lookback Lens, ReDeEP and CRM's h^c read (dropped by :func:`~core.detectors.shared.release`)."""
+PLANNED = "shared.planned"
+"""The names of the detectors a caller will run on the row (:func:`~core.detectors.shared.plan`)."""
 REDEEP_SETTINGS = "redeep.settings"
 """A :class:`~core.methods.redeep.ReDeEPChoice` for the ReDeEP detectors to use instead of the stored one."""
 REDEEP_DETAILS = "redeep"

@@ -23,6 +23,7 @@ its own (no chat template), CRM's h_ℓ^0 the parametric prompt — each is its 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,10 +72,33 @@ def _or_none(plan, *args, **kwargs):
         return None
 
 
-def retrieval_pass(inp: DetectorInput) -> RetrievalPass | None:
-    """The row's shared pass, run on first use (``None`` when it cannot run: then each detector runs its own)."""
+READERS = ("lookback", "redeep", "combined")
+"""Name prefixes of the detectors that read the pass beyond CRM's h^c (the combined detector reads ReDeEP's and the
+Lookback Lens' features)."""
+
+
+def plan(inp: DetectorInput, names: Iterable[str]) -> None:
+    """Tell the row which detectors will run (``assess`` and ``evaluate`` do): when none of them reads more than
+    CRM's h^c, CRM keeps its own pass over the prompt alone (shorter than prompt + answer, no attention kept)."""
+    inp.cache[keys.PLANNED] = tuple(names)
+
+
+def _worth_sharing(inp: DetectorInput) -> bool:
+    planned = inp.cache.get(keys.PLANNED)
+    return planned is None or any(name.startswith(READERS) for name in planned)
+
+
+def retrieval_pass(inp: DetectorInput, *, crm_only: bool = False) -> RetrievalPass | None:
+    """The row's shared pass, run on first use (``None`` when it cannot run: then each detector runs its own).
+
+    Args:
+        crm_only: the caller reads only CRM's h^c: ``None`` (no pass) when the planned detectors read nothing
+            more (:func:`plan`).
+    """
     if keys.RETRIEVAL_TRACE in inp.cache:
         return inp.cache[keys.RETRIEVAL_TRACE]
+    if crm_only and not _worth_sharing(inp):
+        return None
     handle, result = inp.handle, inp.result
     shared = None
     try:
@@ -118,8 +142,8 @@ def redeep_trace_for(inp: DetectorInput, choice: ReDeEPChoice) -> ReDeEPTrace:
 
 def retrieval_state(inp: DetectorInput) -> np.ndarray | None:
     """h_ℓ at the retrieval prompt's last token, ``(n_layers + 1, d)`` float32, from the shared pass (``None``
-    when there is none)."""
-    shared = retrieval_pass(inp)
+    when there is none, or when no planned detector reads more than this: see :func:`plan`)."""
+    shared = retrieval_pass(inp, crm_only=True)
     if shared is None:
         return None
     return shared.trace.residual[0][:, shared.prompt_len - 1].numpy()

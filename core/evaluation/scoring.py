@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from core.detectors import Detector, DetectorInput, resolve
+from core.detectors.shared import plan
 from core.engine import DualPathResult, DualPathSettings, ScoreRequest, score_batch
 from core.evaluation.data import ConflictRow, LabeledRow, Row
 from core.model.handle import ModelHandle
@@ -61,6 +62,7 @@ def record_for(
     """One JSON-ready row record: the run's summary, every detector's raw score (``None`` + an entry in
     ``errors`` when a detector fails on this row) and, for fitted detectors, their per-row features."""
     inp = DetectorInput(handle=handle, result=result, settings=settings)
+    plan(inp, detectors)  # which of them read the retrieval path's shared pass (core.detectors.shared)
     scores: dict[str, float | None] = {}
     features: dict[str, list[float]] = {}
     errors: dict[str, str] = {}

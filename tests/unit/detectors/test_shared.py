@@ -11,7 +11,14 @@ import pytest
 import core.model.trace as trace_module
 from core.detectors import DetectorInput, get, keys
 from core.detectors import shared as shared_module
-from core.detectors.shared import lookback_map_for, redeep_trace_for, release, retrieval_pass, retrieval_state
+from core.detectors.shared import (
+    lookback_map_for,
+    plan,
+    redeep_trace_for,
+    release,
+    retrieval_pass,
+    retrieval_state,
+)
 from core.engine import DualPathSettings, run_dual_path
 from core.examples import load_examples
 from core.methods.internals import displacement
@@ -80,7 +87,7 @@ def test_without_the_shared_pass_every_score_is_the_same(run, monkeypatch):
     handle, result, settings = run
     shared_inp = DetectorInput(handle, result, settings)
     with_pass = {name: get(name).score(shared_inp) for name in SHARED}
-    monkeypatch.setattr(shared_module, "retrieval_pass", lambda inp: None)
+    monkeypatch.setattr(shared_module, "retrieval_pass", lambda inp, **_: None)
     calls = _forwards(monkeypatch)
     own_inp = DetectorInput(handle, result, settings)
     alone = {name: get(name).score(own_inp) for name in SHARED}
@@ -104,7 +111,24 @@ def test_on_the_embedded_model_the_first_example_scores_as_before(embedded_handl
     names = ("lookback", "lookback_mean", "redeep", "redeep_ecs", "redeep_pks", "crm_lts", "crm_l2", "crm_lr")
     shared_inp = DetectorInput(embedded_handle, result, settings)
     with_pass = {name: get(name).score(shared_inp) for name in names}
-    monkeypatch.setattr(shared_module, "retrieval_pass", lambda inp: None)
+    monkeypatch.setattr(shared_module, "retrieval_pass", lambda inp, **_: None)
     own_inp = DetectorInput(embedded_handle, result, settings)
     alone = {name: get(name).score(own_inp) for name in names}
     assert with_pass == pytest.approx(alone, rel=1e-4, abs=1e-6)
+
+
+def test_crm_alone_keeps_its_own_prompt_pass_and_a_planned_reader_shares(run, monkeypatch):
+    handle, result, settings = run
+    calls = _forwards(monkeypatch)
+    alone = DetectorInput(handle, result, settings)
+    plan(alone, ["repcs", "crm_l2"])
+    value = get("crm_l2").score(alone)
+    assert (
+        calls == [result.retrieval.prompt_len, result.parametric.prompt_len] and keys.RETRIEVAL_TRACE not in alone.cache
+    )
+    calls.clear()
+    with_reader = DetectorInput(handle, result, settings)
+    plan(with_reader, ["crm_l2", "redeep_ecs"])
+    assert get("crm_l2").score(with_reader) == pytest.approx(value, rel=1e-5)
+    get("redeep_ecs").score(with_reader)
+    assert calls == [result.retrieval.prompt_len + result.n_tokens - 1, result.parametric.prompt_len]
