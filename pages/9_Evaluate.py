@@ -311,8 +311,7 @@ def draw_results(handle: ModelHandle) -> None:
 
 def main() -> None:
     page = open_page("Evaluate")
-    handle, config = page.handle, page.config
-    draw_threshold_in_force(handle.info.name)
+    tau_line = st.container()  # the τ in force names the model: drawn here once it is loaded, below the inputs
     data = draw_data_source()
     rows: list[LabeledRow] = []
     name, digest = "", ""
@@ -320,6 +319,9 @@ def main() -> None:
         name, all_rows, digest = data
         rows = draw_data_summary(name, all_rows)
     options = draw_options()
+    handle, config = page.handle, page.config
+    with tau_line:
+        draw_threshold_in_force(handle.info.name)
     spec = JobSpec(
         dataset=name,
         digest=digest,

@@ -27,8 +27,16 @@ TITLES = {
     "9_Evaluate.py": "Evaluate",
     "10_Audit_Log.py": "Audit log",
 }
-WITH_INPUTS = {"1_Dual_Path.py", "5_Ablations.py", "6_Self_Critique.py", "7_Source_Attribution.py", "8_RADAR.py"}
-"""The pages whose query box is drawn before the model is needed (RADAR's before any run)."""
+QUERY = ("text_area", "ror.w.query")
+INPUTS = {
+    "1_Dual_Path.py": QUERY,
+    "5_Ablations.py": QUERY,
+    "6_Self_Critique.py": QUERY,
+    "7_Source_Attribution.py": QUERY,
+    "8_RADAR.py": QUERY,  # before any run
+    "9_Evaluate.py": ("radio", "ror.w.eval.source"),
+}
+"""The pages' first input, drawn before the model is needed: ``(kind of widget, key)``."""
 
 
 def _imported(node: ast.stmt) -> list[str]:
@@ -79,5 +87,6 @@ def test_a_page_draws_its_title_and_inputs_while_the_model_loads(model_never_rea
     assert not page._load_handle.is_loaded("embedded", None)
     assert [t.value for t in at.title] == [TITLES[name]]
     assert any(e.label == "Precisely" for e in at.expander), "the intro"
-    if name in WITH_INPUTS:
-        assert at.text_area(key="ror.w.query") is not None
+    if name in INPUTS:
+        kind, key = INPUTS[name]
+        assert getattr(at, kind)(key=key) is not None  # raises KeyError when it is not on the page
