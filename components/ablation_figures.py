@@ -16,7 +16,9 @@ from components.figures import (
     KL_COLOR,
     PARAMETRIC_COLOR,
     RETRIEVAL_COLOR,
+    cell_grid,
     escape_label,
+    line_trace,
     note,
     set_layout,
     short_token_label,
@@ -66,11 +68,10 @@ def token_diff_figure(
     if len(tokens) != len(changed):
         raise ValueError(f"{len(tokens)} tokens but {len(changed)} change flags")
     n = len(tokens)
-    fig = go.Figure()
     if n == 0:
         top = 30 if title else 10
         return set_layout(
-            note(fig, "No answer tokens"), height=80, top=top, bottom=10, left=10, right=10, title=title or None
+            note(go.Figure(), "No answer tokens"), height=80, top=top, bottom=10, left=10, right=10, title=title or None
         )
     rows = -(-n // per_row)
     z = np.full((rows, per_row), np.nan)
@@ -84,24 +85,18 @@ def token_diff_figure(
         if clean_tokens is not None and i < len(clean_tokens):
             clean = f"<br>clean answer at t={i}: {token_label(clean_tokens[i])}"
         hover[r, c] = f"t={i} · {token_label(tok)}<br>{'changed' if ch else 'as in the clean answer'}{clean}"
-    fig.add_trace(
-        go.Heatmap(
-            z=z,
-            text=text,
-            customdata=hover,
-            texttemplate="%{text}",
-            hovertemplate="%{customdata}<extra></extra>",
-            colorscale=[[0.0, UNCHANGED_COLOR], [1.0, CHANGED_COLOR]],
-            zmin=0,
-            zmax=1,
-            showscale=False,
-            xgap=2,
-            ygap=2,
-            textfont={"size": 12, "family": "monospace"},
-        )
+    fig = cell_grid(
+        z,
+        text,
+        hover,
+        hovertemplate="%{customdata}<extra></extra>",
+        gap=2,
+        textfont={"size": 12, "family": "monospace"},
+        colorscale=[[0.0, UNCHANGED_COLOR], [1.0, CHANGED_COLOR]],
+        zmin=0,
+        zmax=1,
+        showscale=False,
     )
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False, autorange="reversed")
     return set_layout(
         fig,
         height=12 + 38 * rows + (30 if title else 0),
@@ -133,18 +128,9 @@ def kl_compare_figure(
         (perturbed_tokens, pk, "perturbed", PERTURBED_COLOR, "dot"),
     ):
         labels = [token_label(t) for t in tokens]
-        fig.add_trace(
-            go.Scatter(
-                x=np.arange(len(kl)),
-                y=kl,
-                name=name,
-                mode="lines+markers",
-                customdata=labels,
-                line={"color": color, "dash": dash, "width": 2},
-                marker={"size": 5},
-                hovertemplate="t=%{x} · %{customdata}<br>KL = %{y:.4f} nats<extra>" + name + "</extra>",
-            )
-        )
+        hover = "t=%{x} · %{customdata}<br>KL = %{y:.4f} nats<extra>" + name + "</extra>"
+        style = {"line_dash": dash, "line_width": 2, "marker": {"size": 5}}
+        fig.add_trace(line_trace(np.arange(len(kl)), kl, name, color, hover, customdata=labels, **style))
     if score_window is not None and max(len(ck), len(pk)) > score_window:
         fig.add_vline(x=score_window - 0.5, line_dash="dash", line_color="#555")
     set_layout(
@@ -191,17 +177,8 @@ def trajectory_figure(
         series.append(("perturbed", p, PERTURBED_COLOR, "dot"))
     fig = go.Figure()
     for name, values, color, dash in series:
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=values,
-                name=name,
-                mode="lines+markers",
-                line={"color": color, "width": 2, "dash": dash},
-                customdata=labels,
-                hovertemplate=f"layer %{{customdata}}: %{{y:.4g}}<extra>{name}</extra>",
-            )
-        )
+        hover = f"layer %{{customdata}}: %{{y:.4g}}<extra>{name}</extra>"
+        fig.add_trace(line_trace(x, values, name, color, hover, line_dash=dash, line_width=2, customdata=labels))
     for layer in sorted({int(v) for v in intervened}):
         fig.add_vrect(x0=layer + 0.5, x1=layer + 1.5, fillcolor=PERTURBED_COLOR, opacity=0.08, line_width=0)
     flagged = [int(v) for v in flagged if 0 <= int(v) < c.size - 1]
@@ -237,19 +214,11 @@ def dose_response_figure(grid: NoiseGrid, *, height: int = 520) -> go.Figure:
         (1, grid.z_mean, grid.z_std, grid.clean_z, KL_COLOR),
         (2, grid.logprob_mean, grid.logprob_std, grid.clean_first_token_logprob, RETRIEVAL_COLOR),
     ):
+        name = "mean over seeds" if row == 1 else "log p mean"
+        error = {"type": "data", "array": std, "visible": n_seeds > 1}
+        style = {"line_width": 2, "error_y": error, "showlegend": row == 1}
         fig.add_trace(
-            go.Scatter(
-                x=eps,
-                y=mean,
-                mode="lines+markers",
-                name="mean over seeds" if row == 1 else "log p mean",
-                line={"color": color, "width": 2},
-                error_y={"type": "data", "array": std, "visible": n_seeds > 1},
-                hovertemplate="ε = %{x}<br>mean %{y:.4f}<extra></extra>",
-                showlegend=row == 1,
-            ),
-            row=row,
-            col=1,
+            line_trace(eps, mean, name, color, "ε = %{x}<br>mean %{y:.4f}<extra></extra>", **style), row=row, col=1
         )
         for j in range(n_seeds):
             values = grid.z[:, j] if row == 1 else grid.first_token_logprob[:, j]

@@ -12,8 +12,30 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from components.figures import escape_label, token_label
+from components.figures import escape_label, line_trace, token_label
 from components.layer_axes import FLAG_COLOR, token_ticks
+
+
+def _click_cells(z: np.ndarray, text: np.ndarray | None, colorbar: str, mark_label: str) -> go.Scatter:
+    """One transparent square marker per cell of the ``(layers, heads)`` map ``z``: what a click selects, and the
+    cell's hover (its value; ``mark_label`` where ``text`` marks the cell, when ``mark_label`` is not empty)."""
+    n_layers, n_heads = z.shape
+    heads, layers = np.meshgrid(np.arange(n_heads), np.arange(n_layers))
+    hover = "layer %{y} · head %{x}<br>" + escape_label(colorbar) + " = %{customdata:.4f}"
+    if mark_label:
+        hover += "<br>%{text}"
+    return go.Scatter(
+        x=heads.ravel(),
+        y=layers.ravel(),
+        mode="markers",
+        marker={"symbol": "square", "size": 14, "color": "rgba(0,0,0,0)"},
+        customdata=z.ravel(),
+        text=[escape_label(mark_label) if t else "" for t in (text.ravel() if text is not None else [""] * z.size)],
+        hovertemplate=hover + "<extra></extra>",
+        showlegend=False,
+        selected={"marker": {"opacity": 1}},
+        unselected={"marker": {"opacity": 1}},
+    )
 
 
 def head_heatmap(
@@ -64,22 +86,7 @@ def head_heatmap(
         textfont={"color": "white", "size": 9},
         hoverinfo="skip",
     )
-    heads, layers = np.meshgrid(np.arange(n_heads), np.arange(n_layers))
-    hover = "layer %{y} · head %{x}<br>" + escape_label(colorbar) + " = %{customdata:.4f}"
-    if marks is not None and mark_label:
-        hover += "<br>%{text}"
-    cells = go.Scatter(
-        x=heads.ravel(),
-        y=layers.ravel(),
-        mode="markers",
-        marker={"symbol": "square", "size": 14, "color": "rgba(0,0,0,0)"},
-        customdata=z.ravel(),
-        text=[escape_label(mark_label) if t else "" for t in (text.ravel() if text is not None else [""] * z.size)],
-        hovertemplate=hover + "<extra></extra>",
-        showlegend=False,
-        selected={"marker": {"opacity": 1}},
-        unselected={"marker": {"opacity": 1}},
-    )
+    cells = _click_cells(z, text, colorbar, mark_label if marks is not None else "")
     fig = go.Figure([heat, cells])
     fig.update_layout(
         title={"text": escape_label(title)},
@@ -235,35 +242,22 @@ def lookback_curve(
     labels = [token_label(t) for t in tokens]
     ends = [b - 1 for _, b in windows]
     fig = go.Figure()
-    fig.add_scatter(
-        x=list(range(len(c))),
-        y=np.where(np.isfinite(c), c, None),
-        mode="lines+markers",
-        name="per token (mean over heads)",
-        customdata=labels,
-        hovertemplate="t=%{x}: %{customdata}<br>lookback ratio %{y:.3f}<extra></extra>",
+    hover = "t=%{x}: %{customdata}<br>lookback ratio %{y:.3f}<extra></extra>"
+    per_token = np.where(np.isfinite(c), c, None)
+    fig.add_trace(
+        line_trace(list(range(len(c))), per_token, "per token (mean over heads)", None, hover, customdata=labels)
     )
-    if len(windows):
-        fig.add_scatter(
-            x=ends,
-            y=np.asarray(window_mean, dtype=np.float64),
-            mode="lines",
-            name="window mean (8 tokens, at its last token)",
-            line={"dash": "dot"},
-            hovertemplate="window ending at t=%{x}<br>mean lookback ratio %{y:.3f}<extra></extra>",
-        )
-    if len(window_p):
-        fig.add_scatter(
-            x=ends,
-            y=np.asarray(window_p, dtype=np.float64),
-            mode="lines+markers",
-            name="window P(recalled)",
-            yaxis="y2",
-            line={"color": FLAG_COLOR},
-            hovertemplate="window ending at t=%{x}<br>P(recalled) %{y:.3f}<extra></extra>",
-        )
-        if tau is not None:
-            fig.add_hline(y=float(tau), yref="y2", line={"color": FLAG_COLOR, "dash": "dash", "width": 1})
+    dotted = {"mode": "lines", "line_dash": "dot"}
+    window_curves = (  # (values, name, color, what, style): each drawn when there are windows / a classifier
+        (window_mean, "window mean (8 tokens, at its last token)", None, "mean lookback ratio", dotted),
+        (window_p, "window P(recalled)", FLAG_COLOR, "P(recalled)", {"yaxis": "y2"}),
+    )
+    for values, name, color, what, style in window_curves:
+        if len(values):
+            hover = f"window ending at t=%{{x}}<br>{what} %{{y:.3f}}<extra></extra>"
+            fig.add_trace(line_trace(ends, np.asarray(values, dtype=np.float64), name, color, hover, **style))
+    if len(window_p) and tau is not None:
+        fig.add_hline(y=float(tau), yref="y2", line={"color": FLAG_COLOR, "dash": "dash", "width": 1})
     fig.update_layout(
         height=height,
         margin={"l": 60, "r": 60, "t": 40, "b": 120},

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from components.figures import (
     PARAMETRIC_COLOR,
     RETRIEVAL_COLOR,
+    cell_grid,
     display_token,
     escape_label,
     note,
@@ -219,31 +220,22 @@ def ads_text_figure(
     limit = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
     limit = limit if limit > 0 else 1.0
     title = {"ads": "ADS = β_on − β_off", "beta_on": "β with retrieval on", "beta_off": "β with retrieval off"}[value]
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            text=text,
-            texttemplate="%{text}",
-            textfont={"size": 12},
-            customdata=custom,
-            colorscale=ADS_COLORSCALE,
-            zmin=-limit,
-            zmax=limit,
-            xgap=3,
-            ygap=3,
-            # the title runs up the bar's right side and few ticks are labelled: on a short figure a title on
-            # top and a tick per step overlapped each other
-            colorbar={
-                "title": {"text": title, "side": "right"},
-                "nticks": 5,
-                "thickness": 14,
-                "tickfont": {"size": 10},
-            },
-            hovertemplate="%{customdata[0]}<br>β on = %{customdata[1]}<br>β off = %{customdata[2]}"
-            "<br>ADS = %{customdata[3]}<br>%{customdata[4]}<extra></extra>",
-        )
+    fig = cell_grid(
+        z,
+        text,
+        custom,
+        hovertemplate="%{customdata[0]}<br>β on = %{customdata[1]}<br>β off = %{customdata[2]}"
+        "<br>ADS = %{customdata[3]}<br>%{customdata[4]}<extra></extra>",
+        gap=3,
+        textfont={"size": 12},
+        colorscale=ADS_COLORSCALE,
+        zmin=-limit,
+        zmax=limit,
+        # the title runs up the bar's right side and few ticks are labelled: on a short figure a title on
+        # top and a tick per step overlapped each other
+        colorbar={"title": {"text": title, "side": "right"}, "nticks": 5, "thickness": 14, "tickfont": {"size": 10}},
     )
-    set_layout(
+    return set_layout(
         fig,
         height=max(MIN_TEXT_FIGURE_PX, 70 + height_per_row * len(rows)),
         top=30,
@@ -253,9 +245,6 @@ def ads_text_figure(
         plot_bgcolor="white",
         title={"text": f"Color = {title} (read left to right, top to bottom)", "font": {"size": 13}},
     )
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False, autorange="reversed")
-    return fig
 
 
 def ads_bar_figure(

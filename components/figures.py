@@ -69,6 +69,43 @@ def note(fig: go.Figure, text: str) -> go.Figure:
     return fig
 
 
+def line_trace(x: Any, y: Any, name: str, color: str | None, hover: str | None, **trace: Any) -> go.Scatter:
+    """One series drawn as lines and markers (``mode=`` for another) in ``color`` (plotly's where ``None``),
+    ``hover`` its whole hover template; ``trace`` goes on to ``go.Scatter`` (``line_dash``, ``line_width``,
+    ``customdata``, ``marker`` …)."""
+    mode = trace.pop("mode", "lines+markers")
+    return go.Scatter(x=x, y=y, name=name, mode=mode, line_color=color, hovertemplate=hover, **trace)
+
+
+def cell_grid(
+    z: np.ndarray, text: Any, customdata: Any, *, hovertemplate: str, gap: int, textfont: dict[str, Any], **heatmap: Any
+) -> go.Figure:
+    """Text laid out as a grid of colored cells, read left to right and top to bottom: a heatmap whose cells show
+    ``text`` (already escaped), axes hidden, row 0 on top.
+
+    Args:
+        z, text, customdata: ``(rows, per_row)`` values, cell texts and hover data (NaN / ``""`` past the end).
+        gap: pixels between cells.
+        heatmap: the rest of the heatmap (``colorscale``, ``zmin``, ``zmax``, ``colorbar`` or ``showscale``).
+    """
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            text=text,
+            texttemplate="%{text}",
+            textfont=textfont,
+            customdata=customdata,
+            hovertemplate=hovertemplate,
+            xgap=gap,
+            ygap=gap,
+            **heatmap,
+        )
+    )
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, autorange="reversed")
+    return fig
+
+
 def display_token(token: str) -> str:
     """A token with its whitespace made visible (``" Paris"`` → ``"␣Paris"``); ``""`` → ``"∅"``."""
     return token.translate(_WHITESPACE) if token else "∅"
@@ -139,20 +176,9 @@ def _entropy_lines(
         (h_retrieval, "Retrieval path entropy H(P_rag)", RETRIEVAL_COLOR),
         (h_parametric, "Parametric path entropy H(P_para)", PARAMETRIC_COLOR),
     ):
-        fig.add_trace(
-            go.Scatter(
-                x=positions,
-                y=values,
-                name=name,
-                mode="lines+markers",
-                line={"color": color, "width": 2},
-                marker={"size": 5},
-                customdata=labels,
-                hovertemplate="t=%{x} · %{customdata}<br>" + escape_label(name) + " = %{y:.3f} nats<extra></extra>",
-            ),
-            row=2,
-            col=1,
-        )
+        hover = "t=%{x} · %{customdata}<br>" + escape_label(name) + " = %{y:.3f} nats<extra></extra>"
+        trace = line_trace(positions, values, name, color, hover, line_width=2, marker={"size": 5}, customdata=labels)
+        fig.add_trace(trace, row=2, col=1)
 
 
 def _window_and_ticks(fig: go.Figure, positions: np.ndarray, labels: list[str], window: int) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import escape_label, set_layout, token_label, two_rows
+from components.figures import escape_label, line_trace, set_layout, token_label, two_rows
 from core.methods.radar import (
     CATEGORY_TITLES,
     ESTIMATOR_TITLES,
@@ -55,19 +55,8 @@ def trajectory_figure(trace: RadarTrace, *, height: int = 520) -> go.Figure:
         (1, c, "confidence", CONFIDENCE_COLOR, "c = %{y:.3f}"),
         (2, h, "entropy", ENTROPY_COLOR, "H = %{y:.3f} nats"),
     ):
-        fig.add_trace(
-            go.Scatter(
-                x=layers,
-                y=values,
-                mode="lines+markers",
-                name=name,
-                line={"color": color},
-                customdata=tops,
-                hovertemplate=f"layer %{{x}}<br>{hover}<br>top token %{{customdata}}<extra></extra>",
-            ),
-            row=row,
-            col=1,
-        )
+        hover = f"layer %{{x}}<br>{hover}<br>top token %{{customdata}}<extra></extra>"
+        fig.add_trace(line_trace(layers, values, name, color, hover, customdata=tops), row=row, col=1)
     star = int(np.argmax(c))
     fig.add_vline(x=star, line_dash="dot", line_color=CURRENT_COLOR, row=1, col=1)
     fig.add_annotation(

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import RETRIEVAL_COLOR, bottom_legend, escape_label, set_layout, token_label
+from components.figures import RETRIEVAL_COLOR, bottom_legend, escape_label, line_trace, set_layout, token_label
 from components.layer_axes import FLAG_COLOR, lens_kl_rows, row_axis, row_label, token_ticks
 
 KEPT_COLOR = "rgba(46, 139, 87, 0.13)"
@@ -136,18 +136,12 @@ def lts_figure(
     _add_band(fig, rows, m, s, class_means)
     z = np.divide(x - m, s, out=np.zeros_like(x), where=s > 0)
     custom = np.array(list(zip(labels, z, m - 2 * s, m + 2 * s, strict=True)), dtype=object)
+    hover = (
+        "layer %{customdata[0]}<br>LTS = %{y:.3f}<br>z = %{customdata[1]:.2f}<br>"
+        "band [%{customdata[2]:.3f}, %{customdata[3]:.3f}]<extra></extra>"
+    )
     fig.add_trace(
-        go.Scatter(
-            x=rows,
-            y=x,
-            mode="lines+markers",
-            name="this run",
-            line={"color": RETRIEVAL_COLOR, "width": 2},
-            marker={"size": 6},
-            customdata=custom,
-            hovertemplate="layer %{customdata[0]}<br>LTS = %{y:.3f}<br>z = %{customdata[1]:.2f}<br>"
-            "band [%{customdata[2]:.3f}, %{customdata[3]:.3f}]<extra></extra>",
-        )
+        line_trace(rows, x, "this run", RETRIEVAL_COLOR, hover, line_width=2, marker={"size": 6}, customdata=custom)
     )
     _add_marks(fig, x, flagged, kept)
     set_layout(

@@ -18,6 +18,7 @@ from components.figures import (
     RETRIEVAL_COLOR,
     display_token,
     escape_label,
+    line_trace,
     set_layout,
     token_label,
 )
@@ -37,19 +38,8 @@ def lens_figure(
     )
     labels = [row_label(r) for r in rows]
     for values, name, color in ((a, "retrieval path", RETRIEVAL_COLOR), (b, "parametric path", PARAMETRIC_COLOR)):
-        fig.add_trace(
-            go.Scatter(
-                x=rows,
-                y=np.exp(values),
-                mode="lines+markers",
-                name=name,
-                line={"color": color},
-                customdata=labels,
-                hovertemplate="layer %{customdata}<br>p = %{y:.4f}<extra>" + escape_label(name) + "</extra>",
-            ),
-            row=1,
-            col=1,
-        )
+        hover = "layer %{customdata}<br>p = %{y:.4f}<extra>" + escape_label(name) + "</extra>"
+        fig.add_trace(line_trace(rows, np.exp(values), name, color, hover, customdata=labels), row=1, col=1)
     # inside the top plot's upper left: above it, the legend ran into the subplot's title at narrow widths
     inside = {"x": 0.01, "y": 0.99, "xanchor": "left", "yanchor": "top", "bgcolor": "rgba(255,255,255,0.75)"}
     set_layout(fig, height=height, top=60, bottom=50, legend=inside)
