@@ -24,8 +24,9 @@ from core.engine.axes import (
     support_features,
     with_headline,
 )
-from core.engine.axes_calibration import JOINT_FEATURES, AxesCalibration, JointModel
+from core.engine.axes_calibration import JOINT_FEATURES, JointModel
 from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, display, normalize_verdict
+from tests.unit.engine.conftest import CAL
 
 
 def _path(answer: str, tokens: list[str], logprob: list[float], finish: str = "eos") -> PathOutput:
@@ -75,20 +76,6 @@ def _result(
         max_abs_log_ratio=0.0,
     )
 
-
-# P(read) = σ(2 · (ln max KL − ln 1)): ≥ 0.6 needed, ≤ 0.4 not needed; support cut −3 nats, band [−4, −2].
-CAL = AxesCalibration(
-    model="m",
-    mean=(0.0, 0.0, 0.0),
-    scale=(1.0, 1.0, 1.0),
-    coef=(2.0, 0.0, 0.0),
-    intercept=0.0,
-    reliance_threshold=0.5,
-    reliance_band=(0.4, 0.6),
-    support_threshold=-3.0,
-    support_band=(-4.0, -2.0),
-    source="test",
-)
 
 VELTRIA = ["The", " capital", " is", " Marrow", "gate", "."]
 

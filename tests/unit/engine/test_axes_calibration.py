@@ -12,19 +12,8 @@ from sklearn.linear_model import LogisticRegression
 
 from core.engine.axes_calibration import JOINT_FEATURES, AxesCalibration, JointModel, bundled_axes
 from core.methods.axes_fit import fit_joint
+from tests.unit.engine.conftest import CAL
 
-CAL = AxesCalibration(
-    model="m",
-    mean=(0.0, 0.0, 0.0),
-    scale=(1.0, 1.0, 1.0),
-    coef=(2.0, 0.0, 0.0),
-    intercept=0.0,
-    reliance_threshold=0.5,
-    reliance_band=(0.4, 0.6),
-    support_threshold=-3.0,
-    support_band=(-4.0, -2.0),
-    source="test",
-)
 N = len(JOINT_FEATURES)
 JOINT = JointModel(mean=(0.0,) * N, scale=(1.0,) * N, coef=(0.5,) * N, intercept=0.1, threshold=0.5, band=(0.3, 0.7))
 
