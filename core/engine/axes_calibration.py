@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from core.engine.threshold import THRESHOLD_DIR, finite_number
+from core.engine.threshold import THRESHOLD_DIR, finite_number, json_fields
 from core.io import read_user_file
 
 AXES_FILE = THRESHOLD_DIR / "axes-embedded.json"
@@ -98,10 +98,7 @@ class JointModel:
         return _p_read(self, feats)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in ("mean", "scale", "coef", "band", "features"):
-            out[key] = list(out[key])
-        return out
+        return json_fields(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> JointModel:
@@ -147,9 +144,7 @@ class AxesCalibration:
         return _p_read(self, feats)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in ("mean", "scale", "coef", "reliance_band", "support_band", "features"):
-            out[key] = list(out[key])
+        out = json_fields(self)
         if self.joint is None:
             out.pop("joint")
         else:

@@ -53,6 +53,11 @@ def finite_number(value: Any, name: str) -> float:
     return float(value)
 
 
+def json_fields(record: Any) -> dict[str, Any]:
+    """A dataclass's fields as a JSON-ready dict: :func:`dataclasses.asdict` with its tuples as lists."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(record).items()}
+
+
 @dataclass(frozen=True)
 class LengthTau:
     """τ(L) = exp(a + b · ln L): the α-quantile of Z given L scored answer tokens, with a bootstrap band.
@@ -104,10 +109,7 @@ class LengthTau:
         return self.L_min <= n_scored <= self.L_max
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["boot_intercept"] = list(self.boot_intercept)
-        out["boot_slope"] = list(self.boot_slope)
-        return out
+        return json_fields(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> LengthTau:
