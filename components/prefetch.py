@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -52,6 +53,8 @@ LABELS = {
     RADAR: "RADAR's forward pass over the prompt",
 }
 POLL_S = 0.25
+MAX_STARTED = 64
+"""Tasks a session remembers having started (a Dual Path rerun of the same result does not start them again)."""
 """How often a waiting task looks whether the model is free, and a waiting view whether its task is done."""
 
 _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ror-prefetch")
@@ -92,6 +95,7 @@ class Prefetched:
     def __init__(self, still_wanted: Callable[[], bool] = lambda: True) -> None:
         self._lock = threading.Lock()
         self._tasks: dict[Key, _Task] = {}
+        self._started: OrderedDict[Key, None] = OrderedDict()  # every task submitted lately (not again)
         self._still_wanted = still_wanted
 
     def start(self, handle: ModelHandle, tasks: dict[Key, Callable[[], Any]]) -> None:
@@ -102,10 +106,13 @@ class Prefetched:
             for key in [k for k in self._tasks if k not in tasks]:
                 self._tasks.pop(key).future.cancel()
             for key, compute in tasks.items():
-                if key not in self._tasks:
+                if key not in self._tasks and key not in self._started:  # once per run: a view took it
                     task = _Task()
                     task.future = _worker.submit(_run, handle, self._token(key, task), task.computing, compute)
                     self._tasks[key] = task
+                    self._started[key] = None
+                    while len(self._started) > MAX_STARTED:
+                        self._started.popitem(last=False)
 
     def _token(self, key: Key, task: _Task) -> CancelToken:
         from core.model.handle import CancelToken

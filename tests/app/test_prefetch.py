@@ -77,6 +77,8 @@ def test_a_first_visit_after_a_run_draws_the_prefetched_values(tiny_app, monkeyp
     assert _shown(at) and _shown(at) == _shown(plain), "not the values the view computes itself"
     taken = {name for name, _ in at.session_state[prefetch.SESSION_KEY].tasks()}
     assert TAKES[view] not in taken, "a taken value is kept in the view's own cache only"
+    ok(at.switch_page("pages/1_Dual_Path.py").run())  # the same result drawn again: nothing is started again
+    assert TAKES[view] not in {name for name, _ in at.session_state[prefetch.SESSION_KEY].tasks()}
     assert _hooks(tiny_app.model) == 0
 
 
