@@ -4,7 +4,8 @@ Side by side in one process, on the same query and context:
   dual      — one scored dual-path run (``run_dual_path(..., free_parametric=False)``), the unit of cost
   sma       — ``run_sma`` with N masks, retrieval on and off (2 + 2N greedy answers)
   ablation  — the context-sentence ablation (S + 2 greedy answers)
-Every answer is capped at ``--max-new-tokens`` (default 32, the SMA default). Prints the context length in
+Every answer is capped at ``--sma-max-new-tokens`` (default 32, the SMA default); the ``--sma-*`` flags are
+those of ``python -m core detect``. Prints the context length in
 tokens, each wall time, the number of generations, the seconds per generation, the ratios to ``dual``, and
 the machine's load average (the timings are only comparable on an otherwise idle machine). The last line is
 ``sma_seconds=<median>``.
@@ -19,6 +20,7 @@ import time
 
 import torch
 
+from core.cli.commands.detect import add_sma_args, sma_settings_from_args
 from core.engine import DualPathSettings, run_dual_path
 from core.methods.sma import SMASettings, run_context_ablation, run_sma
 from core.model.loading import load_model
@@ -34,24 +36,15 @@ CONTEXT = (
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=64, help="N (default 64)")
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8, help="perturbed prompts generated together")
-    parser.add_argument("--granularity", default="word", choices=("token", "word", "sentence"))
-    parser.add_argument("--scope", default="query", choices=("query", "query+context"))
+    add_sma_args(parser)  # the detect command's --sma-* flags, with its defaults (N = 64, Lime, 32 tokens)
     args = parser.parse_args()
 
     handle = load_model()
     n_context = len(handle.tokenizer(CONTEXT, add_special_tokens=False)["input_ids"])
-    dual_settings = DualPathSettings(max_new_tokens=args.max_new_tokens, score_window=args.max_new_tokens)
-    settings = SMASettings(
-        n_samples=args.samples,
-        max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size,
-        granularity=args.granularity,
-        scope=args.scope,
-    )
+    settings = sma_settings_from_args(args, batch_size=args.batch_size)
+    dual_settings = DualPathSettings(max_new_tokens=settings.max_new_tokens, score_window=settings.max_new_tokens)
     run_dual_path(handle, QUERY, CONTEXT, dual_settings, free_parametric=False)  # warm-up (and embedder load)
     run_sma(handle, QUERY, CONTEXT, SMASettings(n_samples=2, max_new_tokens=2))
 

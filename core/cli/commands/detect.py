@@ -27,12 +27,8 @@ from core.scale.options import add_ray_args, check_ray_args, sma_report, sma_run
 logger = logging.getLogger(__name__)
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("detect", help="one dual-path run scored by chosen detectors (e.g. selfcritique,sma)")
-    p.add_argument("--query", required=True)
-    p.add_argument("--context", required=True)
-    p.add_argument("--detectors", default="selfcritique,sma", help="comma-separated detector names, or 'all'")
-    p.add_argument("--json", action="store_true", help="print the whole result (detectors under extras) as JSON")
+def add_sma_args(p: argparse.ArgumentParser) -> None:
+    """The ``--sma-*`` flags of the SMA detector (also taken by ``bench/sma.py``)."""
     p.add_argument("--sma-samples", type=int, default=64, help="SMA: N random masks (default 64)")
     p.add_argument("--sma-granularity", choices=GRANULARITIES, default="word", help="SMA: attribution units")
     p.add_argument("--sma-method", choices=METHODS, default="lime", help="SMA: captum method (default lime + ridge)")
@@ -43,6 +39,33 @@ def register(subparsers: Any) -> None:
         help="SMA: perturb the query only (the paper) or the context too",
     )
     p.add_argument("--sma-max-new-tokens", type=int, default=32, help="SMA: tokens per perturbed answer")
+
+
+def sma_settings_from_args(args: argparse.Namespace, **extra: Any) -> SMASettings:
+    """The checked :class:`SMASettings` of the :func:`add_sma_args` flags and ``extra`` fields.
+
+    Raises:
+        ValueError: a setting out of its bounds.
+    """
+    settings = SMASettings(
+        n_samples=args.sma_samples,
+        granularity=args.sma_granularity,
+        method=args.sma_method,
+        scope=args.sma_scope,
+        max_new_tokens=args.sma_max_new_tokens,
+        **extra,
+    )
+    settings.validate()
+    return settings
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("detect", help="one dual-path run scored by chosen detectors (e.g. selfcritique,sma)")
+    p.add_argument("--query", required=True)
+    p.add_argument("--context", required=True)
+    p.add_argument("--detectors", default="selfcritique,sma", help="comma-separated detector names, or 'all'")
+    p.add_argument("--json", action="store_true", help="print the whole result (detectors under extras) as JSON")
+    add_sma_args(p)
     p.add_argument(
         "--selfcritique-k",
         default="50",
@@ -80,15 +103,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         template=settings.template,
     )
     sc_settings.validate()
-    sma_settings = SMASettings(
-        n_samples=args.sma_samples,
-        granularity=args.sma_granularity,
-        method=args.sma_method,
-        scope=args.sma_scope,
-        max_new_tokens=args.sma_max_new_tokens,
-        template=settings.template,
-    )
-    sma_settings.validate()
+    sma_settings = sma_settings_from_args(args, template=settings.template)
     check_ray_args(args)
     runner = sma_runner_from_args(args) if args.ray is not None else None  # before the model: a bad address fails fast
     handle, result = run_from_args(args, settings)
