@@ -94,6 +94,10 @@ class AuditCalibration:
         """Rows the audit rule looks at: every layer whose calibration LTS varies (σ_ℓ > 0)."""
         return [int(i) for i in np.nonzero(self.sigma > 0)[0]]
 
+    def identity(self) -> dict[str, str]:
+        """What the calibration was made for: the model's name, its weight fingerprint and the template."""
+        return {"model": self.model, "fingerprint": self.fingerprint, "template": self.template}
+
     @property
     def calibration_id(self) -> str:
         """SHA-256 (first 16 hex digits) of the content the audit depends on: model, template, PC1, μ, σ, s_α."""
@@ -143,9 +147,7 @@ class AuditCalibration:
         """JSON-ready facts (μ, σ and the layers; no directions): what ``/calibration`` and the store show."""
         return {
             "id": self.calibration_id,
-            "model": self.model,
-            "fingerprint": self.fingerprint,
-            "template": self.template,
+            **self.identity(),
             "source": self.source,
             "layers": self.n_rows - 1,
             "hidden_size": int(self.pc1.shape[1]),
@@ -166,9 +168,7 @@ class AuditCalibration:
         """Write the calibration as an NPZ (float32; metadata as a JSON string), atomically."""
         meta = {
             "version": CALIBRATION_VERSION,
-            "model": self.model,
-            "fingerprint": self.fingerprint,
-            "template": self.template,
+            **self.identity(),
             "kept_layers": list(self.kept_layers),
             "score_threshold": float(self.score_threshold),
             "alpha": float(self.alpha),
