@@ -8,7 +8,7 @@ rest left out. The maths is in :mod:`core.evaluation.behavior`; this module buil
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -47,6 +47,20 @@ def auc_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
     return pd.DataFrame(behavior_table(report))
 
 
+def draw_table(frame: pd.DataFrame, key: str, **columns: Any) -> None:
+    """``frame`` in a data grid without its index, its columns fitted to the page (``columns``: the arguments of
+    :func:`components.widgets.fitted_columns`)."""
+    st.dataframe(frame, hide_index=True, key=key, column_config=widgets.fitted_columns(frame, **columns))
+
+
+def draw_by_group(table: pd.DataFrame, key: Callable[[str], str], **columns: Any) -> None:
+    """A detectors table (with its group column, :func:`components.evaluate_figures.by_group`) as one grid per
+    group, each under its question, the ``detector`` column pinned; ``key(group)`` keys each grid."""
+    for group, frame in ef.by_group(table):
+        st.markdown(ef.group_heading(group))
+        draw_table(frame, key(group), pinned=("detector",), **columns)
+
+
 def draw_behavior_aucs(records: Sequence[Mapping[str, Any]], detector_names: Sequence[str], *, key: str) -> None:
     """The AUC table and the verdict agreement of ``records`` against behavior labels (nothing to draw without
     ``answer_context`` / ``answer_memory``). ``key`` prefixes the widget keys
@@ -67,34 +81,13 @@ def draw_behavior_aucs(records: Sequence[Mapping[str, Any]], detector_names: Seq
     if agreement.empty:
         st.info("No row has a read/recalled label yet.")
         return
-    st.dataframe(
-        agreement,
-        hide_index=True,
-        key=f"{key}.agreement",
-        column_config=widgets.fitted_columns(
-            agreement,
-            pinned=("subset",),
-            text=("what",),
-            numbers=dict.fromkeys(
-                ("verdict matches", "inconclusive", "matches on read rows", "matches on recalled rows"), "%.2f"
-            ),
-        ),
-    )
+    rates = ("verdict matches", "inconclusive", "matches on read rows", "matches on recalled rows")
+    draw_table(agreement, f"{key}.agreement", pinned=("subset",), text=("what",), numbers=dict.fromkeys(rates, "%.2f"))
     table = auc_frame(report)
     subsets = list(dict.fromkeys(table["subset"]))
     choice = st.selectbox("Rows", subsets, key=f"{key}.subset")
     shown = ef.with_groups(table[table["subset"] == choice].drop(columns=["subset"]))
-    for group, frame in ef.by_group(shown):  # each group under its question (issue 23 part 3)
-        st.markdown(ef.group_heading(group))
-        st.dataframe(
-            frame,
-            hide_index=True,
-            key=f"{key}.auc.{group}",
-            column_config=widgets.fitted_columns(
-                frame,
-                pinned=("detector",),
-                text=("note", ef.RAW_DIRECTION_COLUMN),
-                numbers=dict.fromkeys(("AUC", "AUC 95% CI low", "AUC 95% CI high"), "%.3f"),
-            ),
-        )
+    aucs = dict.fromkeys(("AUC", "AUC 95% CI low", "AUC 95% CI high"), "%.3f")
+    # each group under its question (issue 23 part 3)
+    draw_by_group(shown, lambda group: f"{key}.auc.{group}", text=("note", ef.RAW_DIRECTION_COLUMN), numbers=aucs)
     widgets.download(st, "Behavior AUCs (CSV)", table.to_csv(index=False), "behavior_aucs.csv", key=f"{key}.csv")

@@ -17,7 +17,7 @@ import streamlit as st
 
 from components import evaluate_figures as ef
 from components import keys, state, widgets
-from components.evaluate_behavior import draw_behavior_aucs
+from components.evaluate_behavior import draw_behavior_aucs, draw_by_group
 from components.evaluate_jobs import draw_run_controls, job, run_job
 from components.text import count, escape_markdown
 from components.threshold_state import (
@@ -117,21 +117,12 @@ def draw_detectors_tab(main_job: EvaluationJob, summary: dict, rows: list) -> No
         "as memorized / grounded, a group other than context reliance measures how well its own question "
         "(is the context text familiar? does the query look like recall?) happens to separate the two."
     )
-    for group, frame in ef.by_group(table):
-        st.markdown(ef.group_heading(group))
-        st.dataframe(
-            frame,
-            hide_index=True,
-            key=keys.scoped(keys.EVAL_METRICS, group),
-            column_config=widgets.fitted_columns(
-                frame,
-                pinned=("detector",),
-                text=("description", ef.RAW_DIRECTION_COLUMN, "note", "source"),
-                numbers=dict.fromkeys(
-                    ("AUC", "AUC 95% CI low", "AUC 95% CI high", "FPR @ 95% TPR", "Precision@10"), "%.3f"
-                ),
-            ),
-        )
+    draw_by_group(
+        table,
+        lambda group: keys.scoped(keys.EVAL_METRICS, group),
+        text=("description", ef.RAW_DIRECTION_COLUMN, "note", "source"),
+        numbers=dict.fromkeys(("AUC", "AUC 95% CI low", "AUC 95% CI high", "FPR @ 95% TPR", "Precision@10"), "%.3f"),
+    )
     spec = main_job.spec
     report = build_report(spec.model, spec.settings, *active_threshold(spec.model), summary, rows)
     report["dataset"] = spec.dataset
