@@ -13,3 +13,21 @@ def test_radar_ensemble_bar_label_is_readable() -> None:
     texts = [t.text[0] for t in fig.data]
     assert texts == ["recall 0.95", "0.05"], "a sliver gets its number only"
     assert all(t.textfont.color == "white" and t.insidetextanchor == "middle" for t in fig.data)
+
+
+def test_the_layer_trajectory_shows_confidence_over_entropy_with_each_layers_top_token() -> None:
+    import numpy as np
+
+    from components.radar_figures import CONFIDENCE_COLOR, ENTROPY_COLOR, trajectory_figure
+    from core.methods.radar import RadarTrace
+
+    c, h = np.array([0.1, 0.7, 0.4]), np.array([3.0, 1.0, 2.0])
+    trace = RadarTrace("x", [1], ["x"], c, h, [1, 2, 3], [" a", "<b>", "c"], np.ones((3, 2)), c, c, c)
+    fig = trajectory_figure(trace)
+    assert [(t.name, t.mode, t.line.color, t.xaxis, t.yaxis) for t in fig.data] == [
+        ("confidence", "lines+markers", CONFIDENCE_COLOR, "x", "y"),
+        ("entropy", "lines+markers", ENTROPY_COLOR, "x2", "y2"),
+    ]
+    assert list(fig.data[0].customdata) == ["␣a", "&lt;b&gt;", "c"] and list(fig.data[1].y) == [3.0, 1.0, 2.0]
+    assert fig.data[1].hovertemplate == "layer %{x}<br>H = %{y:.3f} nats<br>top token %{customdata}<extra></extra>"
+    assert fig.layout.annotations[-1].text == "ℓ* = 1", "the confidence peak"
