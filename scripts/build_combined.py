@@ -5,7 +5,8 @@ Training data: the RePCS calibration sets ``assets/calibration/clean.csv`` (87 g
 ``assets/thresholds/embedded_scores.csv``) — and never the probe set ``assets/probes/probes.csv`` that the
 README reports on. Each row runs through the dual-path engine at the bundled τ's settings (T = max new tokens =
 64, template auto → chat, greedy, fp32 CPU) and every feature of :data:`core.detectors.combined.FEATURES` is
-computed (one context forward, the CRM displacement's two forwards, RADAR's query forward).
+computed (one context forward, the CRM displacement's two forwards, RADAR's query forward, ReDeEP's and the
+Lookback Lens' traced forwards).
 
 Writes
 
@@ -17,13 +18,20 @@ Writes
 
 Re-running reproduces the files (greedy decoding; CV folds and bootstrap seeded 42; one CPU thread by default).
 
-``--add-redeep`` adds ReDeEP's two features (``redeep_ecs``, ``redeep_pks``: the bundled ReDeEP choice's heads
+``--add redeep`` adds ReDeEP's two features (``redeep_ecs``, ``redeep_pks``: the bundled ReDeEP choice's heads
 and layers, ``assets/redeep/``) to the stored table from the per-row ECS/PKS that ``scripts/build_redeep.py``
 cached in ``out/redeep/`` for the same calibration rows, then refits — no other feature is recomputed. ReDeEP's
 heads and layers were chosen on these same rows, so the out-of-fold AUC stored with the model is optimistic for
 those two features; the report sets were never used.
 
-    python scripts/build_combined.py [--from-features | --add-redeep] [--alpha 0.05] [--threads 1] [--batch-size 8]
+``--add lookback`` adds the Lookback Lens' two features (``lookback``: the bundled classifier's P(recalled),
+``assets/lookback/``, fitted on the *behavior set's calibration split*, not on these rows; ``lookback_mean``:
+the mean ratio, no fit) from the span features that ``scripts/score_redeep_sets.py assets/calibration/<set>.csv
+--label <label> --parts lookback --out-dir out/redeep/calibration`` cached for the same rows, then refits. A
+one-token answer has no ratio: its cell is ``nan`` and the fit uses the column's mean there (as the model does
+when it scores such a row).
+
+    python scripts/build_combined.py [--from-features | --add redeep|lookback] [--alpha 0.05] [--threads 1]
 """
 
 from __future__ import annotations
@@ -32,15 +40,18 @@ import argparse
 import csv
 import hashlib
 import io
+import json
 import logging
+import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _common import add_threads_arg, read_csv, set_threads
 
-from core.detectors.combined import CV_NAME, DEFAULT_ALPHA, DEFAULT_T, FEATURES, bundled_model_path, fit_combined
+from core.detectors.combined import DEFAULT_ALPHA, DEFAULT_T, FEATURES, bundled_model_path, fit_combined
 from core.io import REPO_ROOT, asset_path, atomic_write_text
 
 CAL = asset_path("calibration")
@@ -56,43 +67,39 @@ def features_path(template: str = TEMPLATE) -> Path:
     return bundled_model_path(template).with_suffix(".features.csv")
 
 
+def calibration_rows() -> list[tuple[str, int, str, dict[str, str]]]:
+    """``(set, row number, label, row)`` of every training row."""
+    return [
+        (name, i + 1, label, r)
+        for name, label in SETS
+        for i, r in enumerate(read_csv(CAL / f"{name}.csv", ["query", "context", "answer"]))
+    ]
+
+
 def extract(batch_size: int) -> tuple[list[dict[str, Any]], str, str, str]:
     """Score every calibration row with the embedded model; returns (table rows, model name, slug, template)."""
     from tqdm import tqdm
 
-    from core.detectors import get
+    from core.detectors.combined import raw_features
+    from core.detectors.registry import DetectorInput
     from core.engine import DualPathSettings
-    from core.evaluation.data import LabeledRow
-    from core.evaluation.scoring import score_records
+    from core.engine.batch import score_batch
     from core.model.loading import load_model
+    from core.model.prompts import resolve_template
 
     handle = load_model(device="cpu")
     settings = DualPathSettings(max_new_tokens=DEFAULT_T, score_window=DEFAULT_T, template="auto")
-    detector = get(CV_NAME)
-    rows: list[LabeledRow] = []
-    sets: list[str] = []
-    for name, label in SETS:
-        for i, r in enumerate(read_csv(CAL / f"{name}.csv", ["query", "context", "answer"])):
-            rows.append(LabeledRow(row=i + 1, query=r["query"], context=r["context"], label=label))
-            sets.append(name)
+    rows = calibration_rows()
     table = []
-    template = ""
     with tqdm(total=len(rows), desc="calibration rows", unit="row", file=sys.stderr) as bar:
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
-            records = score_records(handle, chunk, settings, {CV_NAME: detector})
-            for rec, row, set_name in zip(records, chunk, sets[start : start + batch_size]):
-                if CV_NAME not in rec.get("features", {}):
-                    raise RuntimeError(f"{set_name} row {row.row}: {rec.get('errors', {}).get(CV_NAME)}")
-                x = rec["features"][CV_NAME]
-                table.append(
-                    {"set": set_name, "row": row.row, "label": row.label, "query": row.query, **dict(zip(FEATURES, x))}
-                )
+            results = score_batch(handle, [(r["query"], r["context"]) for _, _, _, r in chunk], settings)
+            for (set_name, i, label, r), res in zip(chunk, results):
+                x = raw_features(DetectorInput(handle, res, settings), tuple(FEATURES), DEFAULT_T)
+                table.append({"set": set_name, "row": i, "label": label, "query": r["query"], **dict(zip(FEATURES, x))})
             bar.update(len(chunk))
-    from core.model.prompts import resolve_template
-
-    template = resolve_template(settings.template, handle.tokenizer).key
-    return table, handle.info.name, handle.slug, template
+    return table, handle.info.name, handle.slug, resolve_template(settings.template, handle.tokenizer).key
 
 
 def write_table(table: list[dict[str, Any]], path: Path) -> None:
@@ -104,34 +111,66 @@ def write_table(table: list[dict[str, Any]], path: Path) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
-def add_redeep(path: Path) -> None:
-    """Add ``redeep_ecs`` / ``redeep_pks`` to the stored table from ``out/redeep/calibration-chat.jsonl``."""
-    import json
+def _cached_rows(name: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """``out/redeep/calibration-chat.jsonl`` (``"redeep"``: build_redeep's per-row ECS/PKS) or the Lookback
+    span features that ``scripts/score_redeep_sets.py --out-dir out/redeep/calibration`` stored (``"lookback"``),
+    by (set, row)."""
+    if name == "redeep":
+        lines = (REPO_ROOT / "out" / "redeep" / f"calibration-{TEMPLATE}.jsonl").read_text(encoding="utf-8")
+        return {(r["set"], int(r["row"])): r for r in map(json.loads, lines.splitlines())}
+    from score_redeep_sets import load_rows
 
-    from core.methods.redeep import ReDeEPChoice
-    from core.methods.redeep.choice import bundled_choice_path
+    cache = REPO_ROOT / "out" / "redeep" / "calibration"
+    return {(s, i): r for s, _ in SETS for i, r in load_rows(cache / f"{s}.jsonl").items()}
 
-    choice = ReDeEPChoice.load(bundled_choice_path(TEMPLATE))
-    cached = REPO_ROOT / "out" / "redeep" / f"calibration-{TEMPLATE}.jsonl"
-    recs = {}
-    for line in cached.read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
-        recs[(rec["set"], int(rec["row"]))] = rec
-    heads_l, heads_h = [h[0] for h in choice.heads], [h[1] for h in choice.heads]
-    table: list[dict[str, Any]] = []
-    for r in read_csv(path):
-        rec = recs[(r["set"], int(r["row"]))]
-        ecs, pks = np.asarray(rec["ecs"]), np.asarray(rec["pks"])
-        r["redeep_ecs"] = float(ecs[heads_l, heads_h].mean())
-        r["redeep_pks"] = float(pks[choice.layers].mean())
-        table.append(r)
-    write_table(table, path)
+
+def _columns(name: str) -> Callable[[dict[str, Any]], dict[str, float]]:
+    """The new columns of one cached row: ReDeEP's two means over the bundled choice, or the bundled Lookback
+    classifier's P(recalled) and the mean ratio (NaN for a one-token answer, which has no ratio)."""
+    if name == "redeep":
+        from core.methods.redeep import ReDeEPChoice
+        from core.methods.redeep.choice import bundled_choice_path
+
+        choice = ReDeEPChoice.load(bundled_choice_path(TEMPLATE))
+        heads_l, heads_h = [h[0] for h in choice.heads], [h[1] for h in choice.heads]
+        return lambda rec: {
+            "redeep_ecs": float(np.asarray(rec["ecs"])[heads_l, heads_h].mean()),
+            "redeep_pks": float(np.asarray(rec["pks"], dtype=np.float64)[choice.layers].mean()),
+        }
+    from core.methods.lookback import LookbackModel
+    from core.methods.lookback import bundled_model_path as lookback_path
+
+    classifier = LookbackModel.load(lookback_path(TEMPLATE))
+
+    def lookback(rec: dict[str, Any]) -> dict[str, float]:
+        if "lookback" not in rec:
+            return {"lookback": math.nan, "lookback_mean": math.nan}
+        x = np.asarray(rec["lookback"], dtype=np.float64)
+        return {"lookback": classifier.probability(x), "lookback_mean": float(x.mean())}
+
+    return lookback
+
+
+def add_cached(path: Path, name: str) -> None:
+    """Add the columns of ``name`` (``redeep`` or ``lookback``) to the stored table from the per-row cache."""
+    cached, columns = _cached_rows(name), _columns(name)
+    write_table([{**r, **columns(cached[(r["set"], int(r["row"]))])} for r in read_csv(path)], path)
+
+
+def load_table(path: Path) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    """The stored table as ``(X, y, rows)``; a missing value (one-token answer: no lookback ratio) becomes its
+    column's mean over the other rows, as the model imputes it when scoring."""
+    table = read_csv(path)
+    X = np.array([[float(r[f]) for f in FEATURES] for r in table], dtype=np.float64)
+    X = np.where(np.isnan(X), np.nanmean(X, axis=0), X)
+    y = np.array([1 if r["label"] == "memorized" else 0 for r in table])
+    return X, y, table
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from-features", action="store_true", help="refit from the stored feature table")
-    parser.add_argument("--add-redeep", action="store_true", help="add ReDeEP's features to the table, then refit")
+    parser.add_argument("--add", choices=("redeep", "lookback"), help="add a lens' columns to the table, then refit")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="target FPR on clean rows (default 0.05)")
     parser.add_argument("--batch-size", type=int, default=8)
     add_threads_arg(parser)
@@ -139,9 +178,9 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     set_threads(args.threads)
     table_path = features_path()
-    if args.add_redeep:
-        add_redeep(table_path)
-    if args.from_features or args.add_redeep:
+    if args.add:
+        add_cached(table_path, args.add)
+    if args.from_features or args.add:
         from core.io import model_slug
         from core.model.loading import EMBEDDED_NAME
 
@@ -151,9 +190,7 @@ def main() -> int:
         table_path = features_path(template)
         write_table(extracted, table_path)
     # always fit on the stored (6-decimal) table, so a --from-features rebuild gives the same file
-    table = [{**r, **{f: float(r[f]) for f in FEATURES}} for r in read_csv(table_path)]
-    X = np.array([[float(r[f]) for f in FEATURES] for r in table], dtype=np.float64)
-    y = np.array([1 if r["label"] == "memorized" else 0 for r in table])
+    X, y, table = load_table(table_path)
     trained_on = [
         {
             "path": str((CAL / f"{name}.csv").relative_to(REPO_ROOT)),
@@ -174,7 +211,7 @@ def main() -> int:
         f"n={len(y)} ({fitted.n_memorized} memorized / {fitted.n_grounded} grounded)\n"
     )
     for name, c in sorted(zip(fitted.features, fitted.coef), key=lambda t: -abs(t[1])):
-        sys.stderr.write(f"  {name:12s} {c:+.3f}\n")
+        sys.stderr.write(f"  {name:14s} {c:+.3f}\n")
     return 0
 
 

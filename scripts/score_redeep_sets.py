@@ -1,18 +1,30 @@
-"""Score a labeled set once for ReDeEP and the combined detector: every row's base combined features and its
-ReDeEP means (every head's mean ECS, every layer's mean PKS), so that any choice of heads/layers and the refit
-combined detector are measured afterwards without the model (``scripts/build_combined.py --report``).
+"""Score a labeled set once for the combined detector and the two lenses: every row's base combined features,
+its ReDeEP means (every head's mean ECS, the chosen layers' mean PKS) and its Lookback Lens span features (every
+head's mean lookback ratio), so that the refit combined detector, any ReDeEP choice of heads and the Lookback
+classifier are measured afterwards without the model (``--report``).
 
-Rows go to ``out/redeep/sets/<name>.jsonl`` (resumable; ``out/`` is untracked). Settings as the combined
-detector's training rows (T = max new tokens = 64, template auto, greedy, fp32 CPU, one thread).
+Rows go to ``out/redeep/sets/<name>.jsonl`` (resumable; ``out/`` is untracked). A row may have several records:
+later ones add the parts (``base``, ``redeep``, ``lookback``) earlier runs did not compute, so each row is
+generated once per missing part and never again. Settings as the combined detector's training rows (T = max new
+tokens = 64, template auto, greedy, fp32 CPU, one thread).
 
     python scripts/score_redeep_sets.py assets/sets/shift_paraphrase/shift_paraphrase.csv [--limit 120]
-    python scripts/score_redeep_sets.py assets/behavior/behavior.csv --split report --limit 120
-    python scripts/score_redeep_sets.py --report     # AUC [95% CI] per scored set, from out/redeep/sets/*.jsonl
+    python scripts/score_redeep_sets.py assets/behavior/behavior.csv --split report --limit 300
+    python scripts/score_redeep_sets.py assets/calibration/clean.csv --label grounded --parts lookback \\
+        --out-dir out/redeep/calibration    # the combined detector's training rows (scripts/build_combined.py)
+    python scripts/score_redeep_sets.py assets/sets/x/x.csv --merge out/lookback/eval_x.json  # no model
+    python scripts/score_redeep_sets.py --report [--before a7bfee5,ac33396]   # AUC [95% CI] per set, no model
 
-The report scores each set's rows with the bundled ReDeEP choice (``redeep``, ``redeep_ecs``, ``redeep_pks``), the
-combined detector as committed before ReDeEP's features (``git show <rev>:assets/combined/embedded-chat.json``,
-``--before``) and the bundled combined detector now; positive class = memorized/recalled; bootstrap CIs as
-``evaluate`` reports them (1,000 resamples, seed 42).
+``--merge REPORT`` copies what an ``evaluate`` report stored for the set's rows (same settings; matched by query
+and context): the per-head means of ``lookback_cv`` and the retrieval answer, so those rows need no second pass.
+
+The report scores each set's rows with the bundled ReDeEP choice (``redeep``, ``redeep_ecs``, ``redeep_pks``),
+the bundled Lookback classifier and ``lookback_mean``, the combined detector as committed at each ``--before``
+revision (``git show REV:assets/combined/embedded-chat.json``; default a7bfee5, before the lenses' features,
+and ac33396, with ReDeEP's) and the bundled combined detector now, on the rows that have every part; positive
+class = memorized/recalled (for the behavior set: what the model's 64-token answer named, as ``evaluate``
+decides it, with the conflict rows as a second column); bootstrap CIs as ``evaluate`` reports them (1,000
+resamples, seed 42).
 """
 
 from __future__ import annotations
@@ -21,15 +33,19 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from _common import add_threads_arg, read_csv, set_threads
 
 from core.io import REPO_ROOT
 
 BASE = ("z", "kl_mean", "kl_max", "kl_var", "kl_trend", "crm_lts", "log_ppl", "zlib", "min_k_20", "min_kpp_20", "radar")
-"""The combined detector's features before ReDeEP (the order of its stored feature table)."""
+"""The combined detector's features before the lenses (the order of its stored feature table)."""
+PARTS = ("base", "redeep", "lookback")
 OUT = REPO_ROOT / "out" / "redeep" / "sets"
+BEHAVIOR_COLUMNS = ("kind", "answer_context", "answer_memory")
 
 
 def label_of(row: dict[str, str]) -> int | None:
@@ -38,108 +54,237 @@ def label_of(row: dict[str, str]) -> int | None:
     return {"memorized": 1, "recalled": 1, "grounded": 0, "read": 0}.get(value)
 
 
-def report(before_rev: str) -> None:
-    """Print one Markdown table: AUC [95% CI] per detector and scored set."""
+def load_rows(path: Path) -> dict[int, dict[str, Any]]:
+    """A set's stored rows by row number, later records adding to earlier ones."""
+    rows: dict[int, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            rows.setdefault(int(rec["row"]), {}).update(rec)
+    return rows
+
+
+def has_part(rec: dict[str, Any], part: str) -> bool:
+    """Whether a stored row has ``part`` (or its recorded reason why it cannot)."""
+    key = {"base": "base", "redeep": "ecs", "lookback": "lookback"}[part]
+    return key in rec or f"{part}_error" in rec
+
+
+def append(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec) + "\n")
+
+
+def selected_rows(args: argparse.Namespace) -> tuple[list[tuple[int, dict[str, str]]], Path]:
+    """The set's ``(row number, row)`` pairs that ``args`` select, and the file their records go to."""
+    rows = [(i + 1, r) for i, r in enumerate(read_csv(args.csv))]
+    if args.split:
+        rows = [(i, r) for i, r in rows if r.get("split") == args.split]
+    if args.label:
+        rows = [(i, {**r, "label": args.label}) for i, r in rows]
+    rows = [(i, r) for i, r in rows if label_of(r) is not None][: args.limit]
+    name = args.csv.stem + (f"-{args.split}" if args.split else "")
+    return rows, args.out_dir / f"{name}.jsonl"
+
+
+def merge_report(args: argparse.Namespace) -> int:
+    """Add what an ``evaluate`` report stored for the set's rows (same settings; matched by query and context):
+    the ``lookback_cv`` features and the retrieval answer, where a row's records lack them. Returns the rows
+    changed."""
+    rows, out = selected_rows(args)
+    by_text = {(r["query"], r["context"]): i for i, r in rows}
+    done = load_rows(out)
+    added = []
+    for r in json.loads(args.merge.read_text(encoding="utf-8"))["rows"]:
+        i = by_text.get((r["query"], r["context"]))
+        if i is None or i not in done:
+            continue
+        rec: dict[str, Any] = {}
+        if "lookback_cv" in r.get("features", {}) and not has_part(done[i], "lookback"):
+            rec["lookback"] = [float(v) for v in r["features"]["lookback_cv"]]
+        if "answer" not in done[i] and r.get("rag_answer") is not None:
+            rec["answer"] = r["rag_answer"]
+        row = dict(rows)[i]
+        rec.update({c: row[c] for c in BEHAVIOR_COLUMNS if c in row and c not in done[i]})
+        if rec:
+            added.append({"row": i, **rec})
+    append(out, added)
+    return len(added)
+
+
+def _score_parts(handle: Any, results: list[Any], settings: Any, parts: list[str]) -> list[dict[str, Any]]:
+    """The requested parts of each scored row (a part that fails records its reason as ``<part>_error``)."""
+    from core.detectors.combined import DEFAULT_T, raw_features
+    from core.detectors.registry import DetectorInput
+    from core.methods.lookback import lookback_map, span_features
+    from core.methods.redeep import ReDeEPChoice, redeep_trace, row_means
+    from core.methods.redeep.choice import bundled_choice_path
+
+    layers = ReDeEPChoice.load(bundled_choice_path("chat")).layers
+    out = []
+    for res in results:
+        rec: dict[str, Any] = {"n_tokens": len(res.answer_token_ids), "answer": res.retrieval.answer}
+        for part in parts:
+            try:
+                if part == "base":
+                    x = raw_features(DetectorInput(handle, res, settings), BASE, DEFAULT_T)
+                    rec["base"] = dict(zip(BASE, (float(v) for v in x)))
+                elif part == "redeep":
+                    ecs, pks = row_means(redeep_trace(handle, res, layers=layers))
+                    rec["ecs"] = ecs.tolist()
+                    rec["pks"] = None if pks is None else [None if v != v else float(v) for v in pks]
+                else:
+                    rec["lookback"] = span_features(lookback_map(handle, res).lr).tolist()
+            except ValueError as exc:
+                rec[f"{part}_error"] = str(exc)
+        out.append(rec)
+    return out
+
+
+def score_set(args: argparse.Namespace) -> None:
+    """Score the set's rows that lack a requested part (``--limit`` first labeled rows), ``--batch-size`` at a time."""
+    from tqdm import tqdm
+
+    from core.detectors.combined import DEFAULT_T
+    from core.engine import DualPathSettings
+    from core.engine.batch import score_batch
+    from core.model.loading import load_model
+
+    rows, out = selected_rows(args)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = load_rows(out)
+    todo = [(i, r, [p for p in args.parts if not has_part(done.get(i, {}), p)]) for i, r in rows]
+    todo = [t for t in todo if t[2]]
+    handle = load_model(device="cpu")
+    settings = DualPathSettings(max_new_tokens=DEFAULT_T, score_window=DEFAULT_T, template="auto")
+    with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=out.stem, file=sys.stderr) as bar:
+        for start in range(0, len(todo), args.batch_size):
+            chunk = todo[start : start + args.batch_size]
+            results = score_batch(handle, [(r["query"], r["context"]) for _, r, _ in chunk], settings)
+            records = []
+            for (i, r, parts), res in zip(chunk, results):
+                rec = {"row": i, "label": label_of(r), **{c: r[c] for c in BEHAVIOR_COLUMNS if c in r}}
+                records.append({**rec, **_score_parts(handle, [res], settings, parts)[0]})
+            append(out, records)
+            bar.update(len(chunk))
+
+
+def labeled(name: str, rows: dict[int, dict[str, Any]]) -> dict[str, tuple[list[dict[str, Any]], list[int]]]:
+    """A set's columns of the report: ``{column: (rows, labels)}``. The behavior set is labeled by what the
+    stored 64-token answer named (``evaluate``'s rule; undecided rows left out), in two columns: every row and the
+    conflict rows; any other set by its own label."""
+    if not name.startswith("behavior"):
+        return {name: (list(rows.values()), [int(r["label"]) for r in rows.values()])}
+    from core.evaluation.behavior import RECALLED, behavior_label, in_subset
+
+    out: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
+    for subset in ("conflict", "all"):
+        kept, y = [], []
+        for r in rows.values():
+            label, _ = behavior_label(r.get("answer", ""), r.get("answer_context"), r.get("answer_memory"))
+            if label is not None and "answer" in r and in_subset(r.get("kind") or "project_conflict", subset):
+                kept.append(r)
+                y.append(int(label == RECALLED))
+        out[f"{name}: {subset}"] = (kept, y)
+    return out
+
+
+def row_scores(rec: dict[str, Any], lenses: dict[str, Any]) -> dict[str, float]:
+    """Every reported score of one complete row (higher = memorized / recalled)."""
+    import numpy as np
+
+    choice, classifier = lenses["choice"], lenses["lookback"]
+    ecs, pks = np.asarray(rec["ecs"]), np.asarray(rec["pks"], dtype=np.float64)
+    e = float(ecs[[h[0] for h in choice.heads], [h[1] for h in choice.heads]].mean())
+    p = float(pks[choice.layers].mean())
+    x = np.asarray(rec["lookback"], dtype=np.float64)
+    feats = {**rec["base"], "redeep_ecs": e, "redeep_pks": p}
+    feats.update(lookback=classifier.probability(x), lookback_mean=float(x.mean()))
+    out = {"redeep": float(choice.score(ecs, pks)), "redeep_ecs": -e, "redeep_pks": p}
+    out.update(lookback=feats["lookback"], lookback_mean=-feats["lookback_mean"])  # higher mean ratio = read
+    for name, model in lenses["combined"].items():
+        out[name] = model.probability(np.asarray([feats[f] for f in model.features], dtype=np.float64))
+    return out
+
+
+def report(out_dir: Path, before: list[str]) -> None:
+    """Print one Markdown table: AUC [95% CI] per detector and scored set, on the rows with every part."""
     import subprocess
 
     import numpy as np
 
     from core.detectors.combined import CombinedModel, bundled_model_path
     from core.maths.metrics import auc, auc_bootstrap_ci
+    from core.methods.lookback import LookbackModel
+    from core.methods.lookback import bundled_model_path as lookback_path
     from core.methods.redeep import ReDeEPChoice
     from core.methods.redeep.choice import bundled_choice_path
 
-    choice = ReDeEPChoice.load(bundled_choice_path("chat"))
-    now = CombinedModel.load(bundled_model_path("chat"))
-    old_text = subprocess.run(
-        ["git", "show", f"{before_rev}:assets/combined/embedded-chat.json"], capture_output=True, text=True, check=True
-    ).stdout
-    before = CombinedModel.from_dict(json.loads(old_text))
-    heads_l, heads_h = [h[0] for h in choice.heads], [h[1] for h in choice.heads]
+    combined = {
+        f"combined@{rev}": CombinedModel.from_dict(
+            json.loads(
+                subprocess.run(
+                    ["git", "show", f"{rev}:assets/combined/embedded-chat.json"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
+        )
+        for rev in before
+    }
+    combined["combined (now)"] = CombinedModel.load(bundled_model_path("chat"))
+    lenses = {
+        "choice": ReDeEPChoice.load(bundled_choice_path("chat")),
+        "lookback": LookbackModel.load(lookback_path("chat")),
+        "combined": combined,
+    }
     columns: dict[str, dict[str, str]] = {}
-    for path in sorted(OUT.glob("*.jsonl")):
-        recs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-        recs = [r for r in recs if "error" not in r]
-        y = np.array([r["label"] for r in recs])
-        scores: dict[str, list[float]] = {"redeep": [], "redeep_ecs": [], "redeep_pks": [], "before": [], "now": []}
-        for r in recs:
-            ecs, pks = np.asarray(r["ecs"]), np.asarray(r["pks"])
-            e, p = float(ecs[heads_l, heads_h].mean()), float(pks[choice.layers].mean())
-            scores["redeep"].append(float(choice.score(ecs, pks)))
-            scores["redeep_ecs"].append(-e)  # higher ECS = read: oriented so higher = recalled
-            scores["redeep_pks"].append(p)
-            feats = {**r["base"], "redeep_ecs": e, "redeep_pks": p}
-            for name, model in (("before", before), ("now", now)):
-                x = [feats[f] for f in model.features]  # base features are stored transformed (log1p)
-                scores[name].append(model.probability(np.asarray(x, dtype=np.float64)))
-        col = {}
-        for name, values in scores.items():
-            v = np.asarray(values)
-            low, high = auc_bootstrap_ci(y, v, n_boot=1000, seed=42)
-            col[name] = f"{auc(y, v):.3f} [{low:.2f}, {high:.2f}]"
-        columns[f"{path.stem} (n={len(y)})"] = col
-    names = list(columns)
+    for path in sorted(out_dir.glob("*.jsonl")):
+        rows = {i: r for i, r in load_rows(path).items() if all(k in r for k in ("base", "ecs", "lookback"))}
+        for column, (recs, y) in labeled(path.stem, rows).items():
+            scores = [row_scores(r, lenses) for r in recs]
+            cells = {}
+            for det in scores[0] if scores else ():
+                v = np.asarray([s[det] for s in scores])
+                low, high = auc_bootstrap_ci(np.asarray(y), v, n_boot=1000, seed=42)
+                cells[det] = f"{auc(np.asarray(y), v):.3f} [{low:.2f}, {high:.2f}]"
+            columns[f"{column} (n={len(y)}, {sum(y)} pos.)"] = cells
+    names = [n for n in columns if columns[n]]
     print("| detector | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
-    for det in ("redeep", "redeep_ecs", "redeep_pks", "before", "now"):
+    for det in columns[names[0]]:
         print(f"| {det} | " + " | ".join(columns[n][det] for n in names) + " |")
-    print(f"\nchoice: {choice.describe()}; alpha={choice.alpha:.4g} beta={choice.beta:.4g}")
-    print(f"combined before ({before_rev}): {len(before.features)} features; now: {len(now.features)} features")
+    print(f"\nReDeEP choice: {lenses['choice'].describe()}")
+    print("combined features: " + "; ".join(f"{k}: {len(m.features)}" for k, m in combined.items()))
 
 
 def main() -> int:
     if "--report" in sys.argv:
         at = sys.argv.index("--before") + 1 if "--before" in sys.argv else None
-        report(sys.argv[at] if at else "a7bfee5")
+        report(OUT, (sys.argv[at] if at else "a7bfee5,ac33396").split(","))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv", type=Path)
     parser.add_argument("--split", default=None, help="keep rows whose split column is this")
+    parser.add_argument("--label", default=None, help="give every row this label (a CSV without a label column)")
     parser.add_argument("--limit", type=int, default=120, help="at most this many rows (first rows, default 120)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"what to compute (default {','.join(PARTS)})")
+    parser.add_argument("--out-dir", type=Path, default=OUT, help="where the rows go (default out/redeep/sets)")
+    parser.add_argument("--merge", type=Path, default=None, help="add an evaluate report's stored rows (no model)")
     parser.add_argument("--batch-size", type=int, default=8)
     add_threads_arg(parser)
     args = parser.parse_args()
+    args.parts = [p for p in args.parts.split(",") if p]
+    if not set(args.parts) <= set(PARTS):
+        parser.error(f"--parts takes {', '.join(PARTS)}")
     logging.basicConfig(level=logging.WARNING)
     set_threads(args.threads)
-
-    from tqdm import tqdm
-
-    from core.detectors.combined import DEFAULT_T, raw_features
-    from core.detectors.registry import DetectorInput
-    from core.engine import DualPathSettings
-    from core.engine.batch import score_batch
-    from core.methods.redeep import redeep_trace, row_means
-    from core.model.loading import load_model
-
-    rows = [(i + 1, r) for i, r in enumerate(read_csv(args.csv))]
-    if args.split:
-        rows = [(i, r) for i, r in rows if r.get("split") == args.split]
-    rows = [(i, r) for i, r in rows if label_of(r) is not None][: args.limit]
-    name = args.csv.stem + (f"-{args.split}" if args.split else "")
-    out = OUT / f"{name}.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = (
-        {json.loads(line)["row"] for line in out.read_text(encoding="utf-8").splitlines()} if out.is_file() else set()
-    )
-    todo = [(i, r) for i, r in rows if i not in done]
-    handle = load_model(device="cpu")
-    settings = DualPathSettings(max_new_tokens=DEFAULT_T, score_window=DEFAULT_T, template="auto")
-    with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=name, file=sys.stderr) as bar:
-        for start in range(0, len(todo), args.batch_size):
-            chunk = todo[start : start + args.batch_size]
-            results = score_batch(handle, [(r["query"], r["context"]) for _, r in chunk], settings)
-            with out.open("a", encoding="utf-8") as fh:
-                for (i, r), res in zip(chunk, results):
-                    rec = {"row": i, "label": label_of(r), "n_tokens": len(res.answer_token_ids)}
-                    try:
-                        x = raw_features(DetectorInput(handle, res, settings), BASE, DEFAULT_T)
-                        rec["base"] = dict(zip(BASE, (float(v) for v in x)))
-                        ecs, pks = row_means(redeep_trace(handle, res))
-                        rec["ecs"], rec["pks"] = ecs.tolist(), pks.tolist()
-                    except ValueError as exc:
-                        rec["error"] = str(exc)
-                    fh.write(json.dumps(rec) + "\n")
-            bar.update(len(chunk))
+    if args.merge:
+        sys.stderr.write(f"added to {merge_report(args)} rows\n")
+    else:
+        score_set(args)
     return 0
 
 

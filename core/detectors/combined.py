@@ -44,13 +44,17 @@ import numpy as np
 from core.detectors import keys
 from core.detectors.baselines import context_stats
 from core.detectors.crm import basis_for, displacement_for
+from core.detectors.lookback import map_for
+from core.detectors.lookback import score as lookback_score
+from core.detectors.lookback import score_mean as lookback_mean
 from core.detectors.radar import score as radar_score
 from core.detectors.redeep import score_ecs, score_pks
-from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
+from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, declare, register
 from core.io import JsonRecord
 from core.maths.divergence import kl_statistics
 from core.methods.baselines import min_k_plus_plus, min_k_prob, zlib_ratio
 from core.methods.crm import SUPERVISED, supervised_score
+from core.methods.logistic import LogisticParams, fit_logistic, protocol
 from core.model import artifacts
 from core.model.handle import ModelHandle
 from core.model.prompts import resolve_template
@@ -61,9 +65,6 @@ MODEL_VERSION = 1
 DEFAULT_T = 64
 DEFAULT_SPLIT = 32
 DEFAULT_ALPHA = 0.05
-N_SPLITS = 5
-SEED = 42
-C = 1.0
 MIN_K = 20
 
 
@@ -120,6 +121,19 @@ def _redeep_pks(inp: DetectorInput, T: int) -> float:
     return score_pks(inp)
 
 
+def _one_token(inp: DetectorInput) -> bool:
+    """A one-token answer has no lookback ratio (the row's cached map, one traced forward if none yet)."""
+    return map_for(inp).lr.shape[-1] < 2
+
+
+def _lookback(inp: DetectorInput, T: int) -> float:
+    return math.nan if _one_token(inp) else lookback_score(inp)
+
+
+def _lookback_mean(inp: DetectorInput, T: int) -> float:
+    return math.nan if _one_token(inp) else lookback_mean(inp)
+
+
 FEATURES: dict[str, tuple[Callable[[DetectorInput, int], float], str, str]] = {
     "z": (_z, "log1p", "RePCS Z = Σ_{t<T} KL_t (repcs)"),
     "kl_mean": (_kl_stat("mean"), "log1p", "mean KL_t (repcs_mean; CRM L2 KL-mean)"),
@@ -134,8 +148,17 @@ FEATURES: dict[str, tuple[Callable[[DetectorInput, int], float], str, str]] = {
     "radar": (_radar, "none", "RADAR recall probability of the query (radar)"),
     "redeep_ecs": (_redeep_ecs, "none", "ReDeEP ECS, mean over the chosen copying heads (redeep_ecs)"),
     "redeep_pks": (_redeep_pks, "none", "ReDeEP PKS, mean over the chosen knowledge layers (redeep_pks)"),
+    "lookback": (_lookback, "none", "Lookback Lens P(recalled), the bundled classifier (lookback)"),
+    "lookback_mean": (_lookback_mean, "none", "mean lookback ratio over heads and answer tokens (lookback_mean)"),
 }
 """Feature name → (raw value from a row, transform, what it is). The order is the feature vector's order."""
+
+MISSING_OK = ("lookback", "lookback_mean")
+"""Features a row may lack (NaN: a one-token answer has no lookback ratio); the bundled model then uses the
+feature's training mean, so it adds nothing to the sum."""
+CV_FEATURES = tuple(f for f in FEATURES if f != "lookback")
+"""``combined_cv``'s features: all but the Lookback classifier's P, which needs a classifier fitted elsewhere
+(the embedded model's is bundled; other models have none unless built)."""
 
 TRANSFORMS: dict[str, Callable[[float], float]] = {"none": float, "log1p": lambda v: math.log1p(max(float(v), 0.0))}
 
@@ -145,7 +168,7 @@ def raw_features(inp: DetectorInput, names: Sequence[str] = tuple(FEATURES), T: 
 
     Raises:
         ValueError: an unknown feature name, a failing base detector (e.g. no CRM basis for this model), or a
-            non-finite value.
+            non-finite value (NaN is kept for the features of :data:`MISSING_OK`).
     """
     out = []
     for name in names:
@@ -154,26 +177,24 @@ def raw_features(inp: DetectorInput, names: Sequence[str] = tuple(FEATURES), T: 
         fn, transform, _ = FEATURES[name]
         out.append(TRANSFORMS[transform](fn(inp, T)))
     x = np.asarray(out, dtype=np.float64)
-    if not np.all(np.isfinite(x)):
-        bad = [n for n, v in zip(names, x) if not math.isfinite(v)]
+    bad = [n for n, v in zip(names, x) if not math.isfinite(v) and not (math.isnan(v) and n in MISSING_OK)]
+    if bad:
         raise ValueError(f"non-finite combined-detector features: {', '.join(bad)}")
     return x
 
 
 @dataclass
-class CombinedModel(JsonRecord):
+class CombinedModel(JsonRecord, LogisticParams):
     """The bundled stacked logistic regression, as stored in its JSON file.
 
     P(memorized | x) = σ(b + Σ_j w_j (x_j − m_j) / s_j) over :attr:`features` (transformed as in
-    :data:`FEATURES`); ``recalled`` when P > :attr:`tau`.
+    :data:`FEATURES`); ``recalled`` when P > :attr:`tau`. The regression's fields (mean, scale, coef,
+    intercept, τ, α, the out-of-fold FPR/FNR/AUC with its CI) are :class:`~core.methods.logistic.LogisticParams`.
 
     Attributes:
         model: the language model's display name; ``model_slug``: its cache key; ``template``: the resolved
             prompt template; ``T``: the answer tokens the KL features sum over.
-        features, mean, scale, coef, intercept: the standardized logistic regression.
-        tau, alpha: the (1 − α)-quantile of the out-of-fold P over the clean training rows.
-        fpr_oof, fnr_oof: achieved out-of-fold error rates of τ on the training rows; ``auc_oof``,
-            ``auc_oof_ci``: out-of-fold AUC with its bootstrap 95% CI.
+        features: the feature names, in the order of the vector.
         trained_on: the training files (path, rows, label, sha256); ``protocol``: how it was fitted.
     """
 
@@ -185,41 +206,26 @@ class CombinedModel(JsonRecord):
     template: str
     T: int
     features: list[str]
-    mean: list[float]
-    scale: list[float]
-    coef: list[float]
-    intercept: float
-    tau: float
-    alpha: float
-    n_memorized: int
-    n_grounded: int
-    fpr_oof: float
-    fnr_oof: float
-    auc_oof: float
-    auc_oof_ci: list[float]
     trained_on: list[dict[str, Any]] = field(default_factory=list)
     protocol: str = ""
     version: int = MODEL_VERSION
 
     def __post_init__(self) -> None:
-        d = len(self.features)
-        if not (len(self.mean) == len(self.scale) == len(self.coef) == d) or d == 0:
-            raise ValueError("combined model: features, mean, scale and coef must have one equal, non-zero length")
+        self.check(self.KIND, len(self.features))
         unknown = [f for f in self.features if f not in FEATURES]
         if unknown:
             raise ValueError(f"combined model: unknown features {', '.join(unknown)}")
-        if not all(math.isfinite(float(v)) for v in [*self.mean, *self.coef, self.intercept, self.tau]):
-            raise ValueError("combined model: non-finite parameters")
-        if any(float(s) <= 0 for s in self.scale):
-            raise ValueError("combined model: every scale must be > 0")
 
-    def probability(self, x: np.ndarray) -> float:
-        """P(memorized) of one transformed feature vector ``(d,)``."""
+    def imputed(self, x: np.ndarray) -> np.ndarray:
+        """``x`` with a missing feature (NaN) replaced by its training mean, so it adds nothing."""
         v = np.asarray(x, dtype=np.float64)
         if v.shape != (len(self.features),):
             raise ValueError(f"expected {len(self.features)} features, got shape {v.shape}")
-        z = self.intercept + float(np.sum(np.asarray(self.coef) * (v - np.asarray(self.mean)) / np.asarray(self.scale)))
-        return float(1.0 / (1.0 + math.exp(-z))) if z > -700 else 0.0
+        return np.where(np.isnan(v), np.asarray(self.mean), v)
+
+    def probability(self, x: np.ndarray) -> float:
+        """P(memorized) of one transformed feature vector ``(d,)`` (NaN: :meth:`imputed`)."""
+        return float(self.probabilities(self.imputed(x))[0])
 
 
 def bundled_model_path(template_key: str) -> Path:
@@ -255,7 +261,8 @@ def _model(inp: DetectorInput) -> CombinedModel:
 def score(inp: DetectorInput) -> float:
     """P(memorized) from the bundled stacked regression; details (features, τ, verdict) in ``inp.cache``."""
     model = _model(inp)
-    x = raw_features(inp, model.features, model.T)
+    raw = raw_features(inp, model.features, model.T)
+    x = model.imputed(raw)
     p = model.probability(x)
     inp.cache[keys.COMBINED_DETAILS] = {
         "p_memorized": p,
@@ -265,7 +272,7 @@ def score(inp: DetectorInput) -> float:
         "fpr_oof": model.fpr_oof,
         "fnr_oof": model.fnr_oof,
         "T": model.T,
-        "features": dict(zip(model.features, (float(v) for v in x))),
+        "features": {f: (None if math.isnan(v) else float(v)) for f, v in zip(model.features, raw)},
         "contributions": {
             f: float(c * (v - m) / s) for f, c, v, m, s in zip(model.features, model.coef, x, model.mean, model.scale)
         },
@@ -275,8 +282,15 @@ def score(inp: DetectorInput) -> float:
 
 
 def cv_features(inp: DetectorInput) -> np.ndarray:
-    """Every feature of :data:`FEATURES` for the out-of-fold refit on the evaluated rows."""
-    return raw_features(inp, tuple(FEATURES), DEFAULT_T)
+    """The features of :data:`CV_FEATURES` for the out-of-fold refit on the evaluated rows.
+
+    Raises:
+        ValueError: as :func:`raw_features`, and for a one-token answer (no lookback ratio to refit on).
+    """
+    x = raw_features(inp, CV_FEATURES, DEFAULT_T)
+    if np.isnan(x).any():
+        raise ValueError("a one-token answer has no lookback ratio (its only token precedes every answer token)")
+    return x
 
 
 # -- fitting (used by scripts/build_combined.py; pure: arrays in, model out) ------------------------------------
@@ -295,7 +309,8 @@ def fit_combined(
     trained_on: list[dict[str, Any]] | None = None,
     n_boot: int = 1000,
 ) -> tuple[CombinedModel, np.ndarray]:
-    """Fit the stacked regression on labeled rows and calibrate τ out of fold.
+    """Fit the stacked regression on labeled rows and calibrate τ out of fold
+    (:func:`core.methods.logistic.fit_logistic`).
 
     Out-of-fold P(memorized) for every row from ``cross_val_predict`` (``StratifiedKFold(5, shuffle=True,
     random_state=42)`` over ``StandardScaler → LogisticRegression(C=1)``); τ = the (1 − α)-quantile of the
@@ -312,57 +327,16 @@ def fit_combined(
     Raises:
         ValueError: shapes, non-finite features, fewer than 5 rows of a class, α outside (0, 1).
     """
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    from core.maths.metrics import auc, auc_bootstrap_ci
-
-    x = np.asarray(X, dtype=np.float64)
-    labels = np.asarray(y).astype(int)
-    if x.ndim != 2 or x.shape[0] != labels.shape[0] or x.shape[1] != len(names):
-        raise ValueError(f"X must be (n, {len(names)}) with n = len(y), got {x.shape} and {labels.shape}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError("features must be finite")
-    if min(int((labels == 0).sum()), int((labels == 1).sum())) < N_SPLITS:
-        raise ValueError(f"need at least {N_SPLITS} rows of each label")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    pipe = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000))
-    folds = StratifiedKFold(n_splits=N_SPLITS, shuffle=True, random_state=SEED)
-    oof = cross_val_predict(pipe, x, labels, cv=folds, method="predict_proba")[:, 1]
-    tau = float(np.quantile(oof[labels == 0], 1.0 - alpha))
-    fpr = float((oof[labels == 0] > tau).mean())
-    fnr = float((oof[labels == 1] <= tau).mean())
-    pipe.fit(x, labels)
-    scaler, lr = pipe.named_steps["standardscaler"], pipe.named_steps["logisticregression"]
-    low, high = auc_bootstrap_ci(labels, oof, n_boot=n_boot, seed=SEED)
+    fit, oof = fit_logistic(X, y, len(names), alpha=alpha, n_boot=n_boot)
     fitted = CombinedModel(
+        **fit.params(),
         model=model,
         model_slug=model_slug,
         template=template,
         T=int(T),
         features=list(names),
-        mean=[float(v) for v in scaler.mean_],
-        scale=[float(v) for v in scaler.scale_],
-        coef=[float(v) for v in lr.coef_[0]],
-        intercept=float(lr.intercept_[0]),
-        tau=tau,
-        alpha=float(alpha),
-        n_memorized=int((labels == 1).sum()),
-        n_grounded=int((labels == 0).sum()),
-        fpr_oof=fpr,
-        fnr_oof=fnr,
-        auc_oof=float(auc(labels, oof)),
-        auc_oof_ci=[float(low), float(high)],
         trained_on=list(trained_on or []),
-        protocol=(
-            f"StandardScaler + LogisticRegression(C={C}, L2) over {len(names)} features; out-of-fold P(memorized) "
-            f"by cross_val_predict(StratifiedKFold({N_SPLITS}, shuffle, seed {SEED})); tau = the {1 - alpha:g}-"
-            "quantile of the out-of-fold P over the grounded rows; FPR/FNR/AUC on those out-of-fold scores; final "
-            "model fitted on every row."
-        ),
+        protocol=protocol(f"{len(names)} features"),
     )
     return fitted, oof
 
@@ -375,12 +349,11 @@ class CombinedDetector(Detector):
     def threshold(self, inp: DetectorInput) -> tuple[float, str] | None:
         """``(τ, where it came from)`` of the combined model for this row's model and template, or ``None``."""
         model = load_model_for(inp.handle, inp.result.template)
-        if model is None:
-            return None
-        return model.tau, (
-            f"the {1 - model.alpha:g}-quantile of the out-of-fold P(memorized) over {model.n_grounded} clean "
-            f"calibration rows (out-of-fold FPR {model.fpr_oof:.1%}, FNR {model.fnr_oof:.1%})"
-        )
+        return None if model is None else (model.tau, model.tau_source("P(memorized)", "clean calibration rows"))
+
+
+def _cv_score(inp: DetectorInput) -> float:
+    raise ValueError(f"{CV_NAME} is fitted by cross-validation during an evaluation; it has no single-row score")
 
 
 register(
@@ -390,25 +363,20 @@ register(
         higher_means=MEMORIZED_HIGH,
         score=score,
         cost="forward",
-        source="Stacked logistic regression over RePCS Z, CRM L2/LTS, context baselines, RADAR; "
-        "fitted on assets/calibration/, τ at α on out-of-fold clean rows",
+        source="Stacked logistic regression over RePCS Z, CRM L2/LTS, context baselines, RADAR, ReDeEP and the "
+        "Lookback Lens; fitted on assets/calibration/, τ at α on out-of-fold clean rows",
     )
 )
-
-
-def _cv_score(inp: DetectorInput) -> float:
-    raise ValueError(f"{CV_NAME} is fitted by cross-validation during an evaluation; it has no single-row score")
-
-
-register(
-    Detector(
-        name=CV_NAME,
-        label="Combined (cross-validated on this data)",
-        higher_means=MEMORIZED_HIGH,
-        score=_cv_score,
-        cost="forward",
-        source="The combined features refit out of fold on the evaluated rows (stratified 5-fold, seed 42)",
-        needs_fit=True,
-        features=cv_features,
-    )
+declare(
+    {
+        "name": CV_NAME,
+        "label": "Combined (cross-validated on this data)",
+        "source": "The combined features but the Lookback classifier's P, refit out of fold on the evaluated rows "
+        "(stratified 5-fold, seed 42)",
+        "needs_fit": True,
+        "features": cv_features,
+    },
+    higher_means=MEMORIZED_HIGH,
+    score=_cv_score,
+    cost="forward",
 )

@@ -13,7 +13,6 @@ embedded model under ``assets/lookback/``, else cached after ``scripts/build_loo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,20 +20,18 @@ from typing import Any
 import numpy as np
 
 from core.io import JsonRecord
+from core.methods.logistic import LogisticParams, fit_logistic, protocol
 from core.model import artifacts
 from core.model.handle import ModelHandle
 from core.model.prompts import resolve_template
 
 MODEL_VERSION = 1
 DEFAULT_ALPHA = 0.05
-N_SPLITS = 5
-SEED = 42
-C = 1.0
 
 
 @dataclass
-class LookbackModel(JsonRecord):
-    """The stored classifier.
+class LookbackModel(JsonRecord, LogisticParams):
+    """The stored classifier (the regression's fields and P(recalled): :class:`~core.methods.logistic.LogisticParams`).
 
     Attributes:
         model, model_slug, template: the language model, its cache key and the resolved prompt template.
@@ -56,18 +53,6 @@ class LookbackModel(JsonRecord):
     template: str
     n_layers: int
     n_heads: int
-    mean: list[float]
-    scale: list[float]
-    coef: list[float]
-    intercept: float
-    tau: float
-    alpha: float
-    n_memorized: int
-    n_grounded: int
-    fpr_oof: float
-    fnr_oof: float
-    auc_oof: float
-    auc_oof_ci: list[float]
     max_new_tokens: int = 64
     mean_tau: float | None = None
     trained_on: list[dict[str, Any]] = field(default_factory=list)
@@ -75,21 +60,7 @@ class LookbackModel(JsonRecord):
     version: int = MODEL_VERSION
 
     def __post_init__(self) -> None:
-        d = int(self.n_layers) * int(self.n_heads)
-        if d <= 0 or not (len(self.mean) == len(self.scale) == len(self.coef) == d):
-            raise ValueError("lookback model: mean, scale and coef must each have n_layers × n_heads values")
-        if not all(math.isfinite(float(v)) for v in [*self.mean, *self.coef, self.intercept, self.tau]):
-            raise ValueError("lookback model: non-finite parameters")
-        if any(float(s) <= 0 for s in self.scale):
-            raise ValueError("lookback model: every scale must be > 0")
-
-    def probabilities(self, x: np.ndarray) -> np.ndarray:
-        """P(recalled) of feature rows ``(k, L · H)`` (or one row ``(L · H,)``) → ``(k,)``."""
-        v = np.atleast_2d(np.asarray(x, dtype=np.float64))
-        if v.shape[1] != len(self.coef):
-            raise ValueError(f"expected {len(self.coef)} lookback features, got shape {np.shape(x)}")
-        z = self.intercept + ((v - np.asarray(self.mean)) / np.asarray(self.scale)) @ np.asarray(self.coef)
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700)))
+        self.check(self.KIND, int(self.n_layers) * int(self.n_heads), "head (n_layers × n_heads)")
 
     def probability(self, x: np.ndarray) -> float:
         """P(recalled) of one feature vector ``(L · H,)``."""
@@ -135,9 +106,10 @@ def fit_lookback(
 ) -> tuple[LookbackModel, np.ndarray]:
     """Fit the classifier on labeled rows; τ, FPR/FNR and AUC (bootstrap CI) from out-of-fold scores.
 
-    Out-of-fold P(recalled) by ``cross_val_predict`` over ``StratifiedKFold(5, shuffle=True, random_state=42)``
-    of ``StandardScaler → LogisticRegression(C=1)``; τ = the (1 − α)-quantile of it over the read rows; then the
-    final model on every row.
+    :func:`core.methods.logistic.fit_logistic`: out-of-fold P(recalled) by ``cross_val_predict`` over
+    ``StratifiedKFold(5, shuffle=True, random_state=42)`` of ``StandardScaler → LogisticRegression(C=1)``; τ = the
+    (1 − α)-quantile of it over the read rows; then the final model on every row. ``mean_tau`` is the α-quantile
+    of the plain mean ratio over the read rows.
 
     Args:
         X: ``(n, L · H)`` span features; ``y``: ``(n,)`` 1 = recalled (memorized), 0 = read (grounded).
@@ -148,57 +120,19 @@ def fit_lookback(
     Raises:
         ValueError: shapes, non-finite features, fewer than 5 rows of a class, α outside (0, 1).
     """
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    from core.maths.metrics import auc, auc_bootstrap_ci
-
-    x = np.asarray(X, dtype=np.float64)
-    labels = np.asarray(y).astype(int)
     d = n_layers * n_heads
-    if x.ndim != 2 or x.shape != (labels.shape[0], d):
-        raise ValueError(f"X must be (n, {d}) with n = len(y), got {x.shape} and {labels.shape}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError("lookback features must be finite")
-    if min(int((labels == 0).sum()), int((labels == 1).sum())) < N_SPLITS:
-        raise ValueError(f"need at least {N_SPLITS} rows of each label")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    pipe = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000))
-    folds = StratifiedKFold(n_splits=N_SPLITS, shuffle=True, random_state=SEED)
-    oof = cross_val_predict(pipe, x, labels, cv=folds, method="predict_proba")[:, 1]
-    tau = float(np.quantile(oof[labels == 0], 1.0 - alpha))
-    pipe.fit(x, labels)
-    scaler, lr = pipe.named_steps["standardscaler"], pipe.named_steps["logisticregression"]
-    low, high = auc_bootstrap_ci(labels, oof, n_boot=n_boot, seed=SEED)
-    scale = [float(v) if v > 0 else 1.0 for v in scaler.scale_]
+    fit, oof = fit_logistic(X, y, d, alpha=alpha, n_boot=n_boot)
+    read_means = np.asarray(X, dtype=np.float64)[np.asarray(y).astype(int) == 0].mean(axis=1)
     fitted = LookbackModel(
         model=model,
         model_slug=model_slug,
         template=template,
         n_layers=int(n_layers),
         n_heads=int(n_heads),
-        mean=[float(v) for v in scaler.mean_],
-        scale=scale,
-        coef=[float(v) for v in lr.coef_[0]],
-        intercept=float(lr.intercept_[0]),
-        tau=tau,
-        alpha=float(alpha),
-        n_memorized=int((labels == 1).sum()),
-        n_grounded=int((labels == 0).sum()),
-        fpr_oof=float((oof[labels == 0] > tau).mean()),
-        fnr_oof=float((oof[labels == 1] <= tau).mean()),
-        auc_oof=float(auc(labels, oof)),
-        auc_oof_ci=[float(low), float(high)],
+        **fit.params(),
         max_new_tokens=int(max_new_tokens),
-        mean_tau=float(np.quantile(x[labels == 0].mean(axis=1), alpha)),
+        mean_tau=float(np.quantile(read_means, alpha)),
         trained_on=list(trained_on or []),
-        protocol=(
-            f"StandardScaler + LogisticRegression(C={C}, L2) over the {d} per-head mean lookback ratios; "
-            f"out-of-fold P(recalled) by cross_val_predict(StratifiedKFold({N_SPLITS}, shuffle, seed {SEED})); "
-            f"tau = the {1 - alpha:g}-quantile of the out-of-fold P over the read rows; final model on every row."
-        ),
+        protocol=protocol(f"the {d} per-head mean lookback ratios"),
     )
     return fitted, oof

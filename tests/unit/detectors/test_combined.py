@@ -15,6 +15,7 @@ from sklearn.preprocessing import StandardScaler
 
 from core.detectors import DetectorInput, available, get, keys
 from core.detectors.combined import (
+    CV_FEATURES,
     CV_NAME,
     FEATURES,
     NAME,
@@ -143,3 +144,39 @@ def test_threshold_hook_gives_the_models_tau(tiny_handle, tmp_path, monkeypatch)
     res = run_dual_path(tiny_handle, "Q?", "Ada.", settings, free_parametric=False)
     found = detector_threshold(get(NAME), DetectorInput(handle=tiny_handle, result=res, settings=settings))
     assert found.value == pytest.approx(model.tau) and "out-of-fold" in found.source
+
+
+def test_lookback_features_reuse_the_rows_map_and_a_missing_one_adds_nothing(tiny_handle, tmp_path, monkeypatch):
+    from core.methods.lookback import LookbackMap, fit_lookback, lookback_map
+    from core.methods.lookback import cache_model_path as lookback_cache
+    from core.model import artifacts
+
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path))
+    artifacts.forget()
+    settings = DualPathSettings(max_new_tokens=6, score_window=6, force_length=True)
+    res = run_dual_path(tiny_handle, "Who built it?", "Orrin built it in 1802.", settings, free_parametric=False)
+    L, H = tiny_handle.info.n_layers, tiny_handle.info.n_heads
+    rng = np.random.default_rng(1)
+    classifier, _ = fit_lookback(
+        rng.uniform(size=(40, L * H)), np.array([0, 1] * 20), n_layers=L, n_heads=H, model=tiny_handle.info.name,
+        model_slug=tiny_handle.slug, template="chat", n_boot=20,
+    )  # fmt: skip
+    classifier.save(lookback_cache(tiny_handle, "chat"))
+    inp = DetectorInput(handle=tiny_handle, result=res, settings=settings)
+    m = lookback_map(tiny_handle, res)
+    inp.cache[keys.LOOKBACK_MAP] = m  # as if the agreement view had run the lookback detectors
+    x = raw_features(inp, ["lookback", "lookback_mean"])
+    span = np.nanmean(m.lr[:, :, 1:].astype(np.float64), axis=-1).ravel()  # by hand: every head's mean, t >= 1
+    np.testing.assert_allclose(x, [classifier.probability(span), span.mean()], rtol=1e-5)
+    assert inp.cache[keys.LOOKBACK_MAP] is m  # no second forward
+    assert "lookback" not in CV_FEATURES and "lookback_mean" in CV_FEATURES
+    # a one-token answer has no ratio: NaN, which the bundled model replaces by the training mean
+    inp.cache[keys.LOOKBACK_MAP] = LookbackMap(lr=m.lr[:, :, :1], answer_tokens=m.answer_tokens[:1], prompt_len=3)
+    assert np.isnan(raw_features(inp, ["z", "lookback", "lookback_mean"])[1:]).all()
+    X, y = _synthetic()
+    names = ["z", "lookback", "lookback_mean"]
+    model, _ = fit_combined(X, y, names, model="m", model_slug="m", template="chat", n_boot=20)
+    assert model.probability(np.array([X[0, 0], np.nan, np.nan])) == pytest.approx(
+        model.probability(np.array([X[0, 0], *model.mean[1:]]))
+    )
+    artifacts.forget()
