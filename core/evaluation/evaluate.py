@@ -36,15 +36,11 @@ def plan_job(
     handle: ModelHandle,
     rows: list[LabeledRow],
     settings: DualPathSettings,
-    threshold: Threshold | None,
-    detectors: list[str] | None,
-    noise_sigmas: Sequence[float],
-    *,
-    batch_size: int,
-    noise_seed: int,
+    options: EvaluateOptions,
 ) -> tuple[EvaluationJob, dict[str, Detector], list[int], Threshold | None, str]:
     """Step 1 of the pipeline, shared by the local run and the Ray run: detectors resolved, every row validated
-    against the model's token budget, both labels checked, τ resolved, the job built (not yet prepared).
+    against the model's token budget, both labels checked, τ resolved, the job built (not yet prepared) — all
+    as ``options`` say.
 
     ``handle`` may be weightless (only its tokenizer and facts are used).
 
@@ -54,7 +50,7 @@ def plan_job(
     Raises:
         ValueError: an unknown detector; :class:`DataError` for a row that does not fit or a single label.
     """
-    chosen = resolve_detectors(detectors)
+    chosen = resolve_detectors(options.detectors)
     lengths = prompt_lengths(handle, rows, settings)
     labels = {r.label for r in rows}
     if labels != set(LABELS):
@@ -62,6 +58,7 @@ def plan_job(
             f"Evaluation needs rows of both labels ({', '.join(LABELS)}); this file only has "
             f"{', '.join(sorted(labels))}."
         )
+    threshold = options.threshold
     if threshold is None:
         threshold, source = threshold_for(handle.info.name)
     else:
@@ -73,9 +70,9 @@ def plan_job(
         model=handle.info.name,
         settings=settings,
         detectors=tuple(chosen),
-        sigmas=tuple(float(s) for s in noise_sigmas),
-        batch_size=batch_size,
-        noise_seed=noise_seed,
+        sigmas=tuple(float(s) for s in options.noise_sigmas),
+        batch_size=options.batch_size,
+        noise_seed=options.noise_seed,
     )
     return EvaluationJob(spec, list(rows)), chosen, lengths, threshold, source
 
@@ -136,16 +133,7 @@ def evaluate_rows(
         ValueError: an unknown detector; :class:`DataError` for a row that does not fit or a single label.
     """
     o = EvaluateOptions.of(options, fields)
-    job, chosen, lengths, threshold, source = plan_job(
-        handle,
-        rows,
-        settings,
-        o.threshold,
-        o.detectors,
-        o.noise_sigmas,
-        batch_size=o.batch_size,
-        noise_seed=o.noise_seed,
-    )
+    job, chosen, lengths, threshold, source = plan_job(handle, rows, settings, o)
     job.prepare(handle, lengths)
     reported = 0
 

@@ -25,11 +25,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from core.engine import DEFAULT_BATCH_SIZE, DualPathSettings
-from core.evaluation.data import SEED, LabeledRow
-from core.evaluation.evaluate import plan_job
-from core.evaluation.report import N_BOOT, build_report, summarize
-from core.evaluation.robustness import DEFAULT_SIGMAS
+from core.engine import DualPathSettings
+from core.evaluation.data import LabeledRow
+from core.evaluation.evaluate import EvaluateOptions, plan_job
+from core.evaluation.report import build_report, summarize
 from core.evaluation.scheduler import EvaluationJob
 from core.evaluation.scoring import resolve_detectors, score_records
 from core.methods.repcs import Threshold
@@ -125,22 +124,18 @@ def evaluate_on_ray(
     spec: ModelSpec,
     rows: list[LabeledRow],
     settings: DualPathSettings,
+    options: EvaluateOptions | None = None,
     *,
-    threshold: Threshold | None = None,
-    detectors: list[str] | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    noise_sigmas: Sequence[float] = DEFAULT_SIGMAS,
-    noise_seed: int = 0,
-    n_boot: int = N_BOOT,
-    seed: int = SEED,
     workers: int | None = None,
     progress: Progress | None = None,
     monitor: Any = None,
     planner: ModelHandle | None = None,
+    **fields: Any,
 ) -> dict[str, Any]:
     """:func:`core.evaluation.evaluate.evaluate_rows` with the scoring on the connected Ray cluster.
 
-    Call :func:`core.scale.cluster.connect` first. Arguments as ``evaluate_rows``, plus:
+    Call :func:`core.scale.cluster.connect` first. Arguments as ``evaluate_rows`` (``options``, or any of its
+    fields as keywords), plus:
 
     Args:
         spec: the model each worker loads (:meth:`ModelSpec.load`).
@@ -157,10 +152,9 @@ def evaluate_on_ray(
         ValueError / DataError: as ``evaluate_rows``; :class:`core.scale.cluster.ClusterError`: the cluster
         cannot run it (no GPUs for ``--device cuda``, too many workers).
     """
+    o = EvaluateOptions.of(options, fields)
     planner = planner or planning_handle(spec)
-    job, chosen, lengths, threshold, source = plan_job(
-        planner, rows, settings, threshold, detectors, noise_sigmas, batch_size=batch_size, noise_seed=noise_seed
-    )
+    job, chosen, lengths, threshold, source = plan_job(planner, rows, settings, o)
     stats = score_job_on_ray(
         spec,
         job,
@@ -172,7 +166,7 @@ def evaluate_on_ray(
         progress=progress,
         monitor=monitor,
     )
-    summary, out_rows = summarize(job.scored_records(), chosen, n_boot=n_boot, seed=seed)
+    summary, out_rows = summarize(job.scored_records(), chosen, n_boot=o.n_boot, seed=o.seed)
     report = build_report(planner.info.name, settings, threshold, source, summary, out_rows)
     report["ray"] = stats.to_dict()
     return report
