@@ -60,8 +60,9 @@ def visit(browser: Any, url: str, path: str, timeout_s: float, via_start: bool =
         for name, selector in (("anything", ANYTHING), ("title", TITLE), ("inputs", INPUTS), ("model", MODEL)):
             if seen[name] is None and page.locator(selector).first.is_visible():
                 seen[name] = now
-        if seen["title"] is not None and seen["idle"] is None and page.evaluate(browsers.IDLE):
-            seen["idle"] = now
+        if seen["title"] is not None:  # the last time the script stopped (a rerun starts it again)
+            idle = page.evaluate(browsers.IDLE)
+            seen["idle"] = (seen["idle"] if seen["idle"] is not None else now) if idle else None
         if seen["idle"] is not None and seen["model"] is None and now - seen["idle"] > 2:
             break  # finished without the model's facts (a page that does not need the model)
         page.wait_for_timeout(100)
