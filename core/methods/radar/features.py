@@ -61,7 +61,9 @@ _ENTROPY_PROXY = "Derived from attention entropy instead of actual interventions
 
 _GROUPS = {_CONF: _S, _TRAJ: _S, _INFO: _S, _SPEC: _M, _CIRC: _M, _INTV: _M, _WORK: _M, _CAUS: _M}
 """The group of each subgroup (the appendix D table a feature comes from)."""
-# One row per feature, as a table reads (a long formula continues on the next line).
+_ATTENTION_ENTROPY = "H̄_attn = (1/(LH)) Σ_ℓ Σ_h H_ℓ,h,  H_ℓ,h = −Σ_{i,j} A_ℓ,h(i,j) log A_ℓ,h(i,j)"
+_RANK_EVOLUTION = "R_evolution = r_L − r_1,  r_ℓ = exp(−Σ_k q_k log q_k),  q_k = s_k / Σ s  (SVD of h_ℓ, T × d)"
+# One row per feature, as a table reads (the two longest formulas are named above).
 # fmt: off
 _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("mean_confidence", _CONF, "float", "c̄ = (1/L) Σ_ℓ c_ℓ,  c_ℓ = max_i p_ℓ,i"),
@@ -84,8 +86,7 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("head_specialization_score", _SPEC, "float", "S_head = 1 − H̄_attn / 3"),
     ("factual_head_activation", _SPEC, "float", "A_fact = 1 / (H̄_attn + ε),  ε = 1e-8"),
     ("reasoning_head_activation", _SPEC, "float", "A_reason = H̄_attn / 3"),
-    ("attention_entropy", _SPEC, "float",
-     "H̄_attn = (1/(LH)) Σ_ℓ Σ_h H_ℓ,h,  H_ℓ,h = −Σ_{i,j} A_ℓ,h(i,j) log A_ℓ,h(i,j)"),
+    ("attention_entropy", _SPEC, "float", _ATTENTION_ENTROPY),
     ("effective_circuit_depth", _CIRC, "float", "D = L (number of attention layers analyzed)"),
     ("circuit_complexity", _CIRC, "float", "C = σ²_var · γ_norm,  σ²_var = v_L / v_1"),
     ("activation_flow_variance", _CIRC, "float", "Var_ℓ(n_ℓ),  n_ℓ = (1/T) Σ_t ‖h_ℓ,t‖₂"),
@@ -97,8 +98,7 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("hidden_state_variance", _WORK, "float", "(1/L) Σ_ℓ v_ℓ,  v_ℓ = Var_{t,d}(h_ℓ,t,d)"),
     ("norm_growth_trajectory", _WORK, "float", "γ_norm = n_L / n_1"),
     ("working_memory_complexity", _WORK, "float", "= state_rank_evolution"),
-    ("state_rank_evolution", _WORK, "float",
-     "R_evolution = r_L − r_1,  r_ℓ = exp(−Σ_k q_k log q_k),  q_k = s_k / Σ s  (SVD of h_ℓ, T × d)"),
+    ("state_rank_evolution", _WORK, "float", _RANK_EVOLUTION),
     ("direct_logit_attribution", _CAUS, "float", "E_direct = (1/L) Σ_ℓ H̄_attn,ℓ / 10"),
     ("indirect_effect_strength", _CAUS, "float", "E_indirect = σ_causal"),
     ("causal_mediation_score", _CAUS, "float", "M_causal = E_direct × E_indirect"),
