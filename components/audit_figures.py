@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from components.figures import note, set_layout, top_legend
+from components.figures import line_trace, note, set_layout, top_legend
 from components.layer_axes import FLAG_COLOR, row_label
 from components.trajectory_figures import lts_figure
 
@@ -71,17 +71,10 @@ def rate_figure(timeline: Sequence[tuple[float, bool, float]], *, height: int = 
         go.Bar(x=frame["time"], y=frame["audits"], name=f"audits {words}", marker_color="rgba(47, 93, 138, 0.35)"),
         secondary_y=False,
     )
-    fig.add_trace(
-        go.Scatter(
-            x=frame["time"],
-            y=frame["rate"],
-            mode="lines+markers",
-            name=f"anomaly rate {words}",
-            line={"color": FLAG_COLOR, "width": 2},
-            connectgaps=False,
-        ),
-        secondary_y=True,
+    rate = line_trace(
+        frame["time"], frame["rate"], f"anomaly rate {words}", FLAG_COLOR, None, line_width=2, connectgaps=False
     )
+    fig.add_trace(rate, secondary_y=True)
     fig.update_yaxes(title_text="audits", secondary_y=False)
     fig.update_yaxes(title_text="anomaly rate", range=[0, 1.05], tickformat=".0%", secondary_y=True)
     return set_layout(fig, height=height, top=40, bottom=40, legend=top_legend())

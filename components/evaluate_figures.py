@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import escape_label
+from components.figures import escape_label, line_trace
 from core.detectors import get
 from core.detectors.registry import CONTEXT_RELIANCE, GROUNDED_HIGH, GROUPS, MEMORIZED_HIGH
 from core.detectors.wording import GROUP_WORDS, direction
@@ -220,29 +220,14 @@ def robustness_figure(table: Sequence[dict[str, Any]], *, height: int = 380) -> 
     aucs = [r["auc"] for r in table]
     lo = [r["auc"] - r["auc_ci"][0] for r in table]
     hi = [r["auc_ci"][1] - r["auc"] for r in table]
-    fig = go.Figure(
-        go.Scatter(
-            x=sig,
-            y=aucs,
-            mode="lines+markers",
-            name="this data (95% CI)",
-            error_y={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
-            line={"color": PALETTE[0]},
-            hovertemplate="σ = %{x}<br>AUC %{y:.3f}<extra></extra>",
-        )
-    )
+    error = {"type": "data", "array": hi, "arrayminus": lo, "visible": True}
+    hover = "σ = %{x}<br>AUC %{y:.3f}<extra></extra>"
+    fig = go.Figure(line_trace(sig, aucs, "this data (95% CI)", PALETTE[0], hover, error_y=error))
     paper = [(r["sigma"], r["paper_auc"]) for r in table if r.get("paper_auc") is not None]
     if paper:
-        fig.add_trace(
-            go.Scatter(
-                x=[p[0] for p in paper],
-                y=[p[1] for p in paper],
-                mode="lines+markers",
-                name="RePCS Table IV (their data)",
-                line={"color": CHANCE_COLOR, "dash": "dash"},
-                hovertemplate="σ = %{x}<br>paper AUC %{y:.3f}<extra></extra>",
-            )
-        )
+        sig_p, auc_p = zip(*paper, strict=True)
+        hover = "σ = %{x}<br>paper AUC %{y:.3f}<extra></extra>"
+        fig.add_trace(line_trace(sig_p, auc_p, "RePCS Table IV (their data)", CHANCE_COLOR, hover, line_dash="dash"))
     fig.update_layout(
         height=height,
         margin={"l": 50, "r": 20, "t": 50, "b": 50},
