@@ -80,6 +80,13 @@ def test_calibrate_fits_tau_of_length_and_reports_both():
     # the constant τ over-flags short answers (≈ 18 held-out rows of L ≤ 8 here)
     assert by[TAU_PAPER]["fpr"] > 0.2 and by[TAU_LENGTH]["fpr"] < by[TAU_PAPER]["fpr"] / 2
     assert rep.inconclusive_heldout is not None and set(rep.inconclusive_heldout) == {"grounded", "memorized"}
+    lt = rep.threshold.length_tau
+    bands = [lt.band(int(n)) for n in lengths[200:]]
+    unsure = np.array(
+        [not lt.covers(int(n)) or lo <= zi <= hi for zi, n, (lo, hi) in zip(z[200:], lengths[200:], bands)]
+    )  # outside the calibration's lengths, or inside the band: withheld
+    for name, label in (("grounded", 0), ("memorized", 1)):
+        assert rep.inconclusive_heldout[name] == pytest.approx(unsure[y[200:] == label].mean())
     json.dumps(rep.to_dict(), allow_nan=False)
     # without lengths, or in the paper's setting: the constant τ alone
     assert calibrate(z, y, np.ones(z.size), mask, T=64, model="m").mode == TAU_PAPER
