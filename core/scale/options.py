@@ -18,6 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from core.engine import DualPathSettings
+from core.evaluation.evaluate import EvaluateOptions
 from core.model.progress import Progress
 from core.scale.cluster import AUTO
 from core.scale.spec import ModelSpec
@@ -81,12 +82,10 @@ def progress_bar(total: int, unit: str = "row", desc: str = "ray") -> Iterator[P
 
 
 def evaluate_from_args(
-    args: argparse.Namespace, rows: Sequence[Any], settings: DualPathSettings, **scoring: Any
+    args: argparse.Namespace, rows: Sequence[Any], settings: DualPathSettings, options: EvaluateOptions
 ) -> dict[str, Any]:
-    """``evaluate --ray``: :func:`core.scale.ray_eval.evaluate_on_ray` with the command's flags.
-
-    ``scoring`` (``threshold``, ``detectors``, ``batch_size``, ``noise_sigmas``, ``n_boot``) is what the local
-    :func:`core.evaluation.evaluate_rows` gets.
+    """``evaluate --ray``: :func:`core.scale.ray_eval.evaluate_on_ray` with the command's flags and the
+    ``options`` the local :func:`core.evaluation.evaluate_rows` would get.
 
     Raises:
         ClusterError (a ValueError): Ray cannot be reached or cannot place the workers.
@@ -99,7 +98,7 @@ def evaluate_from_args(
     try:
         with progress_bar(len(rows)) as progress:
             report = evaluate_on_ray(
-                spec_from_args(args), list(rows), settings, workers=args.workers, progress=progress, **scoring
+                spec_from_args(args), list(rows), settings, options, workers=args.workers, progress=progress
             )
     finally:
         disconnect(session)

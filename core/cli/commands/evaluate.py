@@ -32,6 +32,7 @@ from core.detectors import available, resolve
 from core.engine import DEFAULT_BATCH_SIZE
 from core.evaluation import LABELS, evaluate_rows, read_labeled_csv, resolve_detectors, stratified_sample
 from core.evaluation.behavior import behavior_lines, behavior_report, select_split
+from core.evaluation.evaluate import EvaluateOptions
 from core.io import atomic_write_json, check_output_path
 from core.methods.repcs import Threshold, threshold_for
 from core.model.loading import EMBEDDED_NAME
@@ -179,19 +180,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     missing = [label for label in LABELS if label not in {r.label for r in rows}]
     if missing:
         raise ValueError(f"Evaluation needs rows of both labels; {args.data} has no {' or '.join(missing)} row.")
-    scoring = {
-        "threshold": threshold,
-        "detectors": names,
-        "batch_size": args.batch_size,
-        "noise_sigmas": sigmas,
-        "n_boot": args.bootstrap,
-    }  # the same scoring, here or on Ray
+    options = EvaluateOptions(
+        threshold=threshold, detectors=names, batch_size=args.batch_size, noise_sigmas=sigmas, n_boot=args.bootstrap
+    )  # the same scoring, here or on Ray
     if args.ray is not None:  # the scoring on Ray actors (core.scale); metrics computed here as below
-        report = evaluate_from_args(args, rows, settings, **scoring)
+        report = evaluate_from_args(args, rows, settings, options)
     else:
         handle = load_handle(args)
         with row_progress(len(rows)) as progress:
-            report = evaluate_rows(handle, rows, settings, progress=progress, **scoring)
+            report = evaluate_rows(handle, rows, settings, options, progress=progress)
     report["dataset"] = os.path.splitext(os.path.basename(args.data))[0]  # the set's name: the file's stem
     behavior = behavior_report(report["rows"], resolve_detectors(names), n_boot=args.bootstrap)
     if behavior is not None:  # a behavior-labeled set: AUCs against the labels of this run's own answers

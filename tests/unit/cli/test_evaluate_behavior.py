@@ -32,7 +32,7 @@ def scored(monkeypatch, cli_model):
     """Scoring replaced by a stub: each row 'answers' with its label's object and scores 1 if recalled."""
     seen = {}
 
-    def fake(handle, rows, settings, **kwargs):
+    def fake(handle, rows, settings, options=None, **kwargs):
         seen["rows"] = [r.row for r in rows]
         out = []
         for r in rows:

@@ -18,7 +18,7 @@ def captured(monkeypatch, cli_model):
     """Replace the scoring by a stub that records the settings it was given (no generation needed)."""
     seen = {}
 
-    def fake(handle, rows, settings, **kwargs):
+    def fake(handle, rows, settings, options=None, **kwargs):
         seen["settings"] = settings
         return {"n": len(rows), "detectors": {}, "rows": []}
 
