@@ -1,28 +1,25 @@
 """A page's first paint: its tab title, heading and introduction, on screen before the page imports its libraries.
 
-This module imports Streamlit only. A page script imports nothing else at its top, draws its header with
-:func:`first_paint`, and imports its libraries (the model's: PyTorch, transformers; its own: scikit-learn,
+This module imports Streamlit only. A page script imports nothing else at its top, draws its title and intro
+with :func:`first_paint`, and imports its libraries (the model's: PyTorch, transformers; its own: scikit-learn,
 SciPy, captum, plotly — seconds on a server's first run of the page) only after it, so the title and the
 introduction are on screen while they import and while the model loads (:func:`components.page.open_page`)::
 
-    import streamlit as st
-
     from components import frame
 
+    frame.first_paint(
+        "Attention",
+        plain="Where does the model look while it answers?",
+        precise="The entropy of each head's attention distribution, in nats.",
+        citation="RADAR (2025) appendix D.2.1.",
+    )
 
-    def draw_header() -> None:
-        st.title("Attention")
-        frame.draw_intro("Plain words.", "The precise definition.", "The source.")
+    import streamlit as st  # after the first paint, on purpose (pages/ may import late: E402 is off there)
 
-
-    frame.first_paint("Attention", draw_header)
-
-    from components.page import open_page  # after the first paint, on purpose (pages/ may import late)
+    from components.page import open_page
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import streamlit as st
 
@@ -42,7 +39,15 @@ def draw_intro(plain: str, precise: str, citation: str) -> None:
     st.caption(citation)
 
 
-def first_paint(title: str, draw_header: Callable[[], None]) -> None:
-    """The page's tab title (wide layout) and its header, drawn before anything heavy is imported."""
+def first_paint(title: str, *, plain: str, precise: str, citation: str, heading: str | None = None) -> None:
+    """The page's tab title (wide layout), its heading and its introduction (:func:`draw_intro`), drawn before
+    anything heavy is imported.
+
+    Args:
+        title: the page's name (the browser tab's ``"<title> · Read or Recall"``; the heading unless ``heading``).
+        plain, precise, citation: the introduction: one plain sentence, the precise definition, the source.
+        heading: the page's heading when it is not ``title``.
+    """
     st.set_page_config(page_title=page_title(title), layout="wide")
-    draw_header()
+    st.title(heading or title)
+    draw_intro(plain, precise, citation)

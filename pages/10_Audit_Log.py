@@ -8,25 +8,20 @@ scored with. It never writes to the database and never runs the model.
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
+frame.first_paint(
+    "Audit log",
+    plain="Every question and passage the audit service checked before the model answered, with a flag when the "
+    "passage moved the model's internal state unusually — and proof that no record was changed afterwards.",
+    precise="Each record holds CRM's latent trajectory shift LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ scored against the deployment's "
+    "calibration (μ_ℓ ± 2σ_ℓ per layer). Records are kept in a hash chain (sha256 of the previous hash and "
+    "the canonical record). A flag says this pair moved the hidden states unusually compared with the "
+    "calibration rows; it does not certify which source a generation used.",
+    citation="CRM (2025) eq. 1 and appendix V.1; the service is described in docs/audit.md.",
+)  # on screen while the imports below run
 
-def draw_header() -> None:
-    st.title("Audit log")
-    frame.draw_intro(
-        "Every question and passage the audit service checked before the model answered, with a flag when the "
-        "passage moved the model's internal state unusually — and proof that no record was changed afterwards.",
-        "Each record holds CRM's latent trajectory shift LTS_ℓ = ⟨d_ℓ, v_ℓ⟩ scored against the deployment's "
-        "calibration (μ_ℓ ± 2σ_ℓ per layer). Records are kept in a hash chain (sha256 of the previous hash and "
-        "the canonical record). A flag says this pair moved the hidden states unusually compared with the "
-        "calibration rows; it does not certify which source a generation used.",
-        "CRM (2025) eq. 1 and appendix V.1; the service is described in docs/audit.md.",
-    )
-
-
-frame.first_paint("Audit log", draw_header)  # on screen while the imports below run
+import streamlit as st
 
 from components import keys
 from components.audit_figures import (

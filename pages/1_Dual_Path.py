@@ -7,27 +7,21 @@ warnings, and the export. All maths lives in ``core``; all drawing in ``componen
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
+frame.first_paint(
+    "Dual Path",
+    plain="The model answers your question twice — once with the passage, once without — and the page measures how "
+    "much the passage changed its answer: little change suggests it answered from memory.",
+    precise="The same model answers with the context (retrieval path) and without it (parametric path). The parametric "
+    "path is then scored on the retrieval answer's own tokens, so at each position t both paths predict the "
+    "same token; $\\mathrm{KL}_t = \\mathrm{KL}(P_{\\text{retrieval},t} \\,\\|\\, P_{\\text{parametric},t})$ in "
+    "nats, and $Z = \\sum_{t<T} \\mathrm{KL}_t$ over the first $T$ answer tokens is compared with a calibrated "
+    "threshold $\\tau$.",
+    citation="RePCS (2025) §III, eq. 2 and Algorithm 1; the KL statistics are CRM (2025) level 2.",
+)  # on screen while the imports below run
 
-def draw_header() -> None:
-    """The page's title and what it shows."""
-    st.title("Dual Path")
-    frame.draw_intro(
-        "The model answers your question twice — once with the passage, once without — and the page measures how "
-        "much the passage changed its answer: little change suggests it answered from memory.",
-        "The same model answers with the context (retrieval path) and without it (parametric path). The parametric "
-        "path is then scored on the retrieval answer's own tokens, so at each position t both paths predict the "
-        "same token; $\\mathrm{KL}_t = \\mathrm{KL}(P_{\\text{retrieval},t} \\,\\|\\, P_{\\text{parametric},t})$ in "
-        "nats, and $Z = \\sum_{t<T} \\mathrm{KL}_t$ over the first $T$ answer tokens is compared with a calibrated "
-        "threshold $\\tau$.",
-        "RePCS (2025) §III, eq. 2 and Algorithm 1; the KL statistics are CRM (2025) level 2.",
-    )
-
-
-frame.first_paint("Dual Path", draw_header)  # on screen while the imports below run
+import streamlit as st
 
 from components import agreement, inputs, keys, panels, prefetch, state, url_state, widgets
 from components.page import PageContext, open_page

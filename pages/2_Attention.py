@@ -9,26 +9,19 @@ forward per path) is computed once per run and cached.
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
-
-def draw_header() -> None:
-    st.title("Attention")
-    frame.draw_intro(
-        "Where does the model look while it answers? Each cell of the maps is one attention head: focused heads "
-        "look at a few tokens, diffuse ones spread out; the lower chart shows how much of the answer's attention "
-        "lands on the passage you gave it.",
-        "For every layer and head, the entropy of the attention distribution of one query position i, "
-        "$H = -\\sum_j A(i, j) \\log A(i, j)$ in nats, on both paths (with and without the context), and their "
-        "difference; and the share of attention mass that answer positions put on the context tokens. Attention "
-        "weights show where information can flow, not what the model used.",
-        "Attention entropy as in RADAR (2025) appendix D.2.1.",
-    )
-
-
-frame.first_paint("Attention", draw_header)  # on screen while the imports below run
+frame.first_paint(
+    "Attention",
+    plain="Where does the model look while it answers? Each cell of the maps is one attention head: focused heads "
+    "look at a few tokens, diffuse ones spread out; the lower chart shows how much of the answer's attention "
+    "lands on the passage you gave it.",
+    precise="For every layer and head, the entropy of the attention distribution of one query position i, "
+    "$H = -\\sum_j A(i, j) \\log A(i, j)$ in nats, on both paths (with and without the context), and their "
+    "difference; and the share of attention mass that answer positions put on the context tokens. Attention "
+    "weights show where information can flow, not what the model used.",
+    citation="Attention entropy as in RADAR (2025) appendix D.2.1.",
+)  # on screen while the imports below run
 
 import json
 from collections.abc import Iterator
@@ -36,6 +29,7 @@ from functools import partial
 
 import numpy as np
 import pandas as pd
+import streamlit as st
 
 from components import controls, keys, state, widgets
 from components import internals_state as views

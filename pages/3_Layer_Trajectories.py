@@ -8,30 +8,25 @@ position, the cross-validated CRM classifier on the calibration prompts, and the
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
-
-def draw_header() -> None:
-    st.title("Layer trajectories")
-    frame.draw_intro(
-        "Layer by layer, how far does adding the passage move the model's internal state, and in which "
-        "direction? The chart compares this run with prompts whose answers are known to come from memory or "
-        "from the passage.",
-        "The displacement d_ℓ = h_ℓ(with context) − h_ℓ(without context) of every layer ℓ at the last prompt "
-        "token, projected on a calibrated direction v_ℓ (PC1 of the calibration displacements): "
-        "LTS_ℓ = ⟨d_ℓ, v_ℓ⟩. A layer is flagged when its LTS lies outside μ_ℓ ± 2σ_ℓ of the calibration rows. "
-        "CRM detects whether internal computation differs systematically for memorized-like contexts; it does "
-        "not certify which source a single generation used.",
-        "CRM (2025) eq. 1 and appendix V.1.",
-    )
-
-
-frame.first_paint("Layer trajectories", draw_header)  # on screen while the imports below run
+frame.first_paint(
+    "Layer trajectories",
+    plain="Layer by layer, how far does adding the passage move the model's internal state, and in which "
+    "direction? The chart compares this run with prompts whose answers are known to come from memory or "
+    "from the passage.",
+    precise="The displacement d_ℓ = h_ℓ(with context) − h_ℓ(without context) of every layer ℓ at the last prompt "
+    "token, projected on a calibrated direction v_ℓ (PC1 of the calibration displacements): "
+    "LTS_ℓ = ⟨d_ℓ, v_ℓ⟩. A layer is flagged when its LTS lies outside μ_ℓ ± 2σ_ℓ of the calibration rows. "
+    "CRM detects whether internal computation differs systematically for memorized-like contexts; it does "
+    "not certify which source a single generation used.",
+    citation="CRM (2025) eq. 1 and appendix V.1.",
+)  # on screen while the imports below run
 
 import json
 from typing import Any
+
+import streamlit as st
 
 from components import controls, keys, widgets
 from components import internals_state as views

@@ -8,26 +8,21 @@ both paths at a chosen answer position layer by layer, and the export.
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
+frame.first_paint(
+    "Vocabulary lens",
+    plain="Which words does the model's internal state point to? The page turns the shift the passage causes into "
+    "the words it makes more and less likely, and shows what each layer would answer if the model stopped "
+    "there.",
+    precise="A direction u in hidden space is read as words by projecting it through the unembedding: the logits "
+    "W_U·u, top and bottom tokens (back-projection). The logit lens applies the final norm and W_U to each "
+    "layer's hidden state h_ℓ of both paths and reads the result as a next-token prediction; early layers "
+    "were not trained to be read this way, so their predictions are approximate.",
+    citation="Back-projection as in CRM (2025) appendix U.2; the logit lens after nostalgebraist (2020).",
+)  # on screen while the imports below run
 
-def draw_header() -> None:
-    st.title("Vocabulary lens")
-    frame.draw_intro(
-        "Which words does the model's internal state point to? The page turns the shift the passage causes into "
-        "the words it makes more and less likely, and shows what each layer would answer if the model stopped "
-        "there.",
-        "A direction u in hidden space is read as words by projecting it through the unembedding: the logits "
-        "W_U·u, top and bottom tokens (back-projection). The logit lens applies the final norm and W_U to each "
-        "layer's hidden state h_ℓ of both paths and reads the result as a next-token prediction; early layers "
-        "were not trained to be read this way, so their predictions are approximate.",
-        "Back-projection as in CRM (2025) appendix U.2; the logit lens after nostalgebraist (2020).",
-    )
-
-
-frame.first_paint("Vocabulary lens", draw_header)  # on screen while the imports below run
+import streamlit as st
 
 from components import controls, keys, widgets
 from components import internals_state as views

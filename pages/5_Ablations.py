@@ -11,29 +11,23 @@ lives in :mod:`core.methods.ablation`; the controls in :mod:`components.ablation
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
-
-def draw_header() -> None:
-    """The page's title and what it perturbs."""
-    st.title("Ablations")
-    frame.draw_intro(
-        "Shake some of the model's layers a little and see whether its answer, and how much the passage "
-        "mattered, change: layers whose disturbance changes them carry part of that difference.",
-        "Perturb chosen decoder layers and watch what changes: the two answers, the RePCS score Z, the KL per "
-        "token and the per-layer trajectory. Noise: h′ = h + ε·σ(h)·N(0, 1) at each chosen layer's output; "
-        "activation patching replaces the retrieval path's state at the last prompt token with the parametric "
-        "path's. Layer ℓ is decoder layer ℓ (0-based); 'emb' is the embedding output.",
-        "CRM (2025) §4.4 and appendix J (Tables 5 and 16).",
-    )
-
-
-frame.first_paint("Ablations", draw_header)  # on screen while the imports below run
+frame.first_paint(
+    "Ablations",
+    plain="Shake some of the model's layers a little and see whether its answer, and how much the passage "
+    "mattered, change: layers whose disturbance changes them carry part of that difference.",
+    precise="Perturb chosen decoder layers and watch what changes: the two answers, the RePCS score Z, the KL per "
+    "token and the per-layer trajectory. Noise: h′ = h + ε·σ(h)·N(0, 1) at each chosen layer's output; "
+    "activation patching replaces the retrieval path's state at the last prompt token with the parametric "
+    "path's. Layer ℓ is decoder layer ℓ (0-based); 'emb' is the embedding output.",
+    citation="CRM (2025) §4.4 and appendix J (Tables 5 and 16).",
+)  # on screen while the imports below run
 
 import json
 from typing import Any
+
+import streamlit as st
 
 from components import ablation_controls, inputs, keys, prefetch, state, widgets
 from components import ablation_figures as figs

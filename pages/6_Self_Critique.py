@@ -9,29 +9,23 @@ inputs and settings show the stored run, and changing K only re-scores it. All m
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
-
-def draw_header() -> None:
-    """The page's title, what the method does and its score."""
-    st.title("Self-Critique")
-    frame.draw_intro(
-        "Ask the model for a different answer than the one it just gave: a model that recalls a memorized answer "
-        "tends to repeat the same path with the same confidence, step by step.",
-        "The model answers (r₁), then is shown its own answer and asked for a different solution (r₂). E₁ and "
-        "E₂ are the per-token entropy profiles of the two answers. Score S = cos(zero-padded E₁, E₂) × "
-        "min(|E₁|, |E₂|) / max(|E₁|, |E₂|); a high S means the two profiles line up, which the paper reads as "
-        "likely contamination.",
-        "Self-Critique: Tao et al. (2025), arXiv:2510.09259.",
-    )
-
-
-frame.first_paint("Self-Critique", draw_header)  # on screen while the imports below run
+frame.first_paint(
+    "Self-Critique",
+    plain="Ask the model for a different answer than the one it just gave: a model that recalls a memorized answer "
+    "tends to repeat the same path with the same confidence, step by step.",
+    precise="The model answers (r₁), then is shown its own answer and asked for a different solution (r₂). E₁ and "
+    "E₂ are the per-token entropy profiles of the two answers. Score S = cos(zero-padded E₁, E₂) × "
+    "min(|E₁|, |E₂|) / max(|E₁|, |E₂|); a high S means the two profiles line up, which the paper reads as "
+    "likely contamination.",
+    citation="Self-Critique: Tao et al. (2025), arXiv:2510.09259.",
+)  # on screen while the imports below run
 
 import json
 from typing import Any
+
+import streamlit as st
 
 from components import controls, inputs, keys, state, widgets
 from components import detector_figures as figs

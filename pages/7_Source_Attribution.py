@@ -11,29 +11,24 @@ inputs and settings show the stored run, and moving a threshold only relabels it
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
-
-def draw_header() -> None:
-    """The page's title and how SMA attributes the answer."""
-    st.title("Source Attribution (SMA)")
-    frame.draw_intro(
-        "Which words of the query and the passage does the answer depend on? The page hides random parts of the "
-        "input, asks again many times, and sees which parts change the answer when they are missing.",
-        "Random masks perturb the input units; every perturbed input is answered again and scored by length "
-        "ratio and semantic similarity to the full answer (eq. 14); ridge regression turns masks and scores "
-        "into an attribution β per unit (captum Lime + ridge). Done with the context (RAG on) and without "
-        "(RAG off): ADS = β_on − β_off per unit.",
-        "SMA: Sun et al. (2025), arXiv:2508.09105.",
-    )
-
-
-frame.first_paint("Source Attribution", draw_header)  # on screen while the imports below run
+frame.first_paint(
+    "Source Attribution",
+    heading="Source Attribution (SMA)",
+    plain="Which words of the query and the passage does the answer depend on? The page hides random parts of the "
+    "input, asks again many times, and sees which parts change the answer when they are missing.",
+    precise="Random masks perturb the input units; every perturbed input is answered again and scored by length "
+    "ratio and semantic similarity to the full answer (eq. 14); ridge regression turns masks and scores "
+    "into an attribution β per unit (captum Lime + ridge). Done with the context (RAG on) and without "
+    "(RAG off): ADS = β_on − β_off per unit.",
+    citation="SMA: Sun et al. (2025), arXiv:2508.09105.",
+)  # on screen while the imports below run
 
 import json
 from typing import Any
+
+import streamlit as st
 
 from components import detector_figures as figs
 from components import inputs, keys, sma_controls, widgets

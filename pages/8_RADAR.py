@@ -9,30 +9,25 @@ lives in ``core.methods.radar``; all figures in ``components.radar_figures``.
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
-
-def draw_header() -> None:
-    """The page's title and what RADAR reads off the model."""
-    st.title("RADAR: recall or reasoning?")
-    frame.draw_intro(
-        "Does the model treat this question as something it simply remembers, or as something it has to work "
-        "out? RADAR guesses from how the model's layers behave while it reads the question.",
-        "RADAR (Recall vs. Reasoning Detection through Activation Representation) reads 37 features off one "
-        "forward pass over the prompt — 16 from the per-layer logit-lens confidence and entropy of the next "
-        "token, 21 from attention entropies and hidden-state statistics — and a soft-vote ensemble "
-        "(random forest, gradient boosting, SVM, logistic regression) says whether the model is recalling or "
-        "reasoning.",
-        "RADAR (2025) §2–§3 and appendix D.",
-    )
-
-
-frame.first_paint("RADAR", draw_header)  # on screen while the imports below run
+frame.first_paint(
+    "RADAR",
+    heading="RADAR: recall or reasoning?",
+    plain="Does the model treat this question as something it simply remembers, or as something it has to work "
+    "out? RADAR guesses from how the model's layers behave while it reads the question.",
+    precise="RADAR (Recall vs. Reasoning Detection through Activation Representation) reads 37 features off one "
+    "forward pass over the prompt — 16 from the per-layer logit-lens confidence and entropy of the next "
+    "token, 21 from attention entropies and hidden-state statistics — and a soft-vote ensemble "
+    "(random forest, gradient boosting, SVM, logistic regression) says whether the model is recalling or "
+    "reasoning.",
+    citation="RADAR (2025) §2–§3 and appendix D.",
+)  # on screen while the imports below run
 
 import json
 from typing import Any
+
+import streamlit as st
 
 from components import controls, inputs, keys, panels, prefetch, state, widgets
 from components import radar_figures as rf

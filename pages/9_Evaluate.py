@@ -15,34 +15,23 @@ in :mod:`core.evaluation`; the run widgets in :mod:`components.evaluate_jobs`, t
 
 from __future__ import annotations
 
-import streamlit as st
-
 from components import frame
 
-
-def draw_header() -> None:
-    """The page's title, what it compares, and what its labels can and cannot mean."""
-    st.title("Evaluate")
-    frame.draw_intro(
-        "How well does each detector tell memorized answers from read ones? Upload rows you have labeled (or "
-        "use the bundled probes), run every detector on them, and compare; then set RePCS' threshold from "
-        "rows you trust.",
-        "Every detector scores the same labeled rows (positive class: memorized). Reported: ROC curves, AUC with "
-        "a bootstrap 95% CI, FPR at 95% TPR and Precision@k (only when k < n). RePCS' τ is calibrated on clean "
-        "rows as a quantile of their Z (optionally length-aware, τ(L)) and checked on held-out rows.",
-        "Metrics computed with scikit-learn; RePCS calibration as in RePCS (2025) §IV-A, with the PAC sample "
-        "size of §III-G.",
-    )
-    st.caption(
-        'Labels are only as good as the probe set: *memorized* means "a well-known fact the model was likely '
-        'trained on", *grounded* "a fact that exists only in the context". An AUC describes this model on '
-        "these rows, not any single answer."
-    )
-
-
-frame.first_paint("Evaluate", draw_header)  # on screen while the imports below run
+frame.first_paint(
+    "Evaluate",
+    plain="How well does each detector tell memorized answers from read ones? Upload rows you have labeled (or "
+    "use the bundled probes), run every detector on them, and compare; then set RePCS' threshold from "
+    "rows you trust.",
+    precise="Every detector scores the same labeled rows (positive class: memorized). Reported: ROC curves, AUC with "
+    "a bootstrap 95% CI, FPR at 95% TPR and Precision@k (only when k < n). RePCS' τ is calibrated on clean "
+    "rows as a quantile of their Z (optionally length-aware, τ(L)) and checked on held-out rows.",
+    citation="Metrics computed with scikit-learn; RePCS calibration as in RePCS (2025) §IV-A, with the PAC sample "
+    "size of §III-G.",
+)  # on screen while the imports below run
 
 from dataclasses import dataclass
+
+import streamlit as st
 
 from components import controls, keys, state
 from components import evaluate_calibration as ec

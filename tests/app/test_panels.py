@@ -7,7 +7,7 @@ import re
 
 from tests.app.conftest import ROOT, open_script
 
-SHOWN_BY = {"markdown", "caption", "info", "warning", "write", "draw_intro", "subheader", "success"}
+SHOWN_BY = {"markdown", "caption", "info", "warning", "write", "draw_intro", "first_paint", "subheader", "success"}
 MATH = re.compile(r"\$[^$]+\$")
 
 
