@@ -61,3 +61,24 @@ def median_line(name: str, values: Sequence[float], unit: str, width: int = 9, d
     """``name  median X unit   (min A, max B)``: one printed row of a benchmark's table."""
     spread = f"(min {min(values):.{digits}f}, max {max(values):.{digits}f})"
     return f"{name:{width}s} median {statistics.median(values):8.{digits}f} {unit}   {spread}"
+
+
+def with_cpu_time(jobs: dict[str, Callable[[], object]]) -> tuple[dict[str, Callable[[], object]], dict[str, list]]:
+    """Wrap ``jobs`` so that each call's process CPU seconds are appended to ``spent[name]``.
+
+    With one torch thread, CPU time is far steadier than wall time on a machine shared with other work (a busy
+    neighbour stretches the wall clock, not the work done); report both.
+    """
+    spent: dict[str, list] = {name: [] for name in jobs}
+
+    def wrap(name: str, fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            t0 = time.process_time()
+            try:
+                return fn()
+            finally:
+                spent[name].append(time.process_time() - t0)
+
+        return run
+
+    return {name: wrap(name, fn) for name, fn in jobs.items()}, spent

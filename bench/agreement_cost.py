@@ -8,7 +8,8 @@ One process, one loaded model, the first bundled example (or ``--example N``). E
 
 then, once, each cheap detector on its own fresh input in the view's order (``detector_threshold`` alone, then
 ``judge``), so a reader sees who pays for what. The first repeat is a warm-up (first-use loads of assets,
-imports) and is reported apart. Prints medians and, as its last line, ``agreement_ratio=<median assess/run>``.
+imports) and is reported apart. Prints medians (wall and process CPU seconds), ``agreement_cpu_ratio=`` and, as
+its last line, ``agreement_ratio=<median assess/run>`` (wall).
 
     python bench/agreement_cost.py [--repeats 3] [--threads 1] [--example 0]
 """
@@ -19,7 +20,7 @@ import argparse
 import statistics
 import time
 
-from _common import median_line, set_threads, time_alternating
+from _common import median_line, set_threads, time_alternating, with_cpu_time
 
 from core.detectors.agreement import assess, cheap_detectors, detector_input, detector_threshold, judge
 from core.engine import DualPathSettings, run_dual_path
@@ -55,9 +56,11 @@ def main() -> int:
     warm_run, _ = _timed(run)
     warm_view, _ = _timed(view)
     print(f"warm-up (first use in this process): run {warm_run:.2f} s, agreement {warm_view:.2f} s")
-    rounds, _ = time_alternating({"run": run, "agreement": view}, args.repeats)
+    timed, cpu = with_cpu_time({"run": run, "agreement": view})
+    rounds, _ = time_alternating(timed, args.repeats)
     for name in ("run", "agreement"):
         print(median_line(name, [r[name] for r in rounds], "s", digits=2))
+        print(median_line(f"{name} cpu", cpu[name], "s", digits=2))
 
     result = state["result"]
     print(f"\n{'detector (view order)':24s} {'threshold s':>12s} {'judge s':>9s}  score")
@@ -70,6 +73,7 @@ def main() -> int:
         print(f"{detector.name:24s} {t_thr:12.3f} {t_judge:9.3f}  {shown}")
     ratio = statistics.median(r["agreement"] / r["run"] for r in rounds)
     print(f"\nexample={args.example} threads={args.threads} repeats={args.repeats} detectors={len(cheap_detectors())}")
+    print(f"agreement_cpu_ratio={statistics.median(a / b for a, b in zip(cpu['agreement'], cpu['run'])):.2f}")
     print(f"agreement_ratio={ratio:.2f}")
     return 0
 

@@ -9,8 +9,9 @@ report split:
             traced forward and the logit lens before/after the chosen layers' MLPs, shared by ``redeep``,
             ``redeep_ecs`` and ``redeep_pks``) or ``cheap`` (every detector ``evaluate --detectors cheap`` scores,
             over the stratified rows ``evaluate`` samples from ``assets/probes/probes.csv``, seed 42)
-Prints medians, the rows a detector failed on (one-token answers), and as its last line
-``<lens>_ratio=<median lens/repcs>``.
+Prints medians (wall and process CPU seconds: with one thread the CPU time is the steadier on a shared machine),
+the rows a detector failed on (one-token answers), ``<lens>_cpu_ratio=`` and as its last line
+``<lens>_ratio=<median lens/repcs>`` (wall).
 
     python bench/lens_cost.py --lens lookback [--rows 8] [--repeats 3] [--threads 1]
     python bench/lens_cost.py --lens redeep [--rows 4] [--repeats 2]
@@ -23,7 +24,7 @@ import argparse
 import csv
 import statistics
 
-from _common import median_line, set_threads, time_alternating
+from _common import median_line, set_threads, time_alternating, with_cpu_time
 
 from core.cli.commands.evaluate import detector_names
 from core.engine import DualPathSettings
@@ -75,12 +76,16 @@ def main() -> int:
     jobs = {name: job(name) for name in detectors}
     for fn in jobs.values():  # warm-up
         fn()
-    rounds, last = time_alternating(jobs, args.repeats)
+    timed, cpu = with_cpu_time(jobs)
+    rounds, last = time_alternating(timed, args.repeats)
     for name in jobs:
         print(median_line(name, [r[name] / len(rows) for r in rounds], "s/row", digits=2))
+        print(median_line(f"{name} cpu", [c / len(rows) for c in cpu[name]], "s/row", digits=2))
     ratio = statistics.median(r[args.lens] / r["repcs"] for r in rounds)
+    cpu_ratio = statistics.median(a / b for a, b in zip(cpu[args.lens], cpu["repcs"]))
     print(f"rows={len(rows)} tokens<={args.tokens} threads={args.threads} repeats={args.repeats}")
     print(f"rows a detector failed on: {last[args.lens]}")
+    print(f"{args.lens}_cpu_ratio={cpu_ratio:.2f}")
     print(f"{args.lens}_ratio={ratio:.2f}")
     return 0
 
