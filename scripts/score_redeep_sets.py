@@ -14,6 +14,7 @@ tokens = 64, template auto, greedy, fp32 CPU, one thread).
         --out-dir out/redeep/calibration    # the combined detector's training rows (scripts/build_combined.py)
     python scripts/score_redeep_sets.py assets/sets/x/x.csv --merge out/lookback/eval_x.json  # no model
     python scripts/score_redeep_sets.py --report [--before a7bfee5,ac33396]   # AUC [95% CI] per set, no model
+    python scripts/score_redeep_sets.py --why shift_topic_matched   # which rows and features the combined misranks
 
 ``--merge REPORT`` copies what an ``evaluate`` report stored for the set's rows (same settings; matched by query
 and context): the per-head means of ``lookback_cv`` and the retrieval answer, so those rows need no second pass.
@@ -155,7 +156,7 @@ def score_set(args: argparse.Namespace) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     done = load_rows(out)
     todo = [(i, r, [p for p in args.parts if not has_part(done.get(i, {}), p)]) for i, r in rows]
-    todo = [t for t in todo if t[2]]
+    todo = [t for t in todo if t[2]][:: -1 if args.reverse else 1]
     handle = load_model(device="cpu")
     settings = DualPathSettings(max_new_tokens=DEFAULT_T, score_window=DEFAULT_T, template="auto")
     with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=out.stem, file=sys.stderr) as bar:
@@ -260,7 +261,58 @@ def report(out_dir: Path, before: list[str]) -> None:
     print("combined features: " + "; ".join(f"{k}: {len(m.features)}" for k, m in combined.items()))
 
 
+def why(out_dir: Path, name: str, top: int = 8) -> None:
+    """Why the bundled combined detector misranks a set: each of its features' own AUC on the set (diagnosis
+    only, never used to choose features), the mean standardized contribution per class, and the worst-ranked rows
+    of each class with their largest contributions."""
+    import numpy as np
+
+    from core.detectors.combined import CombinedModel, bundled_model_path
+    from core.maths.metrics import auc
+    from core.methods.lookback import LookbackModel
+    from core.methods.lookback import bundled_model_path as lookback_path
+    from core.methods.redeep import ReDeEPChoice
+    from core.methods.redeep.choice import bundled_choice_path
+
+    model = CombinedModel.load(bundled_model_path("chat"))
+    lenses = {
+        "choice": ReDeEPChoice.load(bundled_choice_path("chat")),
+        "lookback": LookbackModel.load(lookback_path("chat")),
+        "combined": {},
+    }
+    rows = {
+        i: r
+        for i, r in load_rows(out_dir / f"{name}.jsonl").items()
+        if all(k in r for k in ("base", "ecs", "lookback"))
+    }
+    recs, y = labeled(name, rows)[name]
+    feats = []
+    for r in recs:
+        s = row_scores(r, lenses)
+        f = {**r["base"], "redeep_ecs": -s["redeep_ecs"], "redeep_pks": s["redeep_pks"]}
+        feats.append({**f, "lookback": s["lookback"], "lookback_mean": -s["lookback_mean"]})
+    X = np.array([[f[k] for k in model.features] for f in feats])
+    labels = np.asarray(y)
+    contrib = np.asarray(model.coef) * (X - np.asarray(model.mean)) / np.asarray(model.scale)
+    p = np.asarray([model.probability(x) for x in X])
+    print(f"{name}: n={len(y)}, AUC of the bundled combined {auc(labels, p):.3f}")
+    print("| feature | coef | its own AUC, in the sign of its coef | mean contribution, memorized | grounded |")
+    print("|---|---|---|---|---|")
+    for j, f in enumerate(model.features):
+        a = auc(labels, X[:, j] * np.sign(model.coef[j] or 1.0))
+        c1, c0 = contrib[labels == 1, j].mean(), contrib[labels == 0, j].mean()
+        print(f"| {f} | {model.coef[j]:+.2f} | {a:.3f} | {c1:+.2f} | {c0:+.2f} |")
+    for cls, order in ((1, np.argsort(p)), (0, np.argsort(-p))):
+        print(f"\nlowest-ranked {'memorized' if cls else 'grounded'} rows (P, largest contributions):")
+        for k in [k for k in order if labels[k] == cls][:top]:
+            big = sorted(zip(model.features, contrib[k]), key=lambda t: -abs(t[1]))[:4]
+            print(f"  row {recs[k]['row']}: P={p[k]:.3f}  " + ", ".join(f"{f} {c:+.2f}" for f, c in big))
+
+
 def main() -> int:
+    if "--why" in sys.argv:
+        why(OUT, sys.argv[sys.argv.index("--why") + 1])
+        return 0
     if "--report" in sys.argv:
         at = sys.argv.index("--before") + 1 if "--before" in sys.argv else None
         report(OUT, (sys.argv[at] if at else "a7bfee5,ac33396").split(","))
@@ -274,6 +326,7 @@ def main() -> int:
     parser.add_argument("--out-dir", type=Path, default=OUT, help="where the rows go (default out/redeep/sets)")
     parser.add_argument("--merge", type=Path, default=None, help="add an evaluate report's stored rows (no model)")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--reverse", action="store_true", help="last rows first (a second process on the same set)")
     add_threads_arg(parser)
     args = parser.parse_args()
     args.parts = [p for p in args.parts.split(",") if p]

@@ -131,6 +131,23 @@ def test_bundled_model_is_trained_on_the_calibration_sets_not_the_probes():
     assert model.n_grounded == 87 and model.n_memorized == 59
 
 
+def test_bundled_model_is_the_fit_of_its_stored_table():
+    """The stored training table (with both lenses' columns) refits to the bundled model, number for number."""
+    import csv
+
+    model = CombinedModel.load(bundled_model_path("chat"))
+    with bundled_model_path("chat").with_suffix(".features.csv").open(encoding="utf-8") as fh:
+        table = list(csv.DictReader(fh))
+    assert {"lookback", "lookback_mean", "redeep_ecs", "redeep_pks"} <= set(table[0])
+    X = np.array([[float(r[f]) for f in model.features] for r in table])
+    X = np.where(np.isnan(X), np.nanmean(X, axis=0), X)  # a one-token answer's lookback cells, as the build does
+    y = np.array([int(r["label"] == "memorized") for r in table])
+    refit, _ = fit_combined(X, y, model.features, model=model.model, model_slug=model.model_slug, template="chat")
+    np.testing.assert_allclose(refit.coef, model.coef, rtol=1e-9)
+    np.testing.assert_allclose(refit.mean, model.mean, rtol=1e-9)
+    assert refit.tau == pytest.approx(model.tau) and refit.auc_oof == pytest.approx(model.auc_oof)
+
+
 def test_threshold_hook_gives_the_models_tau(tiny_handle, tmp_path, monkeypatch):
     from core.detectors.agreement import detector_threshold
 
