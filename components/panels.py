@@ -88,6 +88,13 @@ def draw_headline(head: Headline) -> None:
             "—" if axis.score is None else f"{unit} {axis.score:.2f}",
             help=f"{axis.direction}. Threshold {_num(axis.threshold, 2)}{band}.",
         )
+    if head.joint is not None:
+        low, high = head.joint["band"]
+        st.caption(
+            f"Each axis alone was inconclusive, so both axes' observations were weighed together (a logistic "
+            f"regression on the calibration rows): P(read) {head.joint['score']:.2f}, inconclusive band "
+            f"[{low:.2f}, {high:.2f}]."
+        )
     st.caption(
         "Context reliance: did the answer need the context (from the per-token KL of this run). Parametric "
         "support: would the model give this answer without the context (its answer without the context and the "

@@ -40,3 +40,23 @@ def test_the_dual_path_definition_renders_as_math(tiny_app) -> None:
     at = open_script(str(ROOT / "pages" / "1_Dual_Path.py"), 120)
     precise = next(m.value for m in at.markdown if "first $T$ answer tokens" in m.value)
     assert r"$Z = \sum_{t<T} \mathrm{KL}_t$" in precise and "Σ_{" not in precise
+
+
+def _headline_script(joint: dict | None) -> None:
+    from components.panels import draw_headline
+    from core.engine.axes import Axis, Headline
+
+    rel = Axis("context_reliance", "mixed", 0.59, 0.65, (0.37, 0.65), "higher = read", {})
+    sup = Axis("parametric_support", "mixed", -1.83, -2.36, (-2.40, -1.81), "higher = supported", {})
+    draw_headline(Headline("inconclusive", None, "Mixed evidence.", rel, sup, "test", joint))
+
+
+def test_draw_headline_shows_the_joint_resolver_only_when_it_was_consulted() -> None:
+    from streamlit.testing.v1 import AppTest
+
+    joint = {"score": 0.72, "threshold": 0.46, "band": [0.42, 0.79], "decided": False}
+    at = AppTest.from_function(_headline_script, args=(joint,)).run()
+    assert not at.exception
+    assert any("P(read) 0.72, inconclusive band [0.42, 0.79]" in c.value for c in at.caption)
+    at = AppTest.from_function(_headline_script, args=(None,)).run()
+    assert not at.exception and not any("weighed together" in c.value for c in at.caption)
