@@ -108,10 +108,11 @@ def evaluate_from_args(
 
 
 def sweep_from_args(args: argparse.Namespace, sweep: dict[str, Any]) -> dict[str, Any]:
-    """``ablate --sweep --ray``: :func:`core.scale.ray_sweep.layer_sweep_on_ray`; the grid's dict plus ``"ray"``.
+    """``ablate --sweep --ray``: :func:`core.methods.ablation.layer_sweep` with its scoring runs on Ray
+    (:class:`core.scale.ray_sweep.RaySweepRunner`); the grid's dict plus ``"ray"``.
 
     ``sweep`` (``query``, ``context``, ``settings``, ``eps``, ``seeds``, ``layers``, ``max_new_tokens``) is what
-    the local :func:`core.methods.ablation.layer_sweep` gets.
+    the local run gets.
 
     Raises:
         ValueError: ``--ray`` without ``--sweep`` (only the single-layer sweep runs on Ray), bad layers/ε/seeds;
@@ -120,17 +121,21 @@ def sweep_from_args(args: argparse.Namespace, sweep: dict[str, Any]) -> dict[str
     check_ray_args(args)
     if not args.sweep:
         raise ValueError("--ray runs the single-layer sweep (--sweep) on Ray; the other experiments run locally")
+    from core.methods.ablation import layer_sweep
     from core.scale.cluster import connect, disconnect
-    from core.scale.ray_sweep import layer_sweep_on_ray
+    from core.scale.ray_sweep import RaySweepRunner
+    from core.scale.spec import planning_handle
 
+    spec = spec_from_args(args)
     session = connect(args.ray)
     try:
         with progress_bar(0, unit="run") as progress:
-            grid, stats = layer_sweep_on_ray(spec_from_args(args), workers=args.workers, progress=progress, **sweep)
+            runner = RaySweepRunner(spec, workers=args.workers, progress=progress)
+            grid = layer_sweep(planning_handle(spec), runner=runner, **sweep)
     finally:
         disconnect(session)
     report = grid.to_dict()
-    report["ray"] = {**stats.to_dict(), "address": session.address}
+    report["ray"] = {**runner.stats.to_dict(), "address": session.address}  # type: ignore[union-attr]
     sys.stderr.write(_stats_line(report["ray"], "runs") + "\n")
     return report
 

@@ -18,13 +18,13 @@ while the block is not).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from core.engine import DualPathSettings, prepare_prompts
+from core.engine import DualPathSettings, PreparedPrompts, prepare_prompts
 from core.methods.ablation.interventions import intervention_parts, noise_injection
 from core.methods.ablation.layers import format_layers, parse_layers
 from core.methods.ablation.scoring import SWEEP_MAX_NEW_TOKENS, ScoredRun, score_run, sweep_settings
@@ -171,6 +171,7 @@ def dose_response(
     *,
     max_new_tokens: int = SWEEP_MAX_NEW_TOKENS,
     progress: Progress | None = None,
+    runner: SweepRunner | None = None,
 ) -> NoiseGrid:
     """Z and log P(first clean answer token) against ε for noise on one block of layers.
 
@@ -180,6 +181,9 @@ def dose_response(
 
     Raises:
         ValueError: bad layers, ε, seeds or inputs.
+
+    ``runner`` makes the scoring runs (default: here, one after the other; ``core.scale.ray_sweep`` spreads
+    them over Ray actors).
     """
     parts = intervention_parts(handle)
     block = parse_layers(layers, parts.n_layers)
@@ -189,7 +193,7 @@ def dose_response(
         NoiseSpec(tuple(block), e, seed_list[0]).validate(parts)
     return _noise_grid(
         handle, query, context, settings, kind="dose_response", runs=[(block, e) for e in grid], conditions=grid,
-        layers=block, eps=grid, seeds=seed_list, max_new_tokens=max_new_tokens, progress=progress,
+        layers=block, eps=grid, seeds=seed_list, max_new_tokens=max_new_tokens, progress=progress, runner=runner,
     )  # fmt: skip
 
 
@@ -204,10 +208,12 @@ def layer_sweep(
     layers: str | Sequence[int] | None = None,
     max_new_tokens: int = SWEEP_MAX_NEW_TOKENS,
     progress: Progress | None = None,
+    runner: SweepRunner | None = None,
 ) -> NoiseGrid:
     """Noise on one decoder layer at a time at a fixed ε: ΔZ per layer (CRM appendix J, Table 16).
 
-    ``1 + #layers·#seeds`` scoring runs (``layers`` default: every decoder layer).
+    ``1 + #layers·#seeds`` scoring runs (``layers`` default: every decoder layer), made by ``runner`` as in
+    :func:`dose_response`. ``handle`` may be weightless when the runner scores elsewhere.
 
     Raises:
         ValueError: bad layers, ε (including ε = 0: every layer would be the clean run) or seeds.
@@ -216,7 +222,7 @@ def layer_sweep(
     return _noise_grid(
         handle, query, context, settings, kind="layer_sweep", runs=[([layer], float(eps)) for layer in chosen],
         conditions=chosen, layers=chosen, eps=[float(eps)], seeds=seed_list, max_new_tokens=max_new_tokens,
-        progress=progress,
+        progress=progress, runner=runner,
     )  # fmt: skip
 
 
@@ -225,7 +231,7 @@ def plan_layer_sweep(
 ) -> tuple[list[int], list[int]]:
     """The single-layer sweep's checked layers (default: every decoder layer) and distinct seeds.
 
-    Shared by :func:`layer_sweep` and ``core.scale.ray_sweep`` (which checks on a weightless model).
+    Checks only the model's shape, so a weightless handle will do (``core.scale.ray_sweep`` plans there).
 
     Raises:
         ValueError: bad layers, ε (including ε = 0: every layer would be the clean run) or seeds.
@@ -320,6 +326,41 @@ def assemble_grid(
     )
 
 
+SweepRun = tuple[list[int], float, int]
+"""One scoring run of a sweep under noise: (decoder layers, ε, seed)."""
+SweepRunner = Callable[
+    [ModelHandle, PreparedPrompts, DualPathSettings, list[SweepRun], Progress | None],
+    tuple[RunOutcome, list[RunOutcome], str],
+]
+"""How a sweep's scoring runs are made (:func:`run_locally` here; ``core.scale.ray_sweep`` on Ray):
+``runner(handle, prepared, settings, runs, progress)`` returns the clean reference run, one run per
+``(layers, ε, seed)`` of ``runs`` under that noise (each log p of the clean run's first answer token) in order,
+and that token's text."""
+
+
+def run_locally(
+    handle: ModelHandle,
+    prepared: PreparedPrompts,
+    settings: DualPathSettings,
+    runs: list[SweepRun],
+    progress: Progress | None,
+) -> tuple[ScoredRun, list[ScoredRun], str]:
+    """:class:`SweepRunner` through ``handle``: the clean run, then each run in its own
+    :func:`~core.methods.ablation.interventions.noise_injection` (the model is held for one run at a time)."""
+    n_runs = 1 + len(runs)
+    clean = score_run(handle, prepared, settings)
+    if progress is not None:
+        progress(1, n_runs, "clean reference")
+    first = clean.answer_ids[0]
+    out: list[ScoredRun] = []
+    for done, (run_layers, e, seed) in enumerate(runs, start=2):
+        with noise_injection(handle, run_layers, e, seed):
+            out.append(score_run(handle, prepared, settings, first))
+        if progress is not None:
+            progress(done, n_runs, f"layers {format_layers(run_layers)} · ε = {e:g} · seed {seed}")
+    return clean, out, handle.decode_tokens([first])[0]
+
+
 def _noise_grid(
     handle: ModelHandle,
     query: str,
@@ -334,35 +375,21 @@ def _noise_grid(
     seeds: list[int],
     max_new_tokens: int,
     progress: Progress | None,
+    runner: SweepRunner | None,
 ) -> NoiseGrid:
     """The clean reference, then one scoring run per (condition, seed) with ε > 0 (ε = 0 reuses the clean run)."""
     s = sweep_settings(settings, max_new_tokens)
     prepared = prepare_prompts(handle, query, context, s)
-    n_runs = 1 + sum(len(seeds) for _, e in runs if e > 0)
+    noisy = [(run_layers, e, seed) for run_layers, e in runs if e > 0 for seed in seeds]
+    n_runs = 1 + len(noisy)
     check_run_budget(n_runs)
     t0 = time.perf_counter()
-    done = 0
-    clean = score_run(handle, prepared, s)
-    done += 1
-    if progress is not None:
-        progress(done, n_runs, "clean reference")
-    first = clean.answer_ids[0]
-    cells: list[list[ScoredRun]] = []
-    for run_layers, e in runs:
-        row: list[ScoredRun] = []
-        for seed in seeds:
-            if e == 0:
-                rec = clean  # ε = 0 adds exact zeros: the run is the clean run (tests check this)
-            else:
-                with noise_injection(handle, run_layers, e, seed):
-                    rec = score_run(handle, prepared, s, first)
-                done += 1
-                if progress is not None:
-                    progress(done, n_runs, f"layers {format_layers(run_layers)} · ε = {e:g} · seed {seed}")
-            row.append(rec)
-        cells.append(row)
+    clean, outcomes, first_token = (runner or run_locally)(handle, prepared, s, noisy, progress)
+    made = iter(outcomes)
+    # ε = 0 adds exact zeros: the run is the clean run (tests check this)
+    cells = [[clean if e == 0 else next(made) for _ in seeds] for _, e in runs]
     return assemble_grid(
-        clean, cells, kind=kind, clean_first_token=handle.decode_tokens([first])[0], conditions=conditions,
+        clean, cells, kind=kind, clean_first_token=first_token, conditions=conditions,
         layers=layers, eps=eps, seeds=seeds, settings=s, model=handle.info.name, query=prepared.query,
         context=prepared.context, elapsed_s=time.perf_counter() - t0, n_runs=n_runs,
     )  # fmt: skip

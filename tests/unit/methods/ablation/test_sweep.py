@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -80,3 +81,26 @@ def test_layer_sweep_is_one_single_layer_run_per_layer(tiny_handle):
         ablation.dose_response(tiny_handle, Q, C, _settings(), "1", [-0.5], [0])
     with pytest.raises(ValueError):
         ablation.dose_response(tiny_handle, Q, C, _settings(), "1", [0.5], [])
+
+
+def test_a_runner_makes_the_noisy_runs_and_the_grid_reuses_the_clean_run_at_eps_zero(tiny_handle):
+    seen = []
+
+    def runner(handle, prepared, settings, runs, progress):
+        seen.append((prepared.query, settings.max_new_tokens, runs))
+
+        def outcome(z: float, ids: list[int]) -> SimpleNamespace:
+            return SimpleNamespace(z=z, first_token_logprob=-z, first_token_logprob_para=-2 * z, answer_ids=ids,
+                                   answer=f"a{z:g}")  # fmt: skip
+
+        return outcome(1.0, [7, 8]), [outcome(10.0 + i, [7]) for i in range(len(runs))], "tok"
+
+    grid = ablation.dose_response(tiny_handle, Q, C, _settings(), "1-2", [0.0, 0.5, 1.0], [3, 4], max_new_tokens=6,
+                                  runner=runner)  # fmt: skip
+    assert seen == [(Q, 6, [([1, 2], 0.5, 3), ([1, 2], 0.5, 4), ([1, 2], 1.0, 3), ([1, 2], 1.0, 4)])]
+    np.testing.assert_array_equal(grid.z, [[1.0, 1.0], [10.0, 11.0], [12.0, 13.0]])
+    np.testing.assert_array_equal(grid.first_token_logprob_para, -2 * grid.z)
+    np.testing.assert_array_equal(grid.answer_changed, [[False, False], [True, True], [True, True]])
+    np.testing.assert_array_equal(grid.n_tokens, [[2, 2], [1, 1], [1, 1]])
+    assert (grid.clean_first_token, grid.clean_answer, grid.timings["runs"]) == ("tok", "a1", 5.0)
+    assert grid.answers[2] == ["a12", "a13"]
