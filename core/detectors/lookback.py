@@ -122,38 +122,42 @@ class LookbackDetector(Detector):
         return None if model is None else self.tau(model)
 
 
-register(
-    LookbackDetector(
-        name=NAME,
-        label="Lookback Lens: LR over per-head lookback ratios (bundled fit)",
-        higher_means=MEMORIZED_HIGH,
-        score=score,
-        cost="forward",
-        source=SOURCE + "; fitted on the calibration split of assets/behavior/",
-    )
+DETECTORS: tuple[tuple[type[Detector], dict], ...] = (
+    (
+        LookbackDetector,
+        {
+            "name": NAME,
+            "label": "Lookback Lens: LR over per-head lookback ratios (bundled fit)",
+            "higher_means": MEMORIZED_HIGH,
+            "score": score,
+            "source": SOURCE + "; fitted on the calibration split of assets/behavior/",
+        },
+    ),
+    (
+        Detector,
+        {
+            "name": CV_NAME,
+            "label": "Lookback Lens, logistic regression, 5-fold CV on these rows",
+            "higher_means": MEMORIZED_HIGH,
+            "score": _cv_score,
+            "source": SOURCE + " (stratified 5-fold CV, seed 42)",
+            "needs_fit": True,
+            "features": features,
+        },
+    ),
+    (
+        LookbackDetector,
+        {
+            "name": MEAN_NAME,
+            "label": "Lookback ratio, mean over heads and answer tokens",
+            "higher_means": GROUNDED_HIGH,
+            "score": score_mean,
+            "source": "Lookback Lens (Chuang et al., EMNLP 2024) eq. 1, averaged (no fit)",
+            "tau": mean_tau,
+        },
+    ),
 )
-register(
-    Detector(
-        name=CV_NAME,
-        label="Lookback Lens, logistic regression, 5-fold CV on these rows",
-        higher_means=MEMORIZED_HIGH,
-        score=_cv_score,
-        cost="forward",
-        source=SOURCE + " (stratified 5-fold CV, seed 42)",
-        needs_fit=True,
-        features=features,
-    )
-)
+"""(class, fields) of the three detectors, all of cost ``forward``."""
 
-
-register(
-    LookbackDetector(
-        name=MEAN_NAME,
-        label="Lookback ratio, mean over heads and answer tokens",
-        higher_means=GROUNDED_HIGH,
-        score=score_mean,
-        cost="forward",
-        source="Lookback Lens (Chuang et al., EMNLP 2024) eq. 1, averaged (no fit)",
-        tau=mean_tau,
-    )
-)
+for _cls, _fields in DETECTORS:
+    register(_cls(cost="forward", **_fields))

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from core.detectors import keys
+from core.detectors.keys import REDEEP_DETAILS, REDEEP_SETTINGS
 from core.detectors.registry import (
     CONTEXT_RELIANCE,
     GROUNDED_HIGH,
@@ -35,9 +35,9 @@ from core.detectors.shared import redeep_trace_for
 from core.methods.redeep import ReDeEPChoice, ReDeEPView, choice_for, is_fitted, load_table_for
 from core.methods.redeep.analysis import view_of
 
-SETTINGS = keys.REDEEP_SETTINGS
+SETTINGS = REDEEP_SETTINGS
 """``DetectorInput.cache`` key: a :class:`~core.methods.redeep.ReDeEPChoice` to use instead of the stored one."""
-DETAILS = keys.REDEEP_DETAILS
+DETAILS = REDEEP_DETAILS
 """``DetectorInput.cache`` key: the row's :class:`~core.methods.redeep.ReDeEPView`."""
 SOURCE = "ReDeEP (Sun et al., ICLR 2025, arXiv 2410.11414)"
 
