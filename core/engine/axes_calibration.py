@@ -70,32 +70,37 @@ def _sigmoid(logit: float) -> float:
     return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
 
 
-def _p_read(model: JointModel | AxesCalibration, feats: dict[str, float]) -> float:
-    """A standardized logistic regression's P(read) = σ(intercept + coef · (x − mean) / scale), x = the
-    ``model.features`` of ``feats``."""
-    x = np.array([feats[name] for name in model.features], dtype=np.float64)
-    z = (x - np.asarray(model.mean)) / np.asarray(model.scale)
-    return _sigmoid(float(model.intercept + np.dot(np.asarray(model.coef), z)))
-
-
 @dataclass(frozen=True)
-class JointModel:
-    """The joint resolver: a logistic regression on both axes' observations (:data:`JOINT_FEATURES`), P(read),
-    consulted only where the decision table says *Inconclusive* — it decides when its probability lies outside
-    its band (cut and band fitted on 5-fold cross-validated probabilities of the calibration rows), so
-    *Inconclusive* is left for runs whose evidence is ambiguous taken together, not only axis by axis."""
+class StandardizedLogistic:
+    """A logistic regression on standardized features, stored as plain numbers: P(read) = σ(intercept + coef ·
+    (x − mean) / scale), x = the ``features`` of a run (a subclass names them)."""
 
     mean: tuple[float, ...]
     scale: tuple[float, ...]
     coef: tuple[float, ...]
     intercept: float
+
+    def p_read(self, feats: dict[str, float]) -> float:
+        """P(read) for a run's features (a dict with at least ``self.features``)."""
+        x = np.array([feats[name] for name in self.features], dtype=np.float64)  # a subclass names them
+        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
+        return _sigmoid(float(self.intercept + np.dot(np.asarray(self.coef), z)))
+
+
+@dataclass(frozen=True)
+class JointModel(StandardizedLogistic):
+    """The joint resolver: a logistic regression on both axes' observations (:data:`JOINT_FEATURES`), P(read),
+    consulted only where the decision table says *Inconclusive* — it decides when its probability lies outside
+    its band (cut and band fitted on 5-fold cross-validated probabilities of the calibration rows), so
+    *Inconclusive* is left for runs whose evidence is ambiguous taken together, not only axis by axis."""
+
     threshold: float
     band: tuple[float, float]
     features: tuple[str, ...] = JOINT_FEATURES
 
     def probability(self, feats: dict[str, float]) -> float:
         """P(read) for the features of :func:`joint_features`."""
-        return _p_read(self, feats)
+        return self.p_read(feats)
 
     def to_dict(self) -> dict[str, Any]:
         return json_fields(self)
@@ -112,7 +117,7 @@ class JointModel:
 
 
 @dataclass(frozen=True)
-class AxesCalibration:
+class AxesCalibration(StandardizedLogistic):
     """The fitted axes of one model (a small JSON file; :meth:`from_dict` checks every field).
 
     Attributes:
@@ -126,10 +131,6 @@ class AxesCalibration:
     """
 
     model: str
-    mean: tuple[float, ...]
-    scale: tuple[float, ...]
-    coef: tuple[float, ...]
-    intercept: float
     reliance_threshold: float
     reliance_band: tuple[float, float]
     support_threshold: float
@@ -141,7 +142,7 @@ class AxesCalibration:
 
     def reliance(self, feats: dict[str, float]) -> float:
         """P(read) of axis 1 for the features of :func:`reliance_features`."""
-        return _p_read(self, feats)
+        return self.p_read(feats)
 
     def to_dict(self) -> dict[str, Any]:
         out = json_fields(self)

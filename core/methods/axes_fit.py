@@ -94,6 +94,17 @@ def _r6(v: float) -> float:
     return round(float(v), 6)
 
 
+def _stored(lr: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a :class:`~core.engine.axes_calibration.StandardizedLogistic` from :func:`fit_reliance`'s
+    output, rounded to 6 decimals as stored."""
+    return {
+        "mean": tuple(_r6(v) for v in lr["mean"]),
+        "scale": tuple(_r6(v) for v in lr["scale"]),
+        "coef": tuple(_r6(v) for v in lr["coef"]),
+        "intercept": _r6(lr["intercept"]),
+    }
+
+
 def fit_joint(joint_X: np.ndarray, read: np.ndarray, max_inside: float = MAX_INSIDE) -> JointModel:
     """The joint resolver from ``joint_X`` (columns :data:`JOINT_FEATURES`) and ``read`` labels."""
     if joint_X.shape[1] != len(JOINT_FEATURES):
@@ -101,10 +112,7 @@ def fit_joint(joint_X: np.ndarray, read: np.ndarray, max_inside: float = MAX_INS
     lr = fit_reliance(joint_X, read)
     cut, low, high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
     return JointModel(
-        mean=tuple(_r6(v) for v in lr["mean"]),
-        scale=tuple(_r6(v) for v in lr["scale"]),
-        coef=tuple(_r6(v) for v in lr["coef"]),
-        intercept=_r6(lr["intercept"]),
+        **_stored(lr),
         threshold=_r6(cut),
         band=(_r6(low), _r6(high)),
     )
@@ -128,17 +136,13 @@ def fit_axes(
     lr = fit_reliance(reliance_X, read)
     r_cut, r_low, r_high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
     s_cut, s_low, s_high = cut_and_band(support_logprob, np.asarray(recalled, bool), max_inside)
-    r6 = _r6
     return AxesCalibration(
+        **_stored(lr),
         model=model,
-        mean=tuple(r6(v) for v in lr["mean"]),
-        scale=tuple(r6(v) for v in lr["scale"]),
-        coef=tuple(r6(v) for v in lr["coef"]),
-        intercept=r6(lr["intercept"]),
-        reliance_threshold=r6(r_cut),
-        reliance_band=(r6(r_low), r6(r_high)),
-        support_threshold=r6(s_cut),
-        support_band=(r6(s_low), r6(s_high)),
+        reliance_threshold=_r6(r_cut),
+        reliance_band=(_r6(r_low), _r6(r_high)),
+        support_threshold=_r6(s_cut),
+        support_band=(_r6(s_low), _r6(s_high)),
         source=source,
         features=RELIANCE_FEATURES,
         fitted_on=fitted_on,
