@@ -14,7 +14,9 @@ regression (label read), axis 2's cut on the parametric log-probability (label r
 ``assets/thresholds/axes-embedded.json``, ``assets/calibration/axes_calibration.csv`` (the calibration rows'
 features and labels, so ``--from-features`` refits without the model) and ``assets/calibration/widened_clean.csv``
 (the read calibration rows' Z and L, for ``scripts/calibrate_threshold.py --widen``). ``--measure`` prints the
-headline against behavior on the report rows (conflict rows, the whole split, NQ-Swap rows) and writes it as JSON.
+headline against behavior on the report rows (conflict rows, the whole split, NQ-Swap rows) and writes it as JSON;
+rows of another behavior-labeled set (``scripts/score_axes_rows.py --heldout CSV``) count as report rows. With
+``--from-features --no-write --measure``, the fit comes from the bundled features and ``--rows`` are only measured.
 
     python scripts/calibrate_axes.py [--rows FILE …] [--from-features] [--measure out/axes/measure.json]
 """
@@ -169,7 +171,7 @@ def measure(scored: list[tuple[dict[str, str], DualPathResult, str | None]], cal
     A row counts with the behavior label of the set (its 16-token build answer); ``relabel`` is this run's."""
     rows = []
     for row, res, lab in scored:
-        if row["set"] != "behavior" or row["split"] != "report":
+        if row["set"] not in ("behavior", "heldout") or row["split"] != "report":
             continue
         head = headline(res, cal)
         rows.append(
@@ -212,7 +214,8 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="fit and print, leave the bundled files alone")
     args = ap.parse_args()
 
-    scored = [] if args.from_features else [item for path in args.rows for item in load_rows(path)]
+    measuring = args.measure is not None
+    scored = [item for path in args.rows for item in load_rows(path)] if measuring or not args.from_features else []
     if args.from_features:
         with FEATURES_CSV.open(encoding="utf-8", newline="") as fh:
             rows = list(csv.DictReader(fh))

@@ -15,6 +15,7 @@ Greedy answers of at most 16 new tokens, as the behavior labels were read (the c
 first 16 answer tokens only, :data:`core.engine.axes.RELIANCE_WINDOW`, so the fit carries to longer answers).
 
     python scripts/score_axes_rows.py [--out out/axes/rows.jsonl] [--limit N] [--max-new-tokens 16]
+    python scripts/score_axes_rows.py --heldout other_behavior.csv --out out/axes/heldout.jsonl   # measured only
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def paraphrase(query: str, i: int) -> str:
     """The ``i``-th short-answer rewording of ``query`` (cycling through :data:`PARAPHRASES`)."""
     form = PARAPHRASES[i % len(PARAPHRASES)]
     return form.format(q=query, ql=query[:1].lower() + query[1:])
+
+
+def heldout_rows(path: Path) -> list[dict]:
+    """Every row of another behavior-labeled CSV (``python -m core conflict``'s output), as report rows of the set
+    ``heldout``: measured only, never fitted on."""
+    return [{"set": "heldout", **r, "split": "report"} for r in read_csv(path)]
 
 
 def rows() -> list[dict]:
@@ -71,6 +78,7 @@ def main() -> int:
         "greedy answer of the parametric prompt generated when the set was built)",
     )
     ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--heldout", type=Path, default=None, help="score this behavior-labeled CSV instead (set heldout)")
     args = ap.parse_args()
 
     import torch
@@ -78,8 +86,9 @@ def main() -> int:
     from core.engine import DualPathSettings, ScoreRequest, score_rows
     from core.model.loading import load_model
 
-    sets = set(args.sets.split(","))
-    items = [r for r in rows() if r["set"] in sets and args.split in ("all", r["split"])]
+    sets = {"heldout"} if args.heldout else set(args.sets.split(","))
+    source = heldout_rows(args.heldout) if args.heldout else rows()
+    items = [r for r in source if r["set"] in sets and args.split in ("all", r["split"])]
     done = set()
     for path in args.done:
         with path.open(encoding="utf-8") as fh:
@@ -97,7 +106,7 @@ def main() -> int:
             part = items[start : start + chunk]
             results = score_rows(handle, [(r["query"], r["context"]) for r in part], request)
             for r, res in zip(part, results):
-                if not args.free_parametric and r.get("no_context_answer") and r["set"] == "behavior":
+                if not args.free_parametric and r.get("no_context_answer") and r["set"] in ("behavior", "heldout"):
                     res = replace(res, parametric=replace(res.parametric, answer=r["no_context_answer"], finish="set"))
                 fh.write(json.dumps({"row": r, "result": res.to_dict()}, ensure_ascii=False) + "\n")
             fh.flush()
