@@ -23,7 +23,7 @@ from typing import Any
 
 from core.detectors import Detector
 from core.engine import DualPathSettings, plan_batches
-from core.evaluation.data import Row, prompt_lengths
+from core.evaluation.data import ConflictRow, Row, prompt_lengths
 from core.evaluation.report import summarize
 from core.evaluation.scoring import resolve_detectors, score_records
 from core.methods.repcs import Threshold
@@ -74,6 +74,12 @@ class JobSpec:
     def same_choices(self, other: JobSpec) -> bool:
         """Whether ``other`` asks for the same run (everything but :attr:`kind`)."""
         return replace(self, kind=other.kind) == other
+
+
+def _behavior_labeled(row: Row) -> bool:
+    """A row whose answer is labeled by behavior (``answer_context`` / ``answer_memory``): its parametric answer
+    is generated, as the app does, so the two-axis headline reported for it is the app's headline."""
+    return isinstance(row, ConflictRow) or bool({"answer_context", "answer_memory"} & set(row.extra))
 
 
 @dataclass
@@ -253,19 +259,20 @@ class EvaluationJob:
         self, handle: ModelHandle, b: int, threshold: Threshold | None, source: str | None, raise_errors: bool
     ) -> None:
         batch = self.batches[b]  # type: ignore[index]
+        rows = [self.rows[i] for i in batch]
         t0 = time.perf_counter()
         ok = False
         try:
             records = score_records(
                 handle,
-                [self.rows[i] for i in batch],
+                rows,
                 self.spec.settings,
                 self._detectors or {},
                 threshold=threshold,
                 threshold_source=source,
                 noise_sigmas=self.spec.sigmas,
                 noise_seed=self.spec.noise_seed,
-                free_parametric=self.spec.kind == CONFLICT,
+                free_parametric=self.spec.kind == CONFLICT or any(_behavior_labeled(r) for r in rows),
             )
             with self._lock:
                 for i, rec in zip(batch, records):

@@ -174,3 +174,22 @@ def test_evaluate_rows_reports_progress_per_row(tiny_handle):
     )
     assert seen == [(i, 6) for i in range(1, 7)]
     assert report["n"] == 6 and [r["row"] for r in report["rows"]] == [1, 2, 3, 4, 5, 6]
+
+
+def test_behavior_labeled_rows_get_the_parametric_answer_the_app_generates(tiny_handle, monkeypatch):
+    """A row labeled by behavior (answer_context / answer_memory) is scored with the parametric path's own answer,
+    as the app's Dual Path run is, so the headline the report counts is the app's; other rows are not."""
+    seen = []
+    real = scheduler.score_records
+
+    def spy(handle, rows, *args, **kw):
+        seen.extend((r.row, kw["free_parametric"]) for r in rows)
+        return real(handle, rows, *args, **kw)
+
+    monkeypatch.setattr(scheduler, "score_records", spy)
+    extra = {"answer_context": "Quill", "answer_memory": "Rome"}
+    behavior = [LabeledRow(r.row, r.query, r.context, r.label, dict(extra)) for r in ROWS[:2]]
+    job = EvaluationJob(_spec(rows_key=(1, 2, 3, 4), detectors=("repcs",), batch_size=1), [*behavior, *ROWS[2:4]])
+    job.prepare(tiny_handle)
+    _run(job, tiny_handle)
+    assert sorted(seen) == [(1, True), (2, True), (3, False), (4, False)]
