@@ -171,12 +171,23 @@ def score_set(args: argparse.Namespace) -> None:
             bar.update(len(chunk))
 
 
+def _by_label(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
+    return rows, [int(r["label"]) for r in rows]
+
+
 def labeled(name: str, rows: dict[int, dict[str, Any]]) -> dict[str, tuple[list[dict[str, Any]], list[int]]]:
     """A set's columns of the report: ``{column: (rows, labels)}``. The behavior set is labeled by what the
     stored 64-token answer named (``evaluate``'s rule; undecided rows left out), in two columns: every row and the
-    conflict rows; any other set by its own label."""
+    conflict rows; the unscreened set in two columns too (every row, and those whose label the model's behavior
+    confirms); any other set by its own label."""
+    if name == "unscreened":  # and its behavior-confirmed rows (parametric_correct), as the README's table
+        from core.evaluation.data import label_confirmed
+
+        csv_rows = read_csv(REPO_ROOT / "assets" / "sets" / name / f"{name}.csv")
+        ok = [r for i, r in rows.items() if label_confirmed(csv_rows[i - 1]["label"], csv_rows[i - 1])]
+        return {name: _by_label(list(rows.values())), f"{name} (confirmed)": _by_label(ok)}
     if not name.startswith("behavior"):
-        return {name: (list(rows.values()), [int(r["label"]) for r in rows.values()])}
+        return {name: _by_label(list(rows.values()))}
     from core.evaluation.behavior import RECALLED, behavior_label, in_subset
 
     out: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
@@ -280,12 +291,13 @@ def why(out_dir: Path, name: str, top: int = 8) -> None:
         "lookback": LookbackModel.load(lookback_path("chat")),
         "combined": {},
     }
+    stem = name.split(":")[0]  # a set, or a column of one ("behavior-report: conflict")
     rows = {
         i: r
-        for i, r in load_rows(out_dir / f"{name}.jsonl").items()
+        for i, r in load_rows(out_dir / f"{stem}.jsonl").items()
         if all(k in r for k in ("base", "ecs", "lookback"))
     }
-    recs, y = labeled(name, rows)[name]
+    recs, y = labeled(stem, rows)[name]
     feats = []
     for r in recs:
         s = row_scores(r, lenses)
