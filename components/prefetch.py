@@ -53,9 +53,9 @@ LABELS = {
     RADAR: "RADAR's forward pass over the prompt",
 }
 POLL_S = 0.25
+"""How often a waiting task looks whether the model is free, and a waiting view whether its task is done."""
 MAX_STARTED = 64
 """Tasks a session remembers having started (a Dual Path rerun of the same result does not start them again)."""
-"""How often a waiting task looks whether the model is free, and a waiting view whether its task is done."""
 
 _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ror-prefetch")
 
