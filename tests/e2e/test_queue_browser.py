@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 QUERY, CONTEXT = "Query", "Context (the retrieved passage)"
 MAX_TOKENS = "Max new tokens per answer"
 QUEUED = '[data-testid="stAlertContentInfo"]:has-text("Queued:")'
+GENERATING = "Generating r₁, then the critique answer r₂"
 HANDOVER_S = 60
 """How soon B's run must start after A's tab closes: a few tokens on a busy CPU (A's 1,024-token answer would
 take minutes)."""
@@ -45,9 +46,14 @@ def test_closing_the_running_tab_hands_the_model_to_the_queued_visitor(browser, 
         b.fill(CONTEXT, "The capital of the Republic of Veltria is Marrowgate.")
 
         a.page.get_by_role("button", name="Run Self-Critique").click()
-        a.page.wait_for_timeout(3000)  # A holds the model
+        a.page.get_by_text(GENERATING).first.wait_for(timeout=STEP_TIMEOUT_MS)  # A's run has started
+        a.page.locator(QUEUED).first.wait_for(state="detached", timeout=STEP_TIMEOUT_MS)  # and holds the model
+        a.page.wait_for_timeout(1000)
         b.page.get_by_role("button", name="Run both paths").click()
-        b.page.locator(QUEUED).first.wait_for(timeout=STEP_TIMEOUT_MS)
+        try:
+            b.page.locator(QUEUED).first.wait_for(timeout=STEP_TIMEOUT_MS)
+        except Exception as exc:  # say what both pages showed
+            raise AssertionError(b.diagnose("B was never queued") + "\n" + a.diagnose("A's page")) from exc
         assert "1 run ahead" in b.page.locator(QUEUED).first.inner_text(), b.diagnose("B is queued behind A")
 
         closed = time.monotonic()
