@@ -3,7 +3,8 @@
 This module imports Streamlit only. A page script imports nothing else at its top, draws its title and intro
 with :func:`first_paint`, and imports its libraries (the model's: PyTorch, transformers; its own: scikit-learn,
 SciPy, captum, plotly — seconds on a server's first run of the page) only after it, so the title and the
-introduction are on screen while they import and while the model loads (:func:`components.page.open_page`)::
+introduction are on screen while they import and while the model loads (:func:`components.page.open_page`). A
+page with inputs that need no model draws them next, still before its libraries (:mod:`components.prologue`)::
 
     from components import frame
 

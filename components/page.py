@@ -35,8 +35,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
-from components import inputs, keys, queue, state, url_state, widgets
+from components import keys, prologue, queue, state, url_state, widgets
 from components.frame import page_title
 from components.state import AppConfig
 from components.text import escape_markdown, plain_message
@@ -62,10 +63,13 @@ class PageContext:
         selected: what the shared sidebar selected (available at once, before the model is loaded).
     """
 
-    def __init__(self, config: AppConfig, handle: ModelHandle | None = None) -> None:
+    def __init__(
+        self, config: AppConfig, handle: ModelHandle | None = None, notices: DeltaGenerator | None = None
+    ) -> None:
         self.selected = config
         self._resolved: tuple[ModelHandle, AppConfig] | None = None if handle is None else (handle, config)
-        self._notices = st.container()  # above everything the page draws next: a model that cannot load says so here
+        # above the page's inputs: the loading notice, and the error of a model that cannot load
+        self._notices = notices if notices is not None else st.container()
 
     def _resolve(self) -> tuple[ModelHandle, AppConfig]:
         if self._resolved is None:
@@ -119,11 +123,13 @@ class PageContext:
         return None
 
 
-def open_page(title: str | None = None) -> PageContext:
+def open_page(title: str | None = None, *, early: prologue.Early | None = None) -> PageContext:
     """Start a page: ``st.set_page_config`` (wide), the shared sidebar, the model and its facts.
 
     Args:
         title: the page's name for the browser tab (``None`` on the landing page).
+        early: what the page drew before it imported its libraries (:func:`components.prologue.begin`, which
+            this calls when the page did not).
 
     Returns:
         The sidebar's selection and the model, whose load starts now in the background: the page's first use
@@ -133,42 +139,16 @@ def open_page(title: str | None = None) -> PageContext:
         model this session loaded last (else the embedded one), so its inputs stay where they were; ``config``
         then names that model. Only when no model loads at all does the page stop after the message.
     """
-    _use_the_apps_navigation()
     st.set_page_config(page_title=page_title(title), layout="wide")
-    inputs.use_app_style()
-    state.begin_run()
+    early = early or prologue.begin()  # the run counted, a link's inputs restored (before any widget)
     queue.watch()  # this run's model calls: "queued: N runs ahead", cancelled when the tab closes
-    url_state.restore()  # a reload or a shared link: the last run's inputs and settings, before any widget
     config = widgets.sidebar()
     _start_loading(config)
     url_state.sync()
-    page = PageContext(config)
+    page = PageContext(config, notices=early.notices)
     if page.ready:  # loaded already (every page run after the first load): the facts and a reload's run now
         page._resolve()
     return page
-
-
-def _use_the_apps_navigation() -> None:
-    """Make sure app.py's ``st.navigation`` names the pages (the landing page "Start", not "app").
-
-    Streamlit decides once per server process whether the ``pages/`` folder is an old-style page list: it is
-    while no run has called ``st.navigation`` yet. When the first run after a start is a view's URL
-    (``/Dual_Path``), Streamlit runs that view directly, app.py's navigation is skipped and the sidebar lists
-    the folder's file names. This turns the old style off and reruns, through app.py, on the same page. It
-    does nothing under app.py's own navigation, or when the app's main script is not app.py (a test that
-    opens one page's script).
-    """
-    from streamlit.runtime import Runtime
-    from streamlit.runtime.pages_manager import PagesManager  # Streamlit's own switch; no public equivalent
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    main = getattr(getattr(ctx, "pages_manager", None), "main_script_path", "") or ""
-    # only under a real server: AppTest re-decides the folder's style at every run (its runtime is a mock)
-    served = Runtime.exists() and type(Runtime.instance()) is Runtime
-    if served and PagesManager.uses_pages_directory and str(main).endswith("app.py"):
-        PagesManager.uses_pages_directory = False
-        st.rerun()
 
 
 def _handle_or_fallback(config: AppConfig) -> tuple[ModelHandle, AppConfig]:

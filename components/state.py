@@ -24,16 +24,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from components import keys
 from components.lru import SessionLRU, session_lru
-from components.threshold_state import in_force
-from core.engine import DualPathSettings
-from core.engine.result import DualPathResult
+
+if TYPE_CHECKING:  # the engine (PyTorch) is imported by a result's first use, not by a page's inputs
+    from core.engine import DualPathSettings
+    from core.engine.result import DualPathResult
 
 MAX_CACHED_RESULTS = 24
 """Dual-path results kept per browser session (each is a few kB to a few hundred kB)."""
@@ -185,6 +186,14 @@ def set_inputs(query: str, context: str) -> None:
 
 # ----------------------------------------------------------------------------------------------------------
 # Dual-path results
+
+
+def in_force(result: DualPathResult | None) -> DualPathResult | None:
+    """:func:`components.threshold_state.in_force`, imported at a stored run's first read: this module stays
+    light (Streamlit only), so a page draws its inputs before it imports the engine (:mod:`components.early`)."""
+    from components.threshold_state import in_force as rejudged
+
+    return rejudged(result)
 
 
 def results() -> SessionLRU[DualPathResult]:

@@ -22,16 +22,26 @@ import dataclasses
 import json
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
 from components import keys, state
-from core.engine import DualPathSettings
-from core.engine.result import DualPathResult
 from core.examples import load_examples
-from core.model.handle import ModelHandle
-from core.model.prompts import TEMPLATE_CHOICES
+
+if TYPE_CHECKING:
+    from core.engine import DualPathSettings
+    from core.engine.result import DualPathResult
+    from core.model.handle import ModelHandle
+
+
+def _settings_class() -> type[DualPathSettings]:
+    """:class:`~core.engine.DualPathSettings`, imported where a setting is checked: :func:`restore` of a link
+    without settings runs before a page imports the engine, so that its inputs come first."""
+    from core.engine import DualPathSettings
+
+    return DualPathSettings
+
 
 QUERY, CONTEXT = "q", "c"
 SETTINGS = {"T": "score_window", "n": "max_new_tokens", "tpl": "template", "k": "top_k", "split": "kl_split"}
@@ -73,17 +83,19 @@ def shared_runs() -> SharedRuns:
 
 def run_key(model: str, query: str, context: str, settings: dict[str, Any]) -> str:
     """The shared cache's key: the model's name, the stripped inputs and every run setting."""
-    checked = DualPathSettings.from_dict(settings).to_dict()
+    checked = _settings_class().from_dict(settings).to_dict()
     return json.dumps([model, query.strip(), context.strip(), checked], sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _setting(field: str, raw: str) -> Any:
     """A setting from its URL text, checked; ``None`` when it is not valid."""
+    from core.model.prompts import TEMPLATE_CHOICES
+
     try:
         value: Any = raw if field == "template" else int(raw)
         if field == "template" and value not in TEMPLATE_CHOICES:
             return None
-        DualPathSettings(**{field: value}).validate()
+        _settings_class()(**{field: value}).validate()
     except (TypeError, ValueError):
         return None
     return value
@@ -141,7 +153,7 @@ def desired(query: str, context: str, settings: dict[str, Any]) -> dict[str, str
     out: dict[str, str] = {}
     if len(query) + len(context) <= MAX_URL_TEXT:
         out[QUERY], out[CONTEXT] = query, context
-    defaults = dataclasses.asdict(DualPathSettings())
+    defaults = dataclasses.asdict(_settings_class()())
     for name, field in SETTINGS.items():
         if field in settings and settings[field] != defaults.get(field):
             out[name] = str(settings[field])

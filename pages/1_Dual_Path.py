@@ -23,22 +23,19 @@ frame.first_paint(
 
 import streamlit as st
 
-from components import agreement, inputs, keys, panels, prefetch, state, url_state, widgets
+from components import keys, prologue
+
+early = prologue.begin(with_inputs=True)  # the example picker, the query and the context: light modules only
+# a click while the model loads starts the run once it is ready (the page waits behind the loading notice)
+clicked = st.button("Run both paths", type="primary", key=keys.RUN, icon=":material/play_arrow:")
+estimate_line = st.empty()  # the run's time estimate, once the model is loaded
+
+from components import agreement, panels, prefetch, state, url_state, widgets
 from components.page import PageContext, open_page
 from components.stored_runs import start_hint
 from core.engine.axes import headline
 from core.engine.estimate import describe_estimate, dual_path_estimate
 from core.engine.result import DualPathResult, result_digest
-
-
-def draw_inputs(page: PageContext) -> tuple[str, str, bool]:
-    """Example picker, query, context and the Run button with its time estimate; returns (query, context, run
-    requested)."""
-    inputs.example_picker()
-    query, context = inputs.query_and_context()
-    clicked = st.button("Run both paths", type="primary", key=keys.RUN, icon=":material/play_arrow:")
-    st.caption(describe_estimate(dual_path_estimate(page.handle, page.config.settings.max_new_tokens)))
-    return query, context, clicked or state.pop_run_request()
 
 
 def draw_answers(page: PageContext, query: str, context: str, run: bool) -> DualPathResult | None:
@@ -63,8 +60,9 @@ def draw_answers(page: PageContext, query: str, context: str, run: bool) -> Dual
 
 
 def main() -> None:
-    page = open_page("Dual Path")
-    query, context, run = draw_inputs(page)
+    page = open_page("Dual Path", early=early)
+    query, context, run = early.query, early.context, clicked or state.pop_run_request()
+    estimate_line.caption(describe_estimate(dual_path_estimate(page.handle, page.config.settings.max_new_tokens)))
     st.divider()
     result = draw_answers(page, query, context, run)
     url_state.sync()  # the run just made goes into the page's link (a reload restores it)

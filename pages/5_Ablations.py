@@ -24,12 +24,16 @@ frame.first_paint(
     citation="CRM (2025) §4.4 and appendix J (Tables 5 and 16).",
 )  # on screen while the imports below run
 
+from components import prologue
+
+early = prologue.begin(with_inputs=True)  # the example picker, the query and the context: light modules only
+
 import json
 from typing import Any
 
 import streamlit as st
 
-from components import ablation_controls, inputs, keys, prefetch, state, widgets
+from components import ablation_controls, keys, prefetch, state, widgets
 from components import ablation_figures as figs
 from components.ablation_controls import Choice
 from components.lru import SessionLRU, session_lru
@@ -417,8 +421,8 @@ def draw_downloads(grid: ablation.NoiseGrid, name: str) -> None:
 
 
 def main() -> None:
-    page = open_page("Ablations")
-    query, context = inputs.draw_inputs()
+    page = open_page("Ablations", early=early)
+    query, context = early.query, early.context
     clean = draw_clean_run(page, query, context)
     if clean is None:
         return

@@ -22,12 +22,16 @@ frame.first_paint(
     citation="Self-Critique: Tao et al. (2025), arXiv:2510.09259.",
 )  # on screen while the imports below run
 
+from components import prologue
+
+early = prologue.begin(with_inputs=True)  # the example picker, the query and the context: light modules only
+
 import json
 from typing import Any
 
 import streamlit as st
 
-from components import controls, inputs, keys, state, widgets
+from components import controls, keys, state, widgets
 from components import detector_figures as figs
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
@@ -272,8 +276,8 @@ def draw_run(
 
 
 def main() -> None:
-    page = open_page("Self-Critique")
-    query, context = inputs.draw_inputs()
+    page = open_page("Self-Critique", early=early)
+    query, context = early.query, early.context
     settings, run = draw_controls(page.config, page.handle)
     st.divider()
     found = draw_run(page, query, context, settings, run)

@@ -25,13 +25,17 @@ frame.first_paint(
     citation="SMA: Sun et al. (2025), arXiv:2508.09105.",
 )  # on screen while the imports below run
 
+from components import prologue
+
+early = prologue.begin(with_inputs=True)  # the example picker, the query and the context: light modules only
+
 import json
 from typing import Any
 
 import streamlit as st
 
 from components import detector_figures as figs
-from components import inputs, keys, sma_controls, widgets
+from components import keys, sma_controls, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.progress import StepTicker
@@ -299,8 +303,8 @@ def draw_run(
 
 
 def main() -> None:
-    page = open_page("Source Attribution")
-    query, context = inputs.draw_inputs()
+    page = open_page("Source Attribution", early=early)
+    query, context = early.query, early.context
     settings, run = draw_controls(page, query, context)
     st.divider()
     found = draw_run(page, query, context, settings, run)

@@ -24,18 +24,9 @@ frame.first_paint(
     citation="RADAR (2025) §2–§3 and appendix D.",
 )  # on screen while the imports below run
 
-import json
-from typing import Any
-
 import streamlit as st
 
-from components import controls, inputs, keys, panels, prefetch, state, widgets
-from components import radar_figures as rf
-from components.page import PageContext, open_page
-from components.text import escape_markdown, plain_message
-from core.engine.estimate import describe_estimate, estimate
-from core.methods import radar
-from core.model.handle import ModelHandle
+from components import controls, inputs, keys, prologue, state
 
 SOURCE_QUERY = "query"
 SOURCE_CONTEXT = "context"
@@ -43,6 +34,42 @@ _SOURCES = {
     SOURCE_QUERY: "The query alone (default: the model's own recall vs reasoning)",
     SOURCE_CONTEXT: "The context, a blank line, then the query",
 }
+
+
+def typed_prompt() -> tuple[str, str]:
+    """The shared inputs, for a session with no run to read (RADAR then reads the query typed here)."""
+    st.info("No run yet in this session: RADAR reads the query typed below (after a Dual Path run, that run).")
+    with st.expander("Change the prompt", expanded=not state.current_inputs()[0].strip()):
+        return inputs.draw_inputs()
+
+
+# The inputs before the page's libraries (light modules only): a session with no run types its prompt here at
+# once; after a run, its query and context take this place once the model that made it is known.
+early = prologue.begin()
+prompt_place = st.container()
+with prompt_place:
+    typed = None if len(state.results()) else typed_prompt()
+source = controls.choice(
+    st.radio,
+    "Text analyzed",
+    keys.RADAR_SOURCE,
+    _SOURCES,
+    horizontal=True,
+    help="RADAR is about the model's own knowledge, so by default the context is left out. The prompt is "
+    "fed as raw text (no chat template), as the paper feeds its completion prompts.",
+)
+
+import json
+from typing import Any
+
+from components import panels, prefetch, widgets
+from components import radar_figures as rf
+from components.page import PageContext, open_page
+from components.text import escape_markdown, plain_message
+from core.engine.estimate import describe_estimate, estimate
+from core.methods import radar
+from core.model.handle import ModelHandle
+
 CAVEAT = (
     "RADAR classifies the model's internal signature while it reads the prompt (one forward pass, no answer "
     "generated) with an ensemble trained on only 30 labeled prompts. A recall-like signature on a "
@@ -88,26 +115,18 @@ def _report(handle: ModelHandle, table: radar.FeatureTable | None) -> dict[str, 
 
 
 def draw_prompt(page: PageContext) -> str:
-    """The last run's query and context, as on every other analysis page (the inputs only before any run), the
-    source choice and the exact text."""
-    result = page.last_result()
-    if result is not None:
-        panels.draw_run_context(result)
-        query, context = result.query, result.context
+    """The last run's query and context, as on every other analysis page (the inputs, drawn before the page's
+    imports, only before any run or when the run came from another model), then the exact text analyzed."""
+    if typed is not None:
+        query, context = typed
     else:
-        st.info("No run yet in this session: RADAR reads the query typed below (after a Dual Path run, that run).")
-        query, context = state.current_inputs()
-        with st.expander("Change the prompt", expanded=not query.strip()):
-            query, context = inputs.draw_inputs()
-    source = controls.choice(
-        st.radio,
-        "Text analyzed",
-        keys.RADAR_SOURCE,
-        _SOURCES,
-        horizontal=True,
-        help="RADAR is about the model's own knowledge, so by default the context is left out. The prompt is "
-        "fed as raw text (no chat template), as the paper feeds its completion prompts.",
-    )
+        with prompt_place:
+            result = page.last_result()
+            if result is not None:
+                panels.draw_run_context(result)
+                query, context = result.query, result.context
+            else:
+                query, context = typed_prompt()
     if source == SOURCE_CONTEXT and not context.strip():
         st.warning("There is no context: analyzing the query alone.")
     text = radar.radar_prompt(query, context if source == SOURCE_CONTEXT else None)
@@ -344,7 +363,7 @@ def draw_analysis(
 
 
 def main() -> None:
-    page = open_page("RADAR")
+    page = open_page("RADAR", early=early)
     text = draw_prompt(page)
     table = draw_model_features(page.handle)
     report = _report(page.handle, table)

@@ -7,10 +7,12 @@ fixtures are found by pytest.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from components import page
@@ -70,3 +72,21 @@ def tiny_app(tiny_handle, use_loader) -> ModelHandle:
     """The app's model is the tiny random Llama (a run takes a second, not minutes); returns its handle."""
     use_loader(lambda *args, **kwargs: tiny_handle)
     return tiny_handle
+
+
+@pytest.fixture
+def model_never_ready(use_loader, tiny_handle, monkeypatch):
+    """The model is still loading: a page stops where it first waits for it (what it drew until then stays)."""
+    release = threading.Event()
+
+    def slow(spec=None, revision=None, **kw):
+        release.wait(60)
+        return tiny_handle
+
+    def first_wait(spec, revision):
+        st.stop()
+
+    use_loader(slow)
+    monkeypatch.setattr(page._load_handle, "wait", first_wait)
+    yield
+    release.set()

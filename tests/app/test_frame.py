@@ -4,14 +4,13 @@ title and inputs before it first waits for the model."""
 from __future__ import annotations
 
 import ast
-import threading
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from components import page
 from tests.app.conftest import APP, ROOT, ok
+from tests.unit.components.test_prologue import LIGHT as EARLY
 
 PAGES = sorted((ROOT / "pages").glob("*.py"))
 LIGHT = {"__future__", "streamlit", "components.frame"}
@@ -37,6 +36,8 @@ INPUTS = {
     "9_Evaluate.py": ("radio", "ror.w.eval.source"),
 }
 """The pages' first input, drawn before the model is needed: ``(kind of widget, key)``."""
+EARLY_PAGES = ("1_Dual_Path.py", "5_Ablations.py", "6_Self_Critique.py", "7_Source_Attribution.py", "8_RADAR.py")
+"""The pages whose inputs need neither the model nor a stored run: drawn before the page's libraries."""
 
 
 def _imported(node: ast.stmt) -> list[str]:
@@ -61,24 +62,6 @@ def test_a_page_imports_only_streamlit_and_the_frame_before_its_first_paint(path
     assert any(_imported(node) for node in body[paint[0] :]), "the libraries come after the first paint"
 
 
-@pytest.fixture
-def model_never_ready(use_loader, tiny_handle, monkeypatch):
-    """The model is still loading: a page stops where it first waits for it (what it drew until then stays)."""
-    release = threading.Event()
-
-    def slow(spec=None, revision=None, **kw):
-        release.wait(60)
-        return tiny_handle
-
-    def first_wait(spec, revision):
-        st.stop()
-
-    use_loader(slow)
-    monkeypatch.setattr(page._load_handle, "wait", first_wait)
-    yield
-    release.set()
-
-
 @pytest.mark.parametrize("name", sorted(TITLES), ids=str)
 def test_a_page_draws_its_title_and_inputs_while_the_model_loads(model_never_ready, name) -> None:
     at = AppTest.from_file(APP, default_timeout=120)
@@ -90,3 +73,14 @@ def test_a_page_draws_its_title_and_inputs_while_the_model_loads(model_never_rea
     if name in INPUTS:
         kind, key = INPUTS[name]
         assert getattr(at, kind)(key=key) is not None  # raises KeyError when it is not on the page
+
+
+@pytest.mark.parametrize("name", EARLY_PAGES)
+def test_a_page_draws_its_inputs_before_its_first_heavy_import(name) -> None:
+    body = ast.parse((ROOT / "pages" / name).read_text(encoding="utf-8")).body
+    allowed = {"__future__", "streamlit", *EARLY}
+    first_heavy = next(i for i, node in enumerate(body) if set(_imported(node)) - allowed)
+    early = [ast.unparse(node) for node in body[:first_heavy]]
+    assert any("prologue.begin(" in line for line in early), "prologue.begin() comes before the page's libraries"
+    assert any(".draw_inputs()" in line or "with_inputs=True" in line for line in early), "the inputs come early"
+    assert any("early=early" in ast.unparse(node) for node in body[first_heavy:]), "open_page gets what was drawn"
