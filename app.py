@@ -71,10 +71,13 @@ def landing() -> None:
     sidebar) comes last."""
     st.set_page_config(page_title="Read or Recall", layout="wide")
     draw_intro()  # plain Streamlit: on screen before the model's libraries are imported
+    from components import prologue  # Streamlit and the light components only
+
+    early = prologue.begin()
+    draw_examples()  # the example picker too, before the model's libraries
     from components.page import open_page  # PyTorch and transformers: seconds on a server's first run
 
-    page = open_page()
-    draw_examples()
+    page = open_page(early=early)
     page.handle  # noqa: B018 - wait for the model here, below everything the visitor can already use
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 from tests.app.conftest import APP, ROOT, open_script
 
 TIMEOUT = 120
@@ -19,3 +21,13 @@ def test_the_landing_page_has_a_name_and_the_views_keep_their_urls() -> None:
     assert at.title[0].value == "Dual Path"
     at.switch_page("app.py").run()
     assert at.title[0].value == "Read or Recall", "switch_page('app.py') still leads to the landing page"
+
+
+def test_the_landing_page_draws_its_example_picker_before_it_imports_the_model_libraries() -> None:
+    """Issue 27: the picker comes from light modules (components.prologue) before ``components.page`` (PyTorch)."""
+    tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
+    (landing,) = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "landing"]
+    lines = [ast.unparse(node) for node in landing.body]
+    heavy = next(i for i, line in enumerate(lines) if "components.page" in line)
+    assert any(line == "draw_examples()" for line in lines[:heavy]), lines
+    assert any("early=early" in line for line in lines[heavy:]), "open_page gets what was drawn"
