@@ -41,8 +41,9 @@ MOMENTS = ("anything", "title", "inputs", "model", "idle")
 def visit(browser: Any, url: str, path: str, timeout_s: float, via_start: bool = False) -> dict[str, float | None]:
     """Seconds from the navigation to the title, the inputs, the model's facts and the end of the run.
 
-    With ``via_start`` the tab opens the landing page first and, once its example picker is on screen (the
-    libraries are imported; the model is still loading), goes to ``path``: the times are from that navigation.
+    With ``via_start`` the tab opens the landing page first and, once its example picker is on screen (the model
+    is still loading; the picker now comes before the app imports PyTorch, so the libraries may be importing too),
+    goes to ``path``: the times are from that navigation.
     """
     context = browser.new_context(viewport={"width": 1440, "height": 1000})
     page = context.new_page()
@@ -96,7 +97,7 @@ def main() -> int:
     def fmt(x: float | None) -> str:
         return "—" if x is None else f"{x:.1f}"
 
-    how = "via the landing page (libraries imported, model loading)" if args.via_start else "nothing imported"
+    how = "via the landing page's example picker (model loading)" if args.via_start else "nothing imported"
     roots = [root.resolve() for root in args.root]
     for i, root in enumerate(roots):
         print(f"root {i}: {root}")
