@@ -23,15 +23,7 @@ frame.first_paint(
 
 import streamlit as st
 
-from components import keys
-from components.audit_figures import (
-    history_frame,
-    rate_figure,
-    record_facts,
-    record_label,
-    record_trajectory_figure,
-)
-from components.page import open_page
+from components import keys, prologue
 from components.text import plain_message
 from core.audit.store import DB_ENV, AuditReader, default_db_path
 from core.public import AUDIT_LOG_ENV, current_policy
@@ -63,6 +55,21 @@ def draw_source() -> AuditReader | None:
         return None
     st.button("Refresh", key=keys.AUDIT_REFRESH, help="Read the database again (new audits appear).")
     return AuditReader(path)
+
+
+# Which database, and the Refresh button, before the page's libraries (plotly figures, pandas tables): the light
+# modules only. The history's filter stays under the figures it filters (it is drawn only when there is a log).
+early = prologue.begin()
+reader = draw_source()
+
+from components.audit_figures import (
+    history_frame,
+    rate_figure,
+    record_facts,
+    record_label,
+    record_trajectory_figure,
+)
+from components.page import open_page
 
 
 def draw_chain(reader: AuditReader) -> None:
@@ -150,8 +157,7 @@ def draw_record(reader: AuditReader, records: list[dict]) -> None:
 
 
 def main() -> None:
-    open_page("Audit log")
-    reader = draw_source()
+    open_page("Audit log", early=early)
     if reader is None:
         return
     try:

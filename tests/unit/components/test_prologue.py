@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-LIGHT = tuple(
-    f"components.{name}" for name in ("frame", "prologue", "inputs", "state", "url_state", "controls", "keys")
-)
+COMPONENTS = ("frame", "prologue", "inputs", "state", "url_state", "controls", "keys", "text")
+LIGHT = (*(f"components.{name}" for name in COMPONENTS), "core.audit.store", "core.public")
 """The modules a page may import before its inputs are on screen (:mod:`components.prologue`)."""
 HEAVY = ("torch", "transformers", "safetensors", "sklearn", "scipy", "captum", "pandas", "numpy", "core.engine")
 """Libraries that take seconds to import on a server's first run (plotly is not here: Streamlit imports it)."""
