@@ -239,7 +239,7 @@ def loading_text(spec: str, revision: str | None, elapsed: float) -> str:
         else "the first load on this machine"
     )
     return (
-        f"Loading {escape_markdown(model_label(spec))} ({estimate}) · {elapsed:.0f} s so far. Everything above "
+        f"Loading {escape_markdown(model_label(spec))} ({estimate}) · {elapsed:.0f} s so far. What the page shows "
         "works meanwhile; the page goes on by itself once the model is ready."
     )
 
