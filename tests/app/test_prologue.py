@@ -76,3 +76,18 @@ def test_a_model_that_cannot_load_leaves_the_inputs_under_its_error(use_loader, 
     assert at.text_area(key=QUERY).value == Q
     order = _order(at.main, [])
     assert order.index("error") < order.index("text_area"), "the error is above the inputs"
+
+
+def test_radar_after_a_run_puts_the_runs_prompt_above_its_early_choice(tiny_app) -> None:
+    at = _visit("1_Dual_Path.py")
+    at.text_area(key=QUERY).input(Q).run()
+    at.text_area(key=CONTEXT).input(C).run()
+    ok(at.button(key=keys.RUN).click().run())
+    ok(at.switch_page("pages/8_RADAR.py").run())
+    with pytest.raises(KeyError):
+        at.text_area(key=QUERY)  # a run to read: the inputs are not drawn
+    (context,) = [e for e in at.expander if e.label.startswith("This page analyzes the last run")]
+    assert Q in context.label
+    order = _order(at.main, [])
+    assert order.index("expander", order.index("caption")) < order.index("radio"), order
+    assert at.radio(key=keys.widget_key(keys.RADAR_SOURCE)).value == "query"
