@@ -1,5 +1,6 @@
-"""components.frame (issue 27): every page draws its title and intro before it imports its libraries, and its
-title and inputs before it first waits for the model."""
+"""components.frame (issue 27): every page draws its title and intro before it imports its libraries, its title
+and inputs before it first waits for the model, and (components.prologue) the inputs that need no model before
+its libraries too."""
 
 from __future__ import annotations
 
