@@ -328,7 +328,14 @@ def run_live(handle: ModelHandle, query: str, context: str, settings: DualPathSe
     def run() -> DualPathResult:
         threshold, source = active_threshold(handle.info.name)
         return run_dual_path(
-            handle, query, context, settings, threshold=threshold, threshold_source=source, on_event=on_event
+            handle,
+            query,
+            context,
+            settings,
+            threshold=threshold,
+            threshold_source=source,
+            on_event=on_event,
+            record=True,  # the agreement view below reads the run's own passes (core.detectors.shared)
         )
 
     def failed(exc: Exception) -> None:

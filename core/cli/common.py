@@ -230,8 +230,11 @@ def load_handle(args: argparse.Namespace) -> ModelHandle:
     return handle
 
 
-def run_from_args(args: argparse.Namespace, settings: DualPathSettings) -> tuple[ModelHandle, DualPathResult]:
-    """Load the model and run the dual path once on ``--query`` / ``--context`` (τ from ``--threshold-file``).
+def run_from_args(
+    args: argparse.Namespace, settings: DualPathSettings, *, record: bool = False
+) -> tuple[ModelHandle, DualPathResult]:
+    """Load the model and run the dual path once on ``--query`` / ``--context`` (τ from ``--threshold-file``);
+    ``record`` keeps the run's internals for the detectors (``run_dual_path(…, record=True)``).
 
     Raises:
         ValueError: bad input or threshold file; core.model.handle.ModelLoadError: see :func:`load_handle`.
@@ -239,7 +242,9 @@ def run_from_args(args: argparse.Namespace, settings: DualPathSettings) -> tuple
     threshold_from_args(args)  # a bad file fails before the model loads
     handle = load_handle(args)
     threshold, source = threshold_from_args(args, handle.info.name)
-    result = run_dual_path(handle, args.query, args.context, settings, threshold=threshold, threshold_source=source)
+    result = run_dual_path(
+        handle, args.query, args.context, settings, threshold=threshold, threshold_source=source, record=record
+    )
     return handle, result
 
 

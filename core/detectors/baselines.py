@@ -19,6 +19,7 @@ from core.detectors.registry import (
     register,
     register_family,
 )
+from core.detectors.shared import text_pass
 from core.methods.baselines import (
     DEFAULT_KS,
     context_token_stats,
@@ -32,7 +33,9 @@ MIN_K_PATTERN = r"min_k(?P<pp>pp)?_(?P<k>\d{1,3})"
 
 
 def context_stats(inp: DetectorInput) -> dict[str, Any]:
-    """The context's token statistics for the row, computed once (one forward pass)."""
+    """The context's token statistics for the row, computed once (one forward pass, shared with RADAR's query
+    when both are planned: :func:`core.detectors.shared.text_pass`)."""
+    text_pass(inp)  # with RADAR's query in one forward, when both are planned
     if keys.CONTEXT_TOKENS not in inp.cache:
         inp.cache[keys.CONTEXT_TOKENS] = context_token_stats(inp.handle, inp.result.context)
     return inp.cache[keys.CONTEXT_TOKENS]

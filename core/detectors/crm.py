@@ -12,7 +12,7 @@ import numpy as np
 
 from core.detectors import keys
 from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, DetectorInput, declare
-from core.detectors.shared import retrieval_state
+from core.detectors.shared import parametric_state, retrieval_state
 from core.engine.generation import generate_greedy
 from core.engine.prepare import prepare_prompts
 from core.methods.crm import PC1, SUPERVISED, CrmBasis, load_basis, semantic_delta, supervised_score
@@ -35,9 +35,12 @@ def basis_for(inp: DetectorInput) -> CrmBasis:
 
 def displacement_for(inp: DetectorInput) -> np.ndarray:
     """The row's per-layer displacement h^c − h^0 at the last prompt token, cached per row (h^c from the row's
-    shared traced forward of the retrieval path, :mod:`core.detectors.shared`: one forward of its own, h^0)."""
+    shared traced forward of the retrieval path, :mod:`core.detectors.shared`; h^0 from the run's scoring pass
+    when it recorded it, else one forward of its own)."""
     if keys.CRM_DISPLACEMENT not in inp.cache:
-        inp.cache[keys.CRM_DISPLACEMENT] = displacement(inp.handle, inp.result, retrieval_state(inp))
+        inp.cache[keys.CRM_DISPLACEMENT] = displacement(
+            inp.handle, inp.result, retrieval_state(inp), parametric_state(inp)
+        )
     return inp.cache[keys.CRM_DISPLACEMENT]
 
 

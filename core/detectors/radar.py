@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from core.detectors import keys
 from core.detectors.registry import MEMORIZED_HIGH, RECALL_VS_REASONING, DetectorInput, declare
-from core.methods.radar import FEATURE_VERSION, analyze_prompt, classifier_for, radar_prompt
+from core.detectors.shared import text_pass
+from core.methods.radar import FEATURE_VERSION, analyze_prompt, analyze_trace, classifier_for, radar_prompt
 
 
 def score(inp: DetectorInput) -> float:
@@ -13,10 +14,15 @@ def score(inp: DetectorInput) -> float:
     Leaves JSON-ready details under ``inp.cache[keys.RADAR_DETAILS]`` (the analyzed text, its token count, the
     37 features and the prediction with each classifier's vote, RDS and RCI); a second call reuses them.
     """
+    text_pass(inp)  # with the context text in one forward, when both are planned
     details = inp.cache.get(keys.RADAR_DETAILS)
     if details is None:
         classifier = classifier_for(inp.handle)
-        analysis = analyze_prompt(inp.handle, radar_prompt(inp.result.query), classifier)
+        traced = inp.cache.pop(keys.RADAR_TRACE, None)
+        if traced is not None:
+            analysis = analyze_trace(inp.handle, traced, classifier)
+        else:
+            analysis = analyze_prompt(inp.handle, radar_prompt(inp.result.query), classifier)
         details = {
             "text": analysis.text,
             "n_tokens": len(analysis.trace.token_ids),

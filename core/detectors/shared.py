@@ -16,8 +16,20 @@ matrix products of another shape; the tests compare them). Where the pass cannot
 answer, no context token, a model without attention weights, another k of ReDeEP's top-k %), the detector runs
 its own pass as before, which raises the same error.
 
-Not shared, because the tokens differ: the context baselines read the context text on its own, RADAR the query on
-its own (no chat template), CRM's h_ℓ^0 the parametric prompt — each is its own pass.
+When the run was made with ``record=True`` (the Dual Path page, ``run --all-detectors``), the pass is not run
+at all: it is read from the run's own generation (:mod:`core.model.recording`), whose prefill and decode steps
+computed the same values over the same tokens (to float32 rounding), and CRM's h_ℓ^0 comes from the run's
+teacher-forced scoring pass (:func:`parametric_state`). :func:`release` drops both once the row is done.
+
+The two texts read on their own — the context text (the context baselines: PPL, zlib, Min-K%, Min-K%++) and the
+query's RADAR prompt — share no token with those paths, but when the planned detectors read both,
+:func:`text_pass` runs them as the two rows of **one** forward (right-padded, no mask: a causal model's tokens
+never see the padding after them, so each row reads what it reads alone, to float32 rounding) instead of two:
+on a CPU a forward over a short text costs mostly the reading of the weights, paid once here.
+
+Not shared otherwise, because the tokens differ: the context baselines read the context text on its own, RADAR
+the query on its own (no chat template) — their own passes when only one of them is planned; so is CRM's h_ℓ^0
+(the parametric prompt) of a run that recorded nothing.
 """
 
 from __future__ import annotations
@@ -27,14 +39,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from core.detectors import keys
 from core.detectors.registry import DetectorInput
 from core.engine.result import RETRIEVAL
+from core.methods.baselines import context_ids, stats_from_logits
 from core.methods.internals.replay import path_sequence
 from core.methods.lookback.features import LookbackMap, LookbackPlan, lookback_map, plan_map
+from core.methods.radar import encode_radar_prompt, feature_table_for, radar_prompt
+from core.methods.radar.trace import HEAD_ENTROPY, check_layers, head_entropy_reducer, lens_rows, trace_from
 from core.methods.redeep import DEFAULT_K_PERCENT, ReDeEPChoice, ReDeEPTrace, load_choice_for, redeep_trace
 from core.methods.redeep.forward import ReDeEPPlan, from_trace, plan_trace, trace_options
+from core.model.lens import lens_logits
+from core.model.parts import model_parts
+from core.model.recording import Recording
 from core.model.trace import ALL, Trace, trace
 
 logger = logging.getLogger(__name__)
@@ -97,7 +116,8 @@ def retrieval_pass(inp: DetectorInput, *, crm_only: bool = False) -> RetrievalPa
     """
     if keys.RETRIEVAL_TRACE in inp.cache:
         return inp.cache[keys.RETRIEVAL_TRACE]
-    if crm_only and not _worth_sharing(inp):
+    recorded = _recorded(inp)
+    if crm_only and recorded is None and not _worth_sharing(inp):
         return None
     handle, result = inp.handle, inp.result
     shared = None
@@ -110,16 +130,82 @@ def retrieval_pass(inp: DetectorInput, *, crm_only: bool = False) -> RetrievalPa
         options = trace_options(redeep) if redeep is not None else {"positions": ALL}
         if lookback is not None:
             options["attention"] = options.get("attention", {}) | {"lr": lookback.reducer()}
-        shared = RetrievalPass(trace(handle, [ids], **options), prompt_len, lookback, redeep)
+        shared = RetrievalPass(_traced(inp, recorded, ids, options), prompt_len, lookback, redeep)
     except ValueError as exc:
         logger.info("no shared retrieval pass for this row (each detector runs its own): %s", exc)
     inp.cache[keys.RETRIEVAL_TRACE] = shared
     return shared
 
 
+def _recorded(inp: DetectorInput) -> Recording | None:
+    """The retrieval path as the run recorded it while generating (``run_dual_path(…, record=True)``), if usable."""
+    internals = inp.result.internals
+    recorded = internals.retrieval if internals is not None else None
+    return recorded if recorded is not None and recorded.failed is None else None
+
+
+def _traced(inp: DetectorInput, recorded: Recording | None, ids: list[int], options: dict) -> Trace:
+    """The shared pass: read from the run's recording of its generation when it has one (no forward), else one
+    traced forward."""
+    if recorded is not None:
+        try:
+            return recorded.trace(ids, **options)
+        except ValueError as exc:
+            logger.info("the run's recording cannot serve this row (one traced forward instead): %s", exc)
+    return trace(inp.handle, [ids], **options)
+
+
+def parametric_state(inp: DetectorInput) -> np.ndarray | None:
+    """h_ℓ at the parametric prompt's last token, ``(n_layers + 1, d)`` float32, as the run's scoring pass kept it
+    (``None`` when the run did not record it)."""
+    internals = inp.result.internals
+    return None if internals is None else internals.parametric_state
+
+
+CONTEXT_READERS = ("ppl", "zlib", "min_k", "combined")
+"""Name prefixes of the detectors that read the context text's token statistics."""
+QUERY_READERS = ("radar", "combined")
+"""Name prefixes of the detectors that read RADAR's trace of the query."""
+
+
+def text_pass(inp: DetectorInput) -> None:
+    """The context text and the query's RADAR prompt in one forward, when the planned detectors read both (see the
+    module docstring): caches the context's token statistics (``keys.CONTEXT_TOKENS``) and RADAR's trace
+    (``keys.RADAR_TRACE``). Runs at most once per row; otherwise (one of them not planned, no RADAR classifier
+    for this model yet, a text that cannot be scored) it does nothing and each detector runs its own pass, which
+    raises its own error."""
+    if keys.TEXT_PASS in inp.cache:
+        return
+    inp.cache[keys.TEXT_PASS] = True
+    planned = inp.cache.get(keys.PLANNED) or ()
+    if not (any(n.startswith(CONTEXT_READERS) for n in planned) and any(n.startswith(QUERY_READERS) for n in planned)):
+        return
+    if keys.CONTEXT_TOKENS in inp.cache or keys.RADAR_DETAILS in inp.cache:
+        return
+    handle, result = inp.handle, inp.result
+    try:
+        if feature_table_for(handle, compute=False) is None:
+            return
+        context = context_ids(handle, result.context)
+        text = radar_prompt(result.query)
+        query = encode_radar_prompt(handle, text)
+        check_layers(handle)
+        reducers = {HEAD_ENTROPY: [lambda layer, w: None, head_entropy_reducer]}
+        t = trace(handle, [context, query], positions=ALL, attention=reducers, right_pad=True)
+        param = next(handle.model.parameters())
+        rows = torch.cat([t.residual[0][-1][:-1], lens_rows(t, 1)])  # the context's logits, RADAR's logit lens
+        with handle.session():
+            logits = lens_logits(model_parts(handle), rows.to(device=param.device, dtype=param.dtype))
+        inp.cache[keys.CONTEXT_TOKENS] = stats_from_logits(logits[: len(context) - 1], context)
+        inp.cache[keys.RADAR_TRACE] = trace_from(handle, text, query, t, 1, lens_logits_rows=logits[len(context) - 1 :])
+    except ValueError as exc:
+        logger.info("no shared texts pass for this row (each detector runs its own): %s", exc)
+
+
 def release(inp: DetectorInput) -> None:
-    """Drop the row's shared pass (the products derived from it stay cached)."""
+    """Drop the row's shared pass and the run's recorded internals (the products derived from them stay cached)."""
     inp.cache.pop(keys.RETRIEVAL_TRACE, None)
+    inp.result.internals = None
 
 
 def lookback_map_for(inp: DetectorInput) -> LookbackMap:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -50,10 +51,10 @@ from core.engine.generation import (
     EventCallback,
     StreamEvent,
     generate_greedy,
-    teacher_forced_logits_batch,
+    teacher_forced_pass,
 )
 from core.engine.prepare import PreparedPrompts, prepare_prompts
-from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult
+from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult, RunInternals
 from core.engine.scoring import (
     NOT_GENERATED,
     Answer,
@@ -67,6 +68,7 @@ from core.engine.threshold import Threshold
 from core.maths.noise import noisy_repcs_scores, row_seed
 from core.model.handle import ModelHandle, check_cancelled
 from core.model.progress import Progress
+from core.model.recording import recording
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +134,9 @@ class ScoreRequest:
         noise_sigmas: σ values for the RePCS Table IV robustness scores Z_σ (see :mod:`core.maths.noise`); the
             noise of a row depends only on ``noise_seed`` and the row's text, not on the batch.
         noise_seed: the seed of that noise.
+        record: keep what the run's own passes read for the detectors (:class:`~core.engine.result.RunInternals`:
+            the retrieval path recorded while it is generated, the parametric prompt's last state from the
+            scoring pass) in each result's ``internals``; the scores are the same either way.
     """
 
     settings: DualPathSettings = field(default_factory=DualPathSettings)
@@ -140,6 +145,7 @@ class ScoreRequest:
     free_parametric: bool = False
     noise_sigmas: tuple[float, ...] = ()
     noise_seed: int = 0
+    record: bool = False
 
     @classmethod
     def of(cls, settings: DualPathSettings | ScoreRequest | None = None, **options: Any) -> ScoreRequest:
@@ -218,8 +224,16 @@ def score_prepared(
         prompts += [p.parametric.ids for p in prepared]
         paths = [RETRIEVAL, PARAMETRIC] if b == 1 else None
     t0 = time.perf_counter()
+    width = max(len(p) for p in prompts)
+    rows = range(b) if request.record else ()
     with handle.session():  # the batch's generate and forward in one hold of the model: no other run interleaves
-        generated = generate_greedy(handle, prompts, settings, paths=paths, on_event=on_event)
+        stop = () if settings.force_length else handle.eos_token_ids
+        pads, lens = [width - len(prompts[i]) for i in rows], [len(prompts[i]) for i in rows]
+        recorder = recording(handle, rows, pads, lens, stop_ids=stop)
+        with recorder if request.record else nullcontext([]) as recs:
+            generated = generate_greedy(handle, prompts, settings, paths=paths, on_event=on_event)
+        for rec, i in zip(recs, rows, strict=True):
+            rec.set_fed(prompts[i], generated[i][0])
         retrieval = generated[:b]
         if request.free_parametric:  # the free parametric answers' own logits are never scored: keep their ids
             parametric = [Answer(list(ids), finish) for ids, _, finish in generated[b:]]
@@ -229,8 +243,8 @@ def score_prepared(
         t1 = time.perf_counter()
         if on_event is not None:
             on_event(StreamEvent(SCORING, "", 0, 1, False))
-        parametric_logits = teacher_forced_logits_batch(
-            handle, [p.parametric.ids for p in prepared], [r[0] for r in retrieval]
+        parametric_logits, states = teacher_forced_pass(
+            handle, [p.parametric.ids for p in prepared], [r[0] for r in retrieval], prompt_states=request.record
         )
     scored = _score_rows(prepared, retrieval, parametric_logits, request)
     t2 = time.perf_counter()
@@ -251,6 +265,9 @@ def score_prepared(
         )
         res.extras.update(extras)
         out.append(res)
+    if request.record:
+        for i, res in enumerate(out):
+            res.internals = RunInternals(recs[i], states[i].numpy() if states is not None else None)
     return out
 
 

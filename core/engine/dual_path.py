@@ -39,6 +39,7 @@ def run_dual_path(
     threshold_source: str | None = None,
     on_event: EventCallback | None = None,
     free_parametric: bool = True,
+    record: bool = False,
 ) -> DualPathResult:
     """Run both paths and score them.
 
@@ -51,6 +52,9 @@ def run_dual_path(
             for the scoring step (``path == "scoring"``: once when it starts, once with ``done=True``).
         free_parametric: also generate the parametric path's own answer (batched with the retrieval
             answer). ``False`` gives the cheapest exact score: one generate + one forward pass.
+        record: keep what the run's own passes read for the detectors in ``result.internals``
+            (:class:`~core.engine.result.RunInternals`), so that the agreement view needs no second pass over the
+            retrieval path nor over the parametric prompt; every score is the same either way.
 
     Returns:
         A :class:`DualPathResult` (CPU numpy arrays and strings only).
@@ -60,7 +64,7 @@ def run_dual_path(
     """
     settings = settings or DualPathSettings()
     prepared = prepare_prompts(handle, query, context, settings)
-    request = ScoreRequest(settings, threshold, threshold_source, free_parametric).resolved(handle)
+    request = ScoreRequest(settings, threshold, threshold_source, free_parametric, record=record).resolved(handle)
     (result,) = score_prepared(handle, [prepared], request, on_event=on_event)
     result.timings.pop("batch_size", None)  # one row: its own times, as the JSON has always said
     observe_result(handle, result)  # the measured cost behind "≈ N s on this machine" estimates

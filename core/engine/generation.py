@@ -5,7 +5,8 @@
   "The dual-path protocol").
 * :func:`teacher_forced_logits_batch` — one forward pass over B left-padded rows ``prompt + answer[:-1]``
   (:func:`core.model.trace.trace`, which pads, passes ``position_ids`` and keeps only the answer's logits):
-  row t predicts ``answer[t]``; :func:`teacher_forced_logits` is its batch of one.
+  row t predicts ``answer[t]``; :func:`teacher_forced_logits` is its batch of one, :func:`teacher_forced_pass`
+  also keeps each row's state at its prompt's last token.
 
 Every call goes through the handle (:meth:`ModelHandle.generate` / :meth:`ModelHandle.forward`), which holds
 the model's lock and ``torch.inference_mode()``. Padding is built by hand (the tokenizer is never touched):
@@ -227,10 +228,30 @@ def teacher_forced_logits_batch(
     Raises:
         ValueError: different numbers of prompts and answers, none, or an empty one.
     """
+    return teacher_forced_pass(handle, prompts, answers)[0]
+
+
+def teacher_forced_pass(
+    handle: ModelHandle,
+    prompts: Sequence[Sequence[int]],
+    answers: Sequence[Sequence[int]],
+    *,
+    prompt_states: bool = False,
+) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """:func:`teacher_forced_logits_batch`, and with ``prompt_states`` each row's residual stream at its prompt's
+    last token (``(n_layers + 1, d)`` float32, CPU; the pass is causal, so it is the state a forward over the
+    prompt alone ends in): what CRM reads as h_ℓ^0 on the parametric path, kept at no extra forward.
+
+    Raises:
+        ValueError: different numbers of prompts and answers, none, or an empty one.
+    """
     if len(prompts) != len(answers) or not prompts:
         raise ValueError(f"need as many prompts as answers (got {len(prompts)} and {len(answers)})")
     if any(len(p) == 0 for p in prompts) or any(len(a) == 0 for a in answers):
         raise ValueError("every prompt and every answer needs at least one token")
     rows = [list(p) + list(a[:-1]) for p, a in zip(prompts, answers)]
-    logits = trace(handle, rows, residual=False, logits=max(len(a) for a in answers)).logits
-    return [logits[i, logits.shape[1] - len(a) :] for i, a in enumerate(answers)]
+    positions = [[len(p) - 1] for p in prompts] if prompt_states else None
+    t = trace(handle, rows, residual=prompt_states, positions=positions, logits=max(len(a) for a in answers))
+    logits = t.logits
+    states = [r[:, 0] for r in t.residual] if prompt_states else None
+    return [logits[i, logits.shape[1] - len(a) :] for i, a in enumerate(answers)], states

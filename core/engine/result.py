@@ -12,13 +12,16 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from core.engine.settings import DualPathSettings
 from core.engine.threshold import TAU_PAPER
 from core.engine.verdict import normalize_verdict
+
+if TYPE_CHECKING:  # the recording holds torch tensors; this module stays importable without torch
+    from core.model.recording import Recording
 
 SCHEMA_VERSION = 4
 """2: the in-memory result groups each path's fields in a :class:`PathOutput`; the JSON keys are schema 1's.
@@ -130,6 +133,24 @@ class PathOutput:
 
 
 @dataclass
+class RunInternals:
+    """What the run's own forward passes read for the detectors, so that they need no second pass over the same
+    tokens (:attr:`DualPathResult.internals`, asked with ``run_dual_path(…, record=True)``). Never written to the
+    JSON, not part of a result's identity, and dropped by the first caller done with it
+    (:func:`core.detectors.shared.release`): it can hold tens of MB.
+
+    Attributes:
+        retrieval: the retrieval path read while it was generated (:mod:`core.model.recording`): the residual
+            stream, the MLPs and the answer's attention rows over prompt + answer.
+        parametric_state: ``h_ℓ`` at the parametric prompt's last token, ``(n_layers + 1, d)`` float32, from the
+            teacher-forced scoring pass (CRM's h_ℓ^0).
+    """
+
+    retrieval: Recording | None = None
+    parametric_state: np.ndarray | None = None
+
+
+@dataclass
 class DualPathResult:
     """Everything one dual-path run produced, as CPU numpy arrays and strings.
 
@@ -158,6 +179,8 @@ class DualPathResult:
             bounds by γ; ``None`` in results written before it existed.
         axes: the two-axis headline (:meth:`core.engine.axes.Headline.to_dict`) when computed
             (:func:`core.engine.axes.with_headline`), else ``None``. :attr:`verdict` stays RePCS' own.
+        internals: the run's own internals for the detectors (:class:`RunInternals`), when recorded; never
+            serialized or compared.
     """
 
     model: str
@@ -186,6 +209,7 @@ class DualPathResult:
     max_abs_log_ratio_vocab: float | None = None
     axes: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
+    internals: RunInternals | None = field(default=None, repr=False, compare=False)
 
     @property
     def answer_token_ids(self) -> list[int]:

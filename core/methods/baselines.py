@@ -66,10 +66,21 @@ def context_token_stats(handle: ModelHandle, text: str) -> dict[str, np.ndarray]
         ValueError: empty text, a text with no scorable token (one token and no BOS added), or over the model's
             budget.
     """
+    ids = context_ids(handle, text)
+    x = torch.tensor([ids], dtype=torch.long, device=handle.device)
+    return stats_from_logits(handle.forward(input_ids=x, use_cache=False).logits[0, :-1], ids)
+
+
+def context_ids(handle: ModelHandle, text: str) -> list[int]:
+    """The tokens :func:`context_token_stats` scores (BOS first when :func:`adds_bos`).
+
+    Raises:
+        ValueError: see :func:`context_token_stats`.
+    """
     if not text or not text.strip():
         raise ValueError("the context is empty")
     tok = handle.tokenizer
-    ids = list(tok(text, add_special_tokens=False)["input_ids"])
+    ids = [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
     if adds_bos(tok):
         ids = [int(tok.bos_token_id), *ids]
     if len(ids) < 2:
@@ -78,10 +89,14 @@ def context_token_stats(handle: ModelHandle, text: str) -> dict[str, np.ndarray]
         )
     if len(ids) > handle.info.max_tokens:
         raise ValueError(f"the context is {len(ids):,} tokens, over the model's limit of {handle.info.max_tokens:,}")
-    x = torch.tensor([ids], dtype=torch.long, device=handle.device)
-    logits = handle.forward(input_ids=x, use_cache=False).logits[0, :-1]
+    return ids
+
+
+def stats_from_logits(logits: torch.Tensor, ids: list[int]) -> dict[str, np.ndarray]:
+    """:func:`context_token_stats` from the logits of positions ``0 … N − 2`` of ``ids`` (row i predicts
+    ``ids[i + 1]``)."""
     logp = torch.log_softmax(logits.double(), dim=-1)
-    target = x[0, 1:].unsqueeze(-1)
+    target = torch.tensor(ids[1:], dtype=torch.long, device=logits.device).unsqueeze(-1)
     token_lp = logp.gather(-1, target).squeeze(-1)
     p = logp.exp()
     mu = (p * logp).sum(-1)

@@ -147,12 +147,13 @@ def trace(
     handle: ModelHandle,
     sequences: Sequence[Sequence[int]],
     *,
-    positions: Sequence[int] | str | None = None,
+    positions: Sequence[int] | Sequence[Sequence[int]] | str | None = None,
     residual: bool = True,
     mlp: bool = False,
     attention: Mapping[str, AttentionReducer | Sequence[AttentionReducer]] | None = None,
     attention_layers: Sequence[int] | None = None,
     logits: int = 0,
+    right_pad: bool = False,
 ) -> Trace:
     """One forward pass over ``sequences`` that keeps only what is asked (see the module docstring).
 
@@ -160,12 +161,16 @@ def trace(
         handle: the shared model (eager attention for the attention reducers).
         sequences: B token-id sequences (each non-empty); of different lengths they are left-padded.
         positions: the positions of each sequence whose residual stream and MLP input/output are kept
-            (default: the last token; negative indices count from the end; :data:`ALL`: every position).
+            (default: the last token; negative indices count from the end; :data:`ALL`: every position), or one
+            such list per sequence.
         residual: keep the residual stream.
         mlp: keep each layer's MLP input and output.
         attention: ``name → reducer`` applied to every sequence, or ``name → [one reducer per sequence]``.
         attention_layers: the decoder layers whose attention is reduced (default: all).
-        logits: keep the logits of each sequence's last ``logits`` positions (0: none).
+        logits: keep the logits of each sequence's last ``logits`` positions (0: none; left padding only).
+        right_pad: pad shorter sequences on the right instead, with no attention mask: a causal model's real
+            tokens never see the padding after them, so each sequence reads what it reads alone (for a batch of
+            unrelated texts whose logits are not asked).
 
     Returns:
         A :class:`Trace`.
@@ -179,23 +184,25 @@ def trace(
     lengths = [len(s) for s in seqs]
     width, batch = max(lengths), len(seqs)
     pads = [width - n for n in lengths]
-    wanted = [-1] if positions is None else positions
-    keep = [list(range(n)) if wanted == ALL else check_positions(wanted, n) for n in lengths]  # type: ignore[arg-type]
+    keep = _kept_positions(positions, lengths)
     parts = model_parts(handle)
     n_layers = parts.n_layers
     reducers = {name: _per_sequence(name, fn, batch) for name, fn in (attention or {}).items()}
     layers = parts.check_layers(range(n_layers) if attention_layers is None else attention_layers)
     if logits < 0:
         raise ValueError(f"logits must be >= 0, got {logits}")
+    if right_pad and logits:
+        raise ValueError("logits are kept for left-padded batches only")
+    starts = [0] * batch if right_pad else pads
     out = Trace(lengths=lengths, positions=keep)
     out.attention = {name: [[None] * n_layers for _ in range(batch)] for name in reducers}
-    sink = _Sink(out, pads, n_layers, reducers)
+    sink = _Sink(out, starts, n_layers, reducers)
     registrations: list[HookRegistration] = [
         *(residual_hooks(parts, sink.on_state) if residual else []),
         *(module_io_hooks(layer_mlps(parts), sink.on_mlp) if mlp else []),
         *(attention_hooks(parts, sink.on_weights, layers) if reducers else []),
     ]
-    inputs = _inputs(handle, seqs)
+    inputs = _inputs(handle, seqs, right_pad)
     with handle.hooked(registrations) as model:
         result = run_model(model, logits, **inputs)
         if logits:
@@ -213,9 +220,12 @@ class _Sink:
     input/output (per sequence, ``(P, d)`` float32 on the CPU) and the attention reducers' values (into
     ``out.attention``, this layer's weights only, the sequence's padding cut off)."""
 
-    def __init__(self, out: Trace, pads: list[int], n_layers: int, reducers: dict[str, list[AttentionReducer]]) -> None:
-        self.out, self.pads, self.reducers = out, pads, reducers
-        self.columns = [torch.tensor([pad + p for p in ps], dtype=torch.long) for pad, ps in zip(pads, out.positions)]
+    def __init__(
+        self, out: Trace, starts: list[int], n_layers: int, reducers: dict[str, list[AttentionReducer]]
+    ) -> None:
+        self.out, self.reducers = out, reducers
+        self.spans = [(start, start + n) for start, n in zip(starts, out.lengths)]
+        self.columns = [torch.tensor([s + p for p in ps], dtype=torch.long) for s, ps in zip(starts, out.positions)]
         self.states: list[list[torch.Tensor] | None] = [None] * (n_layers + 1)
         self.mlp_io: dict[str, list[list[torch.Tensor] | None]] = {"in": [None] * n_layers, "out": [None] * n_layers}
 
@@ -229,10 +239,24 @@ class _Sink:
         self.mlp_io[kind][layer] = self.pick(h)
 
     def on_weights(self, layer: int, w: torch.Tensor) -> None:  # (B, H, W, W), this layer only
-        for b, pad in enumerate(self.pads):
-            row = w[b, :, pad:, pad:].float()
+        for b, (start, end) in enumerate(self.spans):
+            row = w[b, :, start:end, start:end].float()
             for name, fns in self.reducers.items():
                 self.out.attention[name][b][layer] = fns[b](layer, row)
+
+
+def _kept_positions(
+    positions: Sequence[int] | Sequence[Sequence[int]] | str | None, lengths: list[int]
+) -> list[list[int]]:
+    """Each sequence's kept positions: :data:`ALL`, one list for every sequence, or one list per sequence."""
+    if positions == ALL:
+        return [list(range(n)) for n in lengths]
+    wanted = [-1] if positions is None else list(positions)  # type: ignore[arg-type]
+    if wanted and not isinstance(wanted[0], (int, np.integer)):
+        if len(wanted) != len(lengths):
+            raise ValueError(f"{len(wanted)} position lists for {len(lengths)} sequences")
+        return [check_positions(p, n) for p, n in zip(wanted, lengths)]  # type: ignore[arg-type]
+    return [check_positions(wanted, n) for n in lengths]  # type: ignore[arg-type]
 
 
 def _per_sequence(name: str, fn: AttentionReducer | Sequence[AttentionReducer], batch: int) -> list[AttentionReducer]:
@@ -244,10 +268,12 @@ def _per_sequence(name: str, fn: AttentionReducer | Sequence[AttentionReducer], 
     return fns
 
 
-def _inputs(handle: ModelHandle, seqs: list[list[int]]) -> dict[str, torch.Tensor]:
+def _inputs(handle: ModelHandle, seqs: list[list[int]], right_pad: bool = False) -> dict[str, torch.Tensor]:
     device = handle.device
-    if len({len(s) for s in seqs}) == 1:
-        return {"input_ids": torch.tensor(seqs, dtype=torch.long, device=device)}
+    if len({len(s) for s in seqs}) == 1 or right_pad:
+        width = max(len(s) for s in seqs)
+        rows = [s + [handle.pad_token_id] * (width - len(s)) for s in seqs]
+        return {"input_ids": torch.tensor(rows, dtype=torch.long, device=device)}
     ids, mask, positions = left_pad(seqs, handle.pad_token_id)
     return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "position_ids": positions.to(device)}
 

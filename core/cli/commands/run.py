@@ -72,7 +72,7 @@ def _agreement(handle: Any, result: Any, args: argparse.Namespace) -> Agreement 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     resolve([n.strip() for n in (args.detectors or "").split(",") if n.strip()])  # before the model loads
-    handle, result = run_from_args(args, settings_from_args(args))
+    handle, result = run_from_args(args, settings_from_args(args), record=bool(args.all_detectors or args.detectors))
     result = with_headline(result)
     agreement = _agreement(handle, result, args)
     if args.json and agreement is not None:

@@ -46,7 +46,12 @@ def path_sequence(handle: ModelHandle, result: DualPathResult, path: str) -> tup
     return ids, handle.decode_tokens(ids), len(prompt)
 
 
-def displacement(handle: ModelHandle, result: DualPathResult, retrieval_state: np.ndarray | None = None) -> np.ndarray:
+def displacement(
+    handle: ModelHandle,
+    result: DualPathResult,
+    retrieval_state: np.ndarray | None = None,
+    parametric_state: np.ndarray | None = None,
+) -> np.ndarray:
     """CRM's displacement at the last prompt token, every layer (CRM §2, eq. 1's ``h_ℓ^c − h_ℓ^0``).
 
     ``d_ℓ = h_ℓ(retrieval prompt)[last] − h_ℓ(parametric prompt)[last]``, the prompts rebuilt with
@@ -58,6 +63,8 @@ def displacement(handle: ModelHandle, result: DualPathResult, retrieval_state: n
         retrieval_state: ``h_ℓ^c``, ``(n_layers + 1, hidden)``, when a shared pass over the retrieval path has it
             (the residual stream at the last prompt token of prompt + answer, which a causal model computes
             exactly as over the prompt alone): then only the parametric prompt is run.
+        parametric_state: ``h_ℓ^0`` likewise, from the run's teacher-forced scoring pass over the parametric prompt
+            + answer (:attr:`~core.engine.result.RunInternals.parametric_state`): with both, no model call.
 
     Returns:
         float32 array ``(n_layers + 1, hidden)``, the difference taken in float64; row 0 is the embedding layer
@@ -65,8 +72,9 @@ def displacement(handle: ModelHandle, result: DualPathResult, retrieval_state: n
     """
     prepared = prepared_for(handle, result)
     if retrieval_state is not None:
-        parametric = trace(handle, [prepared.parametric.ids])
-        h_0 = parametric.residual[0][:, 0].numpy().astype(np.float64)
+        if parametric_state is None:
+            parametric_state = trace(handle, [prepared.parametric.ids]).residual[0][:, 0].numpy()
+        h_0 = np.asarray(parametric_state, dtype=np.float64)
         return (np.asarray(retrieval_state, dtype=np.float64) - h_0).astype(np.float32)
     with handle.session():
         retrieval = trace(handle, [prepared.retrieval.ids])

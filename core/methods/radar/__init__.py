@@ -27,7 +27,7 @@ The names below are re-exported so that ``from core.methods import radar; radar.
 
 from __future__ import annotations
 
-from core.methods.radar.analysis import RadarAnalysis, analyze_prompt, analyze_with_table
+from core.methods.radar.analysis import RadarAnalysis, analyze_prompt, analyze_trace, analyze_with_table
 from core.methods.radar.classifier import (
     EMBEDDED_ENSEMBLE_PATH,
     ESTIMATOR_TITLES,
@@ -148,6 +148,7 @@ __all__ = [
     "RadarPrompt",
     "RadarTrace",
     "analyze_prompt",
+    "analyze_trace",
     "analyze_with_table",
     "attention_specialization",
     "build_ensemble",

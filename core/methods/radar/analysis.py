@@ -8,7 +8,7 @@ from typing import Any
 from core.methods.radar.classifier import RadarClassifier, RadarPrediction, classifier_from_table
 from core.methods.radar.features import FEATURE_VERSION, FEATURES, RCI_FORMULA, RDS_FORMULA, feature_vector
 from core.methods.radar.store import FeatureTable
-from core.methods.radar.trace import RadarTrace, extract_features
+from core.methods.radar.trace import RadarTrace, features_from_trace, trace_prompt
 from core.model.handle import ModelHandle
 
 
@@ -51,9 +51,18 @@ def analyze_prompt(handle: ModelHandle, text: str, classifier: RadarClassifier |
     Raises:
         ValueError: see :func:`core.methods.radar.trace.trace_prompt`.
     """
-    features, trace = extract_features(handle, text)
+    return analyze_trace(handle, trace_prompt(handle, text), classifier)
+
+
+def analyze_trace(handle: ModelHandle, trace: RadarTrace, classifier: RadarClassifier | None = None) -> RadarAnalysis:
+    """:func:`analyze_prompt` of a prompt already traced (e.g. batched with another text in one forward).
+
+    Raises:
+        ValueError: a feature that is not finite.
+    """
+    features = features_from_trace(trace)
     prediction = classifier.predict(feature_vector(features)[None, :])[0] if classifier is not None else None
-    return RadarAnalysis(handle.info.name, text, features, trace, prediction)
+    return RadarAnalysis(handle.info.name, trace.text, features, trace, prediction)
 
 
 def analyze_with_table(handle: ModelHandle, text: str, table: FeatureTable | None) -> RadarAnalysis:

@@ -26,7 +26,7 @@ from core.methods.radar.maths import head_entropies, mechanistic_features, resid
 from core.model.handle import ModelHandle
 from core.model.lens import lens_logits
 from core.model.parts import model_parts
-from core.model.trace import ALL, trace
+from core.model.trace import ALL, Trace, trace
 
 
 @dataclass(frozen=True)
@@ -106,17 +106,56 @@ def trace_prompt(handle: ModelHandle, text: str) -> RadarTrace:
             decoder layers, or attention weights that the model does not return (SDPA/flash attention).
     """
     ids = encode_radar_prompt(handle, text)
-    parts = model_parts(handle)
-    n_layers = parts.n_layers
+    check_layers(handle)
+    t = trace(handle, [ids], positions=ALL, attention={HEAD_ENTROPY: head_entropy_reducer})
+    return trace_from(handle, text, ids, t)
+
+
+HEAD_ENTROPY = "head_entropy"
+"""The name of RADAR's attention reducer in a :func:`~core.model.trace.trace` (:func:`head_entropy_reducer`)."""
+
+
+def head_entropy_reducer(layer: int, w: torch.Tensor) -> Any:
+    """RADAR's attention reducer: each head's entropy at every query position (:func:`head_entropies`)."""
+    return head_entropies(w)
+
+
+def check_layers(handle: ModelHandle) -> None:
+    """Raise ``ValueError`` for a model with fewer than the two decoder layers RADAR's trajectories need."""
+    n_layers = model_parts(handle).n_layers
     if n_layers < 2:
         raise ValueError(f"RADAR's trajectory features need at least 2 decoder layers; this model has {n_layers}.")
-    t = trace(handle, [ids], positions=ALL, attention={"head_entropy": lambda layer, w: head_entropies(w)})
-    layers = list(t.residual[0][1:])  # each (T, d) float32: decoder layer ℓ's output, the last one un-normed
-    head_entropy = t.attention["head_entropy"][0]
+
+
+def lens_rows(t: Trace, b: int = 0) -> torch.Tensor:
+    """The states RADAR reads through the logit lens: each decoder layer's output at the last position, ``(L, d)``."""
+    return t.residual[b][1:, -1]
+
+
+def trace_from(
+    handle: ModelHandle,
+    text: str,
+    ids: list[int],
+    t: Trace,
+    b: int = 0,
+    *,
+    lens_logits_rows: torch.Tensor | None = None,
+) -> RadarTrace:
+    """The :class:`RadarTrace` of sequence ``b`` of a trace over ``ids`` that kept every position's residual stream
+    and ran :func:`head_entropy_reducer` under :data:`HEAD_ENTROPY` (e.g. batched with another text).
+
+    Args:
+        lens_logits_rows: the logit lens of :func:`lens_rows`, when the caller ran it (with other rows, in one
+            unembedding product); else it is run here.
+    """
+    parts = model_parts(handle)
+    layers = list(t.residual[b][1:])  # each (T, d) float32: decoder layer ℓ's output, the last one un-normed
+    head_entropy = t.attention[HEAD_ENTROPY][b]
     param = next(handle.model.parameters())
-    last = torch.stack([h[-1] for h in layers]).to(device=param.device, dtype=param.dtype)  # (L, d)
     with handle.session():
-        logp = log_probs(lens_logits(parts, last))  # (L, V), float32
+        if lens_logits_rows is None:
+            lens_logits_rows = lens_logits(parts, lens_rows(t, b).to(device=param.device, dtype=param.dtype))
+        logp = log_probs(lens_logits_rows)  # (L, V), float32
         confidence = logp.max(dim=-1).values.exp().double().cpu().numpy()
         top_ids = logp.argmax(dim=-1).cpu().tolist()
         lens_entropy = entropy(logp).double().cpu().numpy()

@@ -235,6 +235,11 @@ def _ecs(handle: ModelHandle, parts, residual: torch.Tensor, tops: list, rows: l
     return torch.stack(per_layer).permute(2, 0, 1).cpu().numpy().astype(np.float32)  # (R, L, H)
 
 
+PKS_LENS_BYTES = 64 * 2**20
+"""The float32 logits one stacked logit lens of PKS may hold: the layers' rows before and after each MLP go through
+the unembedding together (its weights read once, not twice per layer), in chunks of at most this many bytes."""
+
+
 def _pks(handle: ModelHandle, parts, t: Trace, b: int, rows: list[int], layers: Sequence[int] | None) -> np.ndarray:
     param = _param(handle)
     wanted = set(range(parts.n_layers) if layers is None else layers)
@@ -242,14 +247,19 @@ def _pks(handle: ModelHandle, parts, t: Trace, b: int, rows: list[int], layers: 
     after = t.residual[b][1:, r]  # (L, R, d): x^ℓ
     mlp_out = t.mlp_out[b][:, r]
     before = residual_before_mlp(t, b)[:, r]  # (L, R, d): h_{ℓ+1} − mlp_out_ℓ
-    out = []
-    for layer in range(parts.n_layers):
-        if layer not in wanted:
-            out.append(torch.full((len(rows),), float("nan"), device=param.device))
-            continue
-        post = after[layer].to(device=param.device, dtype=param.dtype)
-        delta = mlp_out[layer].to(device=param.device, dtype=param.dtype)
-        norm = _post_mlp_norm(parts.layers[layer])
-        mid = post - norm(delta) if norm is not None else before[layer].to(device=param.device, dtype=param.dtype)
-        out.append(jsd(log_probs(lens_logits(parts, mid)), log_probs(lens_logits(parts, post))))
-    return torch.stack(out, dim=1).cpu().numpy().astype(np.float32)  # (R, L)
+    chosen = [layer for layer in range(parts.n_layers) if layer in wanted]
+    out = torch.full((parts.n_layers, len(rows)), float("nan"), device=param.device)
+    vocab_bytes = 4 * max(1, int(parts.unembed.weight.shape[0]))
+    per_chunk = max(1, PKS_LENS_BYTES // (2 * len(rows) * vocab_bytes))
+    for start in range(0, len(chosen), per_chunk):  # the lens of several layers in one unembedding product
+        layers_now = chosen[start : start + per_chunk]
+        mids, posts = [], []
+        for layer in layers_now:
+            post = after[layer].to(device=param.device, dtype=param.dtype)
+            delta = mlp_out[layer].to(device=param.device, dtype=param.dtype)
+            norm = _post_mlp_norm(parts.layers[layer])
+            mids.append(post - norm(delta) if norm is not None else before[layer].to(param.device, param.dtype))
+            posts.append(post)
+        logp = log_probs(lens_logits(parts, torch.cat(mids + posts))).view(2, len(layers_now), len(rows), -1)
+        out[torch.tensor(layers_now, device=param.device)] = jsd(logp[0], logp[1])
+    return out.T.cpu().numpy().astype(np.float32)  # (R, L)

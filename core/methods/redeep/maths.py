@@ -32,9 +32,16 @@ def jsd(logp: torch.Tensor, logq: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     lp, lq = logp.float(), logq.float()
     logm = torch.logaddexp(lp, lq) - LOG2
-    kl_pm = torch.where(lp > -math.inf, lp.exp() * (lp - logm), torch.zeros_like(lp)).sum(dim)
-    kl_qm = torch.where(lq > -math.inf, lq.exp() * (lq - logm), torch.zeros_like(lq)).sum(dim)
-    return (0.5 * (kl_pm + kl_qm)).clamp_min(0.0)
+    return (0.5 * (_kl_terms(lp, logm).sum(dim) + _kl_terms(lq, logm).sum(dim))).clamp_min(0.0)
+
+
+def _kl_terms(lp: torch.Tensor, logm: torch.Tensor) -> torch.Tensor:
+    """``p · (log p − log m)``, 0 where ``p = 0`` (the mask is applied only when some ``log p`` is ``−inf``: the
+    same values, without a pass over the vocabulary when there is none)."""
+    terms = lp.exp() * (lp - logm)
+    if bool(torch.isneginf(lp).any()):
+        terms = torch.where(lp > -math.inf, terms, torch.zeros_like(lp))
+    return terms
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:

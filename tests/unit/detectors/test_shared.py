@@ -132,3 +132,103 @@ def test_crm_alone_keeps_its_own_prompt_pass_and_a_planned_reader_shares(run, mo
     assert get("crm_l2").score(with_reader) == pytest.approx(value, rel=1e-5)
     get("redeep_ecs").score(with_reader)
     assert calls == [result.retrieval.prompt_len + result.n_tokens - 1, result.parametric.prompt_len]
+
+
+@pytest.fixture(scope="module")
+def recorded(tiny_handle):
+    """The same run as ``run``'s first, made with ``record=True`` (as the Dual Path page makes it)."""
+    return tiny_handle, run_dual_path(tiny_handle, Q, C, FULL, record=True), FULL
+
+
+def test_recording_changes_no_score_of_the_run(recorded):
+    handle, rec, settings = recorded
+    result = run_dual_path(handle, Q, C, settings)
+    assert rec.repcs_score == result.repcs_score and np.array_equal(rec.token_kl, result.token_kl)
+    timed = {"timings": {}}
+    assert replace(rec, **timed).to_json() == replace(result, **timed).to_json(), "the internals are never serialized"
+    assert "internals" not in repr(rec), "nor shown"
+    assert rec.internals is not None and rec.internals.retrieval.failed is None and result.internals is None
+
+
+def test_a_recorded_run_needs_no_forward_for_three_families(recorded, monkeypatch):
+    handle, result, settings = recorded
+    own = {name: get(name).score(DetectorInput(handle, replace(result, internals=None), settings)) for name in SHARED}
+    calls = _forwards(monkeypatch)
+    inp = DetectorInput(handle, replace(result), settings)  # a copy: its internals are dropped below, not the fixture's
+    scores = {name: get(name).score(inp) for name in SHARED}
+    assert calls == [], "the retrieval trace and CRM's h^0 come from the run's own passes"
+    assert scores == pytest.approx(own, rel=1e-4, abs=1e-6)
+    h_0 = result.internals.parametric_state
+    alone = trace_module.trace(handle, [result.parametric.prompt and _parametric_ids(handle, result)]).residual[0][:, 0]
+    np.testing.assert_allclose(h_0, alone.numpy(), rtol=1e-5, atol=1e-5)
+    release(inp)
+    assert inp.result.internals is None and result.internals is not None
+
+
+def _parametric_ids(handle, result) -> list[int]:
+    from core.methods.internals.replay import prepared_for
+
+    return prepared_for(handle, result).parametric.ids
+
+
+def test_the_texts_pass_reads_the_context_and_radars_query_in_one_forward(run, monkeypatch):
+    from core.methods.baselines import context_token_stats
+    from core.methods.radar import features_from_trace, radar_prompt, trace_prompt
+
+    handle, result, settings = run
+    monkeypatch.setattr(shared_module, "feature_table_for", lambda handle, compute=False: object())
+    calls = _forwards(monkeypatch)
+    inp = DetectorInput(handle, result, settings)
+    plan(inp, ["ppl", "min_kpp_10", "radar"])
+    shared_module.text_pass(inp)
+    shared_module.text_pass(inp)  # once per row
+    stats, radar = inp.cache[keys.CONTEXT_TOKENS], inp.cache[keys.RADAR_TRACE]
+    assert len(calls) == 1
+    own = context_token_stats(handle, result.context)
+    for key in ("logprob", "mu", "sigma"):
+        np.testing.assert_allclose(stats[key], own[key], rtol=1e-5, atol=1e-5)
+    alone = trace_prompt(handle, radar_prompt(result.query))
+    assert radar.token_ids == alone.token_ids and radar.top_token_ids == alone.top_token_ids
+    assert features_from_trace(radar) == pytest.approx(features_from_trace(alone), rel=1e-4, abs=1e-6)
+
+
+def test_the_texts_pass_runs_only_when_both_texts_are_read(run, monkeypatch):
+    handle, result, settings = run
+    monkeypatch.setattr(shared_module, "feature_table_for", lambda handle, compute=False: object())
+    calls = _forwards(monkeypatch)
+    for names in (["ppl", "zlib"], ["radar"], ["repcs", "crm_l2"]):
+        inp = DetectorInput(handle, result, settings)
+        plan(inp, names)
+        shared_module.text_pass(inp)
+        assert keys.CONTEXT_TOKENS not in inp.cache and keys.RADAR_TRACE not in inp.cache
+    monkeypatch.setattr(shared_module, "feature_table_for", lambda handle, compute=False: None)
+    inp = DetectorInput(handle, result, settings)
+    plan(inp, ["ppl", "radar"])
+    shared_module.text_pass(inp)
+    assert calls == [] and keys.CONTEXT_TOKENS not in inp.cache, "no RADAR classifier yet: nothing batched"
+
+
+def test_on_the_embedded_model_the_pages_path_scores_every_cheap_detector_as_before(embedded_handle, monkeypatch):
+    """The Dual Path page's path — a recorded run, then the agreement view — pays one forward (the context text and
+    RADAR's query together) and gives every cheap detector the score and verdict of the plain path."""
+    from core.detectors.agreement import assess, detector_input
+
+    example = load_examples()[0]
+    settings = DualPathSettings(max_new_tokens=16, score_window=16)
+    plain = run_dual_path(embedded_handle, example.query, example.context, settings)
+    recorded = run_dual_path(embedded_handle, example.query, example.context, settings, record=True)
+    assert recorded.repcs_score == plain.repcs_score
+    before = {v.name: v for v in assess(embedded_handle, plain, inp=detector_input(embedded_handle, plain)).verdicts}
+    calls = _forwards(monkeypatch)
+    forwards: list[int] = []
+    real_forward = type(embedded_handle).forward
+    monkeypatch.setattr(
+        type(embedded_handle), "forward", lambda self, **kw: forwards.append(1) or real_forward(self, **kw)
+    )
+    after = assess(embedded_handle, recorded, inp=detector_input(embedded_handle, recorded)).verdicts
+    assert len(calls) == 1 and forwards == [], "one forward: the context text and RADAR's query, batched"
+    assert recorded.internals is None, "released once the view is done"
+    for v in after:
+        assert v.error is None and before[v.name].error is None, v.name
+        assert v.score == pytest.approx(before[v.name].score, rel=1e-4, abs=1e-6), v.name
+        assert v.verdict == before[v.name].verdict, v.name

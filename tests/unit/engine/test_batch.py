@@ -212,3 +212,22 @@ def test_one_request_object_and_a_single_row_is_a_batch_of_one(tiny_handle):
     assert single.parametric.token_ids == core.parametric.token_ids
     assert "batch_size" not in single.timings and core.timings["batch_size"] == 1.0
     assert {e.path for e in events} == {"retrieval", "parametric", "scoring"} and events[-1].done
+
+
+def test_a_recorded_batch_keeps_each_rows_internals_and_the_same_scores(tiny_handle):
+    from core.model.trace import ALL, trace
+
+    settings = DualPathSettings(max_new_tokens=5, score_window=5, force_length=True)
+    prepared = [prepare_prompts(tiny_handle, q, c, settings) for q, c in ROWS[:2]]
+    plain = score_prepared(tiny_handle, prepared, ScoreRequest(settings).resolved(tiny_handle))
+    recorded = score_prepared(tiny_handle, prepared, ScoreRequest(settings, record=True).resolved(tiny_handle))
+    for p, a, b in zip(prepared, plain, recorded, strict=True):
+        assert a.internals is None and b.repcs_score == a.repcs_score
+        np.testing.assert_array_equal(b.token_kl, a.token_kl)
+        ids = p.retrieval.ids + b.answer_token_ids[:-1]
+        own = trace(tiny_handle, [ids], positions=ALL).residual[0]
+        torch.testing.assert_close(
+            b.internals.retrieval.trace(ids, positions=ALL).residual[0], own, rtol=1e-4, atol=1e-4
+        )
+        h_0 = trace(tiny_handle, [p.parametric.ids]).residual[0][:, 0].numpy()
+        np.testing.assert_allclose(b.internals.parametric_state, h_0, rtol=1e-5, atol=1e-5)

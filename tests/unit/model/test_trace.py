@@ -181,3 +181,26 @@ def test_bad_input_is_a_value_error(tiny_handle) -> None:
     ]:
         with pytest.raises(ValueError, match=match):
             trace(tiny_handle, **kwargs)
+
+
+def test_right_padding_reads_each_sequence_as_alone(tiny_handle) -> None:
+    seqs = [_ids(tiny_handle, "a much longer sequence of bytes"), _ids(tiny_handle, "short")]
+    both = trace(tiny_handle, seqs, positions=ALL, attention={"H": query_entropy()}, right_pad=True)
+    for b, seq in enumerate(seqs):
+        alone = trace(tiny_handle, [seq], positions=ALL, attention={"H": query_entropy()})
+        torch.testing.assert_close(both.residual[b], alone.residual[0], rtol=1e-5, atol=1e-5)
+        for layer in range(tiny_handle.info.n_layers):
+            np.testing.assert_allclose(both.attention["H"][b][layer], alone.attention["H"][0][layer], atol=1e-5)
+    with pytest.raises(ValueError, match="left-padded"):
+        trace(tiny_handle, seqs, logits=1, right_pad=True)
+
+
+def test_positions_per_sequence(tiny_handle) -> None:
+    seqs = [_ids(tiny_handle, "a much longer sequence of bytes"), _ids(tiny_handle, "short")]
+    t = trace(tiny_handle, seqs, positions=[[0, 2], [-1]])
+    assert t.positions == [[0, 2], [len(seqs[1]) - 1]]
+    full = [trace(tiny_handle, [s], positions=ALL).residual[0] for s in seqs]
+    torch.testing.assert_close(t.residual[0], full[0][:, [0, 2]], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(t.residual[1], full[1][:, [-1]], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="position lists"):
+        trace(tiny_handle, seqs, positions=[[0]])
