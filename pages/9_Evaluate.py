@@ -30,12 +30,66 @@ frame.first_paint(
 )  # on screen while the imports below run
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
-from components import controls, keys, state
+from components import controls, keys, prologue
+from core.bundled_sets import bundled_sets
+from core.public import current_policy, evaluate_run_tokens
+
+MAX_UPLOAD_MB = 5
+UPLOAD = "Upload a CSV"
+
+
+@dataclass(frozen=True)
+class DataChoice:
+    """Section 1's choice, drawn before the page's libraries: the bundled sets, the chosen source, the upload."""
+
+    sets: dict[str, Path]
+    source: str
+    upload: Any | None
+    limit_mb: int
+
+
+def draw_data_choice() -> DataChoice:
+    """Bundled probe set or an uploaded CSV: the radio and the uploader (read and validated by :func:`load_data`)."""
+    st.subheader("1 · Data")
+    sets = bundled_sets()
+    source = controls.choice(
+        st.radio,
+        "Rows to evaluate",
+        keys.EVAL_SOURCE,
+        [*sets, UPLOAD],
+        horizontal=True,
+        format_func=lambda c: c if c == UPLOAD else f"Bundled: {c}",
+    )
+    if not sets:
+        st.info("No bundled probe set is installed (assets/probes/probes.csv). Upload a labeled CSV instead.")
+    limit_mb = current_policy().limit("upload_mb", MAX_UPLOAD_MB)  # lower in public mode
+    upload = None
+    if source == UPLOAD:
+        upload = st.file_uploader(
+            f"Labeled CSV (columns query, context, label = memorized | grounded; up to {limit_mb} MiB)",
+            type=["csv"],
+            key=keys.EVAL_UPLOAD,
+            max_upload_size=limit_mb,
+            help="Every row is checked before anything runs; a bad row is reported by number and column and "
+            "nothing from the file is kept.",
+        )
+    return DataChoice(sets, source, upload, limit_mb)
+
+
+# The data choice before the page's libraries (light modules only); the τ in force names the model, so its line
+# is filled once the model is loaded, above the data.
+early = prologue.begin()
+tau_line = st.container()
+data_choice = draw_data_choice()
+
 from components import evaluate_calibration as ec
 from components import evaluate_tabs as et
+from components import state
 from components.evaluate_jobs import draw_run_controls, job, run_job
 from components.evaluate_tabs import detector_label, file_digest
 from components.page import open_page
@@ -57,15 +111,11 @@ from core.evaluation import (
     read_labeled_csv,
     stratified_sample,
 )
-from core.evaluation.data import bundled_sets
 from core.methods.baselines import DEFAULT_KS
 from core.model.handle import ModelHandle
-from core.public import current_policy, evaluate_run_tokens
 
-MAX_UPLOAD_MB = 5
 SIGMA_CHOICES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 K_CHOICES = (5, 10, 20, 30, 50)
-UPLOAD = "Upload a CSV"
 
 
 @dataclass(frozen=True)
@@ -116,42 +166,22 @@ def draw_threshold_in_force(model: str) -> None:
         )
 
 
-def draw_data_source() -> tuple[str, list[LabeledRow], str] | None:
-    """Bundled probe set or an uploaded CSV (validated all or nothing). Returns (name, rows, digest)."""
-    st.subheader("1 · Data")
-    sets = bundled_sets()
-    source = controls.choice(
-        st.radio,
-        "Rows to evaluate",
-        keys.EVAL_SOURCE,
-        [*sets, UPLOAD],
-        horizontal=True,
-        format_func=lambda c: c if c == UPLOAD else f"Bundled: {c}",
-    )
-    if not sets:
-        st.info("No bundled probe set is installed (assets/probes/probes.csv). Upload a labeled CSV instead.")
-    if source == UPLOAD:
-        limit_mb = current_policy().limit("upload_mb", MAX_UPLOAD_MB)  # lower in public mode
-        upload = st.file_uploader(
-            f"Labeled CSV (columns query, context, label = memorized | grounded; up to {limit_mb} MiB)",
-            type=["csv"],
-            key=keys.EVAL_UPLOAD,
-            max_upload_size=limit_mb,
-            help="Every row is checked before anything runs; a bad row is reported by number and column and "
-            "nothing from the file is kept.",
-        )
+def load_data(choice: DataChoice) -> tuple[str, list[LabeledRow], str] | None:
+    """The chosen rows (validated all or nothing), with their name and digest; ``None`` when there are none."""
+    if choice.source == UPLOAD:
+        upload = choice.upload
         if upload is None:
             return None
         data = upload.getvalue()
         try:
-            rows = parse_labeled_bytes(data, name=upload.name, max_bytes=limit_mb * 1024 * 1024)
+            rows = parse_labeled_bytes(data, name=upload.name, max_bytes=choice.limit_mb * 1024 * 1024)
         except DataError as exc:
             st.error(f"The file was not loaded. {escape_markdown(str(exc))}")
             return None
         for note in getattr(rows, "notes", ()):
             st.warning(escape_markdown(note))
         return upload.name, rows, file_digest(data)
-    path = sets[source]
+    path = choice.sets[choice.source]
     try:
         rows = read_labeled_csv(path)
     except DataError as exc:
@@ -299,9 +329,8 @@ def draw_results(handle: ModelHandle) -> None:
 
 
 def main() -> None:
-    page = open_page("Evaluate")
-    tau_line = st.container()  # the τ in force names the model: drawn here once it is loaded, below the inputs
-    data = draw_data_source()
+    page = open_page("Evaluate", early=early)
+    data = load_data(data_choice)
     rows: list[LabeledRow] = []
     name, digest = "", ""
     if data is not None:

@@ -25,16 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from core.bundled_sets import CONFLICT_FILE as CONFLICT_FILE
+from core.bundled_sets import PROBES_DIR as PROBES_DIR
+from core.bundled_sets import SETS_DIR as SETS_DIR
+from core.bundled_sets import bundled_sets as bundled_sets
 from core.engine import DualPathSettings, prepare_prompts
-from core.io import MiB, UserFileError, asset_path, format_size, read_user_file
+from core.io import MiB, UserFileError, format_size, read_user_file
 from core.methods.repcs import GROUNDED, MEMORIZED
 from core.model.handle import ModelHandle
 
-PROBES_DIR = asset_path("probes")
-"""The bundled labeled probe sets (``probes.csv`` first) and the conflict set."""
-CONFLICT_FILE = PROBES_DIR / "conflict.csv"
-SETS_DIR = asset_path("sets")
-"""The validity sets (unscreened, shift sets): one folder per set with ``<name>.csv`` and a README."""
 REQUIRED_COLUMNS = ("query", "context", "label")
 CONFLICT_COLUMNS = ("query", "context", "answer_context", "answer_memory")
 LABELS = (MEMORIZED, GROUNDED)
@@ -308,28 +307,6 @@ def read_labeled_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> ParsedRow
 def read_conflict_csv(path: str | Path, *, max_rows: int = MAX_ROWS) -> ParsedRows:
     """Read a conflict-set CSV file (UTF-8, size-limited) and validate it."""
     return parse_conflict_csv(_read_text(path), max_rows=max_rows)
-
-
-def bundled_sets(folder: Path = PROBES_DIR, *, sets_dir: Path | None = SETS_DIR) -> dict[str, Path]:
-    """The labeled CSVs shipped in ``folder`` by file name, ``probes.csv`` first, then those of every
-    subfolder of ``sets_dir`` (the validity sets, ``assets/sets/<name>/``; ``None`` to leave them out).
-
-    The conflict set is not one of them; a hand-written ``<name>_source.csv`` is listed only when its built
-    ``<name>.csv`` (with the behavioral column) is missing.
-    """
-    found: dict[str, Path] = {}
-    if folder.is_dir():
-        files = sorted(folder.glob("*.csv"), key=lambda p: (p.name != "probes.csv", p.name))
-        found = {
-            p.name: p
-            for p in files
-            if p.name != CONFLICT_FILE.name
-            and not (p.stem.endswith("_source") and (p.parent / f"{p.stem[: -len('_source')]}.csv").is_file())
-        }
-    if sets_dir is not None and sets_dir.is_dir():
-        for sub in sorted(p for p in sets_dir.iterdir() if p.is_dir()):
-            found.update({k: v for k, v in bundled_sets(sub, sets_dir=None).items() if k not in found})
-    return found
 
 
 def prompt_lengths(handle: ModelHandle, rows: Sequence[Row], settings: DualPathSettings) -> list[int]:
