@@ -95,12 +95,13 @@ def residual_hooks(
 
 
 def module_io_hooks(
-    modules: Sequence[torch.nn.Module], on_io: Callable[[str, int, torch.Tensor], None]
+    modules: Sequence[torch.nn.Module], on_io: Callable[[str, int, torch.Tensor], None], *, inputs: bool = True
 ) -> list[HookRegistration]:
     """Hooks that hand each module's first input and its output to ``on_io(kind, index, h)``.
 
     ``kind`` is ``"in"`` (the first positional input, from a pre-hook) or ``"out"`` (the output's hidden states);
-    ``index`` the module's place in ``modules`` (e.g. the decoder layer of an MLP).
+    ``index`` the module's place in ``modules`` (e.g. the decoder layer of an MLP). ``inputs=False``: the
+    outputs only (no pre-hooks).
     """
 
     def make_pre(index: int) -> Callable[..., None]:
@@ -117,7 +118,8 @@ def module_io_hooks(
 
     regs: list[HookRegistration] = []
     for i, module in enumerate(modules):
-        regs.append(lambda m=module, i=i: m.register_forward_pre_hook(make_pre(i), with_kwargs=True))
+        if inputs:
+            regs.append(lambda m=module, i=i: m.register_forward_pre_hook(make_pre(i), with_kwargs=True))
         regs.append(lambda m=module, i=i: m.register_forward_hook(make_post(i)))
     return regs
 

@@ -8,8 +8,9 @@ input/output, and the attention weights of every query over its keys — up to t
 matrix products of another shape (a batch of rows, one query at a time). :func:`recording` hooks the model
 for a block of calls (the engine wraps its ``generate`` in it) and keeps, for the rows it is asked to record:
 
-* the residual stream (:func:`core.model.hooks.residual_hooks` numbering) and each layer's MLP input and output
-  at every position fed;
+* the residual stream (:func:`core.model.hooks.residual_hooks` numbering) and each layer's MLP output at every
+  position fed (not the MLP's input, which no reader of a recording needs: its :meth:`~Recording.trace` leaves
+  ``mlp_in`` empty);
 * the attention weights of the queries from the prompt's last token on (the rows that produce the answer's
   tokens: the prefill's last row, then each decode step's one row) — the earlier rows of the prefill are not
   kept, so the cost stays ``layers × heads × answer × T`` instead of ``× T × T``.
@@ -90,9 +91,7 @@ class Recording:
         if mlp:
             if not self._mlp:
                 raise ValueError("the generation was recorded without the MLPs")
-            out.mlp_in, out.mlp_out = (
-                [torch.stack([torch.cat(p)[:n][index] for p in self._mlp[kind]]).cpu()] for kind in ("in", "out")
-            )
+            out.mlp_out = [torch.stack([torch.cat(p)[:n][index] for p in self._mlp["out"]]).cpu()]
         if attention:
             if not self._weights:
                 raise ValueError("the generation was recorded without attention weights")
@@ -135,14 +134,18 @@ class _Recorder:
         self.stop_ids = {int(i) for i in stop_ids}
         self.done = [False] * len(recordings)
         self.first_call: dict[tuple[str, int], bool] = {}
+        self.steps: dict[int, int] = {}  # forwards seen per attention layer
+        self.width = 0  # the prefill's keys (padding included)
         for rec in recordings:
             rec._states = [[] for _ in range(n_layers + 1)]
-            rec._mlp = {"in": [[] for _ in range(n_layers)], "out": [[] for _ in range(n_layers)]}
+            rec._mlp = {"out": [[] for _ in range(n_layers)]}
             rec._weights = [[] for _ in range(n_layers)]
 
     def _pieces(self, key: tuple[str, int], h: torch.Tensor) -> Iterator[tuple[Recording, torch.Tensor]]:
         prefill = self.first_call.setdefault(key, True)
         self.first_call[key] = False
+        if not prefill and int(h.shape[1]) != 1:  # a generation without the key/value cache re-reads everything
+            raise ValueError(f"a decode step fed {int(h.shape[1])} positions, not one (no key/value cache)")
         for rec, row, pad, done in zip(self.recordings, self.rows, self.pads, self.done, strict=True):
             if rec.failed is None and not done:
                 yield rec, (h[row, pad:] if prefill else h[row]).to(torch.float32, copy=True)
@@ -164,11 +167,18 @@ class _Recorder:
 
     def on_weights(self, layer: int, w: torch.Tensor) -> None:  # (B, H, q, k)
         def keep() -> None:
-            prefill = self.first_call.setdefault(("weights", layer), True)
-            self.first_call[("weights", layer)] = False
+            step = self.steps.get(layer, 0)
+            self.steps[layer] = step + 1
+            if step == 0:
+                self.width = int(w.shape[-1])
+            elif int(w.shape[-1]) != self.width + step:  # a sliding window: the cache keeps the last keys only
+                raise ValueError(
+                    f"layer {layer} attends over {int(w.shape[-1])} cached keys at decode step {step}, not all "
+                    f"{self.width + step} (a sliding-window cache): its columns are not positions"
+                )
             for rec, row, pad, done in zip(self.recordings, self.rows, self.pads, self.done, strict=True):
                 if rec.failed is None and not done:
-                    piece = w[row, :, -1:, pad:] if prefill else w[row, :, :, pad:]
+                    piece = w[row, :, -1:, pad:] if step == 0 else w[row, :, :, pad:]
                     rec._weights[layer].append(piece.to(torch.float32, copy=True))
 
         self._safely(keep)
@@ -211,7 +221,7 @@ def recording(
         rows: the batch rows to record.
         pads: each recorded row's left padding in the first forward (the prefill).
         prompt_lens: each recorded row's prompt length (without padding).
-        mlp: also keep each layer's MLP input and output.
+        mlp: also keep each layer's MLP output.
         stop_ids: tokens that end an answer (EOS): a row stops being recorded once it is fed one (the rest of the
             batch may go on generating), so it keeps ``prompt + answer[:-1]`` and no more.
 
@@ -228,7 +238,7 @@ def recording(
     registrations = [
         input_hook(handle.model.get_input_embeddings(), recorder.on_ids),
         *residual_hooks(parts, recorder.on_state),
-        *module_io_hooks(mlps, recorder.on_mlp),
+        *module_io_hooks(mlps, recorder.on_mlp, inputs=False),
         *attention_hooks(parts, recorder.on_weights, require=False),
     ]
     with handle.hooked(registrations):

@@ -48,7 +48,7 @@ def test_the_recording_equals_a_teacher_forced_trace(tiny_handle, generated, row
     options = {"positions": ALL, "mlp": True, "attention": _reducers(len(prompts[row]), len(ids))}
     own, got = trace(tiny_handle, [ids], **options), rec.trace(ids, **options)
     torch.testing.assert_close(got.residual[0], own.residual[0], rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(got.mlp_in[0], own.mlp_in[0], rtol=1e-4, atol=1e-4)
+    assert got.mlp_in == [], "a recording keeps the MLPs' outputs only"
     torch.testing.assert_close(got.mlp_out[0], own.mlp_out[0], rtol=1e-4, atol=1e-4)
     for layer in range(tiny_handle.info.n_layers):
         mine, theirs = got.attention["lr"][0][layer], own.attention["lr"][0][layer]
@@ -124,3 +124,31 @@ def test_a_row_stops_being_recorded_once_it_is_fed_an_end_token(tiny_handle, gen
     recs[0].set_fed(prompts[0], answer)
     own = trace(tiny_handle, [ids], positions=ALL).residual[0]
     torch.testing.assert_close(recs[0].trace(ids, positions=ALL).residual[0], own, rtol=1e-4, atol=1e-4)
+
+
+def test_every_family_records_its_generation_or_says_why(fam):
+    """On every decoder family: a recorded run scores exactly as a plain one, and its recording equals a traced
+    forward over the same tokens (or, where the hooks cannot read the generation, it says why and the detectors
+    run their own pass with the same scores)."""
+    from core.detectors import DetectorInput, get
+    from core.engine import run_dual_path
+    from core.methods.internals.replay import path_sequence
+
+    key, handle = fam
+    settings = DualPathSettings(max_new_tokens=4, score_window=4, top_k=3, force_length=True)
+    query, context = "Where is the tower?", "The tower stands in Quillmere, by the river."
+    plain = run_dual_path(handle, query, context, settings)
+    recorded = run_dual_path(handle, query, context, settings, record=True)
+    assert recorded.repcs_score == plain.repcs_score and recorded.answer_token_ids == plain.answer_token_ids, key
+    rec = recorded.internals.retrieval
+    if rec.failed is None:
+        ids, _, _ = path_sequence(handle, recorded, "retrieval")
+        own = trace(handle, [ids], positions=ALL).residual[0]
+        torch.testing.assert_close(rec.trace(ids, positions=ALL).residual[0], own, rtol=1e-4, atol=1e-4, msg=key)
+    for name in ("lookback_mean", "redeep_ecs", "crm_l2"):
+        try:
+            expected = get(name).score(DetectorInput(handle, plain, settings))
+        except ValueError:
+            continue  # a stated refusal of this family
+        got = get(name).score(DetectorInput(handle, recorded, settings))
+        assert got == pytest.approx(expected, rel=1e-4, abs=1e-6), (key, name)

@@ -204,3 +204,16 @@ def test_positions_per_sequence(tiny_handle) -> None:
     torch.testing.assert_close(t.residual[1], full[1][:, [-1]], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="position lists"):
         trace(tiny_handle, seqs, positions=[[0]])
+
+
+def test_right_padding_on_every_family(fam) -> None:
+    """The texts pass of the agreement view (the context text and RADAR's query as one right-padded batch) reads
+    each text as alone on every decoder family (alibi and sliding windows included)."""
+    key, handle = fam
+    seqs = [_ids(handle, "The tower stands in Quillmere, by the river."), _ids(handle, "Where is it?")]
+    both = trace(handle, seqs, positions=ALL, attention={"H": query_entropy()}, right_pad=True)
+    for b, seq in enumerate(seqs):
+        alone = trace(handle, [seq], positions=ALL, attention={"H": query_entropy()})
+        torch.testing.assert_close(both.residual[b], alone.residual[0], rtol=1e-4, atol=1e-4, msg=key)
+        for layer in range(handle.info.n_layers):
+            np.testing.assert_allclose(both.attention["H"][b][layer], alone.attention["H"][0][layer], atol=1e-5)
