@@ -87,11 +87,11 @@ class Recording:
         index = torch.tensor(keep, dtype=torch.long)
         out = Trace(lengths=[n], positions=[keep])
         if residual:
-            out.residual = [torch.stack([torch.cat(p)[:n][index] for p in self._states]).cpu()]
+            out.residual = [torch.stack([_joined(p)[:n][index] for p in self._states])]
         if mlp:
             if not self._mlp:
                 raise ValueError("the generation was recorded without the MLPs")
-            out.mlp_out = [torch.stack([torch.cat(p)[:n][index] for p in self._mlp["out"]]).cpu()]
+            out.mlp_out = [torch.stack([_joined(p)[:n][index] for p in self._mlp["out"]])]
         if attention:
             if not self._weights:
                 raise ValueError("the generation was recorded without attention weights")
@@ -117,6 +117,11 @@ class Recording:
                 w[:, row, k:] = 0.0
                 row += 1
         return w
+
+
+def _joined(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """One layer's pieces along the positions, on the host (the decode steps' pieces may still be on the device)."""
+    return torch.cat([p.cpu() for p in pieces])
 
 
 class _Recorder:
@@ -147,8 +152,15 @@ class _Recorder:
         if not prefill and int(h.shape[1]) != 1:  # a generation without the key/value cache re-reads everything
             raise ValueError(f"a decode step fed {int(h.shape[1])} positions, not one (no key/value cache)")
         for rec, row, pad, done in zip(self.recordings, self.rows, self.pads, self.done, strict=True):
-            if rec.failed is None and not done:
-                yield rec, (h[row, pad:] if prefill else h[row]).to(torch.float32, copy=True)
+            if rec.failed is None and not done:  # the prefill's pieces go to the host now (large), a step's later
+                yield (
+                    rec,
+                    (
+                        h[row, pad:].to("cpu", torch.float32, copy=True)
+                        if prefill
+                        else h[row].to(torch.float32, copy=True)
+                    ),
+                )
 
     def on_ids(self, ids: torch.Tensor) -> None:
         """Before each forward: a row fed one of ``stop_ids`` has finished its answer; it is no longer recorded."""
