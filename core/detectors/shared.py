@@ -91,6 +91,16 @@ def _or_none(plan, *args, **kwargs):
         return None
 
 
+RUN_READERS = ("lookback", "redeep", "combined", "crm_l2", "crm_lts", "crm_lr")
+"""Name prefixes of the detectors that read what a recorded run keeps (``run_dual_path(…, record=True)``): the
+retrieval trace or CRM's displacement."""
+
+
+def reads_the_run(names: Iterable[str]) -> bool:
+    """Whether any of the detectors ``names`` reads what a recorded run keeps (a caller then records the run)."""
+    return any(name.startswith(RUN_READERS) for name in names)
+
+
 READERS = ("lookback", "redeep", "combined")
 """Name prefixes of the detectors that read the pass beyond CRM's h^c (the combined detector reads ReDeEP's and the
 Lookback Lens' features)."""

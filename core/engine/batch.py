@@ -68,7 +68,7 @@ from core.engine.threshold import Threshold
 from core.maths.noise import noisy_repcs_scores, row_seed
 from core.model.handle import ModelHandle, check_cancelled
 from core.model.progress import Progress
-from core.model.recording import recording
+from core.model.recording import recording, recording_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,8 @@ class ScoreRequest:
         noise_seed: the seed of that noise.
         record: keep what the run's own passes read for the detectors (:class:`~core.engine.result.RunInternals`:
             the retrieval path recorded while it is generated, the parametric prompt's last state from the
-            scoring pass) in each result's ``internals``; the scores are the same either way.
+            scoring pass) in each result's ``internals``, unless the batch's recordings would exceed
+            :data:`MAX_RECORD_BYTES`; the scores are the same either way.
     """
 
     settings: DualPathSettings = field(default_factory=DualPathSettings)
@@ -225,12 +226,13 @@ def score_prepared(
         paths = [RETRIEVAL, PARAMETRIC] if b == 1 else None
     t0 = time.perf_counter()
     width = max(len(p) for p in prompts)
-    rows = range(b) if request.record else ()
+    record = request.record and _can_record(handle, prepared, settings)
+    rows = range(b) if record else ()
     with handle.session():  # the batch's generate and forward in one hold of the model: no other run interleaves
         stop = () if settings.force_length else handle.eos_token_ids
         pads, lens = [width - len(prompts[i]) for i in rows], [len(prompts[i]) for i in rows]
         recorder = recording(handle, rows, pads, lens, stop_ids=stop)
-        with recorder if request.record else nullcontext([]) as recs:
+        with recorder if record else nullcontext([]) as recs:
             generated = generate_greedy(handle, prompts, settings, paths=paths, on_event=on_event)
         for rec, i in zip(recs, rows, strict=True):
             rec.set_fed(prompts[i], generated[i][0])
@@ -244,7 +246,7 @@ def score_prepared(
         if on_event is not None:
             on_event(StreamEvent(SCORING, "", 0, 1, False))
         parametric_logits, states = teacher_forced_pass(
-            handle, [p.parametric.ids for p in prepared], [r[0] for r in retrieval], prompt_states=request.record
+            handle, [p.parametric.ids for p in prepared], [r[0] for r in retrieval], prompt_states=record
         )
     scored = _score_rows(prepared, retrieval, parametric_logits, request)
     t2 = time.perf_counter()
@@ -265,10 +267,23 @@ def score_prepared(
         )
         res.extras.update(extras)
         out.append(res)
-    if request.record:
+    if record:
         for i, res in enumerate(out):
             res.internals = RunInternals(recs[i], states[i].numpy() if states is not None else None)
     return out
+
+
+MAX_RECORD_BYTES = 2**30
+"""What the recordings of one batch may hold at most (:func:`core.model.recording.recording_bytes`, estimated
+before the run): a batch whose rows would hold more is not recorded (its detectors run their own passes)."""
+
+
+def _can_record(handle: ModelHandle, prepared: Sequence[PreparedPrompts], settings: DualPathSettings) -> bool:
+    need = sum(recording_bytes(handle, len(p.retrieval.ids), settings.max_new_tokens) for p in prepared)
+    if need > MAX_RECORD_BYTES:
+        logger.info("not recording this batch's generation: about %d MiB > %d MiB", need >> 20, MAX_RECORD_BYTES >> 20)
+        return False
+    return True
 
 
 def _score_capped(

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from core.detectors import Detector, DetectorInput, resolve
-from core.detectors.shared import plan
+from core.detectors.shared import plan, reads_the_run
 from core.engine import DualPathResult, DualPathSettings, ScoreRequest, score_batch
 from core.evaluation.data import ConflictRow, LabeledRow, Row
 from core.model.handle import ModelHandle
@@ -133,15 +134,23 @@ def score_records(
     (``threshold``, ``threshold_source``, ``noise_sigmas``, ``noise_seed``, ``free_parametric``). Conflict rows
     also get ``follows`` (which source the retrieval answer repeats) and, with ``free_parametric``,
     ``parametric_follows``.
+
+    When a detector reads the retrieval trace or CRM's displacement (:func:`core.detectors.shared.reads_the_run`),
+    the batch is run with ``record=True``: each row's trace comes from the batch's own generation (left-padded
+    like it, so its values round like the batch's Z, in the last bits), its h^0 from the batch's scoring pass,
+    and each row's recording is dropped once the row is scored.
     """
     if not rows:
         return []
     request = ScoreRequest.of(request, **options)
+    if reads_the_run(detectors):  # the batch's generation keeps the retrieval trace and CRM's h^0 of each row
+        request = replace(request, record=True)
     settings = request.settings
     results = score_batch(handle, [(r.query, r.context) for r in rows], request)
     records = []
     for r, res in zip(rows, results):
         rec = record_for(handle, res, settings, detectors, _meta(r))
+        res.internals = None  # this row is scored: its recording goes
         if isinstance(r, ConflictRow):
             rec["follows"] = answer_follows(res.retrieval.answer, r.answer_context, r.answer_memory)
             if request.free_parametric:

@@ -216,6 +216,16 @@ class _Recorder:
                 rec._states, rec._mlp, rec._weights = [], {}, []
 
 
+def recording_bytes(handle: ModelHandle, prompt_len: int, new_tokens: int) -> int:
+    """About how many bytes one row's recording holds: the residual stream and the MLP outputs at every position
+    fed (float32) and each layer's attention rows of the answer's queries."""
+    info = handle.info
+    positions = int(prompt_len) + int(new_tokens)
+    states = (2 * info.n_layers + 1) * positions * info.hidden_size
+    weights = info.n_layers * info.n_heads * (int(new_tokens) + 1) * positions
+    return 4 * (states + weights)
+
+
 @contextmanager
 def recording(
     handle: ModelHandle,
