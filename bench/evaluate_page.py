@@ -69,17 +69,28 @@ def page_run(n_rows: int, detectors: list[str] | None) -> tuple[float, dict[int,
 
 
 def same_scores(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]]) -> str:
-    """How many raw scores two runs share and how many of them are equal (fitted detectors' scores are filled
-    out of fold later and left out; a score one run has and the other lacks counts as different)."""
+    """How many raw scores both runs have and how many of them are equal (relative 1e-6), the largest relative
+    difference of each detector that differs, and the detectors only one run scored (the cross-validated ones,
+    filled out of fold)."""
     compared = equal = 0
+    worst: dict[str, float] = {}
+    one_sided: set[str] = set()
     for row in a.keys() | b.keys():
         for name in (a.get(row) or {}).keys() | (b.get(row) or {}).keys():
             x, y = (a.get(row) or {}).get(name), (b.get(row) or {}).get(name)
             if x is None and y is None:
                 continue
+            if x is None or y is None:
+                one_sided.add(name)
+                continue
             compared += 1
-            equal += x is not None and y is not None and math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
-    return f"{equal} of {compared} equal"
+            same = math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
+            equal += same
+            if not same:
+                worst[name] = max(worst.get(name, 0.0), abs(x - y) / max(abs(x), abs(y), 1e-12))
+    shown = ", ".join(f"{name} {gap:.1e}" for name, gap in sorted(worst.items(), key=lambda kv: -kv[1]))
+    out = f"{equal} of {compared} equal" + (f" (largest relative difference per detector: {shown})" if worst else "")
+    return out + (f"; scored by one run only (out of fold): {', '.join(sorted(one_sided))}" if one_sided else "")
 
 
 def main() -> None:
