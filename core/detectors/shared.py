@@ -200,7 +200,7 @@ def text_pass(inp: DetectorInput) -> None:
         text = radar_prompt(result.query)
         query = encode_radar_prompt(handle, text)
         check_layers(handle)
-        reducers = {HEAD_ENTROPY: [lambda layer, w: None, head_entropy_reducer]}
+        reducers = {HEAD_ENTROPY: [None, head_entropy_reducer]}  # the context's weights are not read
         t = trace(handle, [context, query], positions=ALL, attention=reducers, right_pad=True)
         param = next(handle.model.parameters())
         rows = torch.cat([t.residual[0][-1][:-1], lens_rows(t, 1)])  # the context's logits, RADAR's logit lens

@@ -150,7 +150,7 @@ def trace(
     positions: Sequence[int] | Sequence[Sequence[int]] | str | None = None,
     residual: bool = True,
     mlp: bool = False,
-    attention: Mapping[str, AttentionReducer | Sequence[AttentionReducer]] | None = None,
+    attention: Mapping[str, AttentionReducer | Sequence[AttentionReducer | None]] | None = None,
     attention_layers: Sequence[int] | None = None,
     logits: int = 0,
     right_pad: bool = False,
@@ -165,7 +165,8 @@ def trace(
             such list per sequence.
         residual: keep the residual stream.
         mlp: keep each layer's MLP input and output.
-        attention: ``name → reducer`` applied to every sequence, or ``name → [one reducer per sequence]``.
+        attention: ``name → reducer`` applied to every sequence, or ``name → [one reducer per sequence]`` (``None``
+            for a sequence it does not read: its value stays ``None``).
         attention_layers: the decoder layers whose attention is reduced (default: all).
         logits: keep the logits of each sequence's last ``logits`` positions (0: none; left padding only).
         right_pad: pad shorter sequences on the right instead, with no attention mask: a causal model's real
@@ -221,7 +222,7 @@ class _Sink:
     ``out.attention``, this layer's weights only, the sequence's padding cut off)."""
 
     def __init__(
-        self, out: Trace, starts: list[int], n_layers: int, reducers: dict[str, list[AttentionReducer]]
+        self, out: Trace, starts: list[int], n_layers: int, reducers: dict[str, list[AttentionReducer | None]]
     ) -> None:
         self.out, self.reducers = out, reducers
         self.spans = [(start, start + n) for start, n in zip(starts, out.lengths)]
@@ -240,9 +241,12 @@ class _Sink:
 
     def on_weights(self, layer: int, w: torch.Tensor) -> None:  # (B, H, W, W), this layer only
         for b, (start, end) in enumerate(self.spans):
+            if all(fns[b] is None for fns in self.reducers.values()):
+                continue  # no reducer for this sequence: its weights are not even copied
             row = w[b, :, start:end, start:end].float()
             for name, fns in self.reducers.items():
-                self.out.attention[name][b][layer] = fns[b](layer, row)
+                if fns[b] is not None:
+                    self.out.attention[name][b][layer] = fns[b](layer, row)
 
 
 def _kept_positions(
@@ -259,7 +263,9 @@ def _kept_positions(
     return [check_positions(wanted, n) for n in lengths]  # type: ignore[arg-type]
 
 
-def _per_sequence(name: str, fn: AttentionReducer | Sequence[AttentionReducer], batch: int) -> list[AttentionReducer]:
+def _per_sequence(
+    name: str, fn: AttentionReducer | Sequence[AttentionReducer | None], batch: int
+) -> list[AttentionReducer | None]:
     if callable(fn):
         return [fn] * batch
     fns = list(fn)

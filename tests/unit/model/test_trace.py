@@ -217,3 +217,12 @@ def test_right_padding_on_every_family(fam) -> None:
         torch.testing.assert_close(both.residual[b], alone.residual[0], rtol=1e-4, atol=1e-4, msg=key)
         for layer in range(handle.info.n_layers):
             np.testing.assert_allclose(both.attention["H"][b][layer], alone.attention["H"][0][layer], atol=1e-5)
+
+
+def test_a_sequence_without_a_reducer_keeps_no_attention(tiny_handle) -> None:
+    seqs = [_ids(tiny_handle, "a much longer sequence of bytes"), _ids(tiny_handle, "short")]
+    t = trace(tiny_handle, seqs, attention={"H": [None, query_entropy()]}, right_pad=True)
+    alone = trace(tiny_handle, [seqs[1]], attention={"H": query_entropy()})
+    assert t.attention["H"][0] == [None] * tiny_handle.info.n_layers
+    for layer in range(tiny_handle.info.n_layers):
+        np.testing.assert_allclose(t.attention["H"][1][layer], alone.attention["H"][0][layer], atol=1e-5)
