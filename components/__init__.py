@@ -2,6 +2,8 @@
 
 The page glue:
 
+* :mod:`components.frame` and :mod:`components.prologue` — what a page draws before it imports its libraries:
+  its title and introduction, then (from light modules only) the per-run setup and its inputs.
 * :mod:`components.page` — the prologue every page starts with: :func:`~components.page.open_page` sets the
   page config, draws the shared sidebar, loads the shared model handle (or shows a plain error and stops)
   and returns a :class:`~components.page.PageContext` (settings, handle, shared inputs, the last result).
