@@ -225,14 +225,10 @@ def score_prepared(
         prompts += [p.parametric.ids for p in prepared]
         paths = [RETRIEVAL, PARAMETRIC] if b == 1 else None
     t0 = time.perf_counter()
-    width = max(len(p) for p in prompts)
     record = request.record and _can_record(handle, prepared, settings)
     rows = range(b) if record else ()
     with handle.session():  # the batch's generate and forward in one hold of the model: no other run interleaves
-        stop = () if settings.force_length else handle.eos_token_ids
-        pads, lens = [width - len(prompts[i]) for i in rows], [len(prompts[i]) for i in rows]
-        recorder = recording(handle, rows, pads, lens, stop_ids=stop)
-        with recorder if record else nullcontext([]) as recs:
+        with _recorder(handle, prompts, rows, settings) if record else nullcontext([]) as recs:
             generated = generate_greedy(handle, prompts, settings, paths=paths, on_event=on_event)
         for rec, i in zip(recs, rows, strict=True):
             rec.set_fed(prompts[i], generated[i][0])
@@ -276,6 +272,14 @@ def score_prepared(
 MAX_RECORD_BYTES = 2**30
 """What the recordings of one batch may hold at most (:func:`core.model.recording.recording_bytes`, estimated
 before the run): a batch whose rows would hold more is not recorded (its detectors run their own passes)."""
+
+
+def _recorder(handle: ModelHandle, prompts: list[list[int]], rows: Sequence[int], settings: DualPathSettings):
+    """The recording of the batch's ``rows`` (left-padded to the widest prompt; a row stops at its end token)."""
+    width = max(len(p) for p in prompts)
+    stop = () if settings.force_length else handle.eos_token_ids
+    pads, lens = [width - len(prompts[i]) for i in rows], [len(prompts[i]) for i in rows]
+    return recording(handle, rows, pads, lens, stop_ids=stop)
 
 
 def _can_record(handle: ModelHandle, prepared: Sequence[PreparedPrompts], settings: DualPathSettings) -> bool:
