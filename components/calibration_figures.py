@@ -204,7 +204,7 @@ def length_tau_figure(
     lengths (dotted where extrapolated: those rows are inconclusive). Log-scaled axes: τ(L) is a power law.
 
     Args:
-        length_tau: a :class:`core.methods.repcs.LengthTau` or ``None`` (then only the constant τ is drawn).
+        length_tau: a :class:`core.engine.threshold.LengthTau` or ``None`` (then only the constant τ is drawn).
     """
     zz = np.maximum(np.asarray(z, dtype=np.float64), 1e-3)
     nn = np.asarray(n_scored, dtype=np.float64)

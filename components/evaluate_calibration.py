@@ -28,7 +28,7 @@ from core.engine.threshold import (
     TAU_MODE_LABELS,
     TAU_PAPER,
     describe_in_force,
-    threshold_for,
+    tau_in_force,
 )
 from core.evaluation import (
     DEFAULT_ALPHA,
@@ -257,10 +257,12 @@ def draw_length_rates(rows: list[dict[str, Any]], alpha: float, *, key: str) -> 
 
 
 def draw_length_rates_in_force(records: list[dict[str, Any]], model: str, T: int) -> None:
-    """The τ in force (both calibrations: its τ(L) and its constant τ) on the scored rows, by answer length."""
-    full, _ = session_threshold(model)
-    if full is None:
-        full, _ = threshold_for(model)
+    """The τ in force (both calibrations: its τ(L) and its constant τ) on the scored rows, by answer length.
+
+    The τ is the engine's one meaning of "the τ in force" (:func:`core.engine.threshold.tau_in_force`: this
+    session's τ, else the model's default) taken whole, so both its calibrations can be compared; the caption
+    says which one the session's τ setting applies (:func:`components.threshold_state.tau_mode`)."""
+    full, _ = tau_in_force(model, *session_threshold(model), mode=TAU_LENGTH)
     report = length_report(records, full, T)
     if report is None:
         return
@@ -270,7 +272,8 @@ def draw_length_rates_in_force(records: list[dict[str, Any]], model: str, T: int
         st.caption(
             "Every scored row, none of them used to set the τ in force (unless they were its calibration rows). "
             "FPR = grounded rows flagged recalled, FNR = memorized rows not flagged, by the rule Z < τ (resp. "
-            "τ(L)); the inconclusive columns are the shares τ(L)'s band or length range holds back."
+            "τ(L)); the inconclusive columns are the shares τ(L)'s band or length range holds back. The τ "
+            f"setting applies: {TAU_MODE_LABELS[tau_mode()]}."
         )
         draw_length_rates(report["rows"], float(full.alpha), key=keys.EVAL_LENGTH_FIG)
 

@@ -38,8 +38,9 @@ import numpy as np
 from _common import read_csv
 from tqdm import tqdm
 
+from core.engine.threshold import EMBEDDED_THRESHOLD
 from core.io import asset_path, atomic_write_text
-from core.methods.repcs import EMBEDDED_THRESHOLD, fit_threshold
+from core.methods.repcs import fit_threshold
 
 CAL = asset_path("calibration")
 SCORES = EMBEDDED_THRESHOLD.parent / "embedded_scores.csv"

@@ -38,11 +38,11 @@ import numpy as np
 from core.audit.forward import DEFAULT_AUDIT_BATCH, capture_pairs, model_fingerprint
 from core.engine.prepare import prepare_prompts
 from core.engine.settings import DualPathSettings
+from core.engine.verdict import GROUNDED, MEMORIZED
 from core.evaluation.data import MAX_BYTES, MAX_ROWS, DataError, csv_rows, decode_csv_bytes, open_csv
 from core.io import atomic_write_npz
 from core.methods.crm import PC1, CrmBasis, load_basis
 from core.methods.crm.maths import AUDIT_K, anomaly_score, audit_flags, pc1_directions, project
-from core.methods.repcs import GROUNDED, MEMORIZED
 from core.model import artifacts
 from core.model.handle import ModelHandle
 

@@ -31,7 +31,7 @@ from core.engine.threshold import (
     Threshold,
     load_threshold,
     resolve_tau,
-    threshold_for,
+    tau_in_force,
 )
 from core.maths.metrics import MAX_BOOTSTRAP, MIN_BOOTSTRAP
 from core.model.families import handle_support
@@ -203,8 +203,8 @@ def threshold_from_args(args: argparse.Namespace, model_name: str | None = None)
     mode = getattr(args, "tau_mode", DEFAULT_TAU_MODE)
     if not args.threshold_file:
         if mode == DEFAULT_TAU_MODE:
-            return None, None  # the engine applies threshold_for(the model) in the default setting
-        return threshold_for(model_name or getattr(args, "model", None) or EMBEDDED_NAME, mode=mode)
+            return None, None  # the engine applies tau_in_force(the loaded model) in the default setting
+        return tau_in_force(model_name or getattr(args, "model", None) or EMBEDDED_NAME, mode=mode)
     if model_name is not None:
         return resolve_tau(model_name, file=args.threshold_file, mode=mode).pair()
     return load_threshold(args.threshold_file).for_mode(mode), f"from {args.threshold_file}"

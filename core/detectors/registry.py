@@ -22,12 +22,15 @@ from typing import Any
 import numpy as np
 
 from core.engine import DualPathResult, DualPathSettings
+from core.engine.verdict import GROUNDED, MEMORIZED
 from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
 
-MEMORIZED_HIGH = "memorized"
-GROUNDED_HIGH = "grounded"
+MEMORIZED_HIGH = MEMORIZED
+"""``higher_means`` of a score whose higher values point to the memorized class (the class name itself)."""
+GROUNDED_HIGH = GROUNDED
+"""``higher_means`` of a score whose higher values point to the grounded class."""
 
 CONTEXT_RELIANCE = "context_reliance"
 PARAMETRIC_KNOWLEDGE = "parametric_knowledge"

@@ -23,7 +23,7 @@ import torch
 from core.engine.prepare import PreparedPrompts, Prompt
 from core.engine.result import DualPathResult, PathOutput
 from core.engine.settings import DualPathSettings
-from core.engine.threshold import TAU_PAPER, Threshold, repcs_score, threshold_for
+from core.engine.threshold import TAU_PAPER, Threshold, repcs_score, tau_in_force
 from core.engine.verdict import UNCALIBRATED, decide
 from core.maths.divergence import entropy, kl_divergence, kl_statistics, log_probs
 from core.model.handle import ModelHandle
@@ -162,11 +162,9 @@ def calibration_mismatch(
 def resolve_threshold(
     handle: ModelHandle, threshold: Threshold | None, threshold_source: str | None
 ) -> tuple[Threshold | None, str | None]:
-    """The τ to apply: the given one, else :func:`core.engine.threshold.threshold_for` the handle's model."""
-    if threshold is not None:
-        return threshold, threshold_source
-    default, default_source = threshold_for(handle.info.name)
-    return default, threshold_source or default_source
+    """The τ to apply to a run of ``handle``'s model: :func:`core.engine.threshold.tau_in_force` (the given one,
+    else the model's default τ)."""
+    return tau_in_force(handle.info.name, threshold, threshold_source)
 
 
 def _path_output(handle: ModelHandle, prompt: Prompt, answer: Answer, stats: PathStats) -> PathOutput:

@@ -11,7 +11,8 @@ the one loader with one set of checks, and the one τ resolver.
   against the model it is applied to by :func:`check_model` (a τ is specific to one model);
 * :func:`resolve_tau` is the one place that says which τ is in force: the session's (a τ chosen in the app),
   else a file (``--threshold-file``), else a file saved for this model in a folder, else the bundled one of the
-  embedded model, else the embedded model's τ as a labeled fallback, else none.
+  embedded model, else the embedded model's τ as a labeled fallback, else none; :func:`tau_in_force` is the one
+  meaning of an unset τ (a given τ as the τ setting applies it, else the model's default).
 
 Fitting a τ (the α-quantile, the PAC sample size, the quantile regression behind τ(L)) is a method:
 :mod:`core.methods.repcs` and :mod:`core.methods.repcs_length`.
@@ -454,3 +455,29 @@ def threshold_for(
 ) -> tuple[Threshold | None, str]:
     """``(threshold, source)`` of :func:`resolve_tau` without a session τ or a file (the model's default τ)."""
     return resolve_tau(model_name, user_dir=user_dir, mode=mode).pair()
+
+
+def tau_in_force(
+    model_name: str,
+    threshold: Threshold | None = None,
+    source: str | None = None,
+    *,
+    mode: str = DEFAULT_TAU_MODE,
+) -> tuple[Threshold | None, str]:
+    """The one meaning of an unset τ: every caller that may be given no τ (the engine's runs, ``evaluate``, the
+    CLI, the Evaluate page) asks here.
+
+    A given ``threshold`` is applied as the τ setting ``mode`` applies it (:meth:`Threshold.for_mode`; the
+    default, length-aware setting leaves it as it is), with ``source`` (else ``"given"``). An unset one is the
+    model's default τ in force under ``mode`` (:func:`threshold_for`: the bundled τ of the embedded model, the
+    embedded model's τ as a labeled fallback for another model, or none).
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+    if mode not in TAU_MODES:
+        raise ValueError(f"unknown τ setting {mode!r}; choose one of {', '.join(TAU_MODES)}")
+    if threshold is not None:
+        return threshold.for_mode(mode), source or "given"
+    default, default_source = threshold_for(model_name, mode=mode)
+    return default, source or default_source

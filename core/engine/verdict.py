@@ -30,6 +30,11 @@ from core.engine.threshold import TAU_LENGTH, TAU_PAPER, Threshold
 
 RECALLED = "recalled"
 READ = "read"
+MEMORIZED = "memorized"
+"""The class name of a labeled *memorized* row (a data label, not a verdict), and the direction of a score whose
+higher values point to it (:data:`core.detectors.registry.MEMORIZED_HIGH`)."""
+GROUNDED = "grounded"
+"""The class name of a labeled *grounded* (clean, context-dependent) row."""
 INCONCLUSIVE = "inconclusive"
 UNCALIBRATED = "uncalibrated"
 NEITHER = "neither"
@@ -46,9 +51,9 @@ DISPLAY = {
 
 # Verdict values of earlier releases (and the class names of labeled data) → today's verdicts.
 _LEGACY = {
-    "memorized": RECALLED,
+    MEMORIZED: RECALLED,
     "memorised": RECALLED,
-    "grounded": READ,
+    GROUNDED: READ,
     "likely recalled": RECALLED,
     "context used": READ,
 }

@@ -11,7 +11,7 @@
   estimated) and Δ̂ = mean Z over grounded rows − mean Z over memorized rows, all labeled rows (Assumption 1's
   gap, estimated). When Δ̂ ≤ 0 there is no influence gap and the guarantee does not apply.
 
-**Length-aware τ** (the default setting, :class:`core.methods.repcs.LengthTau`): τ(L) = exp(a + b ln L), the
+**Length-aware τ** (the default setting, :class:`core.engine.threshold.LengthTau`): τ(L) = exp(a + b ln L), the
 α-quantile regression of ln Z on the number L = min(T, answer length) of scored tokens over the same clean
 rows, 0 ≤ b ≤ 1, with a percentile-bootstrap band; rows whose Z falls inside the band, or whose L lies outside
 the calibration's lengths, are *inconclusive*. It needs ⌈1/α⌉ clean calibration rows in each length bucket
@@ -36,20 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from core.engine.verdict import INCONCLUSIVE
+from core.engine.threshold import DEFAULT_TAU_MODE, TAU_LENGTH, TAU_MODES, TAU_PAPER, Threshold
+from core.engine.verdict import INCONCLUSIVE, decide
 from core.evaluation.length_rates import label_array, rates_by_length, scored_lengths
 from core.evaluation.pac import DEFAULT_EPSILON, max_or_none, pac_summary, pac_table
-from core.methods.repcs import (
-    DEFAULT_TAU_MODE,
-    TAU_LENGTH,
-    TAU_MODES,
-    TAU_PAPER,
-    Threshold,
-    calibrate_tau,
-    decide,
-    fit_threshold,
-    pac_sample_size,
-)
+from core.methods.repcs import calibrate_tau, fit_threshold, pac_sample_size
 
 DEFAULT_ALPHA = 0.05
 DEFAULT_FRACTION = 0.5

@@ -30,8 +30,8 @@ from core.bundled_sets import PROBES_DIR as PROBES_DIR
 from core.bundled_sets import SETS_DIR as SETS_DIR
 from core.bundled_sets import bundled_sets as bundled_sets
 from core.engine import DualPathSettings, prepare_prompts
+from core.engine.verdict import GROUNDED, MEMORIZED
 from core.io import MiB, UserFileError, format_size, read_user_file
-from core.methods.repcs import GROUNDED, MEMORIZED
 from core.model.handle import ModelHandle
 
 REQUIRED_COLUMNS = ("query", "context", "label")

@@ -22,12 +22,12 @@ from typing import Any
 
 from core.detectors.registry import Detector
 from core.engine import DEFAULT_BATCH_SIZE, DualPathSettings
+from core.engine.threshold import Threshold, tau_in_force
 from core.evaluation.data import LABELS, SEED, DataError, LabeledRow, prompt_lengths
 from core.evaluation.report import N_BOOT, build_report, summarize
 from core.evaluation.robustness import DEFAULT_SIGMAS
 from core.evaluation.scheduler import EvaluationJob, JobSpec
 from core.evaluation.scoring import resolve_detectors
-from core.methods.repcs import Threshold, threshold_for
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
 
@@ -58,11 +58,7 @@ def plan_job(
             f"Evaluation needs rows of both labels ({', '.join(LABELS)}); this file only has "
             f"{', '.join(sorted(labels))}."
         )
-    threshold = options.threshold
-    if threshold is None:
-        threshold, source = threshold_for(handle.info.name)
-    else:
-        source = "given"
+    threshold, source = tau_in_force(handle.info.name, options.threshold)
     spec = JobSpec(
         dataset="",
         digest="",
@@ -82,7 +78,7 @@ class EvaluateOptions:
     """What an evaluation scores and how, the same for the local run and the Ray run.
 
     Attributes:
-        threshold: τ to apply (default: :func:`core.methods.repcs.threshold_for` the model).
+        threshold: τ to apply (default: the model's, :func:`core.engine.threshold.tau_in_force`).
         detectors: names from :func:`core.detectors.available` (default: ``["repcs"]``).
         batch_size: rows per padded batch.
         noise_sigmas: σ values for the RePCS Table IV robustness table (``robustness`` in the output; default

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from core.engine.verdict import INCONCLUSIVE, READ, RECALLED
-from core.methods.repcs import TAU_LENGTH, TAU_PAPER, Threshold, decide
+from core.engine.threshold import TAU_LENGTH, TAU_PAPER, Threshold
+from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, decide
 
 LENGTH_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 8), (9, 16), (17, 32), (33, 64), (65, None))
 """Buckets of L (scored answer tokens), inclusive; ``None`` = no upper end. Powers of two: τ(L) is a power law."""
@@ -83,7 +83,7 @@ def rates_by_length(
 
     For each calibration and each bucket of L (then ``"all"``): ``fpr`` = share of grounded rows with
     Z < τ (resp. τ(L)), ``fnr`` = share of memorized rows with Z ≥ τ, each with its Wilson 95% interval
-    (:func:`wilson_interval`) and counts; and from the verdicts (:func:`core.methods.repcs.decide`):
+    (:func:`wilson_interval`) and counts; and from the verdicts (:func:`core.engine.verdict.decide`):
     ``inconclusive_grounded`` / ``inconclusive_memorized`` (shares left inconclusive) and ``confident_fpr``
     (grounded rows called "recalled") / ``confident_fnr`` (memorized rows called "read"). The constant τ has
     no band, so its verdicts are its rule (an empty answer aside).

@@ -17,12 +17,13 @@ import numpy as np
 from core.detectors import Detector
 from core.detectors.fitted import cross_validated_scores
 from core.engine import DualPathSettings
+from core.engine.threshold import Threshold
+from core.engine.verdict import MEMORIZED
 from core.evaluation.calibration import pac_summary
 from core.evaluation.data import SEED
 from core.evaluation.length_rates import length_report
 from core.evaluation.robustness import robustness_table
 from core.maths.metrics import auc_bootstrap_ci, detection_metrics, roc_points
-from core.methods.repcs import MEMORIZED, Threshold
 
 N_BOOT = 1000
 

@@ -23,10 +23,10 @@ from typing import Any
 
 from core.detectors import Detector
 from core.engine import DualPathSettings, plan_batches
+from core.engine.threshold import Threshold
 from core.evaluation.data import ConflictRow, Row, prompt_lengths
 from core.evaluation.report import summarize
 from core.evaluation.scoring import resolve_detectors, score_records
-from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle, RunCancelled, check_cancelled
 
 logger = logging.getLogger(__name__)

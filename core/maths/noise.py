@@ -49,7 +49,7 @@ def noisy_repcs_scores(
         seed: the generator seed (see :func:`row_seed`).
 
     Returns:
-        ``[Z_σ for σ in sigmas]``; ``σ = 0`` equals :func:`core.methods.repcs.repcs_score` of the clean logits.
+        ``[Z_σ for σ in sigmas]``; ``σ = 0`` equals :func:`core.engine.threshold.repcs_score` of the clean logits.
 
     Raises:
         ValueError: logits of different shapes or not 2-D, T < 1, or a negative or non-finite σ.

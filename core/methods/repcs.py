@@ -24,8 +24,9 @@ range [L_min, L_max], gets the verdict ``"inconclusive"`` with the reason (:func
 itself lives in :mod:`core.methods.repcs_length` (re-exported here).
 
 This module *fits*: the α-quantile τ, the PAC sample size and :func:`fit_threshold`. What every run *applies* —
-Z, :class:`Threshold`, the decision rule and the τ resolver — lives in the engine
-(:mod:`core.engine.threshold`, :mod:`core.engine.verdict`) and is re-exported here for callers of this module.
+Z, :class:`~core.engine.threshold.Threshold`, the decision rule and the τ resolver — has one door, the engine
+(:mod:`core.engine.threshold`, :mod:`core.engine.verdict`); it is not re-exported here. The class names of
+labeled rows (:data:`MEMORIZED`, :data:`GROUNDED`) are defined once in :mod:`core.engine.verdict`.
 """
 
 from __future__ import annotations
@@ -34,53 +35,17 @@ import math
 
 import numpy as np
 
-from core.engine.threshold import (
-    DEFAULT_TAU_MODE,
-    EMBEDDED_THRESHOLD,
-    TAU_LENGTH,
-    TAU_MODE_LABELS,
-    TAU_MODES,
-    TAU_PAPER,
-    THRESHOLD_DIR,
-    LengthTau,
-    Threshold,
-    describe_mode,
-    repcs_score,
-    threshold_for,
-    user_threshold_path,
-)
-from core.engine.verdict import Decision, decide
-from core.engine.verdict import repcs_verdict as verdict
+from core.engine.threshold import Threshold
+from core.engine.verdict import GROUNDED, MEMORIZED
 from core.methods.repcs_length import BAND_LEVEL, BOOT_SEED, N_BOOT_TAU, fit_length_tau
 
 __all__ = [
-    "DEFAULT_TAU_MODE",
-    "EMBEDDED_THRESHOLD",
     "GROUNDED",
     "MEMORIZED",
-    "TAU_LENGTH",
-    "TAU_MODES",
-    "TAU_MODE_LABELS",
-    "TAU_PAPER",
-    "THRESHOLD_DIR",
-    "Decision",
-    "LengthTau",
-    "Threshold",
     "calibrate_tau",
-    "decide",
-    "describe_mode",
     "fit_threshold",
     "pac_sample_size",
-    "repcs_score",
-    "threshold_for",
-    "user_threshold_path",
-    "verdict",
 ]
-
-MEMORIZED = "memorized"
-"""The class name of a labeled *memorized* row (a data label, not a verdict: see :mod:`core.engine.verdict`)."""
-GROUNDED = "grounded"
-"""The class name of a labeled *grounded* (clean) row."""
 
 
 def calibrate_tau(z_clean: np.ndarray, alpha: float = 0.05) -> float:

@@ -26,12 +26,12 @@ from dataclasses import asdict
 from typing import Any
 
 from core.engine import DualPathSettings
+from core.engine.threshold import Threshold
 from core.evaluation.data import LabeledRow
 from core.evaluation.evaluate import EvaluateOptions, plan_job
 from core.evaluation.report import build_report, summarize
 from core.evaluation.scheduler import EvaluationJob
 from core.evaluation.scoring import resolve_detectors, score_records
-from core.methods.repcs import Threshold
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
 from core.scale.pool import RunStats, run_items

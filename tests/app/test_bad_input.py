@@ -19,7 +19,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from components import keys
-from core.methods.repcs import EMBEDDED_THRESHOLD, Threshold
+from core.engine.threshold import EMBEDDED_THRESHOLD, Threshold
 from core.model.handle import ModelLoadError
 from core.public import ALLOWED_ENV, CAP_ENV, PUBLIC_ENV
 from tests.app.conftest import APP, ok

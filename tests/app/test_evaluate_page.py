@@ -157,7 +157,7 @@ def test_conflict_set_says_which_source_each_answer_follows():
 def test_a_saved_tau_is_checked_then_used_for_the_whole_app():
     """Load a τ saved earlier: a bad file or another model's τ is refused with the reason and changes
     nothing; a good one, once confirmed, is the τ in force (and "Back to the default τ" undoes it)."""
-    from core.methods.repcs import EMBEDDED_THRESHOLD, Threshold
+    from core.engine.threshold import EMBEDDED_THRESHOLD, Threshold
 
     at = _page()
     upload = at.file_uploader(key="ror.eval.tau_upload")

@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from components import keys
 from components import queue as run_queue
 from core.engine import DualPathSettings, run_dual_path
-from core.methods.repcs import EMBEDDED_THRESHOLD, Threshold
+from core.engine.threshold import EMBEDDED_THRESHOLD, Threshold
 from core.model.handle import CancelToken, run_control
 from core.public import ALLOWED_ENV, CAP_ENV, PUBLIC_ENV, Caps, PublicPolicy, looks_like_path, parse_allow_list
 from tests.app.conftest import APP, ROOT, ok

@@ -13,7 +13,7 @@ Examples::
     python -m core evaluate data.csv --out r.json --threshold-file tau.json
 
 With ``--threshold-file`` the given τ's achieved FPR/FNR on the held-out rows is printed next to the new one.
-The threshold file is :class:`core.methods.repcs.Threshold` JSON (τ, α, T, model, template, γ̂, Δ̂, ε, PAC n,
+The threshold file is :class:`core.engine.threshold.Threshold` JSON (τ, α, T, model, template, γ̂, Δ̂, ε, PAC n,
 held-out FPR/FNR) and, in the default ``--tau-mode length``, the length-aware τ(L) with its bootstrap band
 (``length_tau``); that setting refuses a set with fewer than ⌈1/α⌉ clean calibration rows in each length
 bucket (the shorter and the longer half) and says how many are needed. ``--tau-mode paper`` calibrates the

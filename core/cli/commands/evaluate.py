@@ -30,11 +30,11 @@ from core.cli.common import (
 )
 from core.detectors import available, resolve
 from core.engine import DEFAULT_BATCH_SIZE
+from core.engine.threshold import Threshold, tau_in_force
 from core.evaluation import LABELS, evaluate_rows, read_labeled_csv, resolve_detectors, stratified_sample
 from core.evaluation.behavior import behavior_lines, behavior_report, select_split
 from core.evaluation.evaluate import EvaluateOptions
 from core.io import atomic_write_json, check_output_path
-from core.methods.repcs import Threshold, threshold_for
 from core.model.loading import EMBEDDED_NAME
 from core.scale.options import add_ray_args, check_ray_args, evaluate_from_args
 
@@ -102,16 +102,14 @@ def default_window(args: argparse.Namespace, threshold: Threshold | None) -> tup
     """Fill ``--max-new-tokens`` from the τ in force and say when T differs from the τ's T.
 
     The τ is ``--threshold-file``'s, else the one the run will use for the model
-    (:func:`core.methods.repcs.threshold_for`; the bundled τ has T = 64). Without ``--max-new-tokens`` and
+    (:func:`core.engine.threshold.tau_in_force`; the bundled τ has T = 64). Without ``--max-new-tokens`` and
     ``--window`` both default to that T, so Z, τ and the reported FPR/FNR are on one scale. An explicit T that
     differs gives a warning (printed loudly and stored in the report's ``warnings``).
 
     Returns:
         ``(T of the τ or None, warnings)``; ``args.max_new_tokens`` is set when it was left out.
     """
-    if threshold is None:
-        name = EMBEDDED_NAME if args.model is None else args.model
-        threshold, _ = threshold_for(name)
+    threshold, _ = tau_in_force(EMBEDDED_NAME if args.model is None else args.model, threshold)
     tau_T = None if threshold is None else int(threshold.T)
     if args.max_new_tokens is None:
         args.max_new_tokens = tau_T if tau_T is not None else DEFAULT_MAX_NEW_TOKENS

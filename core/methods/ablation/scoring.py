@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from core.engine import DualPathSettings, PreparedPrompts, generate_greedy, teacher_forced_logits
+from core.engine.threshold import repcs_score
 from core.maths.divergence import kl_divergence, log_probs
-from core.methods.repcs import repcs_score
 from core.model.handle import ModelHandle
 from core.model.trace import trace
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from core.engine.prepare import prepare_prompts
 from core.engine.settings import DualPathSettings
+from core.engine.verdict import MEMORIZED
 from core.methods.crm.basis import CrmBasis, fit_basis
 from core.methods.crm.maths import DEFAULT_LAYER_RULE
 from core.methods.crm.prompts import (
@@ -25,7 +26,6 @@ from core.methods.crm.prompts import (
 )
 from core.methods.crm.store import cache_basis_path, template_key
 from core.methods.internals.lens import logit_lens_compare
-from core.methods.repcs import MEMORIZED
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
 from core.model.trace import displacement, trace

@@ -16,6 +16,7 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from core.engine.verdict import MEMORIZED
 from core.maths.metrics import auc, auc_bootstrap_ci
 from core.methods.crm.maths import (
     DEFAULT_LAYER_RULE,
@@ -31,7 +32,6 @@ from core.methods.crm.maths import (
     select_layers_by_rule,
     supervised_directions,
 )
-from core.methods.repcs import MEMORIZED
 
 CV_FOLDS = 5
 CV_SEED = 42

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.engine.verdict import GROUNDED, MEMORIZED
 from core.io import asset_path
-from core.methods.repcs import GROUNDED, MEMORIZED
 
 CALIBRATION_PROMPTS = asset_path("crm", "calibration_prompts.json")
 

@@ -9,7 +9,7 @@ import pytest
 
 import core.cli.commands.evaluate as evaluate_command
 from core.cli import main
-from core.methods.repcs import Threshold, threshold_for
+from core.engine.threshold import Threshold, threshold_for
 from core.model.loading import EMBEDDED_NAME
 
 

@@ -187,7 +187,7 @@ def test_a_detectors_own_threshold_hook_is_used_and_named(tiny_handle, tiny_resu
 
 def test_the_bundled_detector_calibration_agrees_with_the_bundled_repcs_tau():
     """Both files apply RePCS Algorithm 1 to the same 87 clean prompts: their τ for RePCS must agree."""
-    from core.methods.repcs import EMBEDDED_THRESHOLD, Threshold
+    from core.engine.threshold import EMBEDDED_THRESHOLD, Threshold
 
     path = agreement.THRESHOLD_DIR / "detectors-embedded.json"
     document = json.loads(path.read_text(encoding="utf-8"))

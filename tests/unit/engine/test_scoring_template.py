@@ -4,7 +4,7 @@ not warn against a run that chooses ``chat`` explicitly when ``auto`` resolves t
 from __future__ import annotations
 
 from core.engine import DualPathSettings, calibration_mismatch, run_dual_path
-from core.methods.repcs import Threshold
+from core.engine.threshold import Threshold
 
 
 def _tau(template: str) -> Threshold:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.methods.repcs import Threshold
+from core.engine.threshold import Threshold
 from tests.helpers import dev_zero, error_in_time, named_pipe
 
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from core.cli import main
+from core.engine.threshold import Threshold
 from core.evaluation.calibration import achieved_rates, calibrate, calibrate_records, calibration_split, check_threshold
-from core.methods.repcs import Threshold, pac_sample_size
+from core.methods.repcs import pac_sample_size
 
 
 def _data(n_clean: int = 40, n_mem: int = 30, seed: int = 0):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from core.cli import main
+from core.engine.threshold import TAU_LENGTH, TAU_PAPER, LengthTau, Threshold
 from core.evaluation.calibration import calibrate, calibrate_records
 from core.evaluation.length_rates import length_report, length_table, rates_by_length, wilson_interval
-from core.methods.repcs import TAU_LENGTH, TAU_PAPER, LengthTau, Threshold
 
 
 def test_wilson_interval_known_values():

@@ -8,18 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, VERDICTS
-from core.methods.repcs import (
-    EMBEDDED_THRESHOLD,
-    TAU_LENGTH,
-    TAU_PAPER,
-    LengthTau,
-    Threshold,
-    decide,
-    fit_length_tau,
-    fit_threshold,
-    threshold_for,
-)
+from core.engine.threshold import EMBEDDED_THRESHOLD, TAU_LENGTH, TAU_PAPER, LengthTau, Threshold, threshold_for
+from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, VERDICTS, decide
+from core.methods.repcs import fit_length_tau, fit_threshold
 from core.methods.repcs_length import check_length_calibration, fit_quantile_line, min_rows_per_bucket
 from core.model.loading import EMBEDDED_NAME
 

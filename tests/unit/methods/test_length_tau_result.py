@@ -8,8 +8,8 @@ import pytest
 
 from core.engine import SCHEMA_VERSION, DualPathResult, DualPathSettings, run_dual_path
 from core.engine.result import SCHEMA_KEYS
+from core.engine.threshold import TAU_LENGTH, TAU_PAPER, LengthTau, Threshold
 from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, UNCALIBRATED
-from core.methods.repcs import TAU_LENGTH, TAU_PAPER, LengthTau, Threshold
 
 QUERY, CONTEXT = "Where is the tower?", "The tower stands in Quillmere."
 

@@ -9,17 +9,9 @@ import re
 import numpy as np
 import pytest
 
-from core.methods.repcs import (
-    EMBEDDED_THRESHOLD,
-    Threshold,
-    calibrate_tau,
-    fit_threshold,
-    pac_sample_size,
-    repcs_score,
-    threshold_for,
-    user_threshold_path,
-    verdict,
-)
+from core.engine.threshold import EMBEDDED_THRESHOLD, Threshold, repcs_score, threshold_for, user_threshold_path
+from core.engine.verdict import repcs_verdict as verdict
+from core.methods.repcs import calibrate_tau, fit_threshold, pac_sample_size
 
 
 def test_score_sums_first_T_positions():
