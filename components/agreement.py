@@ -32,7 +32,7 @@ from core.detectors.agreement import (
     short_name,
     with_result,
 )
-from core.detectors.registry import GROUPS, DetectorInput
+from core.detectors.registry import EVALUATE_PAGE, GROUPS, DetectorInput
 from core.detectors.wording import GROUP_WORDS, axis_line
 from core.engine.result import DualPathResult
 from core.model.handle import ModelHandle
@@ -40,27 +40,24 @@ from core.model.handle import ModelHandle
 MAX_KEPT = 8
 """Agreement views kept per browser session (one per recent run)."""
 
-PAGES = (
-    # (name prefix, page script, page title)
-    ("repcs", "pages/1_Dual_Path.py", "Dual Path"),
-    ("max_token_kl", "pages/1_Dual_Path.py", "Dual Path"),
-    ("crm_", "pages/3_Layer_Trajectories.py", "Layer trajectories"),
-    ("redeep", "pages/3_Layer_Trajectories.py", "Layer trajectories"),
-    ("lookback", "pages/2_Attention.py", "Attention"),
-    ("radar", "pages/8_RADAR.py", "RADAR"),
-    ("selfcritique", "pages/6_Self_Critique.py", "Self-Critique"),
-    ("sma", "pages/7_Source_Attribution.py", "Source attribution"),
-)
-EVALUATE = ("pages/9_Evaluate.py", "Evaluate")
-"""The page of every other detector (the context baselines, a combined detector): scored there on labeled data."""
+PAGE_SCRIPTS = {
+    "Dual Path": "pages/1_Dual_Path.py",
+    "Attention": "pages/2_Attention.py",
+    "Layer trajectories": "pages/3_Layer_Trajectories.py",
+    "Self-Critique": "pages/6_Self_Critique.py",
+    "Source attribution": "pages/7_Source_Attribution.py",
+    "RADAR": "pages/8_RADAR.py",
+    EVALUATE_PAGE: "pages/9_Evaluate.py",
+}
+"""Each page title a declaration may name (``Detector.page``) and its script; keyed by page, not by detector."""
 
 
 def page_for(name: str) -> tuple[str, str]:
-    """(page script, page title) that explains the detector ``name``."""
-    for prefix, script, title in PAGES:
-        if name.startswith(prefix):
-            return script, title
-    return EVALUATE
+    """(page script, page title) that explains the detector ``name``: the page its declaration names (the Evaluate
+    page for an unknown name or page: every detector is scored there on labeled data)."""
+    detector = get(name)
+    title = detector.page if detector is not None and detector.page in PAGE_SCRIPTS else EVALUATE_PAGE
+    return PAGE_SCRIPTS[title], title
 
 
 def _store():

@@ -12,11 +12,12 @@ from typing import Any
 from core.detectors import keys
 from core.detectors.registry import (
     CONTEXT_FAMILIARITY,
+    CONTEXT_TEXT,
     GROUNDED_HIGH,
     MEMORIZED_HIGH,
     Detector,
     DetectorInput,
-    register,
+    declare,
     register_family,
 )
 from core.detectors.shared import text_pass
@@ -41,6 +42,9 @@ def context_stats(inp: DetectorInput) -> dict[str, Any]:
     return inp.cache[keys.CONTEXT_TOKENS]
 
 
+CONTEXT_NOTE = "scores the context text, not the answer"
+
+
 def min_k_detector(k: int, plus_plus: bool) -> Detector:
     """The ``min_k_<k>`` (or ``min_kpp_<k>``) detector.
 
@@ -56,42 +60,42 @@ def min_k_detector(k: int, plus_plus: bool) -> Detector:
             label=f"Min-{k}%++ of the context",
             higher_means=MEMORIZED_HIGH,
             score=lambda inp: (lambda s: min_k_plus_plus(s["logprob"], s["mu"], s["sigma"], k))(context_stats(inp)),
-            cost="forward",
-            group=CONTEXT_FAMILIARITY,
             source="Zhang et al. 2024 (Min-K%++)",
+            short=f"Min-{k}%++",
+            **SHARED,
         )
     return Detector(
         name=f"min_k_{k}",
         label=f"Min-{k}% Prob of the context",
         higher_means=MEMORIZED_HIGH,
         score=lambda inp: min_k_prob(context_stats(inp)["logprob"], k),
-        cost="forward",
-        group=CONTEXT_FAMILIARITY,
         source="Shi et al. 2024 (Min-K% Prob); CRM appendix Q.1",
+        short=f"Min-{k}%",
+        **SHARED,
     )
 
 
-register(
-    Detector(
-        name="ppl",
-        label="Perplexity of the context",
-        higher_means=GROUNDED_HIGH,
-        score=lambda inp: perplexity(context_stats(inp)["logprob"]),
-        cost="forward",
-        group=CONTEXT_FAMILIARITY,
-        source="CRM appendix Q.1 (PPL)",
-    )
-)
-register(
-    Detector(
-        name="zlib",
-        label="zlib ratio of the context (log PPL / zlib bytes)",
-        higher_means=GROUNDED_HIGH,
-        score=lambda inp: zlib_ratio(context_stats(inp)["logprob"], inp.result.context),
-        cost="forward",
-        group=CONTEXT_FAMILIARITY,
-        source="Carlini et al. 2021; CRM appendix Q.1",
-    )
+SHARED = {"cost": "forward", "group": CONTEXT_FAMILIARITY, "reads": frozenset({CONTEXT_TEXT})}
+"""What every context baseline declares alike: one forward over the context text, shared by all of them."""
+
+declare(
+    {
+        "name": "ppl",
+        "label": "Perplexity of the context",
+        "score": lambda inp: perplexity(context_stats(inp)["logprob"]),
+        "source": "CRM appendix Q.1 (PPL)",
+        "short": "perplexity",
+    },
+    {
+        "name": "zlib",
+        "label": "zlib ratio of the context (log PPL / zlib bytes)",
+        "score": lambda inp: zlib_ratio(context_stats(inp)["logprob"], inp.result.context),
+        "source": "Carlini et al. 2021; CRM appendix Q.1",
+        "short": "zlib",
+    },
+    higher_means=GROUNDED_HIGH,
+    note=CONTEXT_NOTE,
+    **SHARED,
 )
 register_family(
     MIN_K_PATTERN,

@@ -49,7 +49,8 @@ from core.detectors.lookback import score as lookback_score
 from core.detectors.lookback import score_mean as lookback_mean
 from core.detectors.radar import score as radar_score
 from core.detectors.redeep import score_ecs, score_pks
-from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, declare, register
+from core.detectors.registry import MEMORIZED_HIGH, READS, Details, Detector, DetectorInput, available, declare
+from core.detectors.thresholds import bundled_calibration, own_threshold
 from core.io import JsonRecord
 from core.maths.divergence import kl_statistics
 from core.methods.baselines import min_k_plus_plus, min_k_prob, zlib_ratio
@@ -153,6 +154,30 @@ FEATURES: dict[str, tuple[Callable[[DetectorInput, int], float], str, str]] = {
 }
 """Feature name → (raw value from a row, transform, what it is). The order is the feature vector's order."""
 
+
+def _declared(detector: Detector) -> Callable[[DetectorInput, int], float]:
+    def value(inp: DetectorInput, T: int) -> float:
+        return float(detector.score(inp))
+
+    return value
+
+
+def candidates() -> dict[str, tuple[Callable[[DetectorInput, int], float], str, str]]:
+    """Every feature the combined detector can combine, in the feature vector's order: its own
+    (:data:`FEATURES`), then the score of every registered single-row detector declared with ``combine=True``
+    (``Detector.combine``: a detector registered in a notebook joins here), untransformed."""
+    out = dict(FEATURES)
+    for detector in available().values():
+        if detector.combine and detector.single_row and detector.name not in out:
+            out[detector.name] = (_declared(detector), "none", f"{detector.label} ({detector.name})")
+    return out
+
+
+def cv_candidates() -> tuple[str, ...]:
+    """``combined_cv``'s features: :data:`CV_FEATURES` and the declared candidates (:func:`candidates`)."""
+    return CV_FEATURES + tuple(name for name in candidates() if name not in FEATURES)
+
+
 MISSING_OK = ("lookback", "lookback_mean")
 """Features a row may lack (NaN: a one-token answer has no lookback ratio); the bundled model then uses the
 feature's training mean, so it adds nothing to the sum."""
@@ -170,11 +195,12 @@ def raw_features(inp: DetectorInput, names: Sequence[str] = tuple(FEATURES), T: 
         ValueError: an unknown feature name, a failing base detector (e.g. no CRM basis for this model), or a
             non-finite value (NaN is kept for the features of :data:`MISSING_OK`).
     """
+    known = candidates()
     out = []
     for name in names:
-        if name not in FEATURES:
-            raise ValueError(f"unknown combined-detector feature {name!r}; known: {', '.join(FEATURES)}")
-        fn, transform, _ = FEATURES[name]
+        if name not in known:
+            raise ValueError(f"unknown combined-detector feature {name!r}; known: {', '.join(known)}")
+        fn, transform, _ = known[name]
         out.append(TRANSFORMS[transform](fn(inp, T)))
     x = np.asarray(out, dtype=np.float64)
     bad = [n for n, v in zip(names, x) if not math.isfinite(v) and not (math.isnan(v) and n in MISSING_OK)]
@@ -212,7 +238,8 @@ class CombinedModel(JsonRecord, LogisticParams):
 
     def __post_init__(self) -> None:
         self.check(self.KIND, len(self.features))
-        unknown = [f for f in self.features if f not in FEATURES]
+        known = candidates()
+        unknown = [f for f in self.features if f not in known]
         if unknown:
             raise ValueError(f"combined model: unknown features {', '.join(unknown)}")
 
@@ -282,12 +309,13 @@ def score(inp: DetectorInput) -> float:
 
 
 def cv_features(inp: DetectorInput) -> np.ndarray:
-    """The features of :data:`CV_FEATURES` for the out-of-fold refit on the evaluated rows.
+    """The features of :func:`cv_candidates` (:data:`CV_FEATURES` and the declared candidates) for the
+    out-of-fold refit on the evaluated rows.
 
     Raises:
         ValueError: as :func:`raw_features`, and for a one-token answer (no lookback ratio to refit on).
     """
-    x = raw_features(inp, CV_FEATURES, DEFAULT_T)
+    x = raw_features(inp, cv_candidates(), DEFAULT_T)
     if np.isnan(x).any():
         raise ValueError("a one-token answer has no lookback ratio (its only token precedes every answer token)")
     return x
@@ -341,42 +369,54 @@ def fit_combined(
     return fitted, oof
 
 
-@dataclass(frozen=True)
-class CombinedDetector(Detector):
-    """The bundled combined detector, with its own calibrated τ for the agreement view and ``run --json``
-    (:func:`core.detectors.agreement.threshold_for` calls :meth:`threshold`)."""
-
-    def threshold(self, inp: DetectorInput) -> tuple[float, str] | None:
-        """``(τ, where it came from)`` of the combined model for this row's model and template, or ``None``."""
-        model = load_model_for(inp.handle, inp.result.template)
-        return None if model is None else (model.tau, model.tau_source("P(memorized)", "clean calibration rows"))
+def own_tau(inp: DetectorInput) -> tuple[float, str] | None:
+    """``(τ, where it came from)`` of the combined model for this row's model and template, or ``None``."""
+    model = load_model_for(inp.handle, inp.result.template)
+    return None if model is None else (model.tau, model.tau_source("P(memorized)", "clean calibration rows"))
 
 
 def _cv_score(inp: DetectorInput) -> float:
     raise ValueError(f"{CV_NAME} is fitted by cross-validation during an evaluation; it has no single-row score")
 
 
-register(
-    CombinedDetector(
-        name=NAME,
-        label="Combined: stacked LR over the cheap detectors (bundled fit)",
-        higher_means=MEMORIZED_HIGH,
-        score=score,
-        cost="forward",
-        source="Stacked logistic regression over RePCS Z, CRM L2/LTS, context baselines, RADAR, ReDeEP and the "
-        "Lookback Lens; fitted on assets/calibration/, τ at α on out-of-fold clean rows",
-    )
+DETAILS = Details(
+    keys.COMBINED_DETAILS,
+    {
+        "p_memorized": "the stacked regression's P(memorized) (the score)",
+        "tau": "its calibrated τ",
+        "alpha": "α of that τ",
+        "verdict": "recalled when P > τ, else read",
+        "fpr_oof": "out-of-fold FPR at τ on the training rows",
+        "fnr_oof": "out-of-fold FNR at τ",
+        "T": "the answer tokens the KL features sum over",
+        "features": "each feature's value before standardizing (null when missing)",
+        "contributions": "each feature's term in the logit, w_j (x_j − m_j) / s_j",
+        "trained_on": "the training files",
+    },
 )
+
 declare(
+    {
+        "name": NAME,
+        "label": "Combined: stacked LR over the cheap detectors (bundled fit)",
+        "score": score,
+        "source": "Stacked logistic regression over RePCS Z, CRM L2/LTS, context baselines, RADAR, ReDeEP and the "
+        "Lookback Lens; fitted on assets/calibration/, τ at α on out-of-fold clean rows",
+        "short": "combined",
+        "thresholds": (own_threshold(own_tau), bundled_calibration),
+        "artifact": COMBINED_MODEL,
+        "details": DETAILS,
+    },
     {
         "name": CV_NAME,
         "label": "Combined (cross-validated on this data)",
         "source": "The combined features but the Lookback classifier's P, refit out of fold on the evaluated rows "
         "(stratified 5-fold, seed 42)",
+        "score": _cv_score,
         "needs_fit": True,
         "features": cv_features,
     },
     higher_means=MEMORIZED_HIGH,
-    score=_cv_score,
     cost="forward",
+    reads=frozenset(READS),
 )

@@ -11,12 +11,24 @@ from __future__ import annotations
 import numpy as np
 
 from core.detectors import keys
-from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, DetectorInput, declare
+from core.detectors.registry import (
+    GROUNDED_HIGH,
+    MEMORIZED_HIGH,
+    PROMPT_STATES,
+    Detector,
+    DetectorInput,
+    DetectorThreshold,
+    declare,
+)
 from core.detectors.shared import parametric_state, retrieval_state
+from core.detectors.thresholds import DEFAULT_ALPHA, alpha_threshold, bundled_calibration, decision_boundary
 from core.engine.generation import generate_greedy
 from core.engine.prepare import prepare_prompts
 from core.methods.crm import PC1, SUPERVISED, CrmBasis, load_basis, semantic_delta, supervised_score
+from core.methods.crm.store import CRM_BASIS
 from core.methods.internals import displacement
+
+PAGE = "Layer trajectories"
 
 
 def basis_for(inp: DetectorInput) -> CrmBasis:
@@ -79,6 +91,23 @@ def score_lr(inp: DetectorInput) -> float:
     return basis.lr_probability(basis.lts(displacement_for(inp), PC1))
 
 
+def basis_calibration(detector: Detector, inp: DetectorInput) -> DetectorThreshold | None:
+    """The L2-norm baseline's threshold from the CRM basis' own calibration prompts (RePCS Algorithm 1 over the
+    grounded ones); ``None`` without a basis."""
+    try:
+        basis = basis_for(inp)
+    except ValueError:
+        return None
+    per_prompt = np.asarray(basis.calib_l2, dtype=np.float64)[:, 1:].mean(axis=1)
+    clean = per_prompt[np.asarray(basis.calib_labels) == 0]
+    if clean.size == 0:
+        return None
+    value = alpha_threshold(clean, detector.higher_means)
+    return DetectorThreshold(
+        value, f"CRM basis calibration: {DEFAULT_ALPHA:.0%}-quantile over its {clean.size} grounded prompts"
+    )
+
+
 declare(
     {
         "name": "crm_l1",
@@ -87,25 +116,39 @@ declare(
         "score": score_l1,
         "cost": "generate",
         "source": "CRM appendix P.1, eq. 3 (embedder: all-MiniLM-L6-v2 instead of BGE-M3)",
+        "short": "CRM L1",
+        "reads": frozenset(),
+        "artifact": None,
     },
     {
         "name": "crm_lts",
         "label": "CRM LTS: mean supervised-direction z-score over layers",
         "score": score_lts,
         "source": "CRM §4.5 eq. 2 (supervised direction), standardized by the calibration μ/σ (appendix V.1)",
+        "short": "CRM LTS",
     },
     {
         "name": "crm_l2",
         "label": "CRM L2-norm: mean ‖h^c − h^0‖ over layers",
         "score": score_l2,
         "source": "CRM appendix E (L2-norm baseline of the displacement), averaged over the decoder layers",
+        "short": "CRM L2-norm",
+        "thresholds": (bundled_calibration, basis_calibration),
     },
     {
         "name": "crm_lr",
         "label": "CRM-LR: P(memorized) from the kept-layer PC1 LTS features",
         "score": score_lr,
         "source": "CRM §2 eq. 1, logistic regression over Φ_L3 fitted on the bundled calibration prompts",
+        "short": "CRM-LR",
+        "thresholds": (
+            bundled_calibration,
+            decision_boundary("the logistic regression's decision boundary, P(memorized) = 0.5"),
+        ),
     },
     higher_means=MEMORIZED_HIGH,
     cost="forward",
+    reads=frozenset({PROMPT_STATES}),
+    artifact=CRM_BASIS,
+    page=PAGE,
 )

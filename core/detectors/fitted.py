@@ -27,13 +27,14 @@ this data set* with these features; it does not certify any single generation (C
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from core.detectors.crm import basis_for, displacement_for
-from core.detectors.registry import MEMORIZED_HIGH, Detector, DetectorInput, register
+from core.detectors.registry import MEMORIZED_HIGH, PROMPT_STATES, Detector, DetectorInput, register
 from core.methods.crm.maths import L2_FEATURE_NAMES, l2_feature_vector
+from core.methods.crm.store import CRM_BASIS
 
 logger = logging.getLogger(__name__)
 
@@ -78,24 +79,13 @@ def cross_validated_scores(
     return cross_val_predict(model, x, y, cv=folds, method="predict_proba")[:, 1]
 
 
-def _fitted(name: str, *, label: str, cost: str, source: str, features: Callable[[DetectorInput], np.ndarray]) -> None:
+def _fitted(name: str, **fields: Any) -> None:
     """Register a cross-validated detector (higher = memorized); it has no single-row score."""
 
     def score(inp: DetectorInput) -> float:
         raise ValueError(f"{name} is fitted by cross-validation during an evaluation; it has no single-row score")
 
-    register(
-        Detector(
-            name=name,
-            label=label,
-            higher_means=MEMORIZED_HIGH,
-            score=score,
-            cost=cost,
-            source=source,
-            needs_fit=True,
-            features=features,
-        )
-    )
+    register(Detector(name=name, higher_means=MEMORIZED_HIGH, score=score, needs_fit=True, **fields))
 
 
 def l2_features(inp: DetectorInput) -> np.ndarray:
@@ -111,6 +101,7 @@ _fitted(
     cost="free",
     source="CRM appendix P.2 + §3 (stratified 5-fold CV, seed 42)",
     features=l2_features,
+    page="Layer trajectories",
 )
 
 
@@ -131,4 +122,7 @@ _fitted(
     cost="forward",
     source="CRM eq. 1, appendix P.3 + §3 (stratified 5-fold CV, seed 42)",
     features=lts_features,
+    reads=frozenset({PROMPT_STATES}),
+    artifact=CRM_BASIS,
+    page="Layer trajectories",
 )

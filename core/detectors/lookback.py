@@ -21,15 +21,24 @@ score says how this run's attention compares with the calibration rows', not whe
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from core.detectors import keys
-from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, Detector, DetectorInput, register
+from core.detectors.registry import (
+    GROUNDED_HIGH,
+    MEMORIZED_HIGH,
+    RETRIEVAL_TRACE,
+    Details,
+    DetectorInput,
+    ThresholdRule,
+    declare,
+)
 from core.detectors.shared import lookback_map_for
+from core.detectors.thresholds import bundled_calibration, own_threshold
 from core.methods.lookback import LookbackMap, LookbackModel, model_for, span_features
 from core.methods.lookback.maths import head_mean_curve
+from core.methods.lookback.model import LOOKBACK_MODEL
 
 NAME = "lookback"
 CV_NAME = "lookback_cv"
@@ -110,54 +119,59 @@ def mean_tau(model: LookbackModel) -> tuple[float, str] | None:
     )
 
 
-@dataclass(frozen=True)
-class LookbackDetector(Detector):
-    """A Lookback Lens detector whose τ for the agreement view comes from this model's classifier file."""
+def from_classifier(tau: Callable[[LookbackModel], tuple[float, str] | None]) -> ThresholdRule:
+    """A threshold rule that reads ``tau`` of this model's classifier file (none without a classifier)."""
 
-    tau: Callable[[LookbackModel], tuple[float, str] | None] = classifier_tau
-
-    def threshold(self, inp: DetectorInput) -> tuple[float, str] | None:
-        """``(τ, where it came from)``, or ``None`` without a classifier for this model and template."""
+    def find(inp: DetectorInput) -> tuple[float, str] | None:
         model = model_for(inp.handle, inp.result.template)
-        return None if model is None else self.tau(model)
+        return None if model is None else tau(model)
+
+    return own_threshold(find)
 
 
-DETECTORS: tuple[tuple[type[Detector], dict], ...] = (
-    (
-        LookbackDetector,
-        {
-            "name": NAME,
-            "label": "Lookback Lens: LR over per-head lookback ratios (bundled fit)",
-            "higher_means": MEMORIZED_HIGH,
-            "score": score,
-            "source": SOURCE + "; fitted on the calibration split of assets/behavior/",
-        },
-    ),
-    (
-        Detector,
-        {
-            "name": CV_NAME,
-            "label": "Lookback Lens, logistic regression, 5-fold CV on these rows",
-            "higher_means": MEMORIZED_HIGH,
-            "score": _cv_score,
-            "source": SOURCE + " (stratified 5-fold CV, seed 42)",
-            "needs_fit": True,
-            "features": features,
-        },
-    ),
-    (
-        LookbackDetector,
-        {
-            "name": MEAN_NAME,
-            "label": "Lookback ratio, mean over heads and answer tokens",
-            "higher_means": GROUNDED_HIGH,
-            "score": score_mean,
-            "source": "Lookback Lens (Chuang et al., EMNLP 2024) eq. 1, averaged (no fit)",
-            "tau": mean_tau,
-        },
-    ),
+DETAILS = Details(
+    keys.LOOKBACK_DETAILS,
+    {
+        "p_recalled": "the classifier's P(recalled) (the score)",
+        "tau": "its calibrated τ",
+        "verdict": "recalled when P > τ, else read",
+        "mean_lookback_ratio": "the per-head mean ratio averaged over heads",
+        "top_heads": "the five most-weighted heads (layer, head, coefficient)",
+    },
 )
-"""(class, fields) of the three detectors, all of cost ``forward``."""
 
-for _cls, _fields in DETECTORS:
-    register(_cls(cost="forward", **_fields))
+declare(
+    {
+        "name": NAME,
+        "label": "Lookback Lens: LR over per-head lookback ratios (bundled fit)",
+        "higher_means": MEMORIZED_HIGH,
+        "score": score,
+        "source": SOURCE + "; fitted on the calibration split of assets/behavior/",
+        "short": "Lookback Lens",
+        "thresholds": (from_classifier(classifier_tau), bundled_calibration),
+        "details": DETAILS,
+    },
+    {
+        "name": CV_NAME,
+        "label": "Lookback Lens, logistic regression, 5-fold CV on these rows",
+        "higher_means": MEMORIZED_HIGH,
+        "score": _cv_score,
+        "source": SOURCE + " (stratified 5-fold CV, seed 42)",
+        "needs_fit": True,
+        "features": features,
+        "artifact": None,
+    },
+    {
+        "name": MEAN_NAME,
+        "label": "Lookback ratio, mean over heads and answer tokens",
+        "higher_means": GROUNDED_HIGH,
+        "score": score_mean,
+        "source": "Lookback Lens (Chuang et al., EMNLP 2024) eq. 1, averaged (no fit)",
+        "short": "lookback ratio",
+        "thresholds": (from_classifier(mean_tau), bundled_calibration),
+    },
+    cost="forward",
+    reads=frozenset({RETRIEVAL_TRACE}),
+    artifact=LOOKBACK_MODEL,
+    page="Attention",
+)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 
 from core.detectors import keys
-from core.detectors.registry import MEMORIZED_HIGH, PARAMETRIC_KNOWLEDGE, DetectorInput, declare
+from core.detectors.registry import MEMORIZED_HIGH, PARAMETRIC_KNOWLEDGE, Details, DetectorInput, declare
+from core.engine import DualPathSettings
+from core.engine.estimate import estimate_seconds
 from core.methods.selfcritique import DETECTOR_NAME, SelfCritiqueSettings, run_self_critique
+from core.model.handle import ModelHandle
 
 
 def score(inp: DetectorInput) -> float:
@@ -20,6 +23,27 @@ def score(inp: DetectorInput) -> float:
     return value if math.isfinite(value) else 0.0
 
 
+def estimate(handle: ModelHandle, settings: DualPathSettings) -> float | None:
+    """Self-Critique decodes r₁ (``max_new_tokens``) then r₂ (twice as long): two prompts, three answers' tokens."""
+    return estimate_seconds(handle, generated_tokens=3 * int(settings.max_new_tokens), forwards=2)
+
+
+DETAILS = Details(
+    keys.SELFCRITIQUE_DETAILS,
+    {
+        "score": "the length-penalized cosine of the two entropy sequences",
+        "top_k": "K of the top-K entropy (null: the full vocabulary)",
+        "use_context": "whether the answers were given with the context",
+        "first_answer": "r₁, the greedy answer",
+        "critique_answer": "r₂, the answer asked to differ from r₁",
+        "n_first": "tokens of r₁",
+        "n_critique": "tokens of r₂",
+        "length_ratio": "min / max of the two lengths",
+        "entropy_first": "per-token entropy of r₁ (nats)",
+        "entropy_critique": "per-token entropy of r₂ (nats)",
+    },
+)
+
 declare(
     {
         "name": DETECTOR_NAME,
@@ -29,5 +53,9 @@ declare(
         "cost": "generate",
         "group": PARAMETRIC_KNOWLEDGE,
         "source": "Self-Critique §4.1 (greedy r₁, critique r₂, length-penalized cosine of top-50 entropies)",
+        "short": "Self-Critique",
+        "estimate": estimate,
+        "details": DETAILS,
+        "page": "Self-Critique",
     }
 )

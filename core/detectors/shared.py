@@ -21,6 +21,9 @@ at all: it is read from the run's own generation (:mod:`core.model.recording`), 
 computed the same values over the same tokens (to float32 rounding), and CRM's h_ℓ^0 comes from the run's
 teacher-forced scoring pass (:func:`parametric_state`). :func:`release` drops both once the row is done.
 
+Which detectors read what is part of their declarations (``Detector.reads``: the retrieval trace, the prompt
+states, the context text, the query text); :func:`plan` collects it for the row, so no list of names lives here.
+
 The two texts read on their own — the context text (the context baselines: PPL, zlib, Min-K%, Min-K%++) and the
 query's RADAR prompt — share no token with those paths, but when the planned detectors read both,
 :func:`text_pass` runs them as the two rows of **one** forward (right-padded, no mask: a causal model's tokens
@@ -42,7 +45,15 @@ import numpy as np
 import torch
 
 from core.detectors import keys
-from core.detectors.registry import DetectorInput
+from core.detectors.registry import (
+    CONTEXT_TEXT,
+    QUERY_TEXT,
+    RETRIEVAL_TRACE,
+    RUN_READS,
+    Detector,
+    DetectorInput,
+    get,
+)
 from core.engine.result import RETRIEVAL
 from core.methods.baselines import context_ids, stats_from_logits
 from core.methods.internals.replay import path_sequence
@@ -91,30 +102,35 @@ def _or_none(plan, *args, **kwargs):
         return None
 
 
-RUN_READERS = ("lookback", "redeep", "combined", "crm_l2", "crm_lts", "crm_lr")
-"""Name prefixes of the detectors that read what a recorded run keeps (``run_dual_path(…, record=True)``): the
-retrieval trace or CRM's displacement."""
+def _reads(detectors: Iterable[str | Detector]) -> frozenset[str]:
+    """What the detectors read beyond the result, from their declarations (``Detector.reads``); a name no
+    detector has reads nothing."""
+    found: set[str] = set()
+    for d in detectors:
+        detector = get(d) if isinstance(d, str) else d
+        if detector is not None:
+            found |= detector.reads
+    return frozenset(found)
 
 
-def reads_the_run(names: Iterable[str]) -> bool:
-    """Whether any of the detectors ``names`` reads what a recorded run keeps (a caller then records the run)."""
-    return any(name.startswith(RUN_READERS) for name in names)
+def reads_the_run(detectors: Iterable[str | Detector]) -> bool:
+    """Whether any of ``detectors`` (names or declarations) reads what a recorded run keeps
+    (:data:`~core.detectors.registry.RUN_READS`: the retrieval trace or CRM's prompt states); a caller then records
+    the run."""
+    return bool(_reads(detectors) & RUN_READS)
 
 
-READERS = ("lookback", "redeep", "combined")
-"""Name prefixes of the detectors that read the pass beyond CRM's h^c (the combined detector reads ReDeEP's and the
-Lookback Lens' features)."""
-
-
-def plan(inp: DetectorInput, names: Iterable[str]) -> None:
-    """Tell the row which detectors will run (``assess`` and ``evaluate`` do): when none of them reads more than
-    CRM's h^c, CRM keeps its own pass over the prompt alone (shorter than prompt + answer, no attention kept)."""
-    inp.cache[keys.PLANNED] = tuple(names)
+def plan(inp: DetectorInput, detectors: Iterable[str | Detector]) -> None:
+    """Tell the row which detectors will run (``assess`` and ``evaluate`` do): what they read, from their
+    declarations. When none of them reads the retrieval trace beyond CRM's h^c, CRM keeps its own pass over the
+    prompt alone (shorter than prompt + answer, no attention kept); the texts pass runs only when both texts are
+    read."""
+    inp.cache[keys.PLANNED] = _reads(detectors)
 
 
 def _worth_sharing(inp: DetectorInput) -> bool:
     planned = inp.cache.get(keys.PLANNED)
-    return planned is None or any(name.startswith(READERS) for name in planned)
+    return planned is None or RETRIEVAL_TRACE in planned
 
 
 def retrieval_pass(inp: DetectorInput, *, crm_only: bool = False) -> RetrievalPass | None:
@@ -172,12 +188,6 @@ def parametric_state(inp: DetectorInput) -> np.ndarray | None:
     return None if internals is None else internals.parametric_state
 
 
-CONTEXT_READERS = ("ppl", "zlib", "min_k", "combined")
-"""Name prefixes of the detectors that read the context text's token statistics."""
-QUERY_READERS = ("radar", "combined")
-"""Name prefixes of the detectors that read RADAR's trace of the query."""
-
-
 def text_pass(inp: DetectorInput) -> None:
     """The context text and the query's RADAR prompt in one forward, when the planned detectors read both (see the
     module docstring): caches the context's token statistics (``keys.CONTEXT_TOKENS``) and RADAR's trace
@@ -187,8 +197,8 @@ def text_pass(inp: DetectorInput) -> None:
     if keys.TEXT_PASS in inp.cache:
         return
     inp.cache[keys.TEXT_PASS] = True
-    planned = inp.cache.get(keys.PLANNED) or ()
-    if not (any(n.startswith(CONTEXT_READERS) for n in planned) and any(n.startswith(QUERY_READERS) for n in planned)):
+    planned = inp.cache.get(keys.PLANNED) or frozenset()
+    if not {CONTEXT_TEXT, QUERY_TEXT} <= planned:
         return
     if keys.CONTEXT_TOKENS in inp.cache or keys.RADAR_DETAILS in inp.cache:
         return

@@ -1,17 +1,34 @@
-"""The SMA detector: mean |ADS| over the query units (SMA eqs. 14–20, RAG on vs off)."""
+"""The SMA detector: mean |ADS| over the query units (SMA eqs. 14–20, RAG on vs off).
+
+Its run settings are :class:`~core.methods.sma.SMASettings`' defaults (their one definition), the answers capped at
+the run's ``max_new_tokens``; a caller's own settings go in ``inp.cache[keys.SMA_SETTINGS]``.
+"""
 
 from __future__ import annotations
 
+import math
+
 from core.detectors import keys
-from core.detectors.registry import GROUNDED_HIGH, SOURCE_ATTRIBUTION, DetectorInput, declare
+from core.detectors.registry import GROUNDED_HIGH, SOURCE_ATTRIBUTION, Details, DetectorInput, declare
+from core.engine import DualPathSettings
+from core.engine.estimate import estimate_seconds
 from core.methods.sma import DETECTOR_NAME, SMASettings, run_sma
+from core.model.handle import ModelHandle
+
+DEFAULTS = SMASettings()
+
+
+def settings_for(inp: DetectorInput) -> SMASettings:
+    """The row's SMA settings: the caller's (``keys.SMA_SETTINGS``), else the defaults with answers no longer than
+    the run's."""
+    return inp.cache.get(keys.SMA_SETTINGS) or SMASettings(
+        max_new_tokens=min(DEFAULTS.max_new_tokens, int(inp.settings.max_new_tokens)), template=inp.settings.template
+    )
 
 
 def score(inp: DetectorInput) -> float:
     """SMA's membership score for the row (higher ⇒ the context mattered more)."""
-    settings = inp.cache.get(keys.SMA_SETTINGS) or SMASettings(
-        max_new_tokens=min(32, int(inp.settings.max_new_tokens)), template=inp.settings.template
-    )
+    settings = settings_for(inp)
     run = inp.cache.get(keys.SMA_RUNNER) or run_sma
     result = run(inp.handle, inp.result.query, inp.result.context, settings)
     inp.cache[keys.SMA_DETAILS] = {
@@ -30,6 +47,31 @@ def score(inp: DetectorInput) -> float:
     return result.membership_score()
 
 
+def estimate(handle: ModelHandle, settings: DualPathSettings) -> float | None:
+    """SMA generates its N perturbed prompts twice (context on and off) in batches, each answer at most the default
+    answer length (the defaults of :class:`~core.methods.sma.SMASettings`)."""
+    batches = 2 * math.ceil(DEFAULTS.n_samples / DEFAULTS.batch_size)
+    tokens = batches * min(DEFAULTS.max_new_tokens, int(settings.max_new_tokens))
+    return estimate_seconds(handle, generated_tokens=tokens, forwards=2, batch_factor=1.5)
+
+
+DETAILS = Details(
+    keys.SMA_DETAILS,
+    {
+        "membership_score": "mean |ADS| over the query units (the score)",
+        "label_counts": "units per three-way label",
+        "units": "the interpretable units (text, kind, position)",
+        "beta_on": "β per unit with the context (RAG on)",
+        "beta_off": "β per unit without it (RAG off)",
+        "ads": "β_on − β_off per unit",
+        "labels": "each unit's three-way label",
+        "reference_answer_on": "ŷ with the context",
+        "reference_answer_off": "ŷ without it",
+        "settings": "the SMA settings of the run",
+        "seconds": "the run's time (s)",
+    },
+)
+
 declare(
     {
         "name": DETECTOR_NAME,
@@ -39,5 +81,9 @@ declare(
         "cost": "heavy",
         "group": SOURCE_ATTRIBUTION,
         "source": "SMA eqs. 14–20 (Lime + ridge, N = 64 masks, word units, RAG on vs off)",
+        "short": "SMA",
+        "estimate": estimate,
+        "details": DETAILS,
+        "page": "Source attribution",
     }
 )

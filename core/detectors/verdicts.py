@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.detectors.registry import GROUPS
+from core.detectors.registry import DetectorThreshold as DetectorThreshold
 from core.detectors.wording import (
     GROUP_WORDS,
     HEADLINE_GROUPS,
@@ -24,14 +25,6 @@ from core.engine.estimate import describe_estimate
 
 GROUP_ORDER = {group: i for i, group in enumerate(GROUPS)}
 GROUPS_FIRST = next(iter(GROUPS))
-
-
-@dataclass(frozen=True)
-class DetectorThreshold:
-    """A detector's threshold and a sentence saying where it came from (``value`` is ``None`` when unknown)."""
-
-    value: float | None
-    source: str
 
 
 @dataclass

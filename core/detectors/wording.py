@@ -1,7 +1,8 @@
 """The words of the agreement view: short detector names, each group's own words and the per-group summary.
 
-Split from :mod:`core.detectors.agreement` (which re-exports every name here). Detectors answer different
-questions (:data:`core.detectors.registry.GROUPS`), so each group speaks its own words (:data:`GROUP_WORDS`):
+Split from :mod:`core.detectors.agreement` (which re-exports every name here). A detector's own words (its
+short name, its note) are part of its declaration (:class:`core.detectors.registry.Detector`). Detectors answer
+different questions (:data:`core.detectors.registry.GROUPS`), so each group speaks its own words (:data:`GROUP_WORDS`):
 
 * **context reliance** — *Read from the context* / *Recalled from memory* (:mod:`core.engine.verdict`'s words:
   did the answer need the context?);
@@ -32,6 +33,7 @@ from core.detectors.registry import (
     PARAMETRIC_KNOWLEDGE,
     RECALL_VS_REASONING,
     SOURCE_ATTRIBUTION,
+    get,
 )
 from core.engine.verdict import DISPLAY, READ, RECALLED, VERDICTS, normalize_verdict
 
@@ -230,37 +232,10 @@ def verdict_words(verdict: str) -> str:
     return OTHER_AXIS_DISPLAY.get(verdict) or DISPLAY[normalize_verdict(verdict)]
 
 
-SHORT_NAMES = {
-    "repcs": "RePCS",
-    "repcs_mean": "mean KL",
-    "max_token_kl": "max KL",
-    "crm_lts": "CRM LTS",
-    "crm_l2": "CRM L2-norm",
-    "crm_lr": "CRM-LR",
-    "crm_l1": "CRM L1",
-    "radar": "RADAR",
-    "ppl": "perplexity",
-    "zlib": "zlib",
-    "selfcritique": "Self-Critique",
-    "sma": "SMA",
-    "combined": "combined",
-    "lookback": "Lookback Lens",
-    "lookback_mean": "lookback ratio",
-    "redeep": "ReDeEP",
-    "redeep_ecs": "ReDeEP ECS",
-    "redeep_pks": "ReDeEP PKS",
-}
-
-
 def short_name(name: str) -> str:
-    """A short human name for a detector (``min_k_10`` → ``Min-10%``; unknown names as they are)."""
-    if name in SHORT_NAMES:
-        return SHORT_NAMES[name]
-    if name.startswith("min_kpp_"):
-        return f"Min-{name.removeprefix('min_kpp_')}%++"
-    if name.startswith("min_k_"):
-        return f"Min-{name.removeprefix('min_k_')}%"
-    return name
+    """A detector's short human name, from its declaration (``Detector.short``); an unknown name as it is."""
+    detector = get(name)
+    return name if detector is None else detector.short_name
 
 
 def _names(verdicts: Sequence[DetectorVerdict]) -> str:

@@ -7,8 +7,9 @@ Example::
 
 prints the :class:`~core.engine.result.DualPathResult` JSON (the same as ``python -m core run --json``) with
 ``extras["detectors"][name] = {"score", "label", "higher_means", "cost", "source", "seconds", "details"}``;
-``details`` is whatever the detector left in its cache (Self-Critique: both answers and entropy sequences;
-SMA: units, β with retrieval on and off, ADS and labels). Without ``--json`` a short text summary is printed.
+``details`` is what the detector's declaration says it leaves (``Detector.details``: Self-Critique's both answers and
+entropy sequences; SMA's units, β with retrieval on and off, ADS and labels; ``null`` for a detector that leaves
+none). Without ``--json`` a short text summary is printed.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
             "cost": detector.cost,
             "source": detector.source,
             "seconds": time.perf_counter() - t0,
-            "details": inp.cache.get(name),
+            "details": None if detector.details is None else detector.details.of(inp),
         }
     result.extras["detectors"] = outputs
     if runner is not None:

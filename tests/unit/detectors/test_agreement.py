@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from core.detectors import agreement
+from core.detectors import agreement, thresholds
 from core.detectors.agreement import (
     DetectorVerdict,
     alpha_threshold,
@@ -98,7 +98,7 @@ def test_the_view_takes_every_cheap_detector_from_the_registry():
 
 
 def test_assess_scores_the_run_and_picks_up_a_newly_registered_detector(tiny_handle, tiny_result, monkeypatch):
-    monkeypatch.setattr(agreement, "THRESHOLD_DIR", agreement.THRESHOLD_DIR / "none-here")
+    monkeypatch.setattr(thresholds, "THRESHOLD_DIR", thresholds.THRESHOLD_DIR / "none-here")
     register(Detector("zz_combined", "A combined score", MEMORIZED_HIGH, lambda inp: 0.9, cost="free"))
     try:
         seen = []
@@ -133,7 +133,7 @@ def test_a_bundled_calibration_file_gives_thresholds_and_their_source(tiny_handl
         "detectors": {"ppl": {"threshold": 1e9, "fpr": 0.1, "fnr": 0.25}},
     }
     (tmp_path / f"detectors-{tiny_handle.slug}.json").write_text(json.dumps(document), encoding="utf-8")
-    monkeypatch.setattr(agreement, "THRESHOLD_DIR", tmp_path)
+    monkeypatch.setattr(thresholds, "THRESHOLD_DIR", tmp_path)
     (ppl,) = assess(tiny_handle, tiny_result, names=["ppl"]).verdicts
     assert ppl.threshold == 1e9 and ppl.verdict == RECALLED, "perplexity below τ: a familiar text, memorized side"
     assert "5%-quantile over 10 clean prompts" in ppl.source and "FPR 10% / FNR 25%" in ppl.source
@@ -167,22 +167,20 @@ def test_cost_meter_moving_average_and_estimates():
     ]
 
 
-def test_a_detectors_own_threshold_hook_is_used_and_named(tiny_handle, tiny_result):
-    from dataclasses import dataclass
-
+def test_a_declared_threshold_rule_is_used_and_named(tiny_handle, tiny_result):
     from core.detectors.agreement import detector_threshold
-    from core.detectors.registry import DetectorInput
+    from core.detectors.registry import DetectorInput, DetectorThreshold
 
-    @dataclass(frozen=True)
-    class WithTau(Detector):
-        def threshold(self, inp):
-            return 0.25, "its own calibration"
+    def own(detector, inp):
+        return DetectorThreshold(0.25, "its own calibration")
 
-    detector = WithTau("zz_tau", "with τ", MEMORIZED_HIGH, lambda inp: 0.3)
+    detector = Detector("zz_tau", "with τ", MEMORIZED_HIGH, lambda inp: 0.3, thresholds=(lambda d, i: None, own))
     inp = DetectorInput(tiny_handle, tiny_result, tiny_result.run_settings)
     found = detector_threshold(detector, inp)
-    assert (found.value, found.source) == (0.25, "its own calibration")
+    assert (found.value, found.source) == (0.25, "its own calibration"), "the first rule that finds one wins"
     assert agreement.judge(detector, inp).verdict == RECALLED, "0.3 > τ = 0.25 on the memorized side"
+    bare = Detector("zz_no", "none", MEMORIZED_HIGH, lambda inp: 0.3, thresholds=())
+    assert detector_threshold(bare, inp).value is None, "no rule: no threshold"
 
 
 def test_the_bundled_detector_calibration_agrees_with_the_bundled_repcs_tau():
@@ -212,12 +210,14 @@ def _radar_input(tiny_handle, tiny_result, label: str, p_recall: float):
 def test_radar_is_never_translated_into_read_or_recalled(tiny_handle, tiny_result, monkeypatch, label, p_recall):
     """Issue 26 item 3: RADAR said "recall, confidence 0.93" while the table read 0.9265 as "Read from the
     context" (threshold 0.9553). Its row carries RADAR's own label, in its own words, out of the summary."""
+    from dataclasses import replace
+
     from core.detectors import get
 
-    monkeypatch.setattr(agreement, "PREREQUISITES", {})
     document = {"model": tiny_handle.info.name, "detectors": {"radar": {"threshold": 0.9553, "fpr": 0.05}}}
-    monkeypatch.setattr(agreement, "bundled_thresholds", lambda handle: document)
-    row = agreement.judge(get("radar"), _radar_input(tiny_handle, tiny_result, label, p_recall))
+    monkeypatch.setattr(thresholds, "bundled_thresholds", lambda handle: document)
+    radar = replace(get("radar"), ready=None)  # scored from the cached details, never built here
+    row = agreement.judge(radar, _radar_input(tiny_handle, tiny_result, label, p_recall))
     assert row.score == pytest.approx(p_recall)
     assert row.verdict not in (READ, RECALLED)
     assert row.verdict == (agreement.RECALL_TYPE if label == "recall" else agreement.REASONING_TYPE)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from core.detectors import DetectorInput, available, get
-from core.detectors.redeep import DETAILS, SETTINGS
+from core.detectors.redeep import DETAILS_KEY, SETTINGS
 from core.detectors.registry import CONTEXT_RELIANCE, GROUNDED_HIGH, MEMORIZED_HIGH, PARAMETRIC_KNOWLEDGE
 from core.engine import DualPathSettings, run_dual_path
 from core.methods.redeep import OVERRIDE_ENV, choice_for, is_fitted, load_choice_for, load_table_for, row_means
@@ -48,9 +48,9 @@ def test_the_label_free_default_and_one_forward_shared_by_the_three(tiny_inp, tm
     assert not is_fitted(choice) and choice.head_method == OV and (choice.alpha, choice.beta) == (1.0, 1.0)
     inp = DetectorInput(handle, result, SETTINGS_SHORT)
     score = get("redeep").score(inp)
-    view = inp.cache[DETAILS]
+    view = inp.cache[DETAILS_KEY]
     ecs, pks = get("redeep_ecs").score(inp), get("redeep_pks").score(inp)
-    assert inp.cache[DETAILS] is view  # no second forward
+    assert inp.cache[DETAILS_KEY] is view  # no second forward
     mean_ecs, mean_pks = row_means(view.trace)
     heads = np.array(choice.heads)
     assert ecs == pytest.approx(mean_ecs[heads[:, 0], heads[:, 1]].mean(), abs=1e-6)
@@ -64,7 +64,7 @@ def test_a_users_choice_wins_and_another_models_file_is_refused(tiny_inp, tmp_pa
     handle, result = tiny_inp
     mine = replace(choice_for(handle, result.template), heads=[[0, 1]], layers=[2])
     inp = DetectorInput(handle, result, SETTINGS_SHORT, cache={SETTINGS: mine})
-    assert get("redeep_pks").score(inp) == pytest.approx(float(inp.cache[DETAILS].trace.pks[:, 2].mean()), abs=1e-7)
+    assert get("redeep_pks").score(inp) == pytest.approx(float(inp.cache[DETAILS_KEY].trace.pks[:, 2].mean()), abs=1e-7)
     path = replace(mine, model="another model").save(tmp_path / "other.json")
     monkeypatch.setenv(OVERRIDE_ENV, str(path))
     with pytest.raises(ValueError, match="made for 'another model'"):
@@ -94,7 +94,7 @@ def test_the_detectors_on_the_embedded_model(embedded_handle):
     inp = DetectorInput(embedded_handle, result, settings)
     values = {name: get(name).score(inp) for name in ("redeep", "redeep_ecs", "redeep_pks")}
     assert all(np.isfinite(v) for v in values.values())
-    view = inp.cache[DETAILS]
+    view = inp.cache[DETAILS_KEY]
     c = view.choice
     assert values["redeep"] == pytest.approx(
         c.alpha * values["redeep_pks"] * len(c.layers) - c.beta * values["redeep_ecs"] * len(c.heads),
@@ -107,7 +107,7 @@ def test_the_detectors_on_the_embedded_model(embedded_handle):
 
 def test_the_agreement_threshold_flags_about_alpha_of_the_read_calibration_rows(embedded_handle, tiny_inp):
     from core.detectors.agreement import detector_threshold
-    from core.detectors.redeep import calibration_scores
+    from core.detectors.redeep import table_ecs, table_pks, table_score
 
     handle, result = tiny_inp
     found = detector_threshold(get("redeep"), DetectorInput(handle, result, SETTINGS_SHORT))
@@ -117,9 +117,9 @@ def test_the_agreement_threshold_flags_about_alpha_of_the_read_calibration_rows(
     inp = DetectorInput(embedded_handle, res, settings)
     choice, table = load_choice_for(embedded_handle, "auto"), load_table_for(embedded_handle, "auto")
     clean = table.labels == 0
-    for name in ("redeep", "redeep_ecs", "redeep_pks"):
+    for name, scores_of in (("redeep", table_score), ("redeep_ecs", table_ecs), ("redeep_pks", table_pks)):
         t = detector_threshold(get(name), inp)
         assert t.value is not None and "read calibration rows" in t.source, name
-        scores = calibration_scores(name, choice, table.ecs[clean], table.pks[clean])
+        scores = scores_of(choice, table.ecs[clean], table.pks[clean])
         flagged = np.mean(scores < t.value) if get(name).higher_means == GROUNDED_HIGH else np.mean(scores > t.value)
         assert flagged <= 0.05 + 1 / clean.sum(), name  # the quantile interpolates between two rows
