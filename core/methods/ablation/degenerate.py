@@ -22,6 +22,11 @@ an answer with three standard surface statistics and flags it when any crosses a
   a word, and is named in the reasons.
 * **loops** — a stretch of at least two characters (not digits alone) repeated :data:`MIN_LOOP_REPEATS` (4)
   times in a row, spaces or not ("planet-sized planet-sized …", "abcabcabcabc").
+* **a repeated phrase** — a stretch of at least :data:`MIN_PHRASE_WORDS` (3) words and
+  :data:`MIN_PHRASE_CHARS` (12) letters said twice back to back ("The answer to your question is: The answer to
+  your question is: Paris"): a stutter that rep-3 misses when the rest of the answer is new (one repeat of a
+  6-word preamble in a 13-word answer gives rep-3 0.36). Fluent text does not say a 3-word phrase twice in a
+  row; a stretch said again later (not back to back) is not flagged.
 
 An empty answer is flagged too. A run has two answers (retrieval and parametric): :func:`path_degeneracy`
 checks both. The thresholds are deliberately loose: the flag is there to stop a reader from
@@ -43,6 +48,8 @@ MAX_NON_WORD = 0.3
 MIN_TOKENS = 4
 MAX_WORD_LENGTH = 20
 MIN_LOOP_REPEATS = 4
+MIN_PHRASE_WORDS = 3
+MIN_PHRASE_CHARS = 12
 
 _WORDS = re.compile(r"\w+", re.UNICODE)
 _NUMBER = re.compile(r"^[-+]?\d[\d.,:/%-]*$")
@@ -105,6 +112,19 @@ def is_word(token: str) -> bool:
 
 def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
     return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+
+
+def repeated_phrase(words: list[str]) -> list[str]:
+    """The longest stretch of at least :data:`MIN_PHRASE_WORDS` words (and :data:`MIN_PHRASE_CHARS` letters) that
+    ``words`` says twice back to back (``w[i:i+n] == w[i+n:i+2n]``), or ``[]``."""
+    for n in range(len(words) // 2, MIN_PHRASE_WORDS - 1, -1):
+        for i in range(len(words) - 2 * n + 1):
+            if words[i] != words[i + n]:
+                continue
+            stretch = words[i : i + n]
+            if stretch == words[i + n : i + 2 * n] and sum(map(len, stretch)) >= MIN_PHRASE_CHARS:
+                return stretch
+    return []
 
 
 def _longest_run(words: list[str]) -> int:
@@ -171,6 +191,11 @@ def degeneracy(text: str) -> Degeneracy:
         reasons.append(f"mixes scripts in {len(mixed)} token{'s' if len(mixed) > 1 else ''}")
     if loops >= MIN_LOOP_REPEATS and not any(r.startswith(("repeats", f"{run} identical")) for r in reasons):
         reasons.append(f"loops (a stretch repeated {loops} times)")
+    phrase = repeated_phrase(words)
+    if phrase and not any(r.startswith(("repeats itself", "loops")) for r in reasons):
+        shown = " ".join(phrase)
+        shown = shown if len(shown) <= 40 else shown[:39] + "…"
+        reasons.append(f'repeats a phrase back to back ("{shown}")')
     return Degeneracy(
         repetition=round(repetition, 4),
         distinct_2=round(distinct_2, 4),

@@ -98,3 +98,30 @@ def test_both_paths_of_a_run_are_checked():
     flags = path_degeneracy(run)
     assert set(flags) == {"retrieval", "parametric"} and not flags["retrieval"].degenerate
     assert degenerate_paths(run) == ["parametric"]
+
+
+# Issue 38: a preamble said twice is a stutter rep-3 misses (rep-3 0.36 on this answer).
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The answer to your question is: The answer to your question is: Paris.",
+        "The answer to your question is: Paris. The answer to your question is: Paris.",
+    ],
+)
+def test_a_phrase_said_twice_back_to_back_is_flagged(text):
+    flags = degeneracy(text)
+    assert flags.repetition < 0.5, "rep-3 alone would not flag it"
+    assert flags.degenerate and any(r.startswith("repeats a phrase back to back") for r in flags.reasons)
+    assert "the answer to your question is" in flags.summary
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Paris is the capital of France, and the capital of France is Paris.",  # said again, not back to back
+        "I think, I think that it is Paris.",  # two words twice
+        "one two three one two three",  # three short words (11 letters)
+    ],
+)
+def test_a_phrase_said_again_later_or_a_short_one_is_not_flagged(text):
+    assert not degeneracy(text).degenerate, degeneracy(text).reasons
