@@ -2,10 +2,12 @@
 
 All scoring is :func:`core.detectors.agreement.assess` (the registry's cheap detectors) and
 :func:`core.detectors.agreement.judge` (a costly one, on request); this module only draws, group by group
-(:data:`core.detectors.registry.GROUPS`, in order, each under its question): the group's own summary line
-(counted within the group only: groups are never counted against each other), a table (what each verdict says
-in the group's own words, score, threshold, "higher = …", where the threshold came from), a button per costly
-detector of the group with its time estimate, and at the end a link to each detector's page. Results are kept
+(:data:`core.detectors.registry.GROUPS`, in order, each under its question): the group's summary (what its
+detectors measure and, for the two groups that feed the headline, which of them disagree with the headline's axis
+and why — never a count of detectors), a table (what each verdict says in the group's own words and whether it
+agrees with the headline's axis, score, threshold, "higher = …", where the threshold came from), a button per costly
+detector of the group with its time estimate, and at the end a link to each detector's page (the page its
+declaration names). Results are kept
 per run in a session LRU, so redrawing never re-scores; when the τ in force changes, RePCS' row follows the
 run's re-decided verdict (:func:`core.detectors.agreement.with_result`) and RADAR's row keeps its own
 recall-vs-reasoning words.
@@ -18,6 +20,7 @@ import streamlit as st
 
 from components import keys
 from components.lru import session_lru
+from components.progress import detector_kind, estimate_text, judge_measured
 from components.text import redact_paths
 from core.detectors import get
 from core.detectors.agreement import (
@@ -27,8 +30,6 @@ from core.detectors.agreement import (
     DetectorVerdict,
     assess,
     detector_input,
-    group_summary,
-    judge,
     short_name,
     with_result,
 )
@@ -70,9 +71,14 @@ def _fmt(value: float | None) -> str:
     return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.3e}"
 
 
-def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
-    """One row per detector: name, what its verdict says (in its group's own words), score, threshold,
-    direction ("higher = …", in the group's words), where the threshold comes from, what it measures."""
+HEADLINE_WORDS = {"agrees": " · agrees with the headline", "disagrees": " · disagrees with the headline", None: ""}
+"""Added to the "says" cell of a row of a group that feeds the headline: the row against that group's axis."""
+
+
+def table(verdicts: list[DetectorVerdict], agreement: Agreement | None = None) -> pd.DataFrame:
+    """One row per detector: name, what its verdict says (in its group's own words, and whether it agrees with
+    the headline's axis of its group), score, threshold, direction ("higher = …", in the group's words), where the
+    threshold comes from, what it measures."""
     rows = []
     for v in verdicts:
         why = v.source if v.error is None else f"not scored: {redact_paths(v.error)}"  # grid text: no markdown
@@ -81,7 +87,7 @@ def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
         rows.append(
             {
                 "detector": short_name(v.name),
-                "verdict": v.says,
+                "verdict": v.says + HEADLINE_WORDS[None if agreement is None else agreement.against_headline(v)],
                 "score": _fmt(v.score),
                 "threshold": _fmt(v.threshold),
                 "direction": v.direction,
@@ -94,7 +100,12 @@ def table(verdicts: list[DetectorVerdict]) -> pd.DataFrame:
 
 COLUMNS = {
     "detector": st.column_config.TextColumn("detector", width="small", pinned=True),
-    "verdict": st.column_config.TextColumn("says", width="medium", help="The verdict in its group's own words"),
+    "verdict": st.column_config.TextColumn(
+        "says",
+        width="medium",
+        help="The verdict in its group's own words; in the two groups that feed the headline, whether it agrees "
+        "with the headline's axis (the summary above says why those that disagree do)",
+    ),
     "score": st.column_config.TextColumn("score", width="small"),
     "threshold": st.column_config.TextColumn("threshold", width="small"),
     "direction": st.column_config.TextColumn("direction", width="medium", help="What a higher score means"),
@@ -137,9 +148,10 @@ def _draw(handle: ModelHandle, result: DualPathResult, tag: str) -> Agreement | 
     st.subheader("Every detector on this example")
     st.caption(
         "Detectors answer different questions, so they are grouped by the question each one answers and speak "
-        "that question's words; a group is never counted against another. Each compares its score with a "
-        "threshold: the tables say what each one concluded, which way its score points and where its threshold "
-        "comes from. Only the first two groups feed the headline verdict."
+        "that question's words. Each compares its own measurement with its own threshold: the tables say what each "
+        "one concluded, which way its score points and where its threshold comes from. Only the first two groups "
+        "feed the headline verdict, through its two axes, not through a vote: each of those groups says where its "
+        "detectors disagree with the headline and why, and detectors are never counted against each other."
     )
     if result.model != handle.info.name:
         st.info("This run was made with another model: run it again to score every detector with this one.")
@@ -177,10 +189,10 @@ def _group(
     st.markdown(f"**{GROUP_WORDS[group].title}** — {GROUPS[group]}")  # the registry's own words: no user text
     if group in agreement.axes:  # the headline's axis this group feeds (fixed words and numbers only)
         st.markdown(":material/flag: " + axis_line(group, agreement.axes[group]))
-    st.info(group_summary(group, rows))
+    st.info(agreement.group_summary(group))  # what its members measure, who disagrees with the headline and why
     st.caption(headline_note(group))
     if rows:
-        frame = table(rows)
+        frame = table(rows, agreement)
         st.dataframe(
             frame,
             hide_index=True,
@@ -218,12 +230,13 @@ def _costly(pending: list[CostlyDetector], agreement: Agreement, inp: DetectorIn
                 help=costly.label,
                 icon=":material/play_arrow:",
             )
-            st.caption(costly.estimate)
+            wait = estimate_text(inp.handle, detector_kind(costly.name), inp.settings.max_new_tokens, costly.estimate_s)
+            st.caption(wait)  # from this detector's last runs once there are some (they are timed below)
         if clicked:
             detector = get(costly.name)
             if detector is None:
                 continue
-            with st.spinner(f"Running {short_name(costly.name)} ({costly.estimate})…"):
-                verdict = judge(detector, inp)
+            with st.spinner(f"Running {short_name(costly.name)} ({wait})…"):
+                verdict = judge_measured(detector, inp)
             agreement.verdicts.append(verdict)
             st.rerun()

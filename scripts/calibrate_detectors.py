@@ -4,7 +4,7 @@ For every cheap detector scored in an evaluation of the calibration sets (``asse
 as *grounded*, ``memorized.csv`` as *memorized*), the threshold is the α-quantile of its score over the clean
 prompts on the memorized side (:func:`core.detectors.agreement.alpha_threshold`), with the achieved FPR on the
 clean prompts and FNR on the memorized ones. Writes ``assets/thresholds/detectors-<model slug>.json``, which
-:func:`core.detectors.agreement.threshold_for` reads.
+:func:`core.detectors.thresholds.bundled_calibration` reads.
 
 Two steps (the first is the long one, ~10 min on a CPU; re-run both whenever a detector's maths changes)::
 

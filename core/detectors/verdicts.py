@@ -14,10 +14,12 @@ from core.detectors.registry import DetectorThreshold as DetectorThreshold
 from core.detectors.wording import (
     GROUP_WORDS,
     HEADLINE_GROUPS,
+    against_headline,
     direction,
     finding,
     group_of,
     group_summary,
+    measures,
     says,
     summary_line,
 )
@@ -109,8 +111,18 @@ class Agreement:
 
     @property
     def summary(self) -> str:
-        """Each group's sentence (counted within the group only), one after the other."""
-        return summary_line(self.verdicts)
+        """Each group's sentence (what its detectors measure, where they disagree with the headline), one after the
+        other."""
+        return summary_line(self.verdicts, self.axes)
+
+    def group_summary(self, group: str) -> str:
+        """One group's sentence: what its detectors measure and where they disagree with the headline's axis, and
+        why (:func:`~core.detectors.wording.group_summary`)."""
+        return group_summary(group, self.verdicts, self.axes.get(group))
+
+    def against_headline(self, verdict: DetectorVerdict) -> str | None:
+        """``"agrees"`` / ``"disagrees"``: the row against the headline's axis its group feeds, else ``None``."""
+        return against_headline(verdict, self.axes.get(verdict.group or ""))
 
     def ordered(self) -> list[DetectorVerdict]:
         """The verdicts group by group, in :data:`~core.detectors.registry.GROUPS` order (stable within one)."""
@@ -129,14 +141,17 @@ class Agreement:
 
     def groups(self) -> list[dict[str, Any]]:
         """The ``detector_groups`` of ``run --json --all-detectors``: per group, in order, its question, whether
-        it feeds the headline, its own summary sentence, the detectors scored and those not run."""
+        it feeds the headline, its own summary sentence, what each of its detectors measures, those that disagree
+        with the headline's axis, the detectors scored and those not run."""
         return [
             {
                 "group": group,
                 "title": GROUP_WORDS[group].title,
                 "question": GROUPS[group],
                 "feeds_headline": group in HEADLINE_GROUPS,
-                "summary": group_summary(group, rows),
+                "summary": self.group_summary(group),
+                "measures": {v.name: measures(v.name) for v in rows},
+                "disagree_with_headline": [v.name for v in rows if self.against_headline(v) == "disagrees"],
                 "detectors": [v.name for v in rows],
                 "not_run": [c.name for c in pending],
                 "cannot_conclude": GROUP_WORDS[group].cannot,

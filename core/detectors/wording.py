@@ -14,27 +14,33 @@ different questions (:data:`core.detectors.registry.GROUPS`), so each group spea
 
 A detector's ``verdict`` keeps the shared values (``recalled`` = the memorized side of its threshold, ``read``
 = the other side; RADAR's ``recall-type`` / ``reasoning-type``); :func:`finding` and :func:`says` translate it
-into its group's token and words. The summary counts within one group only (:func:`group_summary`): groups are
-never counted against each other, and there is no count over all detectors.
+into its group's token and words. A group's summary (:func:`group_summary`) says what its detectors measure and,
+for the two groups that feed the headline, which of them disagree with the headline's axis and why (each one's
+score against its own threshold); it never counts detectors — no "5 of 10 say X" — and never mixes groups.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core.detectors.registry import (
     CONTEXT_FAMILIARITY,
     CONTEXT_RELIANCE,
+    CONTEXT_TEXT,
     GROUNDED_HIGH,
     GROUPS,
     MEMORIZED_HIGH,
     PARAMETRIC_KNOWLEDGE,
+    PROMPT_STATES,
+    QUERY_TEXT,
     RECALL_VS_REASONING,
+    RETRIEVAL_TRACE,
     SOURCE_ATTRIBUTION,
     get,
 )
+from core.engine import axes as axes_words
 from core.engine.verdict import DISPLAY, READ, RECALLED, VERDICTS, normalize_verdict
 
 if TYPE_CHECKING:
@@ -239,49 +245,138 @@ def short_name(name: str) -> str:
 
 
 def _names(verdicts: Sequence[DetectorVerdict]) -> str:
-    labels = [short_name(v.name) for v in verdicts]
+    return _join([short_name(v.name) for v in verdicts])
+
+
+def _join(labels: Sequence[str]) -> str:
     return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
 
 
-def _say(n: int) -> str:
-    return "says" if n == 1 else "say"
+READ_WORDS = {
+    RETRIEVAL_TRACE: "the attention and MLPs along the answer",
+    PROMPT_STATES: "the hidden state at the last prompt token",
+    CONTEXT_TEXT: "the context text alone",
+    QUERY_TEXT: "the query alone",
+}
+"""What a detector measures, by what its declaration says it reads (``Detector.reads``)."""
+FROM_THE_RUN = "the two paths' token distributions over the answer"
+"""What a detector that reads nothing beyond the run's result measures (the per-token KL and its statistics)."""
+FROM_GENERATIONS = "extra generations"
+STACKED = "several of these, stacked"
 
 
-def group_summary(group: str, verdicts: Sequence[DetectorVerdict]) -> str:
-    """One sentence on one group's detectors: how many say what, in the group's own words.
+def measures(name: str) -> str:
+    """What the detector ``name`` measures, in a few words, from its declaration (what it reads and its cost)."""
+    detector = get(name)
+    if detector is None:
+        return FROM_THE_RUN
+    if len(detector.reads) > 1:
+        return STACKED
+    if detector.reads:
+        return READ_WORDS[next(iter(detector.reads))]
+    return FROM_THE_RUN if detector.is_cheap else FROM_GENERATIONS
 
-    Counts only the detectors of ``group`` with a decisive verdict (either side of their threshold); the
-    others are mentioned by number. Never mixes groups: ``verdicts`` of another group are ignored.
+
+def _measured(rows: Sequence[DetectorVerdict]) -> str:
+    """ "<what> (<detectors>); …" for a group's rows, in the order each kind of measurement first appears."""
+    kinds: dict[str, list[DetectorVerdict]] = {}
+    for v in rows:
+        kinds.setdefault(measures(v.name), []).append(v)
+    return "; ".join(f"{kind} ({_names(members)})" for kind, members in kinds.items())
+
+
+AXIS_SIDES = {
+    axes_words.NEEDED: GROUNDED_HIGH,
+    axes_words.NOT_NEEDED: MEMORIZED_HIGH,
+    axes_words.SUPPORTED: MEMORIZED_HIGH,
+    axes_words.UNSUPPORTED: GROUNDED_HIGH,
+}
+"""The side of a threshold that each decided state of the headline's axes stands for (``mixed`` stands for none)."""
+
+
+def headline_side(axis: Mapping[str, Any] | None) -> str | None:
+    """``"memorized"`` / ``"grounded"``: the side the headline's axis (an ``Axis.to_dict()``) took, else ``None``."""
+    return None if not axis else AXIS_SIDES.get(str(axis.get("state")))
+
+
+def side_of(verdict: str) -> str | None:
+    """The side of its threshold a verdict lies on (``"memorized"`` / ``"grounded"``), ``None`` for no verdict."""
+    if verdict in MEMORIZED_SIDE:
+        return MEMORIZED_HIGH
+    if verdict in GROUNDED_SIDE:
+        return GROUNDED_HIGH
+    return None
+
+
+def against_headline(verdict: DetectorVerdict, axis: Mapping[str, Any] | None) -> str | None:
+    """``"agrees"`` / ``"disagrees"`` with the headline's axis of the row's group, ``None`` when either has no side."""
+    axis_side, own = headline_side(axis), side_of(verdict.verdict)
+    if axis_side is None or own is None:
+        return None
+    return "agrees" if own == axis_side else "disagrees"
+
+
+def _why(v: DetectorVerdict) -> str:
+    """Where the row's score lies against its own threshold (why it is on its side)."""
+    if v.score is None or v.threshold is None:
+        return short_name(v.name)
+    where = "above" if v.score > v.threshold else "below" if v.score < v.threshold else "at"
+    return f"{short_name(v.name)} {v.score:.3g} {where} its threshold {v.threshold:.3g}"
+
+
+def group_summary(group: str, verdicts: Sequence[DetectorVerdict], axis: Mapping[str, Any] | None = None) -> str:
+    """What one group's detectors measure and where they disagree with the headline, and why — never a count.
+
+    ``axis`` is the headline's axis that the group feeds (an ``Axis.to_dict()`` of :mod:`core.engine.axes`; ``None``
+    for a group that does not feed the headline). The sentence names the group's detectors by what they measure
+    (:func:`measures`), then: for a group whose axis took a side, the detectors that agree with it and those that
+    disagree, each with its score against its own threshold (why it sits on the other side); otherwise which
+    detectors find what. Detectors without a verdict are named once. Never mixes groups: ``verdicts`` of another
+    group are ignored; never counts detectors against each other (a split is shown, not tallied).
     """
-    words = GROUP_WORDS[group_of(group)]
-    rows = [v for v in verdicts if group_of(v.group) == group_of(group)]
-    memorized = [v for v in rows if v.verdict in MEMORIZED_SIDE]
-    grounded = [v for v in rows if v.verdict in GROUNDED_SIDE]
-    rest = len(rows) - len(memorized) - len(grounded)
-    gives = "gives" if rest == 1 else "give"
-    tail = f" ({rest} more {gives} no verdict here: no score, no threshold or too close to call.)" if rest else ""
+    g = group_of(group)
+    words = GROUP_WORDS[g]
+    rows = [v for v in verdicts if group_of(v.group) == g]
     head = f"{words.title}: "
-    decided = len(memorized) + len(grounded)
-    if decided == 0:
-        if not rows:
-            return head + "no detector of this group has run on this example."
-        which = "its one detector has no" if len(rows) == 1 else f"none of its {len(rows)} detectors has a"
-        return f"{head}{which} verdict here (no score, no threshold or too close to call)."
-    sides = [(memorized, words.memorized_claim), (grounded, words.grounded_claim)]
-    if words.primary == GROUNDED_HIGH:
-        sides.reverse()
-    (first, first_claim), (second, second_claim) = sides
-    if decided == 1:
-        (only, claim) = (first[0], first_claim) if first else (second[0], second_claim)
-        lead = "" if len(rows) == 1 else "only "
-        return f"{head}{lead}{short_name(only.name)} says {claim}." + tail
-    if not first or not second:
-        side, claim = (first, first_claim) if first else (second, second_claim)
-        return f"{head}all {len(side)} with a verdict say {claim} ({_names(side)})." + tail
-    return (
-        f"{head}{len(first)} of {decided} {_say(len(first))} {first_claim} ({_names(first)}); "
-        f"{len(second)} {_say(len(second))} {second_claim} ({_names(second)})." + tail
-    )
+    if not rows:
+        return head + "no detector of this group has run on this example."
+    claims = {MEMORIZED_HIGH: words.memorized_claim, GROUNDED_HIGH: words.grounded_claim}
+    by_side = {side: [v for v in rows if side_of(v.verdict) == side] for side in claims}
+    open_rows = [v for v in rows if side_of(v.verdict) is None]
+    tail = ""
+    if open_rows:
+        tail = f" No verdict here from {_names(open_rows)} (no score, no threshold or too close to call)."
+    text = f"{head}measured by {_measured(rows)}."
+    if not any(by_side.values()):
+        return text + tail
+    axis_side = headline_side(axis)
+    if axis_side is not None:
+        agree, disagree = by_side[axis_side], by_side[MEMORIZED_HIGH if axis_side == GROUNDED_HIGH else GROUNDED_HIGH]
+        text += f" The headline's axis says {claims[axis_side]}"
+        text += f"; {_names(agree)} {_say(agree)} so too." if agree else "."
+        if disagree:
+            each = "It compares" if len(disagree) == 1 else "Each compares"
+            text += (
+                f" Disagreeing with it: {_join([_why(v) for v in disagree])}. {each} its own measurement with its own "
+                "threshold, set on other rows, while the axis weighs its own observations: where they part, this "
+                "example's evidence is mixed, and it is not outvoted either way."
+            )
+        else:
+            text += " No detector of the group disagrees with it."
+        return text + tail
+    if axis is not None:
+        text += " The headline's axis leaves it open here."
+    order = [MEMORIZED_HIGH, GROUNDED_HIGH] if words.primary == MEMORIZED_HIGH else [GROUNDED_HIGH, MEMORIZED_HIGH]
+    found = [f"{_names(by_side[side])} {_find(by_side[side])} {claims[side]}" for side in order if by_side[side]]
+    return f"{text} {'; '.join(found)}." + tail
+
+
+def _say(rows: Sequence[DetectorVerdict]) -> str:
+    return "says" if len(rows) == 1 else "say"
+
+
+def _find(rows: Sequence[DetectorVerdict]) -> str:
+    return "finds" if len(rows) == 1 else "find"
 
 
 def groups_in(verdicts: Iterable[DetectorVerdict]) -> list[str]:
@@ -290,14 +385,17 @@ def groups_in(verdicts: Iterable[DetectorVerdict]) -> list[str]:
     return [g for g in GROUPS if g in present]
 
 
-def summary_lines(verdicts: Sequence[DetectorVerdict]) -> list[tuple[str, str]]:
-    """``(group, sentence)`` for every group with a detector in ``verdicts``, in :data:`GROUPS` order."""
-    return [(g, group_summary(g, verdicts)) for g in groups_in(verdicts)]
+def summary_lines(
+    verdicts: Sequence[DetectorVerdict], axes: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[tuple[str, str]]:
+    """``(group, sentence)`` for every group with a detector in ``verdicts``, in :data:`GROUPS` order; ``axes`` are the
+    headline's axes by the group they belong to (:func:`core.detectors.agreement.headline_axes`)."""
+    return [(g, group_summary(g, verdicts, (axes or {}).get(g))) for g in groups_in(verdicts)]
 
 
-def summary_line(verdicts: Sequence[DetectorVerdict]) -> str:
-    """Every group's sentence, one after the other (each counts within its own group only)."""
-    lines = summary_lines(verdicts)
+def summary_line(verdicts: Sequence[DetectorVerdict], axes: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """Every group's sentence, one after the other (each within its own group; none counts detectors)."""
+    lines = summary_lines(verdicts, axes)
     if not lines:
         return "No detector has run on this example."
     return " ".join(line for _, line in lines)

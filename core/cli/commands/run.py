@@ -15,8 +15,9 @@ shows them (:func:`core.detectors.agreement.assess`), group by group (the questi
 :data:`core.detectors.registry.GROUPS`): under ``detectors``, ``name → {score, threshold, verdict, source, label,
 higher_means, cost, error, note, group, direction, finding, says}`` (``verdict`` in :mod:`core.engine.verdict`'s
 values, the side of the threshold; ``says`` / ``finding`` in the group's own words; ``direction`` "higher = …"),
-under ``detector_groups`` each group's question, whether it feeds the headline and its own summary (counted
-within the group only), the ``detectors_summary`` (every group's sentence), and under ``detectors_not_run`` the
+under ``detector_groups`` each group's question, whether it feeds the headline, its own summary (what its detectors
+measure and which disagree with the headline's axis and why; never a count), ``measures`` and
+``disagree_with_headline``, the ``detectors_summary`` (every group's sentence), and under ``detectors_not_run`` the
 costly ones with their estimated seconds and group. ``--detectors a,b`` scores the named detectors too, costly
 ones included.
 """
@@ -32,7 +33,7 @@ from core.cli.common import add_model_args, run_from_args, settings_from_args, w
 from core.detectors import resolve
 from core.detectors.agreement import Agreement, assess, detector_input, judge, short_name
 from core.detectors.registry import GROUPS
-from core.detectors.wording import GROUP_WORDS, axis_line, group_summary
+from core.detectors.wording import GROUP_WORDS, axis_line
 from core.engine.axes import with_headline
 from core.engine.verdict import display
 
@@ -112,5 +113,5 @@ def _group_lines(agreement: Agreement) -> list[str]:
             threshold = "—" if v.threshold is None else f"{v.threshold:.4g}"
             lines.append(f"    {short_name(v.name):14s} {score:>10s}  τ {threshold:>10s}  {v.says}  ({v.direction})")
         lines.extend(f"    {short_name(c.name):14s} not run (needs extra generations)" for c in pending)
-        lines.append(f"    summary: {group_summary(group, rows)}")
+        lines.append(f"    summary: {agreement.group_summary(group)}")
     return lines

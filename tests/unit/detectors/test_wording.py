@@ -1,4 +1,5 @@
-"""core.detectors.wording: each group of detectors speaks its own words and is counted on its own (issue 23 part 3).
+"""core.detectors.wording: each group of detectors speaks its own words (issue 23 part 3) and its summary says what its
+detectors measure and who disagrees with the headline and why, never a count (issue 38 part 3).
 
 The expected sentences are written out by hand from the group's question; the verdicts are hand-made rows.
 """
@@ -44,8 +45,13 @@ WORDS_DIGEST = "75cd6a271219b82fba30f4723603df9bb381aa2ea7548ed13087a7c4af9f7a40
 table: any word that changes changes it."""
 
 
-def _v(name: str, verdict: str, higher: str = GROUNDED_HIGH) -> DetectorVerdict:
-    return DetectorVerdict(name, name, higher, 1.0, 1.0, "s", verdict, "free")
+def _v(name: str, verdict: str, higher: str = GROUNDED_HIGH, score: float = 1.0, threshold: float = 1.0):
+    return DetectorVerdict(name, name, higher, score, threshold, "s", verdict, "free")
+
+
+NEEDED = {"state": "needed", "score": 0.9, "threshold": 0.5, "band": [0.4, 0.6], "direction": "higher = read"}
+NOT_NEEDED = NEEDED | {"state": "not needed", "score": 0.1}
+MIXED = NEEDED | {"state": "mixed", "score": 0.5}
 
 
 def test_every_group_has_its_words_in_the_registry_order() -> None:
@@ -115,45 +121,83 @@ def test_every_direction_is_stated_in_its_groups_words() -> None:
     assert "read" not in direction(RECALL_VS_REASONING, MEMORIZED_HIGH).split()
 
 
-def test_the_summary_counts_within_a_group_only() -> None:
-    """Issue 23: 'France: 11 detectors say recalled, 2 say read' summed detectors of different questions."""
-    rows = [
-        _v("repcs", READ),
-        _v("repcs_mean", READ),
-        _v("max_token_kl", READ),
-        _v("crm_l2", RECALLED, MEMORIZED_HIGH),
-        _v("ppl", RECALLED),
-        _v("zlib", RECALLED),
-        _v("min_k_10", RECALLED, MEMORIZED_HIGH),
-        _v("radar", RECALL_TYPE, MEMORIZED_HIGH),
-        _v("selfcritique", RECALLED, MEMORIZED_HIGH),
-    ]
-    lines = dict(summary_lines(rows))
+ROWS = [
+    _v("repcs", READ, score=9.0, threshold=4.3),
+    _v("repcs_mean", READ),
+    _v("max_token_kl", READ),
+    _v("crm_l2", RECALLED, MEMORIZED_HIGH, score=2.5, threshold=1.75),
+    _v("ppl", RECALLED),
+    _v("zlib", RECALLED),
+    _v("min_k_10", RECALLED, MEMORIZED_HIGH),
+    _v("radar", RECALL_TYPE, MEMORIZED_HIGH),
+    _v("selfcritique", RECALLED, MEMORIZED_HIGH),
+]
+
+
+def test_no_summary_counts_detectors() -> None:
+    """Issue 38 part 3: each group box read "5 of 10 say X; 5 say Y", an invitation to a vote count."""
+    for axes in ({}, {CONTEXT_RELIANCE: NEEDED}, {CONTEXT_RELIANCE: NOT_NEEDED}, {CONTEXT_RELIANCE: MIXED}):
+        whole = summary_line(ROWS, axes)
+        assert not re.findall(r"\b\d+ of \d+\b", whole) and "all 3" not in whole and "more give" not in whole
+        assert not re.search(r"\b(one|two|three|four|five|\d+) (say|says|detectors?)\b", whole)
+        assert "They agree" not in whole and "They conflict" not in whole and "detectors say" not in whole
+
+
+def test_a_summary_says_what_its_detectors_measure() -> None:
+    lines = dict(summary_lines(ROWS))
     assert list(lines) == [CONTEXT_RELIANCE, PARAMETRIC_KNOWLEDGE, CONTEXT_FAMILIARITY, RECALL_VS_REASONING]
     assert lines[CONTEXT_RELIANCE] == (
-        "Context reliance: 3 of 4 say the answer needed the context (RePCS, mean KL and max KL); "
-        "1 says the answer did not need the context (CRM L2-norm)."
+        "Context reliance: measured by the two paths' token distributions over the answer (RePCS, mean KL and max "
+        "KL); the hidden state at the last prompt token (CRM L2-norm). RePCS, mean KL and max KL find the answer "
+        "needed the context; CRM L2-norm finds the answer did not need the context."
     )
     assert lines[PARAMETRIC_KNOWLEDGE] == (
-        "Parametric knowledge: Self-Critique says the model gives this answer without the context."
+        "Parametric knowledge: measured by extra generations (Self-Critique). Self-Critique finds the model gives "
+        "this answer without the context."
     )
     assert lines[CONTEXT_FAMILIARITY] == (
-        "Familiarity of the context text: all 3 with a verdict say the context text looks familiar to the model "
-        "(perplexity, zlib and Min-10%)."
+        "Familiarity of the context text: measured by the context text alone (perplexity, zlib and Min-10%). "
+        "perplexity, zlib and Min-10% find the context text looks familiar to the model."
     )
     assert lines[RECALL_VS_REASONING] == (
-        "Recall vs reasoning (the query alone): RADAR says the query looks like a recall task."
+        "Recall vs reasoning (the query alone): measured by the query alone (RADAR). RADAR finds the query looks "
+        "like a recall task."
     )
-    whole = summary_line(rows)
-    assert whole == " ".join(lines.values())
-    totals = [int(total) for _, total in re.findall(r"\b(\d+) of (\d+)\b", whole)]
-    assert totals == [4], "one count, within context reliance: none over more detectors than one group holds"
-    assert "They agree" not in whole and "They conflict" not in whole and "detectors say" not in whole
+    assert summary_line(ROWS) == " ".join(lines.values())
 
 
-def test_a_group_counts_only_its_own_rows() -> None:
+def test_a_headline_group_names_who_disagrees_with_its_axis_and_why() -> None:
+    """Green snow: the headline said *Read from the context* above a RePCS box saying *Recalled from memory*, and the
+    page never said why. The group now names the detectors on the other side of its axis, each with its score
+    against its own threshold."""
+    line = group_summary(CONTEXT_RELIANCE, ROWS, NEEDED)
+    assert "The headline's axis says the answer needed the context; RePCS, mean KL and max KL say so too." in line
+    assert "Disagreeing with it: CRM L2-norm 2.5 above its threshold 1.75." in line
+    assert "its own threshold" in line and "not outvoted" in line
+    flipped = group_summary(CONTEXT_RELIANCE, ROWS, NOT_NEEDED)
+    assert "axis says the answer did not need the context; CRM L2-norm says so too." in flipped
+    assert "Disagreeing with it: RePCS 9 above its threshold 4.3, mean KL 1 at its threshold 1 and max KL" in flipped
+    agreeing = group_summary(CONTEXT_RELIANCE, ROWS[:3], NEEDED)
+    assert agreeing.endswith("No detector of the group disagrees with it.")
+    open_axis = group_summary(CONTEXT_RELIANCE, ROWS, MIXED)
+    assert "The headline's axis leaves it open here." in open_axis and "Disagreeing" not in open_axis
+
+
+def test_each_row_agrees_or_disagrees_with_its_groups_axis() -> None:
+    from core.detectors.wording import against_headline
+
+    assert against_headline(ROWS[0], NEEDED) == "agrees" and against_headline(ROWS[3], NEEDED) == "disagrees"
+    assert against_headline(ROWS[3], NOT_NEEDED) == "agrees"
+    assert against_headline(ROWS[0], MIXED) is None and against_headline(ROWS[0], None) is None
+    assert against_headline(_v("repcs", INCONCLUSIVE), NEEDED) is None
+
+
+def test_a_group_summarizes_only_its_own_rows() -> None:
     rows = [_v("repcs", READ), _v("ppl", RECALLED), _v("zlib", RECALLED)]
-    assert group_summary(CONTEXT_RELIANCE, rows) == "Context reliance: RePCS says the answer needed the context."
+    assert group_summary(CONTEXT_RELIANCE, rows) == (
+        "Context reliance: measured by the two paths' token distributions over the answer (RePCS). RePCS finds the "
+        "answer needed the context."
+    )
     assert group_summary(PARAMETRIC_KNOWLEDGE, []) == (
         "Parametric knowledge: no detector of this group has run on this example."
     )
@@ -176,6 +220,7 @@ def test_an_axis_line_states_its_state_score_band_and_direction() -> None:
 def test_a_group_without_a_verdict_says_so_once() -> None:
     rows = [_v("redeep_pks", UNCALIBRATED, MEMORIZED_HIGH), _v("selfcritique", INCONCLUSIVE, MEMORIZED_HIGH)]
     assert group_summary(PARAMETRIC_KNOWLEDGE, rows) == (
-        "Parametric knowledge: none of its 2 detectors has a verdict here (no score, no threshold or too close to "
+        "Parametric knowledge: measured by the attention and MLPs along the answer (ReDeEP PKS); extra generations "
+        "(Self-Critique). No verdict here from ReDeEP PKS and Self-Critique (no score, no threshold or too close to "
         "call)."
     )
