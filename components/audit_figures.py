@@ -3,6 +3,9 @@
 The records come from :class:`core.audit.store.AuditReader`; a record's trajectory is drawn with the Layer
 trajectories page's own figure (:func:`components.trajectory_figures.lts_figure`) against the band of the
 calibration the record was scored with.
+
+A stored record may have been edited by hand (``audit verify`` then names it): every builder here takes what it
+finds — a field of the wrong type is shown as missing or as its text, never raises.
 """
 
 from __future__ import annotations
@@ -29,6 +32,25 @@ HISTORY_COLUMNS = {
     "request_id": "request id",
     "id": "record id",
 }
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a dict, else ``{}`` (a stored field edited into another type)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float:
+    """A stored number as a float; NaN for anything else (text, null, a list …)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return float("nan")
+    return float(value)
+
+
+def _layers(value: Any) -> list[int]:
+    """A stored list of layer rows; the integers in it (nothing when it is not a list)."""
+    if not isinstance(value, list):
+        return []
+    return [int(v) for v in value if isinstance(v, int) and not isinstance(v, bool)]
 
 
 def bucket_for(span_seconds: float) -> tuple[str, str]:
@@ -91,50 +113,59 @@ def history_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 def record_label(summary: dict[str, Any]) -> str:
     """``#12 · 2025-01-31T12:34:56.789Z · flagged (score 2.31)`` for a record picker."""
     flag = "flagged" if summary.get("anomaly_flag") else "not flagged"
-    return f"#{summary['seq']} · {summary['created_at']} · {flag} (score {float(summary['anomaly_score']):.2f})"
+    score = _number(summary.get("anomaly_score"))
+    return f"#{summary.get('seq')} · {summary.get('created_at')} · {flag} (score {score:.2f})"
 
 
 def record_trajectory_figure(record: dict[str, Any], calibration: dict[str, Any] | None) -> go.Figure:
     """A stored record's LTS trajectory drawn like the Layer trajectories page: the calibration's μ ± 2σ band,
     its flagged layers and the calibration's kept layers. Without the calibration's description (a database
     written before it was kept) the band is flat at 0."""
-    result = record.get("result") or {}
-    lts = np.asarray(result.get("lts_trajectory") or [], dtype=np.float64)
-    if lts.size == 0:
+    result = as_dict(record.get("result"))
+    lts = _vector(result.get("lts_trajectory"))
+    if lts is None or lts.size == 0:
         return set_layout(note(go.Figure(), "This record has no trajectory"), height=300, top=40, bottom=40)
-    mu = np.asarray((calibration or {}).get("mu") or np.zeros_like(lts), dtype=np.float64)
-    sigma = np.asarray((calibration or {}).get("sigma") or np.zeros_like(lts), dtype=np.float64)
-    if mu.shape != lts.shape or sigma.shape != lts.shape:
+    calibration = as_dict(calibration)
+    mu, sigma = _vector(calibration.get("mu")), _vector(calibration.get("sigma"))
+    if mu is None or sigma is None or mu.shape != lts.shape or sigma.shape != lts.shape:
         mu, sigma = np.zeros_like(lts), np.zeros_like(lts)
+    n = lts.size
     return lts_figure(
         lts,
         mu,
         sigma,
-        kept=(calibration or {}).get("kept_layers") or [],
-        flagged=result.get("flagged_layers") or [],
+        kept=[i for i in _layers(calibration.get("kept_layers")) if 0 <= i < n],
+        flagged=[i for i in _layers(result.get("flagged_layers")) if 0 <= i < n],
         title=f"LTS along PC1 — record #{record.get('seq', '?')}",
     )
 
 
+def _vector(value: Any) -> np.ndarray | None:
+    """A stored list of numbers as a float64 vector; ``None`` when it is not one."""
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return None
+    return np.asarray(value, dtype=np.float64)
+
+
 def record_facts(record: dict[str, Any]) -> pd.DataFrame:
     """Two columns (``field``, ``value``) of a record's result, model, calibration and chain entries."""
-    result = record.get("result") or {}
-    first = result.get("first_token") or {}
-    chain = record.get("chain") or {}
-    flagged = result.get("flagged_layers") or []
+    result = as_dict(record.get("result"))
+    first = as_dict(result.get("first_token"))
+    chain = as_dict(record.get("chain"))
+    flagged = _layers(result.get("flagged_layers"))
     rows = [
         ("anomaly flag", "yes" if result.get("anomaly_flag") else "no"),
-        ("anomaly score", f"{float(result.get('anomaly_score', float('nan'))):.4f}"),
-        ("flagged layers (outside μ ± 2σ)", ", ".join(row_label(int(r)) for r in flagged) or "none"),
-        ("first-token KL (nats)", f"{float(first.get('kl', float('nan'))):.4f}"),
+        ("anomaly score", f"{_number(result.get('anomaly_score')):.4f}"),
+        ("flagged layers (outside μ ± 2σ)", ", ".join(row_label(r) for r in flagged) or "none"),
+        ("first-token KL (nats)", f"{_number(first.get('kl')):.4f}"),
         (
             "first token: with / without context",
             f"{first.get('top_retrieval', '')!r} / {first.get('top_parametric', '')!r}",
         ),
-        ("latency (ms)", f"{float(result.get('latency_ms', float('nan'))):.1f}"),
+        ("latency (ms)", f"{_number(result.get('latency_ms')):.1f}"),
         ("batch size", str(result.get("batch_size", 1))),
-        ("model", str((record.get("model") or {}).get("name", ""))),
-        ("calibration", str((record.get("calibration") or {}).get("id", ""))),
+        ("model", str(as_dict(record.get("model")).get("name", ""))),
+        ("calibration", str(as_dict(record.get("calibration")).get("id", ""))),
         ("request id", str(record.get("request_id") or "")),
         ("record id", str(record.get("id", ""))),
         ("hash", str(chain.get("hash", ""))),

@@ -5,9 +5,11 @@ file in the target's folder, which is then renamed over the target, so a reader 
 two writers never collide on a temporary name. The file gets the user's usual permissions (umask), not the
 0600 of ``mkstemp``.
 
-Files a user names are read through :func:`read_user_file` (regular files only, a byte cap, no blocking on a
-pipe); output locations are checked up front with :func:`check_output_path`; CSV exports go through
-:func:`csv_safe_text` so a spreadsheet never runs a cell as a formula.
+Files a user names are read through :func:`read_user_file` / :func:`read_user_text` (regular files only, a
+byte cap, no blocking on a pipe); JSON a user sends is measured with :func:`json_depth` before it is parsed
+(:func:`check_json_depth`: no recursion error on a document nested thousands deep); output locations are
+checked up front with :func:`check_output_path`; CSV exports go through :func:`csv_safe_text` so a spreadsheet
+never runs a cell as a formula.
 """
 
 from __future__ import annotations
@@ -234,6 +236,67 @@ def read_user_file(path: str | Path, max_bytes: int, what: str = "file") -> byte
     if len(data) > max_bytes:
         raise UserFileError(f"The {what} {shown} is over {format_size(max_bytes)}; {limit}.")
     return data
+
+
+def read_user_text(path: str | Path, max_bytes: int, what: str = "file") -> str:
+    """:func:`read_user_file` decoded as UTF-8 text (a leading byte-order mark is dropped).
+
+    Raises:
+        UserFileError: see :func:`read_user_file`, or the bytes are not UTF-8 (the message gives the byte).
+    """
+    data = read_user_file(path, max_bytes, what)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UserFileError(f"The {what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
+
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of objects and arrays accepted in a JSON document a user sends (a threshold file, a request
+body): real documents here nest a few levels; thousands of levels exhaust the parser's recursion."""
+_JSON_TOKEN = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
+
+
+def json_depth(text: str, stop_above: int | None = None) -> int:
+    """How deep objects and arrays nest in the JSON ``text`` (0 for a bare value; brackets inside strings do not
+    count), without parsing it — so a document nested thousands of levels deep is measured, not recursed into.
+
+    One linear scan over the quotes, escapes and brackets of ``text``. Malformed JSON gets a depth too (the
+    parser then says what is wrong).
+
+    Args:
+        stop_above: only ask whether the depth exceeds this value: the scan stops as soon as it does (the answer
+            is then ``stop_above + 1``), and any answer ``<= stop_above`` just means "not deeper".
+    """
+    if stop_above is not None and text.count("[") + text.count("{") <= stop_above:
+        return stop_above  # cannot nest deeper than it has brackets (an upper bound is all the caller asks)
+    depth = deepest = 0
+    in_string = False
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token == '"':
+            in_string = not in_string
+        elif in_string or len(token) > 1:
+            continue
+        elif token in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if stop_above is not None and deepest > stop_above:
+                    return deepest
+        else:
+            depth = max(depth - 1, 0)
+    return deepest
+
+
+def check_json_depth(text: str, max_depth: int = MAX_JSON_DEPTH, what: str = "The JSON document") -> None:
+    """Refuse JSON nested deeper than ``max_depth`` before it is parsed (:func:`json_depth`).
+
+    Raises:
+        ValueError: ``"<what> nests objects or arrays more than 64 levels deep"``.
+    """
+    if json_depth(text, stop_above=max_depth) > max_depth:
+        raise ValueError(f"{what} nests objects or arrays more than {max_depth} levels deep (refused unparsed).")
 
 
 def check_output_path(path: str | Path, what: str = "output file") -> Path:

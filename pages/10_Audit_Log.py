@@ -25,6 +25,7 @@ import streamlit as st
 
 from components import keys, prologue
 from components.text import plain_message
+from core.audit.chain import DAMAGED
 from core.audit.store import DB_ENV, AuditReader, default_db_path
 from core.public import AUDIT_LOG_ENV, current_policy
 
@@ -63,6 +64,7 @@ early = prologue.begin()
 reader = draw_source()
 
 from components.audit_figures import (
+    as_dict,
     history_frame,
     rate_figure,
     record_facts,
@@ -72,15 +74,23 @@ from components.audit_figures import (
 from components.page import open_page
 
 
-def draw_chain(reader: AuditReader) -> None:
+def draw_chain(reader: AuditReader) -> bool:
+    """The chain's status; ``False`` when the file itself is damaged (nothing else of it is read then)."""
     report = reader.verify()
     if report.ok:
         st.success(
             f"Hash chain verified: {report.n_records:,} records intact, in order, none missing. "
             f"Head hash {report.head_hash[:16]}… (publish it elsewhere to make rewriting detectable)."
         )
+    elif report.problem == DAMAGED:
+        st.error(
+            f"Audit database DAMAGED: {plain_message(report.message)} Nothing more of it is shown: its records "
+            "cannot be vouched for. `python -m core audit verify` reports the same (exit code 3)."
+        )
+        return False
     else:
         st.error(f"Hash chain BROKEN ({report.problem}): {plain_message(report.message)}")
+    return True
 
 
 def draw_counters(reader: AuditReader) -> None:
@@ -132,28 +142,29 @@ def draw_record(reader: AuditReader, records: list[dict]) -> None:
     if record is None:
         st.warning("That record is no longer in the database.")
         return
-    calibration = reader.calibration((record.get("calibration") or {}).get("id", ""))
+    calibration = reader.calibration(str(as_dict(record.get("calibration")).get("id", "")))
     st.plotly_chart(record_trajectory_figure(record, calibration), key=keys.scoped(keys.AUDIT_TRAJECTORY, chosen))
     if calibration is None:
         st.caption("The calibration this record was scored with is not in the database: no band drawn.")
     else:
         st.caption(
-            f"Grey band: μ ± 2σ of calibration {calibration['id']} ({plain_message(calibration.get('source', ''))}); "
+            f"Grey band: μ ± 2σ of calibration {plain_message(str(calibration.get('id', '')))} "
+            f"({plain_message(str(calibration.get('source', '')))}); "
             "red crosses: the layers this record had outside it."
         )
     left, right = st.columns(2)
     left.dataframe(record_facts(record), hide_index=True)
-    inputs = record.get("inputs") or {}
+    inputs = as_dict(record.get("inputs"))
     with right:
         if "query" in inputs:
             st.markdown("**Query**")
-            st.text(inputs["query"])
+            st.text(str(inputs["query"]))  # stored text is shown as text, never as markdown
             st.markdown("**Context**")
-            st.text(inputs["context"])
+            st.text(str(inputs.get("context", "")))
         else:
             st.caption("The service ran with --no-store-text: only the inputs' SHA-256 are kept.")
-        q_hash, c_hash = inputs.get("query_sha256", ""), inputs.get("context_sha256", "")
-        st.caption(f"SHA-256 of the query {q_hash[:16]}…, of the context {c_hash[:16]}…")
+        q_hash, c_hash = (plain_message(str(inputs.get(k) or ""))[:16] for k in ("query_sha256", "context_sha256"))
+        st.caption(f"SHA-256 of the query {q_hash}…, of the context {c_hash}…")
 
 
 def main() -> None:
@@ -161,7 +172,8 @@ def main() -> None:
     if reader is None:
         return
     try:
-        draw_chain(reader)
+        if not draw_chain(reader):
+            return
         draw_counters(reader)
         draw_rate(reader)
         st.divider()

@@ -6,7 +6,11 @@ The guard is a plain ASGI middleware that runs **before** routing and body parsi
   included), and the only trace it leaves is one log line with its method, path and client address — never
   its body, never the token it sent, never a database record;
 * a body over ``max_body_bytes`` gets 413 before it is parsed (``Content-Length`` is checked first, and a
-  body sent without one is counted as it arrives and cut off at the limit).
+  body sent without one is counted as it arrives and cut off at the limit);
+* a body that has not fully arrived within ``body_timeout_s`` (a ``Content-Length`` that promises more than
+  the client sends) gets 408 and the connection is closed — it cannot hold the connection forever;
+* a body nested deeper than :data:`~core.io.MAX_JSON_DEPTH` (JSON objects and arrays) gets 422 before it is
+  parsed (the parser would otherwise fail on recursion and answer 400).
 
 ``/health`` and the OpenAPI pages (``/openapi.json``; ``/docs`` and ``/redoc`` only when the app serves them,
 ``serve --docs``) are open: they reveal no audit.
@@ -15,16 +19,18 @@ Tokens are compared in constant time (:func:`hmac.compare_digest`).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
+import math
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.io import KiB, read_user_file
+from core.io import MAX_JSON_DEPTH, KiB, json_depth, read_user_file
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +56,13 @@ class AuditLimits:
         max_prompt_tokens: most tokens of a retrieval prompt (413 above; ``None`` = the model's budget).
         max_new_tokens: most answer tokens a request that asks to generate may ask for (422 above).
         max_page: most records one ``/history`` page returns (422 above).
+        max_request_tokens: most tokens one request may ask the model to read — both prompts of every item, plus
+            the answer tokens asked for (413 ``work_budget`` above, before any model call).
+        request_budget_s: the time budget of one request (seconds): one estimated to need more model time on
+            this server is refused up front (413 ``time_budget``); one that runs past it (queued behind others)
+            is stopped at its next forward pass, nothing stored (503).
+        body_timeout_s: longest the server waits for a request's body to arrive (408 after; a ``Content-Length``
+            that promises more than the client sends cannot hold a connection forever).
     """
 
     max_body_bytes: int = 1_048_576
@@ -57,13 +70,20 @@ class AuditLimits:
     max_prompt_tokens: int | None = None
     max_new_tokens: int = 128
     max_page: int = 500
+    max_request_tokens: int = 65_536
+    request_budget_s: float = 60.0
+    body_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_batch_items", "max_new_tokens", "max_page"):
+        for name in ("max_body_bytes", "max_batch_items", "max_new_tokens", "max_page", "max_request_tokens"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 2:
             raise ValueError(f"max_prompt_tokens must be >= 2, got {self.max_prompt_tokens}")
+        for name in ("request_budget_s", "body_timeout_s"):
+            value = float(getattr(self, name))
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
 
 
 def load_token(token_file: str | Path | None = None) -> str:
@@ -75,7 +95,7 @@ def load_token(token_file: str | Path | None = None) -> str:
     if token_file is not None:
         try:
             raw = read_user_file(token_file, 4 * KiB, "token file")
-            lines = raw.decode("utf-8").strip().splitlines()
+            lines = raw.decode("utf-8-sig").strip().splitlines()  # an editor's byte-order mark is not the token
         except UnicodeDecodeError:
             raise ValueError(f"The token file {token_file} is not UTF-8 text.") from None
         except OSError as exc:
@@ -118,16 +138,29 @@ class GuardCounters:
 
     unauthorized: int = 0
     too_large: int = 0
+    timed_out: int = 0
 
 
 class GuardMiddleware:
-    """Bearer-token check and body-size cap in front of the app (see the module docstring)."""
+    """Bearer-token check, body-size cap, body deadline and JSON depth in front of the app (see the module
+    docstring)."""
 
-    def __init__(self, app: ASGIApp, *, token: str, max_body_bytes: int, counters: GuardCounters) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str,
+        max_body_bytes: int,
+        counters: GuardCounters,
+        body_timeout_s: float = AuditLimits.body_timeout_s,
+        max_json_depth: int = MAX_JSON_DEPTH,
+    ) -> None:
         self.app = app
         self._token = token.encode("utf-8")
         self.max_body_bytes = max_body_bytes
         self.counters = counters
+        self.body_timeout_s = float(body_timeout_s)
+        self.max_json_depth = int(max_json_depth)
 
     def _authorized(self, scope: Scope) -> tuple[bool, str]:
         header = b""
@@ -169,12 +202,26 @@ class GuardMiddleware:
             self.counters.too_large += 1
             await _json_response(send, 413, too_big, [(b"connection", b"close")])
             return
-        # Read the whole body (bounded) before the app sees it, then hand it over in one message.
+        # Read the whole body (bounded in size and time) before the app sees it, then hand it over in one message.
         chunks: list[bytes] = []
         size = 0
         more = True
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
         while more:
-            message = await receive()
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(left, 0.0))
+            except TimeoutError:
+                self.counters.timed_out += 1
+                promised = f" of the {length:,} bytes its Content-Length announced" if length is not None else ""
+                logger.warning("Timed out %s %s: %d bytes%s in %.0f s", scope.get("method"), scope.get("path"), size,
+                               promised, self.body_timeout_s)  # fmt: skip
+                detail = (
+                    f"The request body did not arrive within {self.body_timeout_s:g} s (got {size:,} bytes"
+                    f"{promised}); the connection is closed."
+                )
+                await _json_response(send, 408, {"detail": detail, "field": "body"}, [(b"connection", b"close")])
+                return
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")
@@ -186,6 +233,15 @@ class GuardMiddleware:
             chunks.append(chunk)
             more = bool(message.get("more_body"))
         body = b"".join(chunks)
+        if json_depth(body.decode("utf-8", "replace"), stop_above=self.max_json_depth) > self.max_json_depth:
+            error = {
+                "loc": ["body"],
+                "msg": f"JSON nested more than {self.max_json_depth} levels deep (objects and arrays); refused "
+                "before parsing",
+                "type": "json_invalid",
+            }
+            await _json_response(send, 422, {"detail": [error]}, [])
+            return
         sent = False
 
         async def replay() -> Message:

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import time
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +42,7 @@ from core.engine.prepare import prepare_prompts
 from core.engine.settings import DualPathSettings
 from core.engine.verdict import GROUNDED, MEMORIZED
 from core.evaluation.data import MAX_BYTES, MAX_ROWS, DataError, csv_rows, decode_csv_bytes, open_csv
-from core.io import atomic_write_npz
+from core.io import MiB, atomic_write_npz, read_user_file
 from core.methods.crm import PC1, CrmBasis, load_basis
 from core.methods.crm.maths import AUDIT_K, anomaly_score, audit_flags, pc1_directions, project
 from core.model import artifacts
@@ -51,6 +53,8 @@ DEFAULT_ALPHA = 0.05
 """Target false-alarm rate of the anomaly flag on clean in-domain rows."""
 MIN_ROWS = 8
 """Fewest clean rows a calibration accepts (σ_ℓ and a quantile from fewer are noise)."""
+MAX_CALIBRATION_BYTES = 256 * MiB
+"""Largest calibration file read (a large model's ``(L1, d)`` float32 basis is a few MiB)."""
 
 
 @dataclass
@@ -190,11 +194,14 @@ class AuditCalibration:
     def load(cls, path: str | Path) -> AuditCalibration:
         """Read a file written by :meth:`save` (``allow_pickle=False``).
 
+        The file is read by :func:`core.io.read_user_file` (a regular file of at most 256 MiB).
+
         Raises:
             ValueError: not a readable audit calibration, or another format version.
         """
         try:
-            with np.load(Path(path), allow_pickle=False) as z:
+            raw = read_user_file(path, MAX_CALIBRATION_BYTES, "calibration file")
+            with np.load(io.BytesIO(raw), allow_pickle=False) as z:
                 meta = json.loads(str(z["meta_json"]))
                 a = {k: z[k] for k in z.files if k != "meta_json"}
             if int(meta.get("version", 0)) != CALIBRATION_VERSION:
@@ -215,7 +222,7 @@ class AuditCalibration:
                 meta=dict(meta.get("meta") or {}),
                 k=float(meta.get("k", AUDIT_K)),
             )
-        except (OSError, KeyError, TypeError, json.JSONDecodeError, ValueError) as exc:
+        except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise ValueError(f"{path} is not an audit calibration written by `audit calibrate` ({exc})") from exc
 
 
@@ -351,15 +358,13 @@ def parse_clean_csv(text: str, *, max_rows: int = MAX_ROWS) -> tuple[list[tuple[
 
 
 def read_clean_csv(path: str | Path) -> tuple[list[tuple[str, str]], str, str]:
-    """:func:`parse_clean_csv` of a file; also returns the SHA-256 of its bytes.
+    """:func:`parse_clean_csv` of a file (read by :func:`core.io.read_user_file`: a regular file of at most 20 MiB;
+    a folder, a device or a named pipe is refused, never read); also returns the SHA-256 of its bytes.
 
     Raises:
-        DataError / ValueError: unreadable, over the size limit, not UTF-8, or malformed.
+        DataError / ValueError: not a regular file, unreadable, over the size limit, not UTF-8, or malformed.
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"Cannot read {path}: {exc}") from exc
+    data = read_user_file(path, MAX_BYTES, "CSV file")  # regular files only, capped: no /dev/zero, no pipe
     rows, note = parse_clean_csv(decode_csv_bytes(data, name=str(path), max_bytes=MAX_BYTES))
     return rows, note, hashlib.sha256(data).hexdigest()
 

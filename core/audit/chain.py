@@ -49,6 +49,14 @@ COLUMNS = (
     "seq, id, created_at, ts, request_id, batch_id, anomaly_flag, anomaly_score, latency_ms, model, calibration_id"
 )
 """The indexed columns of the ``audits`` table (everything but the JSON and the chain fields)."""
+TABLE_COLUMNS = {
+    "audits": (*COLUMNS.split(", "), "record", "prev_hash", "hash"),
+    "meta": ("key", "value"),
+    "calibrations": ("id", "created_at", "description", "content_hash"),
+}
+"""Every table of the log and its columns, in order: what the store writes and what ``verify`` expects."""
+DAMAGED = "damaged"
+""":attr:`VerifyReport.problem` of a file SQLite itself finds malformed (``PRAGMA quick_check``)."""
 
 
 class ChainHeadError(RuntimeError):
@@ -91,7 +99,8 @@ class VerifyReport(AsDict):
         ok: every record is intact, in place, and the head matches.
         n_records: records read.
         head_seq, head_hash: the last record's, as found.
-        problem: ``None``, or ``"changed"``, ``"deleted"``, ``"reordered"``, ``"head"``.
+        problem: ``None``, or ``"changed"``, ``"deleted"``, ``"reordered"``, ``"head"`` (the chain was tampered
+            with), or ``"damaged"`` (SQLite finds the file itself malformed: its own outcome, exit code 3).
         seq, record_id: where the first problem is (the record at that place, if any).
         message: one sentence for people.
     """
@@ -218,6 +227,8 @@ def _row_problem(
     seq, rid = int(row["seq"]), str(row["id"])
     text = row["record"]
     try:
+        if not isinstance(text, str):  # a BLOB or a number where the JSON text belongs
+            raise TypeError("not text")
         record = json.loads(text)
         claimed_seq, claimed_id = int(record["seq"]), str(record["id"])
     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
@@ -249,13 +260,56 @@ def _row_problem(
     return None
 
 
+def damaged_report(detail: str) -> VerifyReport:
+    """The :class:`VerifyReport` of a file SQLite cannot read as a sound database (``problem="damaged"``)."""
+    return VerifyReport(
+        False, 0, 0, GENESIS, DAMAGED, None, None,
+        f"the database file is damaged: {detail.rstrip('.')}. Its records cannot be vouched for; restore it from a "
+        "backup (SQLite's `.recover` may save what is left).",
+    )  # fmt: skip
+
+
+def schema_problem(conn: sqlite3.Connection) -> tuple[str, str] | None:
+    """``(problem, message)`` when a table of the log is missing or its columns are not :data:`TABLE_COLUMNS`."""
+    for table, expected in TABLE_COLUMNS.items():
+        found = tuple(str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})"))
+        if not found:
+            return "deleted", f"the {table} table is missing (dropped)."
+        if found != expected:
+            extra = [c for c in found if c not in expected]
+            lost = [c for c in expected if c not in found]
+            what = (f" column(s) added: {', '.join(extra)};" if extra else "") + (
+                f" column(s) removed: {', '.join(lost)};" if lost else ""
+            )
+            return "changed", f"the {table} table was altered:{what.rstrip(';') or ' its columns were reordered'}."
+    return None
+
+
 def verify_connection(conn: sqlite3.Connection, *, expect_head: str | None = None) -> VerifyReport:
     """Walk the chain on an open (read-only) connection; see :func:`core.audit.store.verify_chain`.
+
+    First SQLite's ``PRAGMA quick_check`` (a malformed file is **damaged**, whatever its chain says) and the
+    tables' columns (:func:`schema_problem`); an SQLite error during the walk is **damaged** too.
 
     Raises:
         ValueError: ``expect_head`` is not 64 hex characters.
     """
     expect = None if expect_head is None else check_head_format(expect_head)
+    try:
+        checked = [str(r[0]) for r in conn.execute("PRAGMA quick_check(5)")]
+        if checked != ["ok"]:
+            lines = [line.strip() for row in checked[:3] for line in row.splitlines() if line.strip("* ")]
+            return damaged_report("SQLite's quick_check says " + "; ".join(lines[:3]))
+        found = schema_problem(conn)
+        if found is not None:
+            return VerifyReport(False, 0, 0, GENESIS, found[0], None, None, found[1])
+        return _walk(conn, expect)
+    except sqlite3.DatabaseError as exc:
+        return damaged_report(f"SQLite could not read it ({exc})")
+
+
+def _walk(conn: sqlite3.Connection, expect: str | None) -> VerifyReport:
+    """The chain walk of :func:`verify_connection` (``expect``: a checked head hash, or ``None``)."""
     conn.execute("BEGIN")  # one snapshot: a record the server commits meanwhile is not half-seen
     calibrations = conn.execute("SELECT id, description, content_hash FROM calibrations").fetchall()
     stored = {str(cid): str(content_hash) for cid, _, content_hash in calibrations}

@@ -1,7 +1,8 @@
 """The audit's model calls: one forward pass per path over a left-padded batch of prompts, nothing generated.
 
 For B (query, context) pairs the audit runs **two** forward passes — the B retrieval prompts (with the context)
-in one left-padded batch, then the B parametric prompts (without it) — through :func:`core.model.trace.trace`,
+in one left-padded batch, then the B parametric prompts (without it), each holding the model on its own (so other
+clients take turns between them) — through :func:`core.model.trace.trace`,
 keeping only each row's residual stream at its last prompt token (CRM §2: ``h_ℓ^c`` and ``h_ℓ^0``) and the
 next-token logits there. The trace pads, masks and passes explicit ``position_ids`` once for every reader; when
 all rows have the same length (one pair, say) it passes no mask, so the computation is exactly
@@ -15,21 +16,24 @@ entropies and both greedy first tokens — without generating anything.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from core.audit.budget import MAX_FORWARD_TOKENS, WorkMeter, forward_units
 from core.engine.batch import plan_batches
 from core.engine.prepare import PreparedPrompts
 from core.maths.divergence import entropy, kl_divergence, log_probs
-from core.model.handle import ModelHandle
+from core.model.handle import ModelHandle, check_cancelled
 from core.model.trace import displacement, trace
 
 DEFAULT_AUDIT_BATCH = 16
 """Most pairs per padded forward of ``/audit/batch``."""
-MAX_AUDIT_BATCH_TOKENS = 8192
+MAX_AUDIT_BATCH_TOKENS = MAX_FORWARD_TOKENS
 """Most padded prompt tokens per forward pass (rows × widest prompt): bounds the activations' memory."""
 
 
@@ -62,28 +66,36 @@ def capture_pairs(
     *,
     batch_size: int = DEFAULT_AUDIT_BATCH,
     max_batch_tokens: int = MAX_AUDIT_BATCH_TOKENS,
+    meter: WorkMeter | None = None,
 ) -> list[PairCapture]:
     """Both paths' last-token states for many pairs: per chunk one padded forward per path.
 
     Chunks group pairs of similar retrieval-prompt length (:func:`core.engine.batch.plan_batches`), at most
-    ``batch_size`` pairs and ``max_batch_tokens`` padded tokens each; results come back in input order. A
-    chunk's two passes run in one :meth:`~core.model.handle.ModelHandle.session`, so no other caller's run
-    interleaves with them.
+    ``batch_size`` pairs and ``max_batch_tokens`` padded tokens each; results come back in input order. Each
+    forward pass holds the model on its own (:meth:`~core.model.handle.ModelHandle.session`), so another
+    client's run can take its turn between any two of them; the run's cancel token (a deadline, a shutdown) is
+    checked before each.
 
     Args:
         prepared: each pair's validated prompts (:func:`core.engine.prepare.prepare_prompts`).
+        meter: when given, chunks are also sized to one fair slice of model time
+            (:meth:`~core.audit.budget.WorkMeter.forward_tokens`) and every forward's time is fed back to it.
 
     Returns:
         One :class:`PairCapture` per pair.
+
+    Raises:
+        core.model.handle.RunCancelled: the run's cancel token fired (between forward passes, or while queued).
     """
     if not prepared:
         return []
     out: list[PairCapture | None] = [None] * len(prepared)
-    chunks = plan_batches([len(p.retrieval.ids) for p in prepared], batch_size, 0, max_batch_tokens)
-    for chunk in chunks:
-        with handle.session():
-            with_context = trace(handle, [prepared[i].retrieval.ids for i in chunk], logits=1)
-            without = trace(handle, [prepared[i].parametric.ids for i in chunk], logits=1)
+    lengths = [len(p.retrieval.ids) for p in prepared]
+    if meter is not None:
+        max_batch_tokens = min(max_batch_tokens, meter.forward_tokens(max(lengths)))
+    for chunk in plan_batches(lengths, batch_size, 0, max_batch_tokens):
+        with_context = _timed_trace(handle, [prepared[i].retrieval.ids for i in chunk], meter)
+        without = _timed_trace(handle, [prepared[i].parametric.ids for i in chunk], meter)
         logp_c, logp_0 = log_probs(with_context.logits[:, -1]).cpu(), log_probs(without.logits[:, -1]).cpu()
         disp = displacement(with_context, without)
         kl = kl_divergence(logp_c, logp_0).tolist()
@@ -101,6 +113,19 @@ def capture_pairs(
                 n_parametric=len(prepared[i].parametric.ids),
             )
     return out  # type: ignore[return-value]
+
+
+def _timed_trace(handle: ModelHandle, sequences: list[list[int]], meter: WorkMeter | None) -> Any:
+    """One padded forward (:func:`~core.model.trace.trace`) holding the model for itself, its time (from when it
+    holds the model, not while it queued) reported to ``meter``."""
+    check_cancelled()
+    with handle.session():
+        t0 = time.perf_counter()
+        traced = trace(handle, sequences, logits=1)
+        seconds = time.perf_counter() - t0
+    if meter is not None:
+        meter.observe(forward_units(len(sequences), max(len(s) for s in sequences)), seconds)
+    return traced
 
 
 def model_fingerprint(handle: ModelHandle, rows: int = 64) -> str:

@@ -5,11 +5,19 @@ The log itself is written by :class:`core.audit.store.AuditStore`; the chain is 
 :mod:`core.audit.chain`. A reader opens the database with ``mode=ro``; when that fails because the folder is
 not writable for this user (SQLite must create a WAL database's ``-shm`` file) and no ``-wal`` file holds
 records not yet in the main file, it opens it ``immutable`` instead; otherwise it says what is wrong.
+
+**Faults are named, never raised raw.** Every SQLite error met while reading (a missing file, a lock held too
+long, a damaged page, a dropped table, text that is not UTF-8) leaves as :class:`AuditDatabaseError`, a
+``ValueError`` whose :attr:`~AuditDatabaseError.kind` says which (``missing``, ``locked``, ``damaged``,
+``schema``): the service answers 503 with its message, the Audit log page shows it, ``audit verify`` reports a
+damaged file as its own outcome. Stored text that is not valid UTF-8 is read with replacement characters (the
+chain then reports the record as changed), never as a decoding error.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import time
@@ -18,12 +26,70 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from core.audit.chain import COLUMNS, VerifyReport, stored_head, verify_connection
+from core.audit.chain import COLUMNS, VerifyReport, check_head_format, damaged_report, stored_head, verify_connection
 from core.io import cache_dir
 
 DB_ENV = "READ_OR_RECALL_AUDIT_DB"
 """Environment variable naming the audit database (``serve``'s default ``--db`` and the Audit log page's)."""
 _COLUMNS = COLUMNS
+BUSY_TIMEOUT_S = 10.0
+"""How long a connection waits for another one's lock before the operation fails as ``locked``."""
+
+MISSING = "missing"
+LOCKED = "locked"
+DAMAGED = "damaged"
+SCHEMA = "schema"
+
+
+class AuditDatabaseError(ValueError):
+    """The audit database cannot serve this operation now; nothing was read or written.
+
+    Attributes:
+        kind: :data:`MISSING` (no file there, or it was deleted), :data:`LOCKED` (another connection held its
+            lock past the busy timeout), :data:`DAMAGED` (SQLite found the file malformed, or a record unreadable)
+            or :data:`SCHEMA` (a table or column is not the one the service writes).
+        retry_after: seconds after which a retry may succeed (the ``Retry-After`` of the service's 503).
+    """
+
+    def __init__(self, message: str, kind: str, retry_after: int = 30) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+def database_error(exc: sqlite3.Error, path: object) -> AuditDatabaseError:
+    """An SQLite error as an :class:`AuditDatabaseError` with a sentence an operator can act on."""
+    text = str(exc)
+    low = text.lower()
+    if "locked" in low or "busy" in low:
+        return AuditDatabaseError(
+            f"The audit database {path} is locked by another connection ({text}); nothing was read or written. "
+            "Retry in a few seconds.",
+            LOCKED,
+            retry_after=2,
+        )
+    if "no such table" in low or "no such column" in low or "columns but" in low or "has no column" in low:
+        return AuditDatabaseError(
+            f"The audit database {path} does not have the tables this service writes ({text}): it was altered. "
+            "Run `python -m core audit verify` and restore it.",
+            SCHEMA,
+        )
+    if "unable to open" in low or "disk i/o" in low or "readonly" in low or "read-only" in low:
+        return AuditDatabaseError(
+            f"The audit database {path} cannot be used ({text}). Check that the file and its folder exist and "
+            "are readable and writable by the service.",
+            MISSING,
+        )
+    return AuditDatabaseError(
+        f"The audit database {path} is damaged ({text}). Run `python -m core audit verify` and restore it from a "
+        "backup.",
+        DAMAGED,
+    )
+
+
+def _text(value: bytes) -> str:
+    """How stored text is decoded: UTF-8, with invalid bytes replaced (they then fail the chain, as changed)."""
+    return value.decode("utf-8", "replace")
 
 
 def default_db_path() -> Path:
@@ -50,9 +116,9 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
         ValueError: no file there, or it cannot be opened read-only (the message says why).
     """
     if not path.is_file():
-        raise ValueError(f"No audit database at {path}.")
+        raise AuditDatabaseError(f"No audit database at {path}.", MISSING)
     uri = path.resolve().as_uri()
-    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=10.0, check_same_thread=False)
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
     try:
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
         return conn
@@ -60,7 +126,11 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
         conn.close()
         first = exc
     if not isinstance(first, sqlite3.OperationalError):
-        raise ValueError(f"{path} is not an audit database ({first}).")
+        if "malformed" in str(first).lower():
+            raise database_error(first, path) from None
+        raise AuditDatabaseError(f"{path} is not an audit database ({first}).", SCHEMA)
+    if "locked" in str(first).lower() or "busy" in str(first).lower():
+        raise database_error(first, path) from None
     wal = Path(f"{path}-wal")
     try:
         pending = wal.exists() and wal.stat().st_size > 0
@@ -72,7 +142,7 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
             "holds records not yet in the main file. Read it as the user the service runs as, or give this user "
             "write access to the folder."
         )
-    conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=10.0, check_same_thread=False)
+    conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
     try:
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
     except sqlite3.DatabaseError as exc:
@@ -81,31 +151,44 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
+def _connect(path: Path, *, readonly: bool, timeout: float = BUSY_TIMEOUT_S) -> sqlite3.Connection:
     if readonly:
         conn = _open_readonly(path)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
+    conn.text_factory = _text
     return conn
+
+
+AUDIT_TABLES = ("audits", "meta", "calibrations")
 
 
 @contextmanager
 def read_connection(path: str | Path) -> Iterator[sqlite3.Connection]:
     """A read-only connection to an audit database (closed on exit); it needs no write access to the folder.
 
+    An SQLite error inside the block leaves as :class:`AuditDatabaseError` (:func:`database_error`).
+
     Raises:
-        ValueError: no file there, a file that cannot be opened read-only (the reason), or not an audit database.
+        AuditDatabaseError: no file there (``missing``), a lock held too long, a damaged file, a dropped table.
+        ValueError: a file that cannot be opened read-only (the reason), or one with none of the audit tables.
     """
     conn = _connect(Path(path), readonly=True)
     try:
         try:
-            conn.execute("SELECT seq FROM audits LIMIT 1")
-            conn.execute("SELECT key FROM meta LIMIT 1")
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as exc:
-            raise ValueError(f"{path} is not an audit database ({exc})") from exc
-        yield conn
+            if isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc).lower():
+                raise database_error(exc, path) from None
+            raise AuditDatabaseError(f"{path} is not an audit database ({exc})", SCHEMA) from None
+        if not names & {"audits", "meta"}:
+            raise AuditDatabaseError(f"{path} is not an audit database (it has no audits or meta table)", SCHEMA)
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise database_error(exc, path) from None
     finally:
         conn.close()
 
@@ -126,9 +209,32 @@ def _summary(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def _full(row: sqlite3.Row) -> dict[str, Any]:
-    record = json.loads(row["record"])
+    try:
+        record = json.loads(row["record"])
+        if not isinstance(record, dict):
+            raise TypeError("not an object")
+    except (TypeError, ValueError) as exc:
+        raise AuditDatabaseError(
+            f"The stored record at seq {row['seq']} is not readable JSON ({str(exc)[:80]}): the log was changed or "
+            "damaged. Run `python -m core audit verify`.",
+            DAMAGED,
+        ) from None
     record["chain"] = {"seq": row["seq"], "prev_hash": row["prev_hash"], "hash": row["hash"]}
     return record
+
+
+def _number(value: Any) -> float | None:
+    """A stored number, or ``None`` when the column holds something else (edited by hand: ``verify`` says so)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """``(low, high)`` such that, in SQLite's default (binary, case-sensitive) order, exactly the texts starting
+    with ``prefix`` satisfy ``low <= text < high``: ids are matched as exact strings — ``LIKE`` would ignore
+    ASCII case, and ``_`` / ``%`` would be wildcards."""
+    return prefix, prefix + "\U0010ffff"
 
 
 def _where(flag: bool | None, since: float | None, until: float | None) -> tuple[str, list[Any]]:
@@ -196,10 +302,10 @@ class AuditReader:
 
     def requests_with_prefix(self, prefix: str) -> list[dict[str, Any]]:
         """Summaries of the records whose ``request_id`` starts with ``prefix`` (e.g. one client's ids), in order."""
-        like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        low, high = prefix_range(prefix)
         with read_connection(self.path) as conn:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM audits WHERE request_id LIKE ? ESCAPE '\\' ORDER BY seq", (like,)
+                f"SELECT {_COLUMNS} FROM audits WHERE request_id >= ? AND request_id < ? ORDER BY seq", (low, high)
             ).fetchall()
         return [_summary(r) for r in rows]
 
@@ -216,7 +322,8 @@ class AuditReader:
                 row = conn.execute(
                     "SELECT latency_ms FROM audits ORDER BY latency_ms LIMIT 1 OFFSET ?", (off,)
                 ).fetchone()
-                pct[name] = None if row is None else round(float(row[0]), 3)
+                value = None if row is None else _number(row[0])
+                pct[name] = None if value is None else round(value, 3)
             try:
                 head_seq, head_hash = stored_head(conn)
             except ValueError:  # an edited head: verify says so; the counters still show
@@ -227,8 +334,8 @@ class AuditReader:
             "records": int(n),
             "anomalies": int(flagged),
             "anomaly_rate": (flagged / n) if n else None,
-            "first_at": None if first is None else utc_iso(first),
-            "last_at": None if last is None else utc_iso(last),
+            "first_at": None if _number(first) is None else utc_iso(float(first)),
+            "last_at": None if _number(last) is None else utc_iso(float(last)),
             "latency_ms": pct,
             "models": models,
             "calibration_ids": calibrations,
@@ -236,16 +343,29 @@ class AuditReader:
         }
 
     def timeline(self) -> list[tuple[float, bool, float]]:
-        """``(unix time, anomaly_flag, anomaly_score)`` of every record in chain order (the dashboard's rate plot)."""
+        """``(unix time, anomaly_flag, anomaly_score)`` of every record in chain order (the dashboard's rate plot);
+        a row whose time or score is not a number (edited by hand: ``verify`` names it) is left out."""
         with read_connection(self.path) as conn:
             rows = conn.execute("SELECT ts, anomaly_flag, anomaly_score FROM audits ORDER BY seq").fetchall()
-        return [(float(r[0]), bool(r[1]), float(r[2])) for r in rows]
+        out = []
+        for ts, flag, score in rows:
+            t, s = _number(ts), _number(score)
+            if t is not None and s is not None and math.isfinite(t) and math.isfinite(s):
+                out.append((t, bool(flag), s))
+        return out
 
     def calibration(self, calibration_id: str) -> dict[str, Any] | None:
-        """The description (μ, σ, layers, threshold …) of a calibration a record was scored against."""
+        """The description (μ, σ, layers, threshold …) of a calibration a record was scored against; ``None``
+        when it is not in the table or is not a JSON object (edited: ``verify`` says so)."""
         with read_connection(self.path) as conn:
             row = conn.execute("SELECT description FROM calibrations WHERE id = ?", (calibration_id,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        if row is None:
+            return None
+        try:
+            found = json.loads(row[0])
+        except (TypeError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
 
     def verify(self, expect_head: str | None = None) -> VerifyReport:
         """:func:`verify_chain` of this database."""
@@ -266,9 +386,21 @@ def verify_chain(path: str | Path, *, expect_head: str | None = None) -> VerifyR
     calibration description must match its content hash (**changed**). Tampered values never raise: they are
     reported as a broken chain.
 
+    Before the walk, SQLite's own ``PRAGMA quick_check`` must pass and the tables must be the ones the service
+    writes: a file SQLite finds malformed (a zeroed page, flipped bytes in its structure), or any SQLite error
+    during the walk, is reported as **damaged** — its own outcome, never "ok"; a dropped table is **deleted**, an
+    added or missing column **changed**.
+
     Raises:
-        ValueError: no database at ``path`` (or one that cannot be opened), or an ``expect_head`` that is not
-            64 hex characters.
+        ValueError: no database at ``path`` (or one that cannot be opened, or is locked past the busy timeout),
+            or an ``expect_head`` that is not 64 hex characters.
     """
-    with read_connection(path) as conn:
-        return verify_connection(conn, expect_head=expect_head)
+    if expect_head is not None:
+        check_head_format(expect_head)  # a usage error before the file is even opened
+    try:
+        with read_connection(path) as conn:
+            return verify_connection(conn, expect_head=expect_head)
+    except AuditDatabaseError as exc:
+        if exc.kind != DAMAGED:
+            raise
+        return damaged_report(str(exc))

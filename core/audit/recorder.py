@@ -1,15 +1,27 @@
 """What the audit service does between a validated request and its response: score, record, replay, count.
 
-:class:`AuditRecorder` holds one service's state (the model, the log, the calibration in force, the limits and
-this run's counters); :func:`core.audit.service.create_app` routes requests to it. Errors leave as FastAPI
-``HTTPException`` with the service's status codes (409 request-id conflict, 413 token budget, 422 validation,
-503 no calibration or a log that failed its integrity check).
+:class:`AuditRecorder` holds one service's state (the model, the log, the calibration in force, the limits, the
+work meter and this run's counters); :func:`core.audit.service.create_app` routes requests to it. Errors leave
+as FastAPI ``HTTPException`` with the service's status codes (409 request-id conflict, 413 token, work or time
+budget, 422 validation, 503 no calibration, a log that failed its integrity check, a request stopped at its
+deadline or by the server's shutdown).
+
+A request's model work runs under a :class:`~core.model.handle.CancelToken` that fires at its deadline (the time
+budget, counted from its arrival, queueing included) and when the server shuts down
+(:meth:`AuditRecorder.begin_shutdown`): the run stops before its next forward pass (or while it waits for the
+model), nothing is stored, and the client gets a 503 saying why — a retry with the same ``request_id`` is then
+scored afresh. Records are appended only after the model work, in one transaction, so a request is either
+recorded whole and answered, or not recorded.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -17,11 +29,14 @@ from typing import Any
 from fastapi import HTTPException, Response
 
 from core.audit.auth import AuditLimits, GuardCounters
+from core.audit.budget import WorkMeter, WorkPlan
 from core.audit.calibration import AuditCalibration
 from core.audit.chain import ChainHeadError
 from core.audit.scoring import AuditInputError, AuditOptions, audit_pairs, prepare_pairs
 from core.audit.store import AuditStore, Entry, RequestConflict, conflict_message, text_sha256
-from core.model.handle import ModelHandle
+from core.model.handle import CancelToken, ModelHandle, RunCancelled, run_control
+
+logger = logging.getLogger(__name__)
 
 SERVICE_VERSION = "1"
 
@@ -49,6 +64,17 @@ def conflict(message: str) -> dict[str, Any]:
     return {"msg": message, "loc": ["body", "request_id"], "type": "request_id_conflict"}
 
 
+def unavailable(message: str, retry_after: int) -> HTTPException:
+    """A 503 with a reason and a ``Retry-After`` (seconds)."""
+    return HTTPException(503, detail=message, headers={"Retry-After": str(int(retry_after))})
+
+
+SHUTTING_DOWN = (
+    "The audit service is shutting down: this request was stopped before it was recorded (nothing was stored). "
+    "Send it again (with the same request_id, if any) once the service is back."
+)
+
+
 @dataclass
 class AuditRecorder:
     """One audit service's state and what it does with a request (see :mod:`core.audit.service`).
@@ -70,7 +96,71 @@ class AuditRecorder:
     calibration_hash: str | None = None
     counters: GuardCounters = field(default_factory=GuardCounters)
     started: float = field(default_factory=time.time)
-    served: dict[str, int] = field(default_factory=lambda: {"audits": 0, "replays": 0})
+    served: dict[str, int] = field(
+        default_factory=lambda: {"audits": 0, "replays": 0, "over_budget": 0, "past_deadline": 0, "stopped": 0}
+    )
+    meter: WorkMeter = field(default_factory=WorkMeter)
+    stopping: bool = False
+    _active: set[CancelToken] = field(default_factory=set, repr=False)
+    _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def begin_shutdown(self) -> int:
+        """Refuse new audits (503) and stop the running ones before their next forward pass; thread-safe and
+        safe to call from a signal handler.
+
+        Returns:
+            How many requests were running (each answers 503 and stores nothing, unless it was already past its
+            model work: then it is recorded and answered).
+        """
+        with self._active_lock:
+            self.stopping = True
+            running = list(self._active)
+        for token in running:
+            token.cancel("the service is shutting down")
+        return len(running)
+
+    @contextmanager
+    def _running(self, token: CancelToken) -> Iterator[None]:
+        with self._active_lock:
+            if self.stopping:
+                raise unavailable(SHUTTING_DOWN, 10)
+            self._active.add(token)
+        try:
+            yield
+        finally:
+            with self._active_lock:
+                self._active.discard(token)
+
+    def check_budget(self, plan: WorkPlan, batch: bool, n_items: int) -> None:
+        """Refuse, before any model call, a request over the token budget or estimated to need more model time
+        than the time budget (413 ``work_budget`` / ``time_budget``; the message gives both figures)."""
+        loc: list[Any] = ["body", "items"] if batch else ["body", "context"]
+        what = f"{n_items} item(s)" if batch else "this pair"
+        split = "send fewer or shorter items (or split the batch)" if batch else "shorten the context"
+        if plan.tokens > self.limits.max_request_tokens:
+            self.served["over_budget"] += 1
+            raise HTTPException(
+                413,
+                detail={
+                    "msg": f"{what} ask the model to read {plan.tokens:,} tokens (both prompts of every item); this "
+                    f"server takes at most {self.limits.max_request_tokens:,} per request: {split}. Nothing was "
+                    "run or stored.",
+                    "loc": loc,
+                    "type": "work_budget",
+                },
+            )
+        if plan.seconds > self.limits.request_budget_s:
+            self.served["over_budget"] += 1
+            raise HTTPException(
+                413,
+                detail={
+                    "msg": f"{what} would need about {plan.seconds:,.1f} s of model time on this server "
+                    f"({plan.tokens:,} tokens at the speed it measured), over its time budget of "
+                    f"{self.limits.request_budget_s:g} s per request: {split}. Nothing was run or stored.",
+                    "loc": loc,
+                    "type": "time_budget",
+                },
+            )
 
     def need_calibration(self) -> AuditCalibration:
         if self.calibration is None:
@@ -149,7 +239,9 @@ class AuditRecorder:
     ) -> list[dict[str, Any]]:
         """Score ``pairs`` and append one record each; ``request`` is (``request_id``, its fingerprint)."""
         request_id, request_fp = request
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), time.monotonic()
+        if self.stopping:
+            raise unavailable(SHUTTING_DOWN, 10)
         calib = self.need_calibration()
         self.check_new_tokens(generate, max_new_tokens)
         stored = self.replayed(request_id, request_fp, response)
@@ -159,9 +251,25 @@ class AuditRecorder:
         texts = [(p.query, p.context) for p in pairs]
         try:
             prepared = prepare_pairs(self.handle, texts, opts)
-            results = audit_pairs(self.handle, calib, texts, opts, prepared=prepared)
         except AuditInputError as exc:
             raise input_error(exc, batch) from None
+        plan = self.meter.plan(
+            [len(p.retrieval.ids) for p in prepared],
+            [len(p.parametric.ids) for p in prepared],
+            batch_size=opts.batch_size,
+            new_tokens=max_new_tokens if generate else 0,
+        )
+        self.check_budget(plan, batch, len(pairs))
+        deadline = started + self.limits.request_budget_s
+        token = CancelToken(check=lambda: time.monotonic() > deadline)
+        with self._running(token):
+            try:
+                with run_control(cancel=token):
+                    results = audit_pairs(self.handle, calib, texts, opts, prepared=prepared, meter=self.meter)
+            except AuditInputError as exc:
+                raise input_error(exc, batch) from None
+            except RunCancelled:
+                raise self._stopped(plan, time.monotonic() - started) from None
         latency = (time.perf_counter() - t0) * 1000.0
         batch_id = uuid.uuid4().hex if batch else None
         ids: list[str | None] = [None] * len(pairs)
@@ -172,6 +280,25 @@ class AuditRecorder:
             self.entry(calib, p, r, latency, (rid, batch_id, len(pairs)), fp) for p, r, rid in zip(pairs, results, ids)
         ]
         return self._append(entries, request_id, request_fp, response)
+
+    def _stopped(self, plan: WorkPlan, elapsed: float) -> HTTPException:
+        """The 503 of a run its cancel token stopped: the server's shutdown, else its deadline."""
+        if self.stopping:
+            self.served["stopped"] += 1
+            return unavailable(SHUTTING_DOWN, 10)
+        self.served["past_deadline"] += 1
+        logger.warning(
+            "Stopped an audit after %.1f s, past its time budget of %g s (estimated %.1f s of model time)",
+            elapsed,
+            self.limits.request_budget_s,
+            plan.seconds,
+        )
+        return unavailable(
+            f"This request ran past its time budget of {self.limits.request_budget_s:g} s ({elapsed:.1f} s, queueing "
+            f"behind other requests included; its own model time was estimated at {plan.seconds:.1f} s) and was "
+            "stopped before it was recorded: nothing was stored. Retry later, or send less per request.",
+            5,
+        )
 
     def _append(
         self, entries: list[Entry], request_id: str | None, request_fp: dict[str, Any] | None, response: Response
@@ -214,7 +341,17 @@ class AuditRecorder:
                 "replays": self.served["replays"],
                 "rejected_unauthorized": self.counters.unauthorized,
                 "rejected_too_large": self.counters.too_large,
+                "rejected_body_timeout": self.counters.timed_out,
+                "rejected_over_budget": self.served["over_budget"],
+                "stopped_past_deadline": self.served["past_deadline"],
+                "stopped_by_shutdown": self.served["stopped"],
                 "model_busy": self.handle.is_busy(),
+            },
+            "budget": {
+                "max_request_tokens": self.limits.max_request_tokens,
+                "request_budget_s": self.limits.request_budget_s,
+                "seconds_per_unit": self.meter.seconds_per_unit,
+                "fair_slice_s": self.meter.slice_s,
             },
             "store_text": self.store.store_text,
         }

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from core.audit.budget import WorkMeter
 from core.audit.calibration import AuditCalibration
 from core.audit.forward import DEFAULT_AUDIT_BATCH, MAX_AUDIT_BATCH_TOKENS, capture_pairs
 from core.engine.batch import score_rows
@@ -109,12 +110,16 @@ def audit_pairs(
     options: AuditOptions | None = None,
     *,
     prepared: Sequence[PreparedPrompts] | None = None,
+    meter: WorkMeter | None = None,
 ) -> list[dict[str, Any]]:
     """Audit (query, context) pairs: one padded forward pass per path per chunk, then the audit rule.
 
     Args:
         calibration: the PC1 basis, μ/σ and s_α in force (its template must be the options' resolved one).
         prepared: the pairs' prompts when already validated by :func:`prepare_pairs`.
+        meter: the service's :class:`~core.audit.budget.WorkMeter`: forward passes are sized to its fair slice
+            and timed into it; with ``generate``, rows are generated in batches it estimates fit a slice (at
+            least one row: a generation holds the model from its first to its last token).
 
     Returns:
         One JSON-ready result per pair: ``anomaly_flag``, ``anomaly_score``, ``lts_trajectory`` (``L1``
@@ -132,13 +137,20 @@ def audit_pairs(
         raise ValueError(
             f"the prompts use template {prepared[0].template_key!r} but the calibration {calibration.template!r}"
         )
-    captures = capture_pairs(handle, prepared, batch_size=options.batch_size, max_batch_tokens=options.max_batch_tokens)
+    captures = capture_pairs(
+        handle, prepared, batch_size=options.batch_size, max_batch_tokens=options.max_batch_tokens, meter=meter
+    )
     generated: list[Any] = [None] * len(prepared)
     if options.generate and prepared:
         settings = DualPathSettings(
             max_new_tokens=options.max_new_tokens, score_window=options.max_new_tokens, template=options.template
         )
-        generated = score_rows(handle, list(pairs), settings, batch_size=options.batch_size)
+        rows = options.batch_size
+        if meter is not None:
+            widest = max(len(p.retrieval.ids) for p in prepared)
+            one_row = meter.plan([widest], [widest], batch_size=1, new_tokens=options.max_new_tokens).seconds
+            rows = max(1, min(rows, int(meter.slice_s / one_row) if one_row > 0 else rows))
+        generated = score_rows(handle, list(pairs), settings, batch_size=rows)
     out: list[dict[str, Any]] = []
     for prep, cap, gen in zip(prepared, captures, generated):
         lts = calibration.lts(cap.displacement)

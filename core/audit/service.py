@@ -18,17 +18,23 @@ same id with another body or on the other endpoint is **409** naming the conflic
 share one write transaction, so concurrent requests sharing an id store one set of records.
 
 Inputs are validated strictly (no type coercion: ``"generate": "yes"`` and ``"max_new_tokens": "8"`` are 422;
-every number is bounded; a query or context of whitespace and zero-width characters only is 422), and a
-validation error never echoes the input. When the log's last row is not its stored head (newest records
-deleted) the service refuses to append: 503, logged (:class:`core.audit.chain.ChainHeadError`). The model runs
-only through the handle (its lock serializes the forward passes of concurrent requests); nothing is generated
-unless a request sets ``generate``. The Swagger UI at ``/docs`` (which loads its scripts from a CDN) is off
-unless ``create_app(docs=True)`` (``serve --docs``).
+every number is bounded; a query or context of whitespace, zero-width characters and Unicode noncharacters
+only is 422; JSON nested deeper than 64 levels is 422), and a validation error never echoes the input. Each
+request's work is bounded before it runs (tokens and estimated model time, :mod:`core.audit.budget`: 413 up
+front), stopped at its deadline (503, nothing stored), and shares the model with other clients one forward
+pass at a time. A fault of the audit database — locked past the busy timeout, deleted, damaged, altered — is a
+503 naming it, with ``Retry-After``, never a 500 (:class:`core.audit.reader.AuditDatabaseError`). When the
+log's last row is not its stored head (newest records deleted) the service refuses to append: 503, logged
+(:class:`core.audit.chain.ChainHeadError`). The model runs only through the handle (its lock serializes the
+forward passes of concurrent requests); nothing is generated unless a request sets ``generate``. The Swagger
+UI at ``/docs`` (which loads its scripts from a CDN) is off unless ``create_app(docs=True)`` (``serve --docs``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import sqlite3
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -40,14 +46,18 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.audit.auth import AuditLimits, GuardMiddleware
+from core.audit.budget import WorkMeter
 from core.audit.calibration import AuditCalibration
 from core.audit.chain import canonical_json
 from core.audit.forward import model_fingerprint
+from core.audit.reader import database_error
 from core.audit.recorder import SERVICE_VERSION, AuditRecorder, validation_error
 from core.audit.scoring import AuditOptions
-from core.audit.store import AuditStore
+from core.audit.store import AuditDatabaseError, AuditStore
 from core.model.handle import ModelHandle
 from core.model.prompts import has_visible_text, resolve_template
+
+logger = logging.getLogger(__name__)
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 MAX_NEW_TOKENS_BOUND = 65_536
@@ -65,13 +75,23 @@ Until = Annotated[datetime | None, Query(description="ISO 8601, exclusive; UTC w
 _bearer = HTTPBearer(auto_error=False, description="The service's token (READ_OR_RECALL_TOKEN or --token-file).")
 
 
+def _is_noncharacter(char: str) -> bool:
+    """Unicode's noncharacters (U+FDD0–U+FDEF and the last two code points of every plane, U+FFFE/U+FFFF …):
+    reserved for a program's internal use, never text."""
+    code = ord(char)
+    return 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE
+
+
 def _not_blank(value: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"is not valid Unicode text (a lone surrogate at character {exc.start})") from None
-    if not has_visible_text(value):
-        raise ValueError("must contain visible text (whitespace and zero-width characters alone do not count)")
+    if not has_visible_text("".join(c for c in value if not _is_noncharacter(c))):
+        raise ValueError(
+            "must contain visible text (whitespace, zero-width characters and Unicode noncharacters such as "
+            "U+FFFF alone do not count)"
+        )
     return value
 
 
@@ -167,6 +187,7 @@ def create_app(
     template: str = "auto",
     calibration_note: str = "",
     docs: bool = False,
+    meter: WorkMeter | None = None,
 ) -> FastAPI:
     """Build the audit service around a loaded model.
 
@@ -180,6 +201,11 @@ def create_app(
         calibration_note: a sentence saying where the calibration came from (``/calibration``, ``/stats``).
         docs: serve the Swagger UI at ``/docs`` and ReDoc at ``/redoc`` (their scripts come from a CDN); off by
             default. ``/openapi.json`` is always served.
+        meter: the model-time meter behind the time budget and the fair slices (default: one started from a
+            probe forward pass, :meth:`~core.audit.budget.WorkMeter.probe`).
+
+    The app's :attr:`state` holds the recorder (``app.state.recorder``): ``serve`` calls its
+    :meth:`~core.audit.recorder.AuditRecorder.begin_shutdown` on SIGTERM.
 
     Raises:
         ValueError: a calibration made for another model or template.
@@ -206,6 +232,10 @@ def create_app(
         calibration_note=calibration_note,
         calibration_hash=calibration_hash,
     )
+    if meter is None:
+        meter = WorkMeter()
+        meter.probe(handle)
+    recorder.meter = meter
     app = FastAPI(
         title="Read or Recall — CRM audit service",
         version=SERVICE_VERSION,
@@ -218,15 +248,40 @@ def create_app(
         docs_url="/docs" if docs else None,
         redoc_url="/redoc" if docs else None,
     )
-    app.add_middleware(GuardMiddleware, token=token, max_body_bytes=limits.max_body_bytes, counters=recorder.counters)
+    app.add_middleware(
+        GuardMiddleware,
+        token=token,
+        max_body_bytes=limits.max_body_bytes,
+        counters=recorder.counters,
+        body_timeout_s=limits.body_timeout_s,
+    )
+    app.state.recorder = recorder
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": _validation_errors(exc)})
 
+    @app.exception_handler(AuditDatabaseError)
+    async def _log_unavailable(request: Request, exc: AuditDatabaseError) -> JSONResponse:
+        return _database_503(request, exc)
+
+    @app.exception_handler(sqlite3.Error)
+    async def _sqlite_error(request: Request, exc: sqlite3.Error) -> JSONResponse:  # a fault no layer named
+        return _database_503(request, database_error(exc, store.path))
+
     _audit_routes(app, recorder)
     _read_routes(app, recorder)
     return app
+
+
+def _database_503(request: Request, exc: AuditDatabaseError) -> JSONResponse:
+    """503 for an audit log that cannot serve the request now: its reason, a ``Retry-After``, one log line."""
+    logger.error("%s %s: audit log unavailable (%s): %s", request.method, request.url.path, exc.kind, exc)
+    return JSONResponse(
+        status_code=503,
+        content={"detail": f"The audit log is unavailable ({exc.kind}): {exc}"},
+        headers={"Retry-After": str(exc.retry_after)},
+    )
 
 
 def _audit_routes(app: FastAPI, recorder: AuditRecorder) -> None:

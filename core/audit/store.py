@@ -23,28 +23,52 @@ Writes: one connection per store guarded by the store's own lock (SQLite has one
 ``BEGIN IMMEDIATE`` … ``COMMIT`` with ``synchronous=FULL``, so a record is on disk when :meth:`AuditStore.append`
 returns — the service sends its response only after that. Reads use their own read-only connections (WAL lets
 them run while a write is in progress); a database in a folder the reader cannot write is opened immutable.
+
+Operational faults are refused, never half-done: before each write the store checks that its file is still
+the one it opened (deleted → :class:`~core.audit.reader.AuditDatabaseError` ``missing``; replaced, e.g. by a
+restored copy → it reopens the new file, and the head checks below decide whether it may continue), that the
+``audits`` table has exactly the columns it writes (``schema``), and that the last record it wrote is still in
+the log. A lock held by another connection past the busy timeout is ``locked``; a malformed page ``damaged``.
+Each leaves as ``AuditDatabaseError`` after a rollback — the service answers 503 with the reason, and a retry
+succeeds once the fault is gone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sqlite3
+import stat
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.audit.chain import GENESIS, ChainHeadError, VerifyReport, canonical_json, chain_hash, check_head
+from core.audit.chain import (
+    GENESIS,
+    TABLE_COLUMNS,
+    ChainHeadError,
+    VerifyReport,
+    canonical_json,
+    chain_hash,
+    check_head,
+    schema_problem,
+)
 from core.audit.reader import (
+    BUSY_TIMEOUT_S,
     DB_ENV,
+    MISSING,
+    SCHEMA,
+    AuditDatabaseError,
     AuditReader,
     _connect,
     _full,
+    database_error,
     default_db_path,
     read_connection,
     utc_iso,
@@ -54,6 +78,7 @@ from core.audit.reader import (
 __all__ = [
     "DB_ENV",
     "GENESIS",
+    "AuditDatabaseError",
     "AuditReader",
     "AuditStore",
     "ChainHeadError",
@@ -101,6 +126,7 @@ CREATE TABLE IF NOT EXISTS calibrations (
     content_hash TEXT NOT NULL
 );
 """
+_INSERT = f"INSERT INTO audits ({', '.join(TABLE_COLUMNS['audits'])}) VALUES ({', '.join('?' * 14)})"
 
 
 def text_sha256(text: str) -> str:
@@ -132,43 +158,136 @@ class Entry:
 
 
 class AuditStore(AuditReader):
-    """The service's writable audit log (creates the file, the tables and WAL mode on first use)."""
+    """The service's writable audit log (creates the file, the tables and WAL mode on first use).
 
-    def __init__(self, path: str | Path, *, store_text: bool = True) -> None:
+    Args:
+        path: the SQLite file (created with its folder when missing; an existing path must be a regular file).
+        store_text: keep the query and context texts in the records (else only their SHA-256).
+        busy_timeout: seconds a write waits for another connection's lock before it fails as ``locked``.
+
+    Raises:
+        ValueError: the path is a folder or a special file, or an audit log of another schema version.
+        AuditDatabaseError: SQLite cannot open or set up the file (the message says why).
+    """
+
+    def __init__(self, path: str | Path, *, store_text: bool = True, busy_timeout: float = BUSY_TIMEOUT_S) -> None:
         super().__init__(path)
         self.store_text = store_text
+        self.busy_timeout = float(busy_timeout)
+        if not self.busy_timeout > 0:
+            raise ValueError(f"busy_timeout must be > 0 seconds, got {busy_timeout}")
         self._lock = threading.Lock()
         self._written: tuple[int, str] | None = None  # the last (seq, hash) this store appended
-        self._conn = _connect(self.path, readonly=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute("PRAGMA busy_timeout=10000")
-        with self._transaction() as conn:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                conn.execute(statement)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created_at', ?)", (utc_iso(time.time()),))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('head_seq', '0')")
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('head_hash', ?)", (GENESIS,))
-            version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
-        if int(version) != SCHEMA_VERSION:
+        self._halted = False
+        try:
+            info = self.path.stat()
+        except FileNotFoundError:
+            info = None
+        except OSError as exc:
+            raise ValueError(f"The audit database {self.path} cannot be used: {exc.strerror or exc}.") from None
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            what = "a folder" if stat.S_ISDIR(info.st_mode) else "a special file (device, pipe or socket)"
+            raise ValueError(f"The audit database {self.path} is {what}, not a regular file: give a file name.")
+        try:
+            self._conn = self._open()
+            self._identity = self._file_identity()
+            with self._transaction() as conn:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    conn.execute(statement)
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('created_at', ?)", (utc_iso(time.time()),))
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('head_seq', '0')")
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('head_hash', ?)", (GENESIS,))
+                version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise database_error(exc, self.path) from None
+        if str(version) != str(SCHEMA_VERSION):
             raise ValueError(f"{self.path}: audit schema version {version}, this server writes {SCHEMA_VERSION}")
+
+    def _open(self) -> sqlite3.Connection:
+        conn = _connect(self.path, readonly=False, timeout=self.busy_timeout)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        return conn
+
+    def _file_identity(self) -> tuple[int, int]:
+        info = os.stat(self.path)
+        return info.st_dev, info.st_ino
+
+    def _check_file(self) -> None:
+        """Before a write: the file at ``path`` must still be the one this store writes to (caller holds the lock).
+
+        Raises:
+            AuditDatabaseError: the file was deleted (``missing``): writing on would put records into a file
+                nobody can open again. A file replaced at the path (a restored copy) is reopened instead; the
+                head checks of :meth:`_append` then decide whether the log may go on.
+        """
+        try:
+            identity = self._file_identity()
+        except FileNotFoundError:
+            message = (
+                f"The audit database {self.path} was deleted while the service runs; nothing was stored. Put the "
+                "file back (the service then goes on) or restart the service to begin a new log."
+            )
+            logger.error(message)
+            raise AuditDatabaseError(message, MISSING) from None
+        except OSError as exc:
+            raise AuditDatabaseError(f"The audit database {self.path} cannot be used: {exc}.", MISSING) from None
+        if identity == self._identity:
+            return
+        logger.warning("The audit database %s was replaced by another file; reopening it.", self.path)
+        with suppress(sqlite3.Error):
+            self._conn.close()
+        self._conn = self._open()
+        self._identity = identity
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` under the store's lock; on any error a rollback, and an SQLite error
+        leaves as :class:`AuditDatabaseError` (its kind says which fault)."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            if self._halted:
+                raise AuditDatabaseError(
+                    "The audit service is stopping: nothing more is recorded. Retry once it is back.", MISSING, 5
+                )
+            try:
+                self._check_file()
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise database_error(exc, self.path) from None
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._conn.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback()
+                if isinstance(exc, sqlite3.Error):
+                    raise database_error(exc, self.path) from None
                 raise
-            self._conn.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        with suppress(sqlite3.Error):  # no transaction open (BEGIN failed), or the connection is gone
+            self._conn.execute("ROLLBACK")
 
     def close(self) -> None:
         """Close the writer connection."""
         with self._lock:
             self._conn.close()
+
+    def halt(self, timeout: float = 1.0) -> bool:
+        """Stop writing: wait up to ``timeout`` s for a write in progress to commit, then refuse every later one.
+
+        For a process about to exit (the service's forced stop): no commit is cut short, none starts after.
+
+        Returns:
+            Whether the store's lock was obtained in time (``False``: a write is still in progress).
+        """
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._halted = True
+        self._lock.release()
+        return True
 
     def register_calibration(self, description: dict[str, Any]) -> str:
         """Keep a calibration's description (μ, σ, layers …) so the dashboard can draw a record's band.
@@ -233,9 +352,21 @@ class AuditStore(AuditReader):
         return out, False
 
     def _append(self, conn: sqlite3.Connection, entries: Sequence[Entry]) -> list[dict[str, Any]]:
+        altered = schema_problem(conn)
+        if altered is not None:
+            message = (
+                f"Refusing to append to {self.path}: {altered[1]} Nothing was written; run `python -m core audit "
+                "verify` and restore the log's tables."
+            )
+            logger.error(message)
+            raise AuditDatabaseError(message, SCHEMA)
         seq, prev = check_head(conn, self.path)  # refuses when the newest rows are gone
+        mine = None
+        if self._written is not None:
+            row = conn.execute("SELECT hash FROM audits WHERE seq = ?", (self._written[0],)).fetchone()
+            mine = None if row is None else row[0]
         if self._written is not None and (
-            seq < self._written[0] or (seq == self._written[0] and prev != self._written[1])
+            seq < self._written[0] or (seq == self._written[0] and prev != self._written[1]) or mine != self._written[1]
         ):  # rows and head rolled back together while this store runs (an edit, a restored copy, a lost -wal)
             message = (
                 f"Refusing to append to {self.path}: this server wrote seq {self._written[0]} but the log now ends "
@@ -260,7 +391,7 @@ class AuditStore(AuditReader):
             digest = chain_hash(prev, text)
             try:
                 conn.execute(
-                    "INSERT INTO audits VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _INSERT,
                     (
                         seq,
                         record["id"],
@@ -300,11 +431,14 @@ class RequestConflict(ValueError):
 
 
 def _request_records(conn: sqlite3.Connection, request_id: str) -> list[dict[str, Any]]:
-    like = request_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "#%"
+    """The records stored under ``request_id`` itself or its batch items ``<request_id>#<i>``, matched as exact
+    strings: ``CaseX`` never finds ``casex#0`` (SQLite's ``LIKE`` ignores ASCII case), and ``_`` or ``%`` in an
+    id are plain characters. The range ``<id>#`` ≤ x < ``<id>$`` holds exactly the texts that start with
+    ``<id>#`` in SQLite's binary order (``$`` follows ``#``), and uses the ``request_id`` index."""
     rows = conn.execute(
-        "SELECT seq, record, prev_hash, hash FROM audits WHERE request_id = ? OR request_id LIKE ? ESCAPE '\\' "
-        "ORDER BY seq",
-        (request_id, like),
+        "SELECT seq, record, prev_hash, hash FROM audits "
+        "WHERE request_id = ? OR (request_id >= ? AND request_id < ?) ORDER BY seq",
+        (request_id, request_id + "#", request_id + "$"),
     ).fetchall()
     return [_full(r) for r in rows]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from core.io import asset_path, atomic_write_text, model_slug, read_user_file
+from core.io import MAX_JSON_DEPTH, asset_path, atomic_write_text, check_json_depth, model_slug, read_user_file
 from core.model import artifacts
 from core.model.loading import EMBEDDED_NAME
 
@@ -37,6 +37,15 @@ EMBEDDED_THRESHOLD = THRESHOLD_DIR / "embedded.json"
 """The embedded model's bundled τ (``scripts/calibrate_threshold.py``)."""
 MAX_THRESHOLD_BYTES = 64 * 1024
 """A threshold file is a few kilobytes; larger files are refused unread."""
+MAX_SCORED_LENGTH = 65_536
+"""The longest answer (scored tokens L) a τ must hold for: τ(L) must be a finite, positive number of nats for every
+L in 1 … this (far above any answer the engine scores: the score window is at most 4,096 tokens)."""
+MAX_COUNT = 10**9
+"""Largest row count, length or seed a threshold file may state."""
+MAX_TEXT_CHARS = 2_000
+"""Longest name, source or formula text a threshold file may hold."""
+_LOG_MAX = math.log(1.7976931348623157e308)  # ln of the largest float: e^x overflows above it
+_LOG_MIN = math.log(2.2250738585072014e-308)  # ln of the smallest normal float: e^x is 0 (or denormal) below it
 
 BAND_LEVEL = 0.90
 """Coverage of the bootstrap band around τ(L)."""
@@ -52,6 +61,69 @@ def finite_number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
         raise ValueError(f"{name!r} must be a finite number, got {value!r}")
     return float(value)
+
+
+def _count(value: Any, name: str, low: int = 0) -> int:
+    """A threshold file's integer field: an int (not a bool) in ``low`` … :data:`MAX_COUNT`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
+        raise ValueError(f"{name!r} must be an integer between {low} and {MAX_COUNT:,}, got {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A field's value for a message: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _text(value: Any, name: str) -> str:
+    """A threshold file's text field: a non-empty string of at most :data:`MAX_TEXT_CHARS` characters."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name!r} must be a non-empty string")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValueError(f"{name!r} is {len(value):,} characters long; at most {MAX_TEXT_CHARS:,}")
+    return value
+
+
+def _nesting(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep dicts and lists nest in ``value`` (iteratively: no recursion on a deep value), up to ``limit + 1``."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((v, depth) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def check_log_tau(intercept: Any, slope: Any, name: str) -> None:
+    """Refuse a τ(L) = exp(intercept + slope · ln L) that is not a finite, positive number of nats for every L in
+    1 … :data:`MAX_SCORED_LENGTH` (checked at both ends in log space: with 0 ≤ slope ≤ 1 it is monotone between).
+
+    Args:
+        intercept, slope: arrays (or numbers) of fits, checked together; ``name`` says which in the message.
+
+    Raises:
+        ValueError: τ(L) would be 0 (e.g. intercept −800: every answer would read as "read") or overflow (e.g.
+            intercept +800) somewhere in that range; the message gives the range of ln τ found.
+    """
+    a = np.asarray(intercept, dtype=np.float64)
+    b = np.asarray(slope, dtype=np.float64)
+    ends = np.concatenate([np.ravel(a), np.ravel(a + b * math.log(MAX_SCORED_LENGTH))])
+    if ends.size and not (np.all(np.isfinite(ends)) and ends.min() >= _LOG_MIN and ends.max() <= _LOG_MAX):
+        why = (
+            "τ would be 0 there, and every answer would read as read from the context"
+            if np.all(np.isfinite(ends)) and ends.min() < _LOG_MIN
+            else "τ would overflow to infinity there"
+        )
+        raise ValueError(
+            f"{name} gives τ(L) = exp({float(np.nanmin(ends)):.4g} … {float(np.nanmax(ends)):.4g}) nats for L = 1 … "
+            f"{MAX_SCORED_LENGTH:,}: τ(L) must be a finite, positive number of nats at every length (ln τ between "
+            f"{_LOG_MIN:.0f} and {_LOG_MAX:.0f}); {why}"
+        )
 
 
 def json_fields(record: Any) -> dict[str, Any]:
@@ -114,7 +186,11 @@ class LengthTau:
 
     @classmethod
     def from_dict(cls, data: Any) -> LengthTau:
-        """Read the ``length_tau`` object of a threshold file, field by field (``ValueError`` names the field)."""
+        """Read the ``length_tau`` object of a threshold file, field by field (``ValueError`` names the field).
+
+        Besides each field's type and range, τ(L) itself — the fit and every bootstrap fit — must be a finite,
+        positive number of nats for every L in 1 … :data:`MAX_SCORED_LENGTH` (:func:`check_log_tau`).
+        """
         if not isinstance(data, dict):
             raise ValueError("'length_tau' must be a JSON object")
         for name in ("intercept", "slope", "alpha", "L_min", "L_max", "n"):
@@ -129,11 +205,12 @@ class LengthTau:
         if not 0.0 <= values["slope"] <= 1.0:
             raise ValueError(f"'length_tau.slope' must lie in [0, 1] (τ(L) monotone), got {values['slope']}")
         for name in ("L_min", "L_max", "n", "seed"):
-            value = values.get(name, 0)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"'length_tau.{name}' must be a non-negative integer, got {value!r}")
-        if not 1 <= values["L_min"] <= values["L_max"]:
-            raise ValueError(f"'length_tau' needs 1 <= L_min <= L_max, got {values['L_min']}, {values['L_max']}")
+            values[name] = _count(values.get(name, 0), f"length_tau.{name}")
+        if not 1 <= values["L_min"] <= values["L_max"] <= MAX_SCORED_LENGTH:
+            raise ValueError(
+                f"'length_tau' needs 1 <= L_min <= L_max <= {MAX_SCORED_LENGTH:,}, got {values['L_min']}, "
+                f"{values['L_max']}"
+            )
         boots = []
         for name in ("boot_intercept", "boot_slope"):
             raw = values.get(name, [])
@@ -143,8 +220,12 @@ class LengthTau:
             boots.append(len(values[name]))
         if boots[0] != boots[1]:
             raise ValueError("'length_tau.boot_intercept' and 'boot_slope' differ in length")
-        if "form" in values and not isinstance(values["form"], str):
-            raise ValueError("'length_tau.form' must be a string")
+        if any(not 0.0 <= b <= 1.0 for b in values["boot_slope"]):
+            raise ValueError("every 'length_tau.boot_slope' must lie in [0, 1] (each bootstrap fit is monotone)")
+        if "form" in values:
+            values["form"] = _text(values["form"], "length_tau.form")
+        check_log_tau(values["intercept"], values["slope"], "'length_tau'")
+        check_log_tau(values["boot_intercept"], values["boot_slope"], "A bootstrap fit of 'length_tau'")
         return cls(**values)
 
 
@@ -230,7 +311,11 @@ class Threshold:
         """A threshold from its JSON object, checked field by field (``ValueError`` names the bad field).
 
         Required: ``tau`` (a finite number, nats), ``T`` (a positive integer), ``model`` (the model's name).
-        ``alpha`` and ``source`` default to 0.05 and "threshold file"; unknown fields are ignored.
+        ``alpha`` and ``source`` default to 0.05 and "threshold file"; unknown fields are ignored. Every field is
+        checked before the threshold is used anywhere: numbers finite and in their range (τ > 0, α, ε in (0, 1),
+        rates in [0, 1], counts and T bounded), texts non-empty and at most :data:`MAX_TEXT_CHARS` characters,
+        ``extra`` an object nested at most :data:`~core.io.MAX_JSON_DEPTH` deep, and ``length_tau`` as
+        :meth:`LengthTau.from_dict` checks it (τ(L) finite and positive at every length).
         """
         if not isinstance(data, dict):
             raise ValueError('A threshold file holds one JSON object, e.g. {"tau": 6.7, "T": 64, "model": …}')
@@ -249,20 +334,33 @@ class Threshold:
         values["alpha"] = finite_number(values["alpha"], "alpha")
         if not 0.0 < values["alpha"] < 1.0:
             raise ValueError(f"'alpha' must lie in (0, 1), got {values['alpha']}")
-        if isinstance(values["T"], bool) or not isinstance(values["T"], int) or values["T"] < 1:
-            raise ValueError(f"'T' must be a positive integer (answer tokens), got {values['T']!r}")
+        if (
+            isinstance(values["T"], bool)
+            or not isinstance(values["T"], int)
+            or not 1 <= values["T"] <= MAX_SCORED_LENGTH
+        ):
+            raise ValueError(
+                f"'T' must be a positive integer (answer tokens, at most {MAX_SCORED_LENGTH:,}), got "
+                f"{_shown(values['T'])}"
+            )
         for name in ("model", "source"):
-            if not isinstance(values[name], str) or not values[name].strip():
-                raise ValueError(f"{name!r} must be a non-empty string")
+            values[name] = _text(values[name], name)
         for name in ("gamma", "delta", "epsilon", "fpr", "fnr", "mean_z_clean", "mean_z_memorized"):
             if values.get(name) is not None:
                 values[name] = finite_number(values[name], name)
+        if values.get("epsilon") is not None and not 0.0 < values["epsilon"] < 1.0:
+            raise ValueError(f"'epsilon' must lie in (0, 1), got {values['epsilon']}")
+        for name in ("fpr", "fnr"):
+            if values.get(name) is not None and not 0.0 <= values[name] <= 1.0:
+                raise ValueError(f"{name!r} is a rate and must lie in [0, 1], got {values[name]}")
         for name in ("n_clean", "n_memorized", "n_required"):
-            value = values.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"{name!r} must be a non-negative integer, got {value!r}")
-        if not isinstance(values.get("extra", {}), dict):
+            if values.get(name) is not None:
+                values[name] = _count(values[name], name)
+        extra = values.get("extra", {})
+        if not isinstance(extra, dict):
             raise ValueError("'extra' must be a JSON object")
+        if _nesting(extra) > MAX_JSON_DEPTH:
+            raise ValueError(f"'extra' nests objects or arrays more than {MAX_JSON_DEPTH} levels deep")
         if values.get("length_tau") is not None and not isinstance(values["length_tau"], LengthTau):
             values["length_tau"] = LengthTau.from_dict(values["length_tau"])
         return cls(**values)
@@ -275,11 +373,16 @@ class Threshold:
                 f"A threshold file is a few kilobytes at most; this one has {len(data):,} (limit {max_bytes:,})"
             )
         try:
-            parsed = json.loads(data.decode("utf-8"))
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"The file is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        check_json_depth(text, MAX_JSON_DEPTH, "The file")  # before parsing: no recursion on a deep document
+        try:
+            parsed = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"The file is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+        except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4,300 digits
+            raise ValueError(f"The file is not a threshold's JSON: {str(exc)[:200]}") from None
         return cls.from_dict(parsed)
 
     @classmethod

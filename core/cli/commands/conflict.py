@@ -37,9 +37,11 @@ from core.evaluation.conflict_sources import (
     read_facts,
     read_nq_swap,
 )
-from core.io import check_output_path
+from core.io import KiB, check_output_path, read_user_text
 
 DEFAULT_NQ_LIMIT = 300
+MAX_ATTRIBUTION_BYTES = 256 * KiB
+"""Largest ``--attribution`` text (read as a regular file with a cap: a device or a pipe is refused)."""
 
 
 def register(subparsers: Any) -> None:
@@ -106,7 +108,9 @@ def _cmd_conflict(args: argparse.Namespace) -> int:
     check_output_path(out / f"{args.name}.csv", "--out folder")
     if args.cache:
         check_output_path(args.cache, "--cache file")
-    attribution = Path(args.attribution).read_text(encoding="utf-8") if args.attribution else ""
+    attribution = ""
+    if args.attribution:
+        attribution = read_user_text(args.attribution, MAX_ATTRIBUTION_BYTES, "--attribution file")
     pool = read_facts(args.facts)
     facts = sample_facts(pool, args.limit, args.seed)
     extra: list[SourceRow] = []

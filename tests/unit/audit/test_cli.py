@@ -43,7 +43,7 @@ def test_serve_needs_a_token(cli_model, tmp_path, monkeypatch, capsys):
 
 
 def test_serve_wires_model_calibration_store_and_token(cli_model, tiny_calibration, tmp_path, monkeypatch, capsys):
-    import uvicorn
+    from core.cli.commands import serve
 
     served = {}
 
@@ -52,7 +52,7 @@ def test_serve_wires_model_calibration_store_and_token(cli_model, tiny_calibrati
         served.update(kwargs, audit=client.post("/audit", json=PAIR, headers=AUTH).json())
         served["stats"] = client.get("/stats", headers=AUTH).json()
 
-    monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr(serve, "run_server", fake_run)
     monkeypatch.setenv("READ_OR_RECALL_TOKEN", TOKEN)
     calib = tiny_calibration.save(tmp_path / "c.npz")
     db = tmp_path / "a.sqlite3"

@@ -1,0 +1,159 @@
+"""How much model time an audit request asks for, and the slices in which requests share the model.
+
+The audit service bounds the **work** of each request before it runs any of it (docs/audit.md, "Access and
+limits"):
+
+* **prompt tokens** — the retrieval and parametric prompts of every item (plus the answer tokens asked for with
+  ``generate``), summed over the request, at most ``AuditLimits.max_request_tokens``;
+* **time** — the model time the request would take on *this* server, estimated from what the server has
+  measured (:class:`WorkMeter`), at most ``AuditLimits.request_budget_s``. A request over either is refused up
+  front (413) with both figures; one that is accepted but then runs past its budget — queued behind other
+  clients, on a machine that slowed down — is stopped at the next forward pass, and nothing is stored (503).
+
+The estimate counts **units**: one forward pass of B rows padded to T tokens is ``B · T · (1 + T / T_attn)``
+units — each token costs its layers' matrix products, plus attention over the T positions before it, which
+dominates beyond :data:`ATTENTION_TOKENS` tokens (eager attention on a CPU; the figure is rough on purpose: the
+deadline, not the estimate, is what guarantees the budget). Seconds per unit come from a probe forward when
+the service starts, then from every forward it runs (an exponential moving average).
+
+**Sharing the model fairly.** The model's lock is first come, first served (:mod:`core.model.handle`), and an
+audit holds it for one forward pass at a time. A batch's rows are grouped so that each forward is estimated to
+take at most :data:`FAIR_SLICE_S` (:meth:`WorkMeter.forward_tokens`; never less than one row): a request that
+arrives while a batch runs waits for at most one such slice — one prompt's forward when a single prompt alone
+takes longer — before its own passes run.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from core.engine.batch import plan_batches
+from core.model.handle import ModelHandle
+
+ATTENTION_TOKENS = 1024.0
+"""The prompt length at which attention costs as much per token as the rest of a forward pass (rough)."""
+FAIR_SLICE_S = 0.25
+"""Longest a batch's forward pass is planned to hold the model (seconds), so other clients get their turn."""
+PROBE_TOKENS = 64
+"""Length of the probe forward that gives the first seconds-per-unit figure when the service starts."""
+DECODE_STEP_UNITS = 4.0
+"""Units of one generated token of one row besides its attention (a decode step is launch-bound)."""
+MAX_FORWARD_TOKENS = 8192
+"""Most padded tokens of one forward pass, however fast the model (bounds the activations' memory)."""
+
+
+def forward_units(rows: int, width: int) -> float:
+    """Units of one forward pass of ``rows`` prompts padded to ``width`` tokens: ``rows·width·(1 + width/T_attn)``."""
+    return float(rows) * float(width) * (1.0 + float(width) / ATTENTION_TOKENS)
+
+
+@dataclass(frozen=True)
+class WorkPlan:
+    """What one request asks of the model.
+
+    Attributes:
+        tokens: prompt tokens of both paths over all items, plus the answer tokens asked for (``generate``).
+        units: the estimated work (:func:`forward_units` summed over the planned forwards).
+        seconds: the estimated model time on this server (:meth:`WorkMeter.seconds`).
+        forward_tokens: the padded tokens per forward pass the batch is grouped by (one fair slice each).
+    """
+
+    tokens: int
+    units: float
+    seconds: float
+    forward_tokens: int
+
+
+class WorkMeter:
+    """Seconds per unit of model work on this server, measured (thread-safe).
+
+    Args:
+        seconds_per_unit: a starting figure (``None``: :meth:`probe` sets it; until then 1 ms per unit).
+        slice_s: the fair slice (:data:`FAIR_SLICE_S`).
+        smoothing: weight of a new measurement in the moving average (0 … 1).
+    """
+
+    def __init__(
+        self, seconds_per_unit: float | None = None, *, slice_s: float = FAIR_SLICE_S, smoothing: float = 0.3
+    ) -> None:
+        if slice_s <= 0 or not 0 < smoothing <= 1:
+            raise ValueError(f"need slice_s > 0 and smoothing in (0, 1], got {slice_s}, {smoothing}")
+        self.slice_s = float(slice_s)
+        self.smoothing = float(smoothing)
+        self._rate = float(seconds_per_unit) if seconds_per_unit else 1e-3
+        self._lock = threading.Lock()
+
+    @property
+    def seconds_per_unit(self) -> float:
+        """The current figure (seconds per unit of work)."""
+        with self._lock:
+            return self._rate
+
+    def probe(self, handle: ModelHandle, tokens: int = PROBE_TOKENS) -> float:
+        """Time one forward pass of ``tokens`` tokens (after a short warm-up) and start from that figure.
+
+        Returns:
+            The measured seconds per unit.
+        """
+        vocab = max(int(handle.info.vocab_size), 2)
+        ids = (torch.arange(tokens, dtype=torch.long) % (vocab - 1) + 1)[None, :].to(handle.device)
+        handle.forward(input_ids=ids[:, :8], use_cache=False)  # warm-up: first-call allocations
+        t0 = time.perf_counter()
+        handle.forward(input_ids=ids, use_cache=False)
+        rate = max((time.perf_counter() - t0) / forward_units(1, tokens), 1e-12)
+        with self._lock:
+            self._rate = rate
+        return rate
+
+    def observe(self, units: float, seconds: float) -> None:
+        """Fold one measured forward pass into the figure (ignored when either number is not positive)."""
+        if not (units > 0 and seconds > 0 and math.isfinite(seconds)):
+            return
+        with self._lock:
+            self._rate += self.smoothing * (seconds / units - self._rate)
+
+    def seconds(self, units: float) -> float:
+        """Estimated model time of ``units`` of work (seconds)."""
+        return units * self.seconds_per_unit
+
+    def forward_tokens(self, width: int) -> int:
+        """Padded tokens per forward pass for prompts of up to ``width`` tokens: as many as fit one fair slice,
+        at least one row (``width``) and at most :data:`MAX_FORWARD_TOKENS`."""
+        per_token = self.seconds_per_unit * (1.0 + width / ATTENTION_TOKENS)
+        fit = int(self.slice_s / per_token) if per_token > 0 else MAX_FORWARD_TOKENS
+        return max(int(width), min(fit, MAX_FORWARD_TOKENS))
+
+    def plan(
+        self,
+        retrieval: Sequence[int],
+        parametric: Sequence[int],
+        *,
+        batch_size: int,
+        new_tokens: int = 0,
+    ) -> WorkPlan:
+        """The work of auditing pairs whose prompts have these lengths (tokens), grouped as the audit runs them.
+
+        Args:
+            retrieval, parametric: each pair's prompt lengths.
+            batch_size: most rows per forward pass.
+            new_tokens: answer tokens per pair when the request asks to generate (0: no generation).
+        """
+        if not retrieval:
+            return WorkPlan(0, 0.0, 0.0, 0)
+        per_forward = self.forward_tokens(max(retrieval))
+        units = 0.0
+        for chunk in plan_batches(list(retrieval), batch_size, 0, per_forward):
+            units += forward_units(len(chunk), max(retrieval[i] for i in chunk))
+            units += forward_units(len(chunk), max(parametric[i] for i in chunk))
+        if new_tokens:
+            for r, p in zip(retrieval, parametric):  # prefill, steps with attention over the prompt, the forced pass
+                units += forward_units(1, r) + forward_units(1, p + new_tokens)
+                units += new_tokens * (DECODE_STEP_UNITS + (r + new_tokens) / ATTENTION_TOKENS)
+        tokens = int(sum(retrieval) + sum(parametric) + 2 * new_tokens * len(retrieval))
+        return WorkPlan(tokens, units, self.seconds(units), per_forward)
