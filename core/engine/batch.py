@@ -65,6 +65,7 @@ from core.engine.scoring import (
 )
 from core.engine.settings import DualPathSettings
 from core.engine.threshold import Threshold
+from core.maths.divergence import log_probs
 from core.maths.noise import noisy_repcs_scores, row_seed
 from core.model.handle import ModelHandle, check_cancelled
 from core.model.progress import Progress
@@ -138,6 +139,10 @@ class ScoreRequest:
             the retrieval path recorded while it is generated, the parametric prompt's last state from the
             scoring pass) in each result's ``internals``, unless the batch's recordings would exceed
             :data:`MAX_RECORD_BYTES`; the scores are the same either way.
+        first_token_logprob: also keep the log-probability both paths give one token at the first answer
+            position, ``result.extras["first_token_logprob"] = {"token", "retrieval", "parametric"}`` (nats): the
+            ablations compare a perturbed run with the clean answer's first token.
+        first_token: that token (``None``: each row's own first answer token).
     """
 
     settings: DualPathSettings = field(default_factory=DualPathSettings)
@@ -147,6 +152,8 @@ class ScoreRequest:
     noise_sigmas: tuple[float, ...] = ()
     noise_seed: int = 0
     record: bool = False
+    first_token_logprob: bool = False
+    first_token: int | None = None
 
     @classmethod
     def of(cls, settings: DualPathSettings | ScoreRequest | None = None, **options: Any) -> ScoreRequest:
@@ -188,9 +195,28 @@ def _score_rows(
                 "seed": seed,
                 "space": "logits",
             }
+        if request.first_token_logprob and len(retrieval_ids):
+            extras["first_token_logprob"] = first_token_logprobs(
+                retrieval_logits[:1],
+                parametric_logits[i][:1],
+                retrieval_ids[0] if request.first_token is None else request.first_token,
+            )
         scored.append((Answer(retrieval_ids, retrieval_finish), scores, extras))
         del retrieval_logits
     return scored
+
+
+def first_token_logprobs(retrieval: torch.Tensor, parametric: torch.Tensor, token: int) -> dict[str, float]:
+    """log P(``token``) under each path's distribution of the first answer position (``(1, V)`` logits each), nats,
+    in the float32 log-space every score uses."""
+    lp_retrieval = log_probs(retrieval)
+    lp_parametric = log_probs(parametric.to(retrieval.device))
+    token = int(token)
+    return {
+        "token": token,
+        "retrieval": float(lp_retrieval[0, token].item()),
+        "parametric": float(lp_parametric[0, token].item()),
+    }
 
 
 def score_prepared(

@@ -1,10 +1,10 @@
 """One lean scoring run of the dual path, the unit every sweep repeats.
 
 A scoring run is one greedy generation of the retrieval answer with its logits plus one teacher-forced
-parametric pass — exactly the maths of :func:`core.engine.run_dual_path` with ``free_parametric=False`` —
-run under whatever interventions are active. Sweeps use short answers (:data:`SWEEP_MAX_NEW_TOKENS`,
-T = the same), so Z values inside one sweep are comparable with each other and with the sweep's own clean
-reference, not with a Z computed with another T.
+parametric pass — the engine's own core (:func:`core.engine.batch.score_prepared`, as
+:func:`core.engine.run_dual_path` with ``free_parametric=False``) — run under whatever interventions are
+active. Sweeps use short answers (:data:`SWEEP_MAX_NEW_TOKENS`, T = the same), so Z values inside one sweep are
+comparable with each other and with the sweep's own clean reference, not with a Z computed with another T.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from core.engine import DualPathSettings, PreparedPrompts, generate_greedy, teacher_forced_logits
-from core.engine.threshold import repcs_score
-from core.maths.divergence import kl_divergence, log_probs
+from core.engine import DualPathSettings, PreparedPrompts
+from core.engine.batch import ScoreRequest, score_prepared
+from core.maths.divergence import log_probs
 from core.model.handle import ModelHandle
 from core.model.trace import trace
 
@@ -63,25 +63,23 @@ def score_run(
 ) -> ScoredRun:
     """Generate the retrieval answer greedily and score it against the teacher-forced parametric path.
 
-    The same maths as :func:`core.engine.run_dual_path` with ``free_parametric=False``, plus the
-    log-probability both paths give the clean answer's first token (``clean_first_token``; default: this
-    run's own first token). Both passes run in one session of ``handle``.
+    Through the engine (:func:`core.engine.batch.score_prepared`, a batch of one without a τ): the same
+    generate → teacher-forced pass → KL → Z as :func:`core.engine.run_dual_path` with ``free_parametric=False``,
+    plus the log-probability both paths give the clean answer's first token (``clean_first_token``; default: this
+    run's own first token), from the same logits. Both passes run in one session of ``handle``, under whatever
+    interventions are active.
     """
-    with handle.session():
-        ((ids, retrieval_logits, finish),) = generate_greedy(handle, [prepared.retrieval.ids], settings)
-        parametric_logits = teacher_forced_logits(handle, prepared.parametric.ids, ids)
-    lp_retrieval = log_probs(retrieval_logits)
-    lp_parametric = log_probs(parametric_logits.to(retrieval_logits.device))
-    token_kl = kl_divergence(lp_retrieval, lp_parametric).cpu().numpy()
-    first = int(ids[0] if clean_first_token is None else clean_first_token)
+    request = ScoreRequest(settings=settings, first_token_logprob=True, first_token=clean_first_token)
+    (result,) = score_prepared(handle, [prepared], request)
+    first = result.extras["first_token_logprob"]
     return ScoredRun(
-        z=repcs_score(token_kl, settings.score_window),
-        token_kl=token_kl,
-        answer_ids=[int(i) for i in ids],
-        answer=handle.tokenizer.decode(ids, skip_special_tokens=True).strip(),
-        first_token_logprob=float(lp_retrieval[0, first].item()),
-        first_token_logprob_para=float(lp_parametric[0, first].item()),
-        finish=finish,
+        z=result.repcs_score,
+        token_kl=result.token_kl,
+        answer_ids=list(result.retrieval.token_ids),
+        answer=result.retrieval.answer,
+        first_token_logprob=first["retrieval"],
+        first_token_logprob_para=first["parametric"],
+        finish=result.retrieval.finish,
     )
 
 
