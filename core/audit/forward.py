@@ -28,8 +28,9 @@ from core.audit.budget import MAX_FORWARD_TOKENS, WorkMeter, forward_units
 from core.engine.batch import plan_batches
 from core.engine.prepare import PreparedPrompts
 from core.maths.divergence import entropy, kl_divergence, log_probs
+from core.methods.internals.replay import pair_displacement, trace_prompts
 from core.model.handle import ModelHandle, check_cancelled
-from core.model.trace import displacement, trace
+from core.model.trace import trace
 
 DEFAULT_AUDIT_BATCH = 16
 """Most pairs per padded forward of ``/audit/batch``."""
@@ -94,10 +95,11 @@ def capture_pairs(
     if meter is not None:
         max_batch_tokens = min(max_batch_tokens, meter.forward_tokens(max(lengths)))
     for chunk in plan_batches(lengths, batch_size, 0, max_batch_tokens):
-        with_context = _timed_trace(handle, [prepared[i].retrieval.ids for i in chunk], meter)
-        without = _timed_trace(handle, [prepared[i].parametric.ids for i in chunk], meter)
+        with_context, without = trace_prompts(  # the one prompt-pair trace, each forward timed on its own
+            handle, [prepared[i] for i in chunk], tracer=lambda rows: _timed_trace(handle, rows, meter)
+        )
         logp_c, logp_0 = log_probs(with_context.logits[:, -1]).cpu(), log_probs(without.logits[:, -1]).cpu()
-        disp = displacement(with_context, without)
+        disp = pair_displacement(with_context, without)
         kl = kl_divergence(logp_c, logp_0).tolist()
         ent_c, ent_0 = entropy(logp_c).tolist(), entropy(logp_0).tolist()
         top_c, top_0 = logp_c.argmax(-1).tolist(), logp_0.argmax(-1).tolist()

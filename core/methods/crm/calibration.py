@@ -26,9 +26,9 @@ from core.methods.crm.prompts import (
 )
 from core.methods.crm.store import cache_basis_path, template_key
 from core.methods.internals.lens import logit_lens_compare
+from core.methods.internals.replay import pair_displacement, trace_prompts
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
-from core.model.trace import displacement, trace
 
 logger = logging.getLogger(__name__)
 
@@ -54,12 +54,11 @@ def calibration_displacements(
     for i, prompt in enumerate(prompts):
         prepared = prepare_prompts(handle, prompt.query, prompt.context, settings)
         with handle.session():
-            retrieval = trace(handle, [prepared.retrieval.ids])
-            parametric = trace(handle, [prepared.parametric.ids])
+            retrieval, parametric = trace_prompts(handle, [prepared])
             kl[i] = logit_lens_compare(
                 handle, retrieval.residual[0].numpy(), parametric.residual[0].numpy(), top_k=1
             ).kl[:, 0]
-        D[i] = displacement(retrieval, parametric)[0]
+        D[i] = pair_displacement(retrieval, parametric)[0]
         if progress is not None:
             progress(i + 1, len(prompts))
     return D, kl

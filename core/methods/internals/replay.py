@@ -1,4 +1,6 @@
-"""Replaying a result's two paths with the loaded model: its prompts, forward sequences and CRM displacement.
+"""Replaying a result's two paths with the loaded model: its prompts, forward sequences and CRM displacement, and
+the one prompt-pair trace (:func:`trace_prompts`: both prompts of many rows, the residual stream at their last token)
+that CRM's calibration, a run's displacement and the audit service share.
 
 Positions follow the engine's convention: answer position ``t`` is the step that predicts answer token ``t``,
 i.e. the query row ``prompt_len − 1 + t`` of the sequence ``prompt + answer[:-1]``. Position 0 is therefore
@@ -8,13 +10,15 @@ the last prompt token — where CRM measures its displacement d_ℓ = h_ℓ(cont
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
 from core.engine.prepare import PreparedPrompts, prepare_prompts
 from core.engine.result import PARAMETRIC, PATHS, RETRIEVAL, DualPathResult
 from core.model.handle import ModelHandle
+from core.model.trace import Trace, trace
 from core.model.trace import displacement as trace_displacement
-from core.model.trace import trace
 
 
 def prepared_for(handle: ModelHandle, result: DualPathResult) -> PreparedPrompts:
@@ -44,6 +48,45 @@ def path_sequence(handle: ModelHandle, result: DualPathResult, path: str) -> tup
     prompt = prepared.retrieval.ids if path == RETRIEVAL else prepared.parametric.ids
     ids = list(prompt) + [int(i) for i in result.answer_token_ids[:-1]]
     return ids, handle.decode_tokens(ids), len(prompt)
+
+
+def trace_prompts(
+    handle: ModelHandle,
+    prepared: Sequence[PreparedPrompts],
+    *,
+    logits: int = 0,
+    tracer: Callable[[list[list[int]]], Trace] | None = None,
+) -> tuple[Trace, Trace]:
+    """The prompt-pair trace: both prompts of every row, the retrieval prompts in one left-padded
+    :func:`~core.model.trace.trace` and the parametric prompts in another, in one model session (no other run
+    interleaves), through whatever hooks are installed.
+
+    Each trace keeps the residual stream at the last prompt token (CRM's h_ℓ^c and h_ℓ^0, the rows of
+    :func:`pair_displacement`) and, with ``logits``, the last ``logits`` positions' logits (the first answer
+    token's distribution for ``logits=1``). CRM's calibration, a stored run's displacement and the audit service
+    all trace their pairs here.
+
+    Args:
+        tracer: runs one of the two traces itself (``tracer(sequences) -> Trace``; the audit's, which holds the
+            model for each forward on its own and times it); then no shared session is taken here.
+
+    Returns:
+        ``(with the context, without it)``, B sequences each.
+    """
+    with_ids = [list(p.retrieval.ids) for p in prepared]
+    without_ids = [list(p.parametric.ids) for p in prepared]
+    if tracer is not None:
+        return tracer(with_ids), tracer(without_ids)
+    with handle.session():
+        with_context = trace(handle, with_ids, logits=logits)
+        without = trace(handle, without_ids, logits=logits)
+    return with_context, without
+
+
+def pair_displacement(with_context: Trace, without: Trace) -> np.ndarray:
+    """CRM's displacement of every row of a prompt-pair trace (:func:`trace_prompts`): ``d_ℓ = h_ℓ^c − h_ℓ^0`` at the
+    last prompt token, float32 ``(B, n_layers + 1, d)``, the difference taken in float64."""
+    return trace_displacement(with_context, without)
 
 
 def displacement(
@@ -76,7 +119,4 @@ def displacement(
             parametric_state = trace(handle, [prepared.parametric.ids]).residual[0][:, 0].numpy()
         h_0 = np.asarray(parametric_state, dtype=np.float64)
         return (np.asarray(retrieval_state, dtype=np.float64) - h_0).astype(np.float32)
-    with handle.session():
-        retrieval = trace(handle, [prepared.retrieval.ids])
-        parametric = trace(handle, [prepared.parametric.ids])
-    return trace_displacement(retrieval, parametric)[0]
+    return pair_displacement(*trace_prompts(handle, [prepared]))[0]
