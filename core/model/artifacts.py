@@ -150,6 +150,40 @@ def find(
     return None
 
 
+def find_by_content(kind: ArtifactKind[T], digest: str) -> T | None:
+    """The stored file of a kind keyed by the content it was made from (``variant`` = a digest of it, e.g. RADAR's
+    feature table), or ``None``: the bundled file first, then the cache, each used only when ``kind.fresh`` (called
+    with no handle) accepts it for ``digest``. Needs no handle: such a file fits any model whose content has that
+    digest."""
+    paths = [kind.bundled("", digest)] if kind.bundled is not None else []
+    if kind.cache is not None:
+        paths.append(content_cache_path(kind, digest))
+    for path in paths:
+        if not path.is_file():
+            continue
+        try:
+            value = read(kind, path)
+        except UNREADABLE as exc:
+            logger.warning("Ignoring unreadable %s file %s: %s", kind.name, path, exc)
+            continue
+        reason = None if kind.fresh is None else kind.fresh(value, None, digest)  # type: ignore[arg-type]
+        if reason is None:
+            return value
+        logger.info("Ignoring %s file %s: %s", kind.name, path, reason)
+    return None
+
+
+def content_cache_path(kind: ArtifactKind[Any], digest: str) -> Path:
+    """Where a computed file of a content-keyed kind (:func:`find_by_content`) is cached.
+
+    Raises:
+        ValueError: ``kind`` has no cache location.
+    """
+    if kind.cache is None:
+        raise ValueError(f"{kind.name} files are bundled only")
+    return cache_dir() / kind.cache("", digest)
+
+
 def forget() -> None:
     """Drop every memoized file (tests; a long-running process never needs it: a rewritten file has a new
     modification time)."""

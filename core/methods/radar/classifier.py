@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from core.io import EMBEDDED_SLUG, atomic_write_bytes, cache_dir
+from core.io import EMBEDDED_SLUG, atomic_write_bytes
 from core.methods.radar.ensemble import ESTIMATORS, StoredEnsemble, ensemble_arrays
 from core.methods.radar.features import FEATURE_NAMES, RCI_FEATURES, RDS_FEATURES
 from core.methods.radar.prompts import RADAR_DIR, REASONING, RECALL, TRAIN
 from core.methods.radar.store import FeatureTable, feature_table_for
+from core.model import artifacts
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
 
@@ -226,9 +227,27 @@ def table_digest(table: FeatureTable) -> str:
     return hashlib.sha1(np.ascontiguousarray(table.X, dtype=np.float64).tobytes()).hexdigest()[:16]
 
 
+def _read_ensemble(path: Path) -> tuple[str, RadarClassifier]:
+    """``(digest of the features it was fitted on, the classifier)`` of a stored ensemble (NPZ, no pickle)."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    return str(arrays.get("digest")), RadarClassifier.from_arrays(arrays)
+
+
+RADAR_ENSEMBLE = artifacts.ArtifactKind(
+    name="radar-ensemble",
+    read=_read_ensemble,
+    bundled=lambda slug, digest: EMBEDDED_ENSEMBLE_PATH,
+    cache=lambda slug, digest: Path("radar") / f"ensemble-{digest}.npz",
+    fresh=lambda stored, handle, digest: None if stored[0] == digest else "fitted on other features",
+)
+"""A fitted ensemble, keyed by the digest of the features it was fitted on (:func:`table_digest`): the embedded
+model's bundled one, else the user cache's (:func:`core.model.artifacts.find_by_content`)."""
+
+
 def cached_ensemble_path(digest: str) -> Path:
     """Where an ensemble fitted on features of this digest is kept in the user cache."""
-    return cache_dir() / "radar" / f"ensemble-{digest}.npz"
+    return artifacts.content_cache_path(RADAR_ENSEMBLE, digest)
 
 
 def save_classifier(clf: RadarClassifier, path: Path, *, digest: str, model: str) -> Path:
@@ -241,14 +260,11 @@ def save_classifier(clf: RadarClassifier, path: Path, *, digest: str, model: str
 def read_classifier(path: Path, digest: str) -> RadarClassifier | None:
     """The classifier stored at ``path`` if it was fitted on features of ``digest``, else ``None``."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-        if str(arrays.get("digest")) != digest:
-            return None
-        return RadarClassifier.from_arrays(arrays)
-    except (OSError, ValueError, KeyError) as exc:
+        stored, clf = _read_ensemble(path)
+    except artifacts.UNREADABLE as exc:
         logger.warning("RADAR ensemble %s not used: %s", path, exc)
         return None
+    return clf if stored == digest else None
 
 
 def classifier_for(
@@ -274,9 +290,8 @@ def classifier_from_table(table: FeatureTable, *, store: bool = True) -> RadarCl
     clf = _CLASSIFIERS.get(key)
     if clf is not None:
         return clf
-    for path in (EMBEDDED_ENSEMBLE_PATH, cached_ensemble_path(digest)):
-        if path.is_file() and (clf := read_classifier(path, digest)) is not None:
-            return _CLASSIFIERS.setdefault(key, clf)
+    if (stored := artifacts.find_by_content(RADAR_ENSEMBLE, digest)) is not None:
+        return _CLASSIFIERS.setdefault(key, stored[1])
     clf = _CLASSIFIERS.setdefault(key, RadarClassifier.from_table(table))
     if store:
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from core.io import EMBEDDED_SLUG, atomic_write_json, cache_dir
+from core.io import EMBEDDED_SLUG, atomic_write_json
 from core.methods.radar.classifier import (
     ENSEMBLE_DIR,
     RadarClassifier,
@@ -37,6 +37,7 @@ from core.methods.radar.prompts import (
 )
 from core.methods.radar.store import FeatureTable
 from core.methods.radar.trace import encode_radar_prompt
+from core.model import artifacts
 from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
@@ -198,21 +199,37 @@ EMBEDDED_REPORT_PATH = ENSEMBLE_DIR / f"{EMBEDDED_SLUG}.json"
 _REPORTS: dict[tuple[str, str], dict[str, Any]] = {}
 
 
+def _read_report(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or "report" not in data:
+        raise ValueError("not a RADAR report (no 'report' object)")
+    return data
+
+
+RADAR_REPORT = artifacts.ArtifactKind(
+    name="radar-report",
+    read=_read_report,
+    bundled=lambda slug, digest: EMBEDDED_REPORT_PATH,
+    cache=lambda slug, digest: Path("radar") / f"report-{digest}.json",
+    fresh=lambda data, handle, digest: None if data.get("digest") == digest else "computed from other features",
+)
+"""The test-set report of a feature table, keyed by the table's digest (:func:`table_digest`): the embedded model's
+bundled one, else the user cache's (:func:`core.model.artifacts.find_by_content`)."""
+
+
 def cached_report_path(digest: str) -> Path:
     """Where the report of features of this digest is kept in the user cache."""
-    return cache_dir() / "radar" / f"report-{digest}.json"
+    return artifacts.content_cache_path(RADAR_REPORT, digest)
 
 
 def stored_report(path: Path, digest: str) -> dict[str, Any] | None:
     """The report stored at ``path`` if it was computed from features of ``digest``, else ``None``."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = _read_report(path)
     except (OSError, ValueError) as exc:
         logger.warning("RADAR report %s not used: %s", path, exc)
         return None
-    if not isinstance(data, dict) or data.get("digest") != digest or "report" not in data:
-        return None
-    return data["report"]
+    return data["report"] if data.get("digest") == digest else None
 
 
 def report_document(table: FeatureTable, report: dict[str, Any]) -> dict[str, Any]:
@@ -228,9 +245,8 @@ def evaluation_for(handle: ModelHandle, table: FeatureTable, *, store: bool = Tr
     key = (str(table.meta.get("model")), digest)
     if (report := _REPORTS.get(key)) is not None:
         return report
-    for path in (EMBEDDED_REPORT_PATH, cached_report_path(digest)):
-        if path.is_file() and (report := stored_report(path, digest)) is not None:
-            return _REPORTS.setdefault(key, report)
+    if (stored := artifacts.find_by_content(RADAR_REPORT, digest)) is not None:
+        return _REPORTS.setdefault(key, stored["report"])
     counts = prompt_token_counts(handle, table.prompts)
     report = {**evaluate_table(table, token_counts=counts), "token_counts": counts}
     report = _REPORTS.setdefault(key, report)

@@ -364,7 +364,16 @@ def bundled_choice_path(template_key: str) -> Path:
 
 def bundled_table_path(template_key: str) -> Path:
     """``assets/redeep/embedded-<template>.calibration.npz``: the table it was chosen on."""
-    return asset_path("redeep", f"embedded-{template_key}.calibration.npz")
+    return REDEEP_TABLE.bundled("", template_key)  # type: ignore[misc]
+
+
+REDEEP_TABLE = artifacts.ArtifactKind(
+    name="redeep-table",
+    read=lambda path: CalibrationTable.load(path),
+    bundled=lambda slug, key: asset_path("redeep", f"embedded-{key}.calibration.npz"),
+    cache=lambda slug, key: Path("redeep") / slug / f"{key}.calibration.npz",
+)
+"""The calibration table a choice was made on, next to the choice (bundled for the embedded model, else cached)."""
 
 
 REDEEP_CHOICE = artifacts.per_template("redeep-choice", ReDeEPChoice.load, "redeep")
@@ -392,12 +401,7 @@ def load_choice_for(handle: ModelHandle, template: str) -> ReDeEPChoice | None:
 
 def load_table_for(handle: ModelHandle, template: str) -> CalibrationTable | None:
     """The calibration table next to the bundled or cached choice (``None`` when there is none)."""
-    key = resolve_template(template, handle.tokenizer).key
-    bundled = bundled_table_path(key) if handle.info.is_embedded else None
-    for path in (bundled, cache_choice_path(handle, key).with_suffix(".calibration.npz")):
-        if path is not None and path.is_file():
-            return CalibrationTable.load(path)
-    return None
+    return artifacts.find(REDEEP_TABLE, handle, resolve_template(template, handle.tokenizer).key)
 
 
 def default_choice(handle: ModelHandle, template: str, n_heads: int = DEFAULT_HEADS) -> ReDeEPChoice:

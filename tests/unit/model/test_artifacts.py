@@ -20,11 +20,14 @@ USERS = (
     "core/methods/crm/store.py",
     "core/detectors/combined.py",
     "core/methods/radar/store.py",
-    "core/detectors/agreement.py",
+    "core/detectors/thresholds.py",
     "core/methods/repcs.py",
     "core/audit/calibration.py",
+    "core/methods/radar/classifier.py",
+    "core/methods/radar/evaluation.py",
+    "core/methods/redeep/choice.py",
 )
-"""The six modules that each wrote "find this model's calibrated file" before the store existed."""
+"""The modules that each wrote "find this model's calibrated file" (or built its path) before the store existed."""
 
 
 @pytest.fixture
@@ -128,3 +131,26 @@ def test_a_per_template_kind_places_its_files_and_checks_model_template_and_shap
     wrong = Record(info.name, "chat", info.n_layers + 1, info.n_heads)
     shape = f"made for {info.n_layers + 1} layers × {info.n_heads} heads"
     assert artifacts.made_for(wrong, tiny_handle, "chat") == shape
+
+
+def test_a_content_keyed_kind_needs_no_handle_and_checks_the_digest(tmp_path, monkeypatch):
+    """RADAR's ensemble and report are keyed by the features they were made from: bundled first, then the cache."""
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path / "cache"))
+    bundled = tmp_path / "bundled.json"
+    kind = artifacts.ArtifactKind(
+        name="by-content",
+        read=lambda path: json.loads(path.read_text(encoding="utf-8")),
+        bundled=lambda slug, digest: bundled,
+        cache=lambda slug, digest: Path("made") / f"{digest}.json",
+        fresh=lambda data, handle, digest: None if data["digest"] == digest else "other content",
+    )
+    assert artifacts.find_by_content(kind, "abc") is None
+    cached = artifacts.content_cache_path(kind, "abc")
+    assert cached == tmp_path / "cache" / "made" / "abc.json"
+    cached.parent.mkdir(parents=True)
+    cached.write_text(json.dumps({"digest": "abc", "v": "cache"}), encoding="utf-8")
+    bundled.write_text(json.dumps({"digest": "zzz", "v": "bundled"}), encoding="utf-8")
+    assert artifacts.find_by_content(kind, "abc")["v"] == "cache", "the bundled file is of other content"
+    bundled.write_text(json.dumps({"digest": "abc", "v": "bundled"}), encoding="utf-8")
+    artifacts.forget()  # the rewritten file may keep its modification time within the clock's resolution
+    assert artifacts.find_by_content(kind, "abc")["v"] == "bundled"
