@@ -1,8 +1,9 @@
 """The Source attribution (SMA) page's controls: the run settings form and the label thresholds.
 
 Both are tables of persistent controls (:mod:`components.controls`): each field of
-:class:`core.methods.sma.SMASettings` (or of :class:`LabelThresholds`) maps to the widget that sets it, and
-the defaults are the dataclasses' own.
+:class:`core.methods.sma.SMASettings` (or of :class:`LabelThresholds`) maps to the widget that sets it. The
+settings' labels, help, bounds and defaults are each field's one definition
+(:func:`core.methods.sma.settings.sma_setting_specs`); public mode only lowers a maximum.
 """
 
 from __future__ import annotations
@@ -18,99 +19,73 @@ import streamlit as st
 from components import keys, state
 from components.controls import Form, choice, draw_form, number, settings_from
 from core.methods.sma import DEFAULT_TAU, DEFAULT_TAU1, DEFAULT_TAU2, GRANULARITIES, METHOD_LABELS, SMASettings
+from core.methods.sma.settings import sma_setting_specs
 from core.public import current_policy
 
 _DEFAULTS = SMASettings()
+_SPECS = sma_setting_specs()
+"""Every SMA setting's one definition (label, help, bounds, step): the form below reads them, adds no bound."""
 SCOPE_LABELS = {"query": "the query only (the paper)", "query+context": "the query and the context"}
 PERTURBATION_LABELS = {"unicode": "altered: letters → Unicode look-alikes (the paper)", "remove": "removed"}
 REFERENCE_LABELS = {"answer": "the unperturbed answer ŷ (§IV-E)", "input": "the perturbed input x̃ (eq. 14 as printed)"}
 FIRST_TIER_LABELS = {"off": "β with RAG off (the model alone)", "on": "β with RAG on"}
 
 
-def _capped(label: str, key: str, default: int, limit: tuple[str, int, int], *, help: str) -> Any:
-    """A whole-number input from 1 to the deployment's cap (``limit`` = policy name, cap, step); the default is
-    lowered to the cap when it is over it (:func:`core.public.current_policy`)."""
-    name, cap, step = limit
-    most = current_policy().limit(name, cap)
-    return number(label, key, min(default, most), (1, most, step), help=help)
+def _bounds(name: str) -> tuple[Any, Any, Any]:
+    """``(low, high, step)`` of an SMA setting, from its one definition."""
+    spec = _SPECS[name]
+    return spec.low, spec.high, spec.step
+
+
+def _capped(name: str, key: str, cap: str) -> Any:
+    """A whole-number input of the setting ``name`` over its bounds, the maximum lowered to the deployment's cap
+    ``cap`` (:func:`core.public.current_policy`); the default is lowered to the cap when it is over it."""
+    spec = _SPECS[name]
+    most = current_policy().limit(cap, int(spec.high))  # type: ignore[arg-type]
+    default = getattr(_DEFAULTS, name)
+    return number(spec.label, key, min(default, most), (int(spec.low), most, int(spec.step)), help=spec.help)  # type: ignore[arg-type]
+
+
+def _number(name: str, key: str, **kwargs: Any) -> Any:
+    """A number input of the setting ``name`` over its bounds, with its default and words."""
+    spec = _SPECS[name]
+    return number(spec.label, key, getattr(_DEFAULTS, name), _bounds(name), help=spec.help, **kwargs)
+
+
+def _choice(name: str, widget: Callable[..., Any], key: str, labels: Any, **kwargs: Any) -> Any:
+    """A choice of the setting ``name``: its options (shown by ``labels``), default and words."""
+    spec = _SPECS[name]
+    return choice(widget, spec.label, key, labels, getattr(_DEFAULTS, name), help=spec.help, **kwargs)
 
 
 SETTINGS_FORM: Form = (
     {
-        "n_samples": partial(
-            _capped,
-            "N — random masks (Shapley: permutations)",
-            keys.SMA_N_SAMPLES,
-            _DEFAULTS.n_samples,
-            ("sma_masks", 1024, 8),
-            help="The paper finds accuracy stable from about 60–80 perturbations.",
-        ),
-        "granularity": partial(
-            choice,
-            st.radio,
-            "Units",
-            keys.SMA_GRANULARITY,
-            GRANULARITIES,
-            _DEFAULTS.granularity,
-            horizontal=True,
-            help="token: the model's own tokens; word: whitespace-separated (the paper); sentence: for long inputs.",
-        ),
-        "scope": partial(
-            choice,
-            st.radio,
-            "Perturb",
-            keys.SMA_SCOPE,
-            SCOPE_LABELS,
-            _DEFAULTS.scope,
-            help="In the paper the auditor perturbs the user input; retrieval appends its passages intact. "
-            "Perturbing the context too gives its units a β with RAG on (their β_off is 0: the RAG-off prompt "
-            "does not contain them).",
-        ),
+        "n_samples": partial(_capped, "n_samples", keys.SMA_N_SAMPLES, "sma_masks"),
+        "granularity": partial(_choice, "granularity", st.radio, keys.SMA_GRANULARITY, GRANULARITIES, horizontal=True),
+        "scope": partial(_choice, "scope", st.radio, keys.SMA_SCOPE, SCOPE_LABELS),
     },
     {
-        "method": partial(
-            choice, st.selectbox, "Attribution method (captum)", keys.SMA_METHOD, METHOD_LABELS, _DEFAULTS.method
-        ),
-        "perturbation": partial(
-            choice, st.selectbox, "A masked unit is", keys.SMA_PERTURBATION, PERTURBATION_LABELS, _DEFAULTS.perturbation
-        ),
-        "reference": partial(
-            choice,
-            st.selectbox,
-            "Response score compares the new answer with",
-            keys.SMA_REFERENCE,
-            REFERENCE_LABELS,
-            _DEFAULTS.reference,
-        ),
-        "max_new_tokens": partial(
-            _capped,
-            "Max new tokens per answer",
-            keys.SMA_MAX_NEW_TOKENS,
-            _DEFAULTS.max_new_tokens,
-            ("max_new_tokens", 256, 4),
-            help="Every perturbed input is answered again: keep this short.",
-        ),
+        "method": partial(_choice, "method", st.selectbox, keys.SMA_METHOD, METHOD_LABELS),
+        "perturbation": partial(_choice, "perturbation", st.selectbox, keys.SMA_PERTURBATION, PERTURBATION_LABELS),
+        "reference": partial(_choice, "reference", st.selectbox, keys.SMA_REFERENCE, REFERENCE_LABELS),
+        "max_new_tokens": partial(_capped, "max_new_tokens", keys.SMA_MAX_NEW_TOKENS, "max_new_tokens"),
     },
     {
-        "gamma_length": partial(
-            number, "γ₁ (length ratio)", keys.SMA_GAMMA_LENGTH, _DEFAULTS.gamma_length, (0.0, 10.0, 0.1)
-        ),
-        "gamma_similarity": partial(
-            number, "γ₂ (semantic similarity)", keys.SMA_GAMMA_SIMILARITY, _DEFAULTS.gamma_similarity, (0.0, 10.0, 0.1)
-        ),
-        "alpha": partial(number, "Ridge α", keys.SMA_ALPHA, _DEFAULTS.alpha, (0.001, 1000.0, 0.5), format="%.3f"),
+        "gamma_length": partial(_number, "gamma_length", keys.SMA_GAMMA_LENGTH),
+        "gamma_similarity": partial(_number, "gamma_similarity", keys.SMA_GAMMA_SIMILARITY),
+        "alpha": partial(_number, "alpha", keys.SMA_ALPHA, format="%.3f"),
         "fit_intercept": partial(
             state.persistent,
             st.checkbox,
-            "Fit an intercept",
+            _SPECS["fit_intercept"].label,
             keys.SMA_FIT_INTERCEPT,
             _DEFAULTS.fit_intercept,
-            help="Eq. 16 as printed has none; without one every β also carries a share of the mean response.",
+            help=_SPECS["fit_intercept"].help,
         ),
-        "seed": partial(number, "Seed", keys.SMA_SEED, _DEFAULTS.seed, (0, 2**31 - 1, 1)),
+        "seed": partial(_number, "seed", keys.SMA_SEED),
     },
 )
-"""Three columns of ``{SMASettings field: its control}``."""
+"""Three columns of ``{SMASettings field: its control}``; labels, help, bounds and defaults are the fields' own."""
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,9 @@ class Setting:
 
     label: str
     help: str
-    low: int | None = None
-    high: int | None = None
-    step: int = 1
+    low: float | None = None
+    high: float | None = None
+    step: float = 1
     unit: str = ""
     choices: tuple[str, ...] | None = None
     flag: str | None = None

@@ -22,24 +22,25 @@ from typing import Any
 from core.cli.common import add_model_args, run_from_args, settings_from_args, write_result
 from core.detectors import DetectorInput, available, get, keys, resolve
 from core.methods.selfcritique import K_CHOICES, SelfCritiqueSettings
-from core.methods.sma import GRANULARITIES, METHODS, SCOPES, SMASettings
+from core.methods.sma import SMASettings
+from core.methods.sma.settings import sma_setting_specs
 from core.scale.options import add_ray_args, check_ray_args, sma_report, sma_runner_from_args
 
 logger = logging.getLogger(__name__)
 
 
 def add_sma_args(p: argparse.ArgumentParser) -> None:
-    """The ``--sma-*`` flags of the SMA detector (also taken by ``bench/sma.py``)."""
-    p.add_argument("--sma-samples", type=int, default=64, help="SMA: N random masks (default 64)")
-    p.add_argument("--sma-granularity", choices=GRANULARITIES, default="word", help="SMA: attribution units")
-    p.add_argument("--sma-method", choices=METHODS, default="lime", help="SMA: captum method (default lime + ridge)")
-    p.add_argument(
-        "--sma-scope",
-        choices=SCOPES,
-        default="query",
-        help="SMA: perturb the query only (the paper) or the context too",
-    )
-    p.add_argument("--sma-max-new-tokens", type=int, default=32, help="SMA: tokens per perturbed answer")
+    """The ``--sma-*`` flags of the SMA detector (also taken by ``bench/sma.py``), built from each
+    :class:`~core.methods.sma.SMASettings` field's one definition (its default, choices and words)."""
+    defaults = SMASettings()
+    for name, spec in sma_setting_specs().items():
+        if spec.flag is None:
+            continue
+        default = getattr(defaults, name)
+        kind = None if spec.choices is not None else type(default)
+        p.add_argument(
+            spec.flag, type=kind, choices=spec.choices, default=default, help=f"SMA: {spec.help} (default {default})"
+        )
 
 
 def sma_settings_from_args(args: argparse.Namespace, **extra: Any) -> SMASettings:
@@ -48,14 +49,8 @@ def sma_settings_from_args(args: argparse.Namespace, **extra: Any) -> SMASetting
     Raises:
         ValueError: a setting out of its bounds.
     """
-    settings = SMASettings(
-        n_samples=args.sma_samples,
-        granularity=args.sma_granularity,
-        method=args.sma_method,
-        scope=args.sma_scope,
-        max_new_tokens=args.sma_max_new_tokens,
-        **extra,
-    )
+    flagged = {name: getattr(args, spec.dest) for name, spec in sma_setting_specs().items() if spec.dest}
+    settings = SMASettings(**flagged, **extra)
     settings.validate()
     return settings
 

@@ -1,12 +1,20 @@
-"""The user-visible settings of an SMA run."""
+"""The user-visible settings of an SMA run: each field's default, bounds, words and CLI flag defined once.
+
+As :class:`core.engine.settings.DualPathSettings` does, every field of :class:`SMASettings` carries one
+:class:`~core.engine.settings.Setting` in its metadata (:func:`sma_setting_specs`): :meth:`SMASettings.validate`
+checks it, ``detect``'s ``--sma-*`` flags (:func:`core.cli.commands.detect.add_sma_args`) and the Source
+attribution page's form (:mod:`components.sma_controls`) are built from it, and the SMA detector and its time
+estimate take the defaults from it (:mod:`core.detectors.sma`). Public mode may lower a widget's maximum further,
+never raise it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-import numpy as np
-
+from core.engine.settings import Setting, setting
 from core.methods.sma.attribution import METHODS
 from core.methods.sma.units import GRANULARITIES, PERTURBATIONS
 from core.model.prompts import TEMPLATE_CHOICES
@@ -38,44 +46,106 @@ class SMASettings:
         batch_size: perturbed prompts generated together (left-padded batch).
     """
 
-    n_samples: int = 64
-    granularity: str = "word"
-    method: str = "lime"
-    perturbation: str = "unicode"
-    scope: str = "query"
-    gamma_length: float = 0.5
-    gamma_similarity: float = 0.5
-    alpha: float = 1.0
-    fit_intercept: bool = True
-    reference: str = "answer"
-    max_new_tokens: int = 32
-    template: str = "auto"
-    seed: int = 0
-    batch_size: int = 8
+    n_samples: int = setting(
+        64,
+        Setting(
+            "N — random masks (Shapley: permutations)",
+            "random masks (Lime) or permutations (Shapley); the paper finds accuracy stable from about 60–80",
+            low=1,
+            high=4096,
+            step=8,
+            unit="masks",
+            flag="--sma-samples",
+        ),
+    )
+    granularity: str = setting(
+        "word",
+        Setting(
+            "Units",
+            "the attribution units — token: the model's own tokens; word: whitespace-separated (the paper); "
+            "sentence: for long inputs",
+            choices=GRANULARITIES,
+            flag="--sma-granularity",
+        ),
+    )
+    method: str = setting(
+        "lime",
+        Setting(
+            "Attribution method (captum)",
+            "the captum method: lime + ridge (the paper), shapley sampling or feature ablation",
+            choices=METHODS,
+            flag="--sma-method",
+        ),
+    )
+    perturbation: str = setting(
+        "unicode",
+        Setting(
+            "A masked unit is",
+            "unicode: letters replaced by look-alikes (the paper); remove: the unit is deleted",
+            choices=PERTURBATIONS,
+        ),
+    )
+    scope: str = setting(
+        "query",
+        Setting(
+            "Perturb",
+            "perturb the query only (the paper) or the context too",
+            choices=SCOPES,
+            flag="--sma-scope",
+        ),
+    )
+    gamma_length: float = setting(
+        0.5, Setting("γ₁ (length ratio)", "γ₁ of eq. 14 (the paper gives no value)", low=0.0, high=10.0, step=0.1)
+    )
+    gamma_similarity: float = setting(
+        0.5,
+        Setting("γ₂ (semantic similarity)", "γ₂ of eq. 14 (the paper gives no value)", low=0.0, high=10.0, step=0.1),
+    )
+    alpha: float = setting(
+        1.0, Setting("Ridge α", "the ridge coefficient α of eq. 16", low=0.001, high=1000.0, step=0.5)
+    )
+    fit_intercept: bool = setting(
+        True,
+        Setting(
+            "Fit an intercept",
+            "eq. 16 as printed has none; without one every β also carries a share of the mean response",
+        ),
+    )
+    reference: str = setting(
+        "answer",
+        Setting(
+            "Response score compares the new answer with",
+            "answer: the unperturbed answer ŷ (§IV-E); input: the perturbed input x̃ (eq. 14 as printed)",
+            choices=REFERENCES,
+        ),
+    )
+    max_new_tokens: int = setting(
+        32,
+        Setting(
+            "Max new tokens per answer",
+            "tokens per perturbed answer: every perturbed input is answered again, so keep this short",
+            low=1,
+            high=1024,
+            step=4,
+            unit="tokens",
+            flag="--sma-max-new-tokens",
+        ),
+    )
+    template: str = setting(
+        "auto", Setting("Template", "the prompt template (the sidebar's)", choices=tuple(TEMPLATE_CHOICES))
+    )
+    seed: int = setting(0, Setting("Seed", "the seed of the masks and permutations", low=0, high=2**31 - 1))
+    batch_size: int = setting(
+        8, Setting("Batch size", "perturbed prompts generated together", low=1, high=256, widget=None)
+    )
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first setting out of range."""
-        if not 1 <= self.n_samples <= 4096:
-            raise ValueError(f"n_samples must be between 1 and 4096, got {self.n_samples}")
-        for name, value, allowed in (
-            ("granularity", self.granularity, GRANULARITIES),
-            ("method", self.method, METHODS),
-            ("perturbation", self.perturbation, PERTURBATIONS),
-            ("scope", self.scope, SCOPES),
-            ("reference", self.reference, REFERENCES),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-        if self.template not in TEMPLATE_CHOICES:
-            raise ValueError(f"Unknown template {self.template!r}; choose one of {', '.join(TEMPLATE_CHOICES)}")
-        if self.alpha <= 0:
-            raise ValueError(f"the ridge coefficient alpha must be > 0 (eq. 16), got {self.alpha}")
-        if not 1 <= self.max_new_tokens <= 1024:
-            raise ValueError(f"max_new_tokens must be between 1 and 1024, got {self.max_new_tokens}")
-        if not 1 <= self.batch_size <= 256:
-            raise ValueError(f"batch_size must be between 1 and 256, got {self.batch_size}")
-        if not (np.isfinite(self.gamma_length) and np.isfinite(self.gamma_similarity)):
-            raise ValueError("gamma_length and gamma_similarity must be finite numbers")
+        """Raise ``ValueError`` naming the first setting out of its bounds or choices (:func:`sma_setting_specs`)."""
+        for name in ("gamma_length", "gamma_similarity", "alpha"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+        for name, spec in sma_setting_specs().items():
+            spec.check(name, getattr(self, name))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,3 +157,9 @@ class SMASettings:
         if self.method == "shapley":
             return 1 + self.n_samples * n_units
         return 1 + n_units
+
+
+def sma_setting_specs() -> dict[str, Setting]:
+    """``{field name: its Setting}`` of :class:`SMASettings`, in field order: the one definition of every SMA
+    setting's default, bounds, words and flag."""
+    return {f.name: f.metadata["setting"] for f in fields(SMASettings) if "setting" in f.metadata}
