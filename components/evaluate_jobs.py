@@ -9,6 +9,9 @@ Streamlit call) never loses a scored row.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,10 +21,19 @@ from components import keys
 from components.progress import GENERATION_SHARE, StepTicker
 from components.text import escape_markdown
 from components.threshold_state import active_threshold
+from core.engine.estimate import observe_run
 from core.evaluation import EvaluationJob, JobSpec, JobStatus, Row, any_busy
 from core.model.handle import ModelHandle
 
 JOB_KEYS = (keys.EVAL_JOB_MAIN, keys.EVAL_JOB_CONFLICT)
+
+
+def estimate_kind(spec: JobSpec) -> str:
+    """The estimate's kind of a scoring job (work: rows): jobs with the same detectors, σ values, batch size, token
+    budget, window and job kind score rows at one pace, whatever the data set."""
+    s = spec.settings
+    plan = [spec.kind, sorted(spec.detectors), list(spec.sigmas), spec.batch_size, s.max_new_tokens, s.score_window]
+    return "evaluate:" + hashlib.sha1(json.dumps(plan).encode("utf-8")).hexdigest()[:12]
 
 
 def job(key: str) -> EvaluationJob | None:
@@ -184,8 +196,11 @@ def run_job(handle: ModelHandle, key: str) -> None:
         return
     threshold, source = active_threshold(handle.info.name)
     tracker = TokenProgress(bar, j)
+    before, started = j.n_done, time.monotonic()
     with tracker.listening():
         j.run(handle, threshold=threshold, threshold_source=source, on_batch=tracker.batch_done)
     _wait_in_flight(j)
+    if j.n_done > before:  # the rows scored in this script run measure the next estimate of a job like it
+        observe_run(handle, estimate_kind(j.spec), time.monotonic() - started, j.n_done - before)
     j.complete()
     st.rerun()  # redraw the controls (Stop → Run) and the results from the stored rows

@@ -24,7 +24,7 @@ from components.threshold_state import (
     active_threshold,
 )
 from core.detectors import available
-from core.engine.estimate import describe_estimate, estimate_seconds, format_seconds
+from core.engine.estimate import Estimate, describe_estimate, estimate, estimate_run, format_seconds
 from core.evaluation import (
     CONFLICT,
     ConflictRow,
@@ -56,12 +56,21 @@ def file_digest(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()[:16]
 
 
-def run_estimate(handle: ModelHandle, n_rows: int, batch_size: int, max_new_tokens: int, names: Any) -> str:
+def run_estimate(
+    handle: ModelHandle,
+    n_rows: int,
+    batch_size: int,
+    max_new_tokens: int,
+    names: Any,
+    kind: str | None = None,
+) -> str:
     """Before a run: how long it will take on this machine and when the progress bar first moves.
 
-    Each batch decodes up to ``max_new_tokens`` steps for ``batch_size`` rows at once (a wider batch costs more
-    per step: × (1 + batch/8), a rough allowance), then one teacher-forced pass, plus one forward per row for
-    each detector that needs one; generation-based detectors add a generation per row.
+    After a run of the same ``kind`` (:func:`components.evaluate_jobs.estimate_kind`: the same detectors, σ values,
+    batch size and token budget), the last runs' seconds per row × the rows. Before: each batch decodes up to
+    ``max_new_tokens`` steps for ``batch_size`` rows at once (a wider batch costs more per step: × (1 + batch/8), a
+    rough allowance), then one teacher-forced pass, plus one forward per row for each detector that needs one;
+    generation-based detectors add a generation per row.
     """
     registry = available()
     forward = sum(registry[n].cost == "forward" for n in names if n in registry)
@@ -69,20 +78,21 @@ def run_estimate(handle: ModelHandle, n_rows: int, batch_size: int, max_new_toke
     batches = -(-n_rows // max(1, batch_size))
     factor = 1.0 + min(batch_size, n_rows) / 8
 
-    def seconds(n_batches: int, rows: int) -> float | None:
-        return estimate_seconds(
+    def seconds(n_batches: int, rows: int) -> Estimate | None:
+        units = estimate(
             handle,
             generated_tokens=n_batches * max_new_tokens + rows * generate * max_new_tokens / factor,
             forwards=n_batches + rows * forward,
             batch_factor=factor,
         )
+        return units if kind is None or rows < 1 else estimate_run(handle, kind, rows, units)
 
     total, first = seconds(batches, n_rows), seconds(1, min(batch_size, n_rows))
     return (
         f"{count(n_rows, 'row')} in {count(batches, 'batch')} of up to {batch_size}: {describe_estimate(total)}. "
         "The bar moves "
         "at every generated token; the first batch's rows are stored after "
-        f"{format_seconds(first) if first is not None else 'a while'}."
+        f"{format_seconds(first.seconds) if first is not None else 'a while'}."
     )
 
 

@@ -1,10 +1,15 @@
-"""A progress bar that moves between a long run's own reports: at every generated token.
+"""The wait of a long run: the estimate before it, and a progress bar that moves at every generated token.
 
 Long runs report whole units — a scoring run of a noise sweep, a batch of SMA generations — and one unit can
 take many seconds on a CPU. :class:`StepTicker` also listens to every generation step
 (:func:`core.model.handle.on_each_step`), so inside a unit the bar advances with the tokens and its text
 counts them. (The Evaluate page's bar, whose unit is a batch of rows, is
 :class:`components.evaluate_jobs.TokenProgress`.)
+
+Before a run, :func:`estimate_text` says how long it will take: from the last runs of the same kind
+(:func:`core.engine.estimate.estimate_run`), which each page records when a run ends
+(:func:`core.engine.estimate.measured_run`; a costly detector of the agreement view through
+:func:`judge_measured`), else from the measured cost per token.
 """
 
 from __future__ import annotations
@@ -14,7 +19,32 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from core.detectors.agreement import DetectorVerdict, judge
+from core.detectors.registry import Detector, DetectorInput
+from core.engine.estimate import Estimate, describe_estimate, estimate_run, observe_run
 from core.model.handle import on_each_step
+
+
+def detector_kind(name: str) -> str:
+    """The estimate's kind of a costly detector run from the agreement view (its work: the token budget)."""
+    return f"detector:{name}"
+
+
+def estimate_text(handle: Any, kind: str, work: float, fallback: Estimate | float | None = None) -> str:
+    """The sentence under a run button: from the last runs of ``kind`` scaled to ``work`` (in the kind's own
+    unit), else ``fallback`` (the unit-cost estimate), else "not measured yet"."""
+    return describe_estimate(estimate_run(handle, kind, max(float(work), 1e-9), fallback))
+
+
+def judge_measured(detector: Detector, inp: DetectorInput) -> DetectorVerdict:
+    """:func:`core.detectors.agreement.judge`, timed: a run that scored is recorded as a run of
+    :func:`detector_kind` (work: the token budget), so the next estimate of that detector is measured."""
+    started = time.monotonic()
+    verdict = judge(detector, inp)
+    if verdict.error is None:
+        observe_run(inp.handle, detector_kind(detector.name), time.monotonic() - started, inp.settings.max_new_tokens)
+    return verdict
+
 
 GENERATION_SHARE = 0.9
 """The share of a unit's part of the bar that its generation steps may fill (the rest when the unit ends)."""

@@ -21,6 +21,8 @@ frame.first_paint(
     citation="RePCS (2025) §III, eq. 2 and Algorithm 1; the KL statistics are CRM (2025) level 2.",
 )  # on screen while the imports below run
 
+import time
+
 import streamlit as st
 
 from components import keys, prologue
@@ -34,37 +36,46 @@ from components import agreement, panels, prefetch, state, url_state, widgets
 from components.page import PageContext, open_page
 from components.stored_runs import start_hint
 from core.engine.axes import headline
-from core.engine.estimate import describe_estimate, dual_path_estimate
+from core.engine.estimate import DUAL_PATH, describe_estimate, dual_path_estimate, estimate_run, observe_run
 from core.engine.result import DualPathResult, result_digest
 
 
-def draw_answers(page: PageContext, query: str, context: str, run: bool) -> DualPathResult | None:
-    """Stream a new run when asked (or reuse the stored one); otherwise show the latest stored answers."""
+def run_estimate(page: PageContext) -> str:
+    """The line under the button: the last Dual Path runs' whole wait (answers, scoring, the agreement view),
+    scaled to the token budget; before the first, the measured cost per token."""
+    budget = page.config.settings.max_new_tokens
+    return describe_estimate(estimate_run(page.handle, DUAL_PATH, budget, dual_path_estimate(page.handle, budget)))
+
+
+def draw_answers(page: PageContext, query: str, context: str, run: bool) -> tuple[DualPathResult | None, bool]:
+    """Stream a new run when asked (or reuse the stored one); otherwise show the latest stored answers. Returns
+    the result and whether the model ran in this script run."""
     if run:
         result, ran = widgets.run_or_reuse(page.config, page.handle, query, context)
         if result is not None and not ran:
             st.toast("Same inputs and settings as an earlier run: showing its stored result.")
             panels.draw_answers(result)
         if result is not None:
-            return result
+            return result, ran
     result = state.select_result(page.config, query, context)
     if result is None:
-        return None
+        return None, False
     if not state.is_current(page.config, query, context):
         st.info(
             "Showing the previous run: the inputs or settings have changed since. "
             "Press **Run both paths** to analyze them."
         )
     panels.draw_answers(result)
-    return result
+    return result, False
 
 
 def main() -> None:
     page = open_page("Dual Path", early=early)
     query, context, run = early.query, early.context, clicked or state.pop_run_request()
-    estimate_line.caption(describe_estimate(dual_path_estimate(page.handle, page.config.settings.max_new_tokens)))
+    estimate_line.caption(run_estimate(page))
     st.divider()
-    result = draw_answers(page, query, context, run)
+    started = time.monotonic()
+    result, ran = draw_answers(page, query, context, run)
     url_state.sync()  # the run just made goes into the page's link (a reload restores it)
     if result is None:
         st.info(start_hint("Run both paths", query, context, needs_context=True))
@@ -79,6 +90,9 @@ def main() -> None:
     panels.draw_crm_statistics(result)
     st.divider()
     panels.draw_export(result)
+    if ran:  # the whole wait of this run measures the next estimate, shown under the button at once
+        observe_run(page.handle, DUAL_PATH, time.monotonic() - started, page.config.settings.max_new_tokens)
+        estimate_line.caption(run_estimate(page))
     prefetch.after_run(page.handle, result)  # the views' passes, in the background once the result is drawn
 
 

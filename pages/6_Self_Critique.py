@@ -27,6 +27,7 @@ from components import prologue
 early = prologue.begin(with_inputs=True)  # the example picker, the query and the context: light modules only
 
 import json
+import time
 from typing import Any
 
 import streamlit as st
@@ -35,12 +36,13 @@ from components import controls, keys, state, widgets
 from components import detector_figures as figs
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
+from components.progress import estimate_text
 from components.run import run_guarded
 from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown, plain_message
 from core.engine import StreamEvent
-from core.engine.estimate import describe_estimate, estimate
+from core.engine.estimate import estimate, observe_run
 from core.methods.selfcritique import (
     CRITIQUE,
     DEFAULT_INSTRUCTION,
@@ -75,8 +77,24 @@ def reset_instruction() -> None:
     state.set_stored(keys.SC_INSTRUCTION, DEFAULT_INSTRUCTION)
 
 
-def draw_controls(config: AppConfig, handle: ModelHandle) -> tuple[SelfCritiqueSettings, bool]:
-    """Path, K, instruction and the Run button with its time estimate; returns (settings, run clicked)."""
+RUN_KIND = "page:selfcritique"
+"""The estimate's kind of this page's run (work: r₁'s and r₂'s token budgets together)."""
+
+
+def budget_of(settings: SelfCritiqueSettings) -> int:
+    """The tokens a run may generate: r₁ then r₂, one after the other."""
+    return settings.max_new_tokens + settings.critique_tokens
+
+
+def run_estimate(handle: ModelHandle, settings: SelfCritiqueSettings) -> str:
+    """The line under the button: from this page's last runs, scaled to the budget; else the cost per token."""
+    budget = budget_of(settings)
+    return estimate_text(handle, RUN_KIND, budget, estimate(handle, generated_tokens=budget, forwards=2))
+
+
+def draw_controls(config: AppConfig, handle: ModelHandle) -> tuple[SelfCritiqueSettings, bool, Any]:
+    """Path, K, instruction and the Run button with its time estimate; returns (settings, run clicked, the
+    estimate's line, redrawn after a run)."""
     left, right = st.columns([1, 1], gap="medium")
     with left:
         path = controls.choice(st.radio, "Answer", keys.SC_PATH, PATH_LABELS)
@@ -113,9 +131,9 @@ def draw_controls(config: AppConfig, handle: ModelHandle) -> tuple[SelfCritiqueS
         "(twice as many, as in the authors' code); both are greedy."
     )
     clicked = st.button("Run Self-Critique", type="primary", key=keys.SC_RUN, icon=":material/play_arrow:")
-    budget = settings.max_new_tokens + settings.critique_tokens  # r₁ then r₂, one after the other
-    st.caption(describe_estimate(estimate(handle, generated_tokens=budget, forwards=2)))
-    return settings, clicked
+    line = st.empty()
+    line.caption(run_estimate(handle, settings))
+    return settings, clicked, line
 
 
 def result_key(config: AppConfig, query: str, context: str, settings: SelfCritiqueSettings) -> str:
@@ -262,7 +280,11 @@ def draw_run(
         except ValueError as exc:
             st.error(plain_message(str(exc)))
             return None
-        return run_live(page.handle, query, context, settings)
+        started = time.monotonic()
+        result = run_live(page.handle, query, context, settings)
+        if result is not None:  # the next estimate of this page's run is this run's time
+            observe_run(page.handle, RUN_KIND, time.monotonic() - started, budget_of(settings))
+        return result
 
     return run_or_show(
         stored_runs(),
@@ -278,12 +300,14 @@ def draw_run(
 def main() -> None:
     page = open_page("Self-Critique", early=early)
     query, context = early.query, early.context
-    settings, run = draw_controls(page.config, page.handle)
+    settings, run, estimate_line = draw_controls(page.config, page.handle)
     st.divider()
     found = draw_run(page, query, context, settings, run)
     if found is None:
         return
     shown, result, streamed = found
+    if streamed:
+        estimate_line.caption(run_estimate(page.handle, settings))
     if not streamed:
         draw_answers(result)
     tag = keys.tag(shown)

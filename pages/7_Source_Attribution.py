@@ -30,6 +30,7 @@ from components import prologue
 early = prologue.begin(with_inputs=True)  # the example picker, the query and the context: light modules only
 
 import json
+import time
 from typing import Any
 
 import streamlit as st
@@ -38,13 +39,13 @@ from components import detector_figures as figs
 from components import keys, sma_controls, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
-from components.progress import StepTicker
+from components.progress import StepTicker, estimate_text
 from components.run import run_guarded
 from components.sma_controls import LabelThresholds
 from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown
-from core.engine.estimate import describe_estimate, estimate, estimate_seconds
+from core.engine.estimate import estimate, observe_run
 from core.methods.sma import (
     LABELS,
     ContextAblation,
@@ -73,30 +74,58 @@ def _count_units(page: PageContext, text: str, settings: SMASettings) -> int:
     return len(split_units(text.strip(), settings.granularity, page.handle.tokenizer)) if text.strip() else 0
 
 
-def draw_controls(page: PageContext, query: str, context: str) -> tuple[SMASettings, bool]:
-    """The SMA settings, the planned cost and the Run button."""
-    settings = sma_controls.draw_settings(page.config.settings.template)
+RUN_KIND = "page:sma"
+"""The estimate's kind of an SMA run (work: its decoding steps, each batch's weighted by its width)."""
+ABLATION_KIND = "page:sma_context_ablation"
+"""The estimate's kind of a context ablation (work: its generations' token budgets)."""
+
+
+def planned_generations(page: PageContext, query: str, context: str, settings: SMASettings) -> tuple[int, int, int]:
+    """``(query units, context units, answers generated)`` of an SMA run on these inputs (0 answers without a
+    query)."""
     nq = _count_units(page, query, settings)
     nc = _count_units(page, context, settings) if settings.scope != "query" else 0
-    if nq:
-        on, off = 1 + settings.generations(nq + nc), 1 + settings.generations(nq)
-        st.caption(
-            f"{nq} query units" + (f" + {nc} context units" if nc else "") + f" · this run generates {on + off:,} "
-            f"answers of up to {settings.max_new_tokens} tokens ({on:,} with the context, {off:,} without): "
-            + describe_estimate(
-                estimate_seconds(
-                    page.handle,
-                    generated_tokens=-(-(on + off) // settings.batch_size) * settings.max_new_tokens,
-                    forwards=2,
-                    batch_factor=1.0 + settings.batch_size / 8,
-                )
-            )
-            + "."
-        )
-        if on + off > 2000:
+    return nq, nc, (2 + settings.generations(nq + nc) + settings.generations(nq)) if nq else 0
+
+
+def planned_work(settings: SMASettings, answers: int) -> float:
+    """An SMA run's work: the decoding steps of its batches, × (1 + batch / 8) for the wider batch (the unit
+    model's allowance)."""
+    return -(-answers // settings.batch_size) * settings.max_new_tokens * (1.0 + settings.batch_size / 8)
+
+
+def run_estimate(page: PageContext, settings: SMASettings, answers: int) -> str:
+    """The planned run's wait: from the last SMA runs, scaled to its work; else from the cost per token."""
+    steps = -(-answers // settings.batch_size) * settings.max_new_tokens
+    fallback = estimate(page.handle, generated_tokens=steps, forwards=2, batch_factor=1.0 + settings.batch_size / 8)
+    return estimate_text(page.handle, RUN_KIND, planned_work(settings, answers), fallback)
+
+
+def plan_line(page: PageContext, query: str, context: str, settings: SMASettings) -> str:
+    """What the planned run generates and how long it will take (``""`` without a query)."""
+    nq, nc, answers = planned_generations(page, query, context, settings)
+    if not nq:
+        return ""
+    on, off = 1 + settings.generations(nq + nc), 1 + settings.generations(nq)
+    return (
+        f"{nq} query units" + (f" + {nc} context units" if nc else "") + f" · this run generates {on + off:,} "
+        f"answers of up to {settings.max_new_tokens} tokens ({on:,} with the context, {off:,} without): "
+        f"{run_estimate(page, settings, answers)}."
+    )
+
+
+def draw_controls(page: PageContext, query: str, context: str) -> tuple[SMASettings, bool, Any]:
+    """The SMA settings, the planned cost and the Run button; returns (settings, run clicked, the estimate's line,
+    redrawn after a run)."""
+    settings = sma_controls.draw_settings(page.config.settings.template)
+    line = st.empty()
+    plan = plan_line(page, query, context, settings)
+    if plan:
+        line.caption(plan)
+        if planned_generations(page, query, context, settings)[2] > 2000:
             st.warning("That is a very long run on this machine; lower N, use coarser units, or choose Lime.")
     clicked = st.button("Run SMA", type="primary", key=keys.SMA_RUN, icon=":material/play_arrow:")
-    return settings, clicked
+    return settings, clicked, line
 
 
 def result_key(config: AppConfig, query: str, context: str, settings: SMASettings) -> str:
@@ -130,10 +159,12 @@ def run_with_progress(handle: ModelHandle, query: str, context: str, settings: S
         with ticker.listening():
             return run_sma(handle, query, context, settings, on_progress=on_progress)
 
+    started = time.monotonic()
     result = run_guarded(run, log="SMA run failed", on_failure=lambda _: bar.empty())
     if result is None:
         return None
     generations = result.on.generations + result.off.generations + 2
+    observe_run(handle, RUN_KIND, time.monotonic() - started, planned_work(settings, generations))
     bar.progress(1.0, text=f"Done: {generations:,} generations in {result.timings['total_s']:.1f} s")
     return result
 
@@ -224,7 +255,8 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     clicked = st.button("Run the context ablation", key=keys.SMA_ABLATE)
     n_sentences = len(split_units(context.strip(), "sentence")) if context.strip() else 0
     budget = (n_sentences + 2) * settings.max_new_tokens  # S + 2 generations
-    st.caption(f"{n_sentences + 2} generations: {describe_estimate(estimate(page.handle, generated_tokens=budget))}.")
+    wait = estimate_text(page.handle, ABLATION_KIND, budget, estimate(page.handle, generated_tokens=budget))
+    st.caption(f"{n_sentences + 2} generations: {wait}.")
     if clicked:
         ticker = StepTicker(st.progress(0.0, text="Starting…"), steps_per_unit=settings.max_new_tokens)
 
@@ -238,8 +270,10 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
                     on_progress=lambda d, t, s="": ticker.report(d, t, f"{d} / {t} generations"),
                 )
 
+        started = time.monotonic()
         ablation = run_guarded(run, log="context ablation failed")
         if ablation is not None:
+            observe_run(page.handle, ABLATION_KIND, time.monotonic() - started, budget)
             stored_ablations().put(key, ablation.to_dict())
         ticker.bar.empty()
     data = stored_ablations().get(key)
@@ -305,11 +339,13 @@ def draw_run(
 def main() -> None:
     page = open_page("Source Attribution", early=early)
     query, context = early.query, early.context
-    settings, run = draw_controls(page, query, context)
+    settings, run, estimate_line = draw_controls(page, query, context)
     st.divider()
     found = draw_run(page, query, context, settings, run)
     if found is not None:
-        shown, result, _ = found
+        shown, result, fresh = found
+        if fresh:  # the next run's estimate, from the run just made
+            estimate_line.caption(plan_line(page, query, context, settings))
         tag = keys.tag(shown)
         draw_reference_answers(result)
         thresholds = draw_thresholds()

@@ -41,6 +41,10 @@ from core.public import current_policy, evaluate_run_tokens
 
 MAX_UPLOAD_MB = 5
 UPLOAD = "Upload a CSV"
+FIRST_SAMPLE = 10
+"""Rows a first run of a bundled set scores by default (a stratified sample, seed 42): about a minute with the default
+detectors on a 2-core CPU (docs/performance.md#the-evaluate-pages-first-run), where every row of the bundled probe
+set takes about 40 min. "Score all rows" or the number box runs more; an uploaded file starts at all its rows."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ data_choice = draw_data_choice()
 from components import evaluate_calibration as ec
 from components import evaluate_tabs as et
 from components import state
-from components.evaluate_jobs import draw_run_controls, job, run_job
+from components.evaluate_jobs import draw_run_controls, estimate_kind, job, run_job
 from components.evaluate_tabs import detector_label, file_digest
 from components.page import open_page
 from components.ray_panel import draw_ray_panel
@@ -190,8 +194,10 @@ def load_data(choice: DataChoice) -> tuple[str, list[LabeledRow], str] | None:
     return path.name, rows, file_digest(path.read_bytes())
 
 
-def draw_data_summary(name: str, rows: list[LabeledRow]) -> list[LabeledRow]:
-    """Counts per label, the confirmed-label column if present, and an optional stratified sample."""
+def draw_data_summary(name: str, rows: list[LabeledRow], *, bundled: bool = True) -> list[LabeledRow]:
+    """Counts per label, the confirmed-label column if present, and the rows to score: a bundled set starts at a
+    stratified sample of :data:`FIRST_SAMPLE` rows (a first click ends in about a minute), an uploaded file at all
+    its rows; "Score all" or the number box changes it."""
     n_mem = sum(r.label == "memorized" for r in rows)
     confirmed = [label_confirmed(r.label, r.extra) for r in rows]
     line = f"{escape_markdown(name)}: {len(rows)} rows · {n_mem} memorized · {len(rows) - n_mem} grounded"
@@ -212,13 +218,23 @@ def draw_data_summary(name: str, rows: list[LabeledRow]) -> list[LabeledRow]:
     most = current_policy().limit("evaluate_rows", len(rows))  # lower in public mode
     if most < len(rows):
         st.caption(f"This public app scores at most {most} rows per run: a stratified sample of the file.")
-    column, _ = st.columns([1, 2])
+    first = min(FIRST_SAMPLE, most) if bundled else most
+    column, button = st.columns([1, 2], vertical_alignment="bottom")
     with column:
         n = int(
             controls.number(
-                "Rows to score (a stratified sample when fewer than all; seed 42)", store, most, (1, most, 10)
+                "Rows to score (a stratified sample when fewer than all; seed 42)", store, first, (1, most, 10)
             )
-            or most
+            or first
+        )
+    if n < most:
+        button.button(
+            f"Score all {most} rows",
+            key=keys.scoped(keys.EVAL_SAMPLE_ALL, store),
+            on_click=state.set_stored,
+            args=(store, most),
+            help="A first run scores a small stratified sample, so it ends in about a minute; this scores every row "
+            "(the estimate under Run says how long).",
         )
     return stratified_sample(rows, min(n, most))
 
@@ -335,7 +351,7 @@ def main() -> None:
     name, digest = "", ""
     if data is not None:
         name, all_rows, digest = data
-        rows = draw_data_summary(name, all_rows)
+        rows = draw_data_summary(name, all_rows, bundled=data_choice.source != UPLOAD)
     options = draw_options()
     handle, config = page.handle, page.config
     with tau_line:
@@ -365,7 +381,8 @@ def main() -> None:
     if not options.detectors:
         st.info("Choose at least one detector.")
     elif rows:
-        st.caption(et.run_estimate(handle, len(rows), options.batch_size, s.max_new_tokens, options.detectors))
+        kind = estimate_kind(spec)  # the last runs like this one (same detectors and settings), when there are some
+        st.caption(et.run_estimate(handle, len(rows), options.batch_size, s.max_new_tokens, options.detectors, kind))
         costs = [available()[n].cost for n in options.detectors if n in available()]
         budget = current_policy().run_budget(evaluate_run_tokens(len(rows), s.max_new_tokens, costs))
         (st.caption if budget.ok else st.error)(budget.message)  # the public per-run token budget (issue 25)

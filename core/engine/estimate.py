@@ -15,10 +15,21 @@ by the median share of the last runs (the whole budget until one is measured). W
 of 3 × 64 budgeted tokens was estimated at ≈ 6 min and took 24 s.
 
 How sure: the meter also keeps the last :data:`WINDOW` measurements of each unit (with the time they were
-taken, from an injectable clock), and :func:`estimate` returns an :class:`Estimate` with a likely range — the
-fastest recent cost with the smallest recent share, to the slowest recent cost with the largest share — and the
-number of runs behind it; :meth:`Estimate.describe` says "≈ 25 s on this machine (likely 15–40 s, from 4
-runs)", or "rough: one run measured".
+taken, from an injectable clock), and :func:`estimate` returns an :class:`Estimate` with a likely range: the median
+cost per unit times the smallest and the largest share of the budget recent answers used — the answer's length is
+what a run's time mostly depends on. (The fastest and slowest costs are not used: the slowest is the first,
+warming-up run, and multiplying both spreads gave ranges such as "1 s – 2 min" that said nothing.)
+
+Runs of a kind: the unit costs miss what a run does besides decoding — the agreement view after a Dual Path run,
+SMA's perturbations and batches, Self-Critique's two generations of different lengths, page drawing — so a
+2-unit model was off by 2–6× on some kinds (SMA estimated at 20 s took 45 s; Self-Critique 40 s took 15 s). Each
+kind of run a page offers (``"dual_path"``, ``"detector:sma"``, …) therefore records its own wall time and the
+size of its work in the kind's own unit (its token budget, its rows) when it ends (:func:`observe_run`,
+:func:`measured_run`); :func:`estimate_run` then scales the last :data:`WINDOW` runs of that kind to the work
+asked for (their median seconds per unit of work), with their fastest and slowest as the likely range, and falls
+back to the unit model only before the first run of the kind. After one run, the next estimate of that kind is
+that run's time, scaled: within 2× of the actual on the bundled examples (``bench/estimates_page.py``;
+docs/performance.md#estimates).
 
 What an estimate can and cannot say: it extrapolates from the runs this process has seen on this handle; a
 batch generates several sequences per step (``batch_factor`` is a rough allowance for that), and a busy CPU
@@ -50,6 +61,12 @@ WINDOW = 8
 """How many recent measurements per unit (and recent budget shares) the likely range is taken from."""
 FILL = "fill"
 """The meter's record of the share of a token budget that runs used (not a unit of work)."""
+UNIT_BASIS = "units"
+"""An :class:`Estimate` from the measured cost per generated token and per forward pass."""
+RUN_BASIS = "runs"
+"""An :class:`Estimate` from the measured wall time of earlier runs of the same kind."""
+DUAL_PATH = "dual_path"
+"""The kind of a Dual Path page run (both answers, scoring, the agreement view); work: its token budget."""
 
 
 def _key(handle: Any) -> str:
@@ -74,6 +91,7 @@ class CostMeter:
     window: int = WINDOW
     _counts: dict[tuple[str, str], int] = field(default_factory=dict)
     _recent: dict[tuple[str, str], deque[tuple[float, float]]] = field(default_factory=dict)
+    _runs: dict[tuple[str, str], deque[tuple[float, float, float]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _remember(self, key: tuple[str, str], value: float) -> None:
@@ -103,6 +121,26 @@ class CostMeter:
             return
         with self._lock:
             self._remember((_key(handle), FILL), min(1.0, float(used) / float(budget)))
+
+    def observe_run(self, handle: Any, kind: str, seconds: float, work: float) -> None:
+        """Record that a whole run of ``kind`` did ``work`` (in the kind's own unit: a token budget, rows) in
+        ``seconds`` of wall time (ignored unless both are positive and finite).
+
+        Raises:
+            ValueError: for an empty kind.
+        """
+        if not kind:
+            raise ValueError("a run needs a kind (e.g. 'dual_path', 'detector:sma')")
+        if not (math.isfinite(seconds) and math.isfinite(work)) or seconds <= 0 or work <= 0:
+            return
+        with self._lock:
+            runs = self._runs.setdefault((_key(handle), kind), deque(maxlen=self.window))
+            runs.append((float(self.clock()), float(seconds), float(work)))
+
+    def runs(self, handle: Any, kind: str) -> list[tuple[float, float, float]]:
+        """The last :attr:`window` runs of ``kind`` as ``(clock time, seconds, work)``, oldest first."""
+        with self._lock:
+            return list(self._runs.get((_key(handle), kind), ()))
 
     def recent(self, handle: Any, unit: str) -> list[tuple[float, float]]:
         """The last :attr:`window` measurements of ``unit`` (or :data:`FILL`) as ``(clock time, value)``,
@@ -138,6 +176,7 @@ class CostMeter:
         with self._lock:
             self._counts.clear()
             self._recent.clear()
+            self._runs.clear()
 
 
 METER = CostMeter()
@@ -171,10 +210,17 @@ class Estimate:
     """How long a run will take, and how sure that is.
 
     Attributes:
-        seconds: the central estimate (median recent cost × the budget's median used share).
-        low, high: the likely range (fastest recent cost × smallest recent share, slowest × largest).
-        runs: the measurements behind it (the fewest among the units the run needs).
-        measured_fill: whether the budget was scaled by a measured share (else the whole budget counts).
+        seconds: the central estimate: for :data:`RUN_BASIS`, the work × the median seconds per unit of work of
+            the last runs of the kind; for :data:`UNIT_BASIS`, median cost per unit × the budget's median used
+            share.
+        low, high: the likely range: the fastest and slowest of those runs, scaled to the work; for
+            :data:`UNIT_BASIS`, the median cost × the smallest and the largest share of the budget recent
+            answers used.
+        runs: the measurements behind it (runs of the kind; else the fewest among the units the run needs).
+        measured_fill: whether the budget was scaled by a measured share (else the whole budget counts; always
+            true for :data:`RUN_BASIS`, whose runs include their answers' lengths).
+        basis: :data:`RUN_BASIS` or :data:`UNIT_BASIS`.
+        last_s: the wall time of the last run of the kind (:data:`RUN_BASIS`), as measured.
     """
 
     seconds: float
@@ -182,6 +228,8 @@ class Estimate:
     high: float
     runs: int
     measured_fill: bool
+    basis: str = UNIT_BASIS
+    last_s: float | None = None
 
     @property
     def confidence(self) -> str:
@@ -192,14 +240,25 @@ class Estimate:
         return "fair" if ratio > 1.5 else "good"
 
     def describe(self) -> str:
-        """``"≈ 25 s on this machine (likely 15–40 s, from 4 runs)"``; ``"(rough: one run measured)"``."""
-        if self.runs < 2:
-            sure = "rough: one run measured"
-        else:
-            sure = f"likely {_range(self.low, self.high)}, from {self.runs} runs"
+        """What the page says under a button, e.g. ``"≈ 25 s on this machine (likely 20–30 s: the last 3 runs like
+        it)"``, ``"≈ 15 s on this machine (the last run like it took 14.6 s)"`` or, before any run of the kind,
+        ``"≈ 8 s on this machine (likely 5–15 s, depending on the answers' length; from the cost per token of
+        4 runs)"``."""
+        head = f"{format_seconds(self.seconds)} on this machine"
+        if self.basis == RUN_BASIS:
+            if self.runs < 2:
+                took = "" if self.last_s is None else f" took {self.last_s:.1f} s"
+                return f"{head} (the last run like it{took})"
+            return f"{head} (likely {_range(self.low, self.high)}: the last {self.runs} runs like it)"
+        if self.runs < 1:
+            return f"{head} (no run like it measured yet: from the cost per token)"
+        source = "one run" if self.runs < 2 else f"{self.runs} runs"
         if not self.measured_fill:
-            sure += "; if every answer uses its whole token budget"
-        return f"{format_seconds(self.seconds)} on this machine ({sure})"
+            return f"{head} (at most: if every answer uses its whole token budget; from the cost per token of {source})"
+        spread = ""
+        if self.high > self.low:
+            spread = f"likely {_range(self.low, self.high)}, depending on the answers' length; "
+        return f"{head} ({spread}from the cost per token of {source})"
 
 
 def _range(low: float, high: float) -> str:
@@ -221,8 +280,9 @@ def estimate(
     batch_factor: float = 1.0,
     meter: CostMeter | None = None,
 ) -> Estimate | None:
-    """How long a run will take, ``generated_tokens × share × s/token × batch_factor + forwards × s/forward``,
-    with its likely range.
+    """How long a run will take from the unit costs, ``generated_tokens × share × s/token × batch_factor + forwards
+    × s/forward`` (medians of the recent measurements), with its likely range: the same with the smallest and the
+    largest recent share (:data:`UNIT_BASIS`; prefer :func:`estimate_run` for a kind of run that records itself).
 
     Args:
         generated_tokens: the most decoding steps the run may make, its token budget (a batch of b sequences ×
@@ -256,9 +316,10 @@ def estimate(
             return None
         share = (meter.fill(handle) or 1.0) if unit == GENERATED_TOKEN else 1.0
         small, large = (min(shares), max(shares)) if unit == GENERATED_TOKEN and shares else (1.0, 1.0)
-        central += amount * share * statistics.median(costs) * factor
-        low += amount * factor * min(costs) * small
-        high += amount * factor * max(costs) * large
+        cost = statistics.median(costs)
+        central += amount * share * cost * factor
+        low += amount * factor * cost * small
+        high += amount * factor * cost * large
         runs.append(len(costs))
     low, high = min(low, central), max(high, central)
     return Estimate(central, low, high, min(runs, default=0), bool(shares) and generated_tokens > 0)
@@ -286,9 +347,9 @@ def format_seconds(seconds: float | None) -> str:
 
 def describe_estimate(seconds: float | Estimate | None) -> str:
     """A sentence for the page: ``"≈ 2 min on this machine"`` (with its likely range for an :class:`Estimate`),
-    or a plain "not measured yet"."""
+    or a plain "not measured yet" (before any run on this handle: the first run measures it)."""
     if seconds is None:
-        return "time not measured yet on this machine (run Dual Path once)"
+        return "time not measured yet on this machine (the first run measures it)"
     if isinstance(seconds, Estimate):
         return seconds.describe()
     return f"{format_seconds(seconds)} on this machine"
@@ -298,3 +359,60 @@ def dual_path_estimate(handle: Any, max_new_tokens: int) -> Estimate | None:
     """A dual-path run: both paths decode in one batch of two (``max_new_tokens`` steps at most), then one
     teacher-forced scoring pass."""
     return estimate(handle, generated_tokens=max_new_tokens, forwards=1)
+
+
+def observe_run(handle: Any, kind: str, seconds: float, work: float) -> None:
+    """Record a whole run of ``kind`` in :data:`METER` (see :meth:`CostMeter.observe_run`)."""
+    METER.observe_run(handle, kind, seconds, work)
+
+
+@contextmanager
+def measured_run(handle: Any, kind: str, work: float, meter: CostMeter | None = None) -> Iterator[None]:
+    """Time the block with the meter's clock and record it as a run of ``kind`` that did ``work`` — only when it
+    ends without an exception (a failed run is not a measurement)."""
+    meter = meter or METER
+    start = meter.clock()
+    yield
+    meter.observe_run(handle, kind, meter.clock() - start, work)
+
+
+def estimate_run(
+    handle: Any,
+    kind: str,
+    work: float,
+    fallback: Estimate | float | None = None,
+    *,
+    meter: CostMeter | None = None,
+) -> Estimate | None:
+    """How long a run of ``kind`` doing ``work`` will take: from the last runs of that kind when there are some,
+    else ``fallback`` (a unit-cost :func:`estimate`, a number of seconds, or ``None``).
+
+    From runs: central = ``work`` × the median seconds per unit of work of the last :data:`WINDOW` runs of the
+    kind; likely range = their fastest and slowest, scaled to ``work`` (:data:`RUN_BASIS`).
+
+    Args:
+        kind: the kind of run, as recorded by :func:`observe_run` / :func:`measured_run`.
+        work: the size of the run in the kind's own unit (the same unit its runs were recorded in), > 0.
+        fallback: what to say before any run of the kind.
+
+    Raises:
+        ValueError: when ``work`` is not positive.
+    """
+    if not work > 0:
+        raise ValueError(f"work must be positive, got {work}")
+    runs = (meter or METER).runs(handle, kind)
+    if not runs:
+        if fallback is None or isinstance(fallback, Estimate):
+            return fallback
+        seconds = float(fallback)
+        return Estimate(seconds, seconds, seconds, 0, False)
+    rates = [seconds / done for _, seconds, done in runs]
+    return Estimate(
+        work * statistics.median(rates),
+        work * min(rates),
+        work * max(rates),
+        len(runs),
+        True,
+        basis=RUN_BASIS,
+        last_s=runs[-1][1],
+    )

@@ -72,3 +72,19 @@ def test_the_detector_search_matches_what_was_typed_not_a_scattered_subsequence(
     assert matches("radar") == ["radar"]
     assert set(matches("crm")) == {n for n in available() if n.startswith("crm")}
     assert "sma" not in matches("self"), "a fuzzy match would list SMA under 'self' (S…M…A)"
+
+
+def test_a_bundled_set_starts_at_a_small_sample_and_one_click_scores_all(tiny_app) -> None:
+    """Issue 38: the default of a bundled set ends in about a minute (all 220 rows took ~41 min)."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    ok(at.run())
+    ok(at.switch_page(PAGE).run())
+    (rows,) = [n for n in at.number_input if n.key and n.key.startswith(keys.widget_key(keys.EVAL_SAMPLE))]
+    assert rows.value == 10 and rows.max == 220, "a stratified sample of 10 of the probe set's 220 rows"
+    assert any(c.value.startswith("10 rows in 2 batches") for c in at.caption), "the estimate is for the sample"
+    every = next(b for b in at.button if b.key.startswith(keys.EVAL_SAMPLE_ALL))
+    assert every.label == "Score all 220 rows"
+    ok(every.click().run())
+    (rows,) = [n for n in at.number_input if n.key and n.key.startswith(keys.widget_key(keys.EVAL_SAMPLE))]
+    assert rows.value == 220 and not any(b.key.startswith(keys.EVAL_SAMPLE_ALL) for b in at.button)
+    assert any(c.value.startswith("220 rows in ") for c in at.caption)

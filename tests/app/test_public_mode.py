@@ -311,6 +311,7 @@ def test_an_evaluate_run_over_the_token_budget_is_refused_before_it_starts(tiny_
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.session_state[keys.store_key(keys.EVAL_DETECTORS)] = ["repcs", "sma"]
     at = ok(at.run().switch_page(EVALUATE).run())
+    ok(next(b for b in at.button if b.key.startswith(keys.EVAL_SAMPLE_ALL)).click().run())  # every capped row
     assert any("over this public app's budget of 50,000" in e.value for e in at.error), [e.value for e in at.error]
     assert at.button(key=keys.scoped(keys.EVAL_JOB_MAIN, "run")).disabled
     at.session_state[keys.store_key(keys.EVAL_DETECTORS)] = ["repcs"]

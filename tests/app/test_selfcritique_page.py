@@ -85,4 +85,11 @@ def test_the_run_button_has_an_estimate_of_both_generations(tiny_app, monkeypatc
     at.number_input(key="ror.w.max_new_tokens").set_value(10).run()
     caption = next(c.value for c in at.caption if "on this machine" in c.value)
     # r₁ (10 tokens) then r₂ (20) at 0.1 s each, plus 2 forwards at the per-token cost: 3.2 s; one run measured
-    assert caption == "≈ 3 s on this machine (rough: one run measured; if every answer uses its whole token budget)"
+    assert caption == (
+        "≈ 3 s on this machine (at most: if every answer uses its whole token budget; from the cost per token of "
+        "one run)"
+    )
+    meter.observe_run(tiny_app, "page:selfcritique", 12.0, 30)  # a run of this page took 12 s for 10 + 20 tokens
+    at.run()
+    caption = next(c.value for c in at.caption if "on this machine" in c.value)
+    assert caption == "≈ 10 s on this machine (the last run like it took 12.0 s)", "12 s × 30 / 30 tokens, shown"

@@ -8,14 +8,19 @@ from types import SimpleNamespace
 import pytest
 
 from core.engine.estimate import (
+    DUAL_PATH,
     FILL,
     FORWARD,
     GENERATED_TOKEN,
+    RUN_BASIS,
+    UNIT_BASIS,
     CostMeter,
     Estimate,
     describe_estimate,
     estimate,
+    estimate_run,
     estimate_seconds,
+    measured_run,
 )
 
 
@@ -55,9 +60,13 @@ def test_the_likely_range_and_how_many_runs_it_rests_on() -> None:
     assert isinstance(est, Estimate) and est.runs == 3 and est.measured_fill
     # the median cost of 0.1, 0.3 and 0.2 s per step: 0.2; the median share: 0.375
     assert est.seconds == pytest.approx(100 * 0.375 * 0.2)
-    assert est.low == pytest.approx(100 * 0.25 * 0.1) and est.high == pytest.approx(100 * 0.5 * 0.3)
-    assert est.confidence == "rough", "a range of ×6 is rough"
-    assert est.describe() == "≈ 8 s on this machine (likely 2–15 s, from 3 runs)"
+    # the range: the median cost × the smallest and the largest share (answers of 16 and 32 of 64 tokens); the
+    # slowest cost (a warming-up first run) no longer multiplies the largest share ("1 s – 2 min")
+    assert est.low == pytest.approx(100 * 0.25 * 0.2) and est.high == pytest.approx(100 * 0.5 * 0.2)
+    assert est.confidence == "fair", "a range of ×2"
+    assert est.describe() == (
+        "≈ 8 s on this machine (likely 5–10 s, depending on the answers' length; from the cost per token of 3 runs)"
+    )
     assert describe_estimate(est) == est.describe()
 
 
@@ -69,9 +78,9 @@ def test_one_run_is_rough_and_unknown_is_said_plainly() -> None:
     meter.observe("h", FORWARD, 1.0, 1)
     one = estimate("h", generated_tokens=64, forwards=1, meter=meter)
     assert one.runs == 1 and one.confidence == "rough" and not one.measured_fill
-    assert (
-        one.describe()
-        == "≈ 35 s on this machine (rough: one run measured; if every answer uses its whole token budget)"
+    assert one.describe() == (
+        "≈ 35 s on this machine (at most: if every answer uses its whole token budget; from the cost per token of "
+        "one run)"
     )
 
 
@@ -134,3 +143,55 @@ def test_a_dual_path_result_reports_its_cost_and_its_share(monkeypatch) -> None:
     assert meter.per_unit("h", GENERATED_TOKEN) == pytest.approx(5.0 / 10)  # 9 steps + the prompt's own pass
     assert meter.fill("h") == pytest.approx(9 / 64) and meter.per_unit("h", FORWARD) == pytest.approx(0.5)
     assert module.dual_path_estimate("h", 64).seconds == pytest.approx(64 * 9 / 64 * 0.5 + 0.5)
+
+
+def test_after_one_run_of_a_kind_its_estimate_is_that_run_scaled_to_the_work() -> None:
+    meter = _meter()
+    meter.observe("h", GENERATED_TOKEN, 2.0, 10)  # 0.2 s per token: the unit model says 64 × 0.2 = 12.8 s
+    units = estimate("h", generated_tokens=64, meter=meter)
+    assert estimate_run("h", "detector:sma", 64, units, meter=meter) is units, "no run of the kind yet"
+    fallback = estimate_run("h", "detector:sma", 64, 20.0, meter=meter)
+    assert fallback.seconds == 20.0 and fallback.runs == 0 and fallback.basis == UNIT_BASIS
+    assert fallback.describe() == "≈ 20 s on this machine (no run like it measured yet: from the cost per token)"
+    meter.observe_run("h", "detector:sma", 45.0, 64)  # the run took 45 s, not the 12.8 s of the unit model
+    one = estimate_run("h", "detector:sma", 64, units, meter=meter)
+    assert one.basis == RUN_BASIS and one.seconds == pytest.approx(45.0) and one.runs == 1 and one.last_s == 45.0
+    assert one.describe() == "≈ 45 s on this machine (the last run like it took 45.0 s)"
+    assert estimate_run("h", "detector:sma", 32, units, meter=meter).seconds == pytest.approx(22.5), "scaled"
+    assert estimate_run("h", "detector:selfcritique", 64, units, meter=meter) is units, "kinds are separate"
+    assert estimate_run("other", "detector:sma", 64, None, meter=meter) is None, "handles are separate"
+
+
+def test_runs_of_a_kind_give_their_median_and_their_spread() -> None:
+    meter = _meter()
+    for seconds in (10.0, 14.0, 12.0):
+        meter.observe_run("h", DUAL_PATH, seconds, 64)
+    est = estimate_run("h", DUAL_PATH, 64, meter=meter)
+    assert (est.seconds, est.low, est.high) == pytest.approx((12.0, 10.0, 14.0)) and est.runs == 3
+    assert est.describe() == "≈ 10 s on this machine (likely 10–15 s: the last 3 runs like it)"
+    meter.observe_run("h", DUAL_PATH, float("nan"), 64)  # not a measurement
+    meter.observe_run("h", DUAL_PATH, 5.0, 0)
+    assert len(meter.runs("h", DUAL_PATH)) == 3
+    with pytest.raises(ValueError, match="work must be positive"):
+        estimate_run("h", DUAL_PATH, 0, meter=meter)
+    with pytest.raises(ValueError, match="needs a kind"):
+        meter.observe_run("h", "", 1.0, 1)
+
+
+def test_measured_run_records_only_a_run_that_ends() -> None:
+    clock = FakeClock()
+    meter = CostMeter(clock=clock)
+    with measured_run("h", "page:sma", 100, meter=meter):
+        clock.now += 30.0
+    assert meter.runs("h", "page:sma") == [(1030.0, 30.0, 100.0)]
+
+    def failing() -> None:
+        with measured_run("h", "page:sma", 100, meter=meter):
+            clock.now += 5.0
+            raise RuntimeError("a failed run is not a measurement")
+
+    with pytest.raises(RuntimeError):
+        failing()
+    assert len(meter.runs("h", "page:sma")) == 1
+    meter.clear()
+    assert meter.runs("h", "page:sma") == []
