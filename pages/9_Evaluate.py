@@ -101,6 +101,7 @@ from components.ray_panel import draw_ray_panel
 from components.text import escape_markdown
 from components.threshold_state import active_threshold, set_active_threshold
 from core.detectors import available, get
+from core.detectors.registry import is_family_member
 from core.engine import DEFAULT_BATCH_SIZE, calibration_mismatch
 from core.engine.threshold import describe_in_force, load_threshold
 from core.evaluation import (
@@ -249,15 +250,11 @@ def draw_options() -> RunOptions:
     ks = controls.several(
         "Min-K% / Min-K%++ k values (% of the lowest-probability context tokens)", keys.EVAL_KS, K_CHOICES, DEFAULT_KS
     )
-    for k in ks:  # family members are registered on first use: register the chosen k before listing
-        get(f"min_k_{int(k)}")
-        get(f"min_kpp_{int(k)}")
+    chosen = [f"{family}_{int(k)}" for k in ks for family in ("min_k", "min_kpp")]
+    for name in chosen:  # family members are registered on first use: register the chosen k before listing
+        get(name)
     registry = available()
-    default = [
-        n
-        for n, d in registry.items()
-        if d.cost in ("free", "forward") and not (n.startswith("min_k") and int(n.rsplit("_", 1)[1]) not in ks)
-    ]
+    default = [n for n, d in registry.items() if d.is_cheap and (n in chosen or not is_family_member(n))]
     names = controls.several(
         "Detectors to compare (each adds a curve)",
         keys.EVAL_DETECTORS,

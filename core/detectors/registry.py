@@ -305,6 +305,11 @@ def register_family(pattern: str, factory: Callable[[re.Match[str]], Detector], 
         get(name)
 
 
+def is_family_member(name: str) -> bool:
+    """Whether ``name`` is a member of a detector family (named by a parameter, e.g. ``min_k_10``)."""
+    return any(pattern.fullmatch(name) for pattern, _, _ in FAMILIES)
+
+
 def _load_catalog() -> None:
     import core.detectors.catalog  # noqa: F401 - importing it registers every family
 
