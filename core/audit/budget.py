@@ -11,10 +11,11 @@ limits"):
   clients, on a machine that slowed down — is stopped at the next forward pass, and nothing is stored (503).
 
 The estimate counts **units**: one forward pass of B rows padded to T tokens is ``B · T · (1 + T / T_attn)``
-units — each token costs its layers' matrix products, plus attention over the T positions before it, which
-dominates beyond :data:`ATTENTION_TOKENS` tokens (eager attention on a CPU; the figure is rough on purpose: the
-deadline, not the estimate, is what guarantees the budget). Seconds per unit come from a probe forward when
-the service starts, then from every forward it runs (an exponential moving average).
+units — each token costs its layers' matrix products (∝ d² for hidden size d), plus attention over the T
+positions before it (∝ T·d), which dominates beyond ``T_attn`` = :data:`ATTENTION_PER_HIDDEN` · d tokens (about
+1,150 for the embedded model's d = 576, as measured with eager attention on a CPU; the figure is rough on
+purpose: the deadline, not the estimate, is what guarantees the budget). Seconds per unit come from a probe
+forward when the service starts, then from every forward it runs (an exponential moving average).
 
 **Sharing the model fairly.** The model's lock is first come, first served (:mod:`core.model.handle`), and an
 audit holds it for one forward pass at a time. A batch's rows are grouped so that each forward is estimated to
@@ -37,7 +38,10 @@ from core.engine.batch import plan_batches
 from core.model.handle import ModelHandle
 
 ATTENTION_TOKENS = 1024.0
-"""The prompt length at which attention costs as much per token as the rest of a forward pass (rough)."""
+"""``T_attn`` before the model is known: the prompt length at which attention costs as much per token as the
+rest of a forward pass."""
+ATTENTION_PER_HIDDEN = 2.0
+"""``T_attn`` per unit of hidden size (:meth:`WorkMeter.probe` sets ``T_attn = 2 · d``; rough)."""
 FAIR_SLICE_S = 0.25
 """Longest a batch's forward pass is planned to hold the model (seconds), so other clients get their turn."""
 PROBE_TOKENS = 64
@@ -48,9 +52,9 @@ MAX_FORWARD_TOKENS = 8192
 """Most padded tokens of one forward pass, however fast the model (bounds the activations' memory)."""
 
 
-def forward_units(rows: int, width: int) -> float:
+def forward_units(rows: int, width: int, attention_tokens: float = ATTENTION_TOKENS) -> float:
     """Units of one forward pass of ``rows`` prompts padded to ``width`` tokens: ``rows·width·(1 + width/T_attn)``."""
-    return float(rows) * float(width) * (1.0 + float(width) / ATTENTION_TOKENS)
+    return float(rows) * float(width) * (1.0 + float(width) / attention_tokens)
 
 
 @dataclass(frozen=True)
@@ -77,17 +81,31 @@ class WorkMeter:
         seconds_per_unit: a starting figure (``None``: :meth:`probe` sets it; until then 1 ms per unit).
         slice_s: the fair slice (:data:`FAIR_SLICE_S`).
         smoothing: weight of a new measurement in the moving average (0 … 1).
+        attention_tokens: ``T_attn`` (:meth:`probe` sets it from the model's hidden size).
     """
 
     def __init__(
-        self, seconds_per_unit: float | None = None, *, slice_s: float = FAIR_SLICE_S, smoothing: float = 0.3
+        self,
+        seconds_per_unit: float | None = None,
+        *,
+        slice_s: float = FAIR_SLICE_S,
+        smoothing: float = 0.3,
+        attention_tokens: float = ATTENTION_TOKENS,
     ) -> None:
-        if slice_s <= 0 or not 0 < smoothing <= 1:
-            raise ValueError(f"need slice_s > 0 and smoothing in (0, 1], got {slice_s}, {smoothing}")
+        if slice_s <= 0 or not 0 < smoothing <= 1 or attention_tokens <= 0:
+            raise ValueError(
+                f"need slice_s > 0, smoothing in (0, 1] and attention_tokens > 0, got {slice_s}, {smoothing}, "
+                f"{attention_tokens}"
+            )
         self.slice_s = float(slice_s)
         self.smoothing = float(smoothing)
+        self.attention_tokens = float(attention_tokens)
         self._rate = float(seconds_per_unit) if seconds_per_unit else 1e-3
         self._lock = threading.Lock()
+
+    def units(self, rows: int, width: int) -> float:
+        """:func:`forward_units` with this meter's ``T_attn``."""
+        return forward_units(rows, width, self.attention_tokens)
 
     @property
     def seconds_per_unit(self) -> float:
@@ -96,23 +114,27 @@ class WorkMeter:
             return self._rate
 
     def probe(self, handle: ModelHandle, tokens: int = PROBE_TOKENS) -> float:
-        """Time one forward pass of ``tokens`` tokens (after a short warm-up) and start from that figure.
+        """Time one forward pass of ``tokens`` tokens (after a short warm-up) and start from that figure; set
+        ``T_attn`` to :data:`ATTENTION_PER_HIDDEN` times the model's hidden size.
 
         Returns:
             The measured seconds per unit.
         """
+        self.attention_tokens = max(ATTENTION_PER_HIDDEN * float(handle.info.hidden_size), 1.0)
         vocab = max(int(handle.info.vocab_size), 2)
         ids = (torch.arange(tokens, dtype=torch.long) % (vocab - 1) + 1)[None, :].to(handle.device)
         handle.forward(input_ids=ids[:, :8], use_cache=False)  # warm-up: first-call allocations
         t0 = time.perf_counter()
         handle.forward(input_ids=ids, use_cache=False)
-        rate = max((time.perf_counter() - t0) / forward_units(1, tokens), 1e-12)
+        rate = max((time.perf_counter() - t0) / self.units(1, tokens), 1e-12)
         with self._lock:
             self._rate = rate
         return rate
 
-    def observe(self, units: float, seconds: float) -> None:
-        """Fold one measured forward pass into the figure (ignored when either number is not positive)."""
+    def observe(self, rows: int, width: int, seconds: float) -> None:
+        """Fold one measured forward pass (``rows`` prompts padded to ``width`` tokens, ``seconds`` holding the
+        model) into the figure; ignored when it is not a positive time."""
+        units = self.units(rows, width)
         if not (units > 0 and seconds > 0 and math.isfinite(seconds)):
             return
         with self._lock:
@@ -125,7 +147,7 @@ class WorkMeter:
     def forward_tokens(self, width: int) -> int:
         """Padded tokens per forward pass for prompts of up to ``width`` tokens: as many as fit one fair slice,
         at least one row (``width``) and at most :data:`MAX_FORWARD_TOKENS`."""
-        per_token = self.seconds_per_unit * (1.0 + width / ATTENTION_TOKENS)
+        per_token = self.seconds_per_unit * (1.0 + width / self.attention_tokens)
         fit = int(self.slice_s / per_token) if per_token > 0 else MAX_FORWARD_TOKENS
         return max(int(width), min(fit, MAX_FORWARD_TOKENS))
 
@@ -149,11 +171,11 @@ class WorkMeter:
         per_forward = self.forward_tokens(max(retrieval))
         units = 0.0
         for chunk in plan_batches(list(retrieval), batch_size, 0, per_forward):
-            units += forward_units(len(chunk), max(retrieval[i] for i in chunk))
-            units += forward_units(len(chunk), max(parametric[i] for i in chunk))
+            units += self.units(len(chunk), max(retrieval[i] for i in chunk))
+            units += self.units(len(chunk), max(parametric[i] for i in chunk))
         if new_tokens:
             for r, p in zip(retrieval, parametric):  # prefill, steps with attention over the prompt, the forced pass
-                units += forward_units(1, r) + forward_units(1, p + new_tokens)
-                units += new_tokens * (DECODE_STEP_UNITS + (r + new_tokens) / ATTENTION_TOKENS)
+                units += self.units(1, r) + self.units(1, p + new_tokens)
+                units += new_tokens * (DECODE_STEP_UNITS + (r + new_tokens) / self.attention_tokens)
         tokens = int(sum(retrieval) + sum(parametric) + 2 * new_tokens * len(retrieval))
         return WorkPlan(tokens, units, self.seconds(units), per_forward)

@@ -47,6 +47,7 @@ from core.methods.crm import PC1, CrmBasis, load_basis
 from core.methods.crm.maths import AUDIT_K, anomaly_score, audit_flags, pc1_directions, project
 from core.model import artifacts
 from core.model.handle import ModelHandle
+from core.model.prompts import has_visible_text
 
 CALIBRATION_VERSION = 1
 DEFAULT_ALPHA = 0.05
@@ -341,8 +342,8 @@ def parse_clean_csv(text: str, *, max_rows: int = MAX_ROWS) -> tuple[list[tuple[
         if None in raw:
             raise DataError(f"Row {number}: more fields than columns in the header (a stray comma or quote?).")
         for column in ("query", "context"):
-            if not (raw.get(column) or "").strip():
-                raise DataError(f"Row {number}, column '{column}': empty.")
+            if not has_visible_text(raw.get(column) or ""):
+                raise DataError(f"Row {number}, column '{column}': empty (zero-width characters alone do not count).")
         if labeled:
             label = (raw.get("label") or "").strip().lower()
             if label not in (MEMORIZED, GROUNDED):

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.audit.budget import MAX_FORWARD_TOKENS, WorkMeter, forward_units
+from core.audit.budget import MAX_FORWARD_TOKENS, WorkMeter
 from core.engine.batch import plan_batches
 from core.engine.prepare import PreparedPrompts
 from core.maths.divergence import entropy, kl_divergence, log_probs
@@ -126,7 +126,7 @@ def _timed_trace(handle: ModelHandle, sequences: list[list[int]], meter: WorkMet
         traced = trace(handle, sequences, logits=1)
         seconds = time.perf_counter() - t0
     if meter is not None:
-        meter.observe(forward_units(len(sequences), max(len(s) for s in sequences)), seconds)
+        meter.observe(len(sequences), max(len(s) for s in sequences), seconds)
     return traced
 
 

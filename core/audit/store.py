@@ -62,6 +62,7 @@ from core.audit.chain import (
 from core.audit.reader import (
     BUSY_TIMEOUT_S,
     DB_ENV,
+    LOCKED,
     MISSING,
     SCHEMA,
     AuditDatabaseError,
@@ -256,15 +257,26 @@ class AuditStore(AuditReader):
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 self._rollback()
-                raise database_error(exc, self.path) from None
+                raise self._fault(exc) from None
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback()
                 if isinstance(exc, sqlite3.Error):
-                    raise database_error(exc, self.path) from None
+                    raise self._fault(exc) from None
                 raise
+
+    def _fault(self, exc: sqlite3.Error) -> AuditDatabaseError:
+        """An SQLite error of a write as :class:`AuditDatabaseError`; after anything but a lock the connection is
+        replaced, so pages it cached from a damaged or altered file are not reused once the file is repaired."""
+        error = database_error(exc, self.path)
+        if error.kind != LOCKED:
+            with suppress(sqlite3.Error):
+                self._conn.close()
+            with suppress(sqlite3.Error):
+                self._conn = self._open()
+        return error
 
     def _rollback(self) -> None:
         with suppress(sqlite3.Error):  # no transaction open (BEGIN failed), or the connection is gone

@@ -33,6 +33,7 @@ from core.engine import DualPathSettings, prepare_prompts
 from core.engine.verdict import GROUNDED, MEMORIZED
 from core.io import MiB, UserFileError, format_size, read_user_file
 from core.model.handle import ModelHandle
+from core.model.prompts import has_visible_text
 
 REQUIRED_COLUMNS = ("query", "context", "label")
 CONFLICT_COLUMNS = ("query", "context", "answer_context", "answer_memory")
@@ -183,8 +184,9 @@ def _values(number: int, raw: dict[str, Any], nonempty: Sequence[str], nul_rows:
         nul_rows.append(number)
         values = {k: v.replace("\0", "") for k, v in values.items()}
     for column in nonempty:
-        if not values[column].strip():
-            raise DataError(f"Row {number}, column '{column}': empty.")
+        if not has_visible_text(values[column]):
+            shown = "empty" if not values[column].strip() else "empty (zero-width characters alone do not count)"
+            raise DataError(f"Row {number}, column '{column}': {shown}.")
     return values
 
 
@@ -323,7 +325,8 @@ def prompt_lengths(handle: ModelHandle, rows: Sequence[Row], settings: DualPathS
         try:
             lengths.append(len(prepare_prompts(handle, r.query, r.context, settings).retrieval.ids))
         except ValueError as exc:
-            raise DataError(f"Row {r.row}, column 'context': {exc}") from exc
+            column = "query" if str(exc).startswith("The query") else "context"  # the message says which text
+            raise DataError(f"Row {r.row}, column '{column}': {exc}") from exc
     return lengths
 
 

@@ -104,3 +104,81 @@ def test_public_mode_hides_the_audit_log_unless_the_operator_opts_in(tmp_path, m
     assert not at.exception, at.exception
     assert any("Hash chain verified: 6 records" in s.value for s in at.success)
     assert any("public" in w.value.lower() for w in at.warning)
+
+
+# -- issue 37 E: damaged and tampered files -----------------------------------------------------------------------
+
+
+def _zero_page(path, name=None):
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    page = (
+        conn.execute("PRAGMA page_count").fetchone()[0]
+        if name is None
+        else conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0]
+    )
+    conn.close()
+    with open(path, "r+b") as fh:
+        fh.seek((page - 1) * size)
+        fh.write(bytes(size))
+
+
+def _sql(path, statement):
+    conn = sqlite3.connect(path)
+    conn.execute(statement)
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.usefixtures("tiny_app")
+@pytest.mark.parametrize("name", ["audits_flag", None], ids=["index-page", "data-page"])
+def test_a_damaged_database_is_named_damaged_never_verified(tmp_path, monkeypatch, name):
+    """A zeroed index page showed "Hash chain verified"; a zeroed data page raised an uncaught exception."""
+    db = tmp_path / "audit.sqlite3"
+    _fill(db, n=40)
+    _zero_page(db, name)
+    monkeypatch.setenv("READ_OR_RECALL_AUDIT_DB", str(db))
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert not at.exception, at.exception
+    assert not at.success and any("DAMAGED" in e.value for e in at.error), [e.value for e in at.error]
+
+
+@pytest.mark.usefixtures("tiny_app")
+@pytest.mark.parametrize(
+    ("statement", "shown"),
+    [
+        ("DROP TABLE calibrations", "BROKEN (deleted)"),
+        ("UPDATE audits SET record = CAST(X'7B22FF223A317D' AS TEXT) WHERE seq = 2", "BROKEN (changed)"),
+        ("UPDATE audits SET anomaly_score = 'high', ts = 'yesterday' WHERE seq = 3", "BROKEN (changed)"),
+    ],
+    ids=["dropped-table", "not-utf8", "text-in-numbers"],
+)
+def test_a_tampered_database_is_shown_broken_without_an_exception(tmp_path, monkeypatch, statement, shown):
+    """``DROP TABLE calibrations`` and bytes that are not UTF-8 raised uncaught exceptions on the page."""
+    db = tmp_path / "audit.sqlite3"
+    _fill(db)
+    _sql(db, statement)
+    monkeypatch.setenv("READ_OR_RECALL_AUDIT_DB", str(db))
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert not at.exception, at.exception
+    assert any(shown in e.value for e in at.error), [e.value for e in at.error]
+    for seq in (2, 3):  # the tampered records themselves can be opened
+        record = next(r for r in AuditStore(db).history(limit=10)[1] if r["seq"] == seq)
+        at.selectbox(key=keys.AUDIT_RECORD).set_value(record["id"]).run()
+        assert not at.exception, at.exception
+
+
+@pytest.mark.usefixtures("tiny_app")
+def test_stored_text_is_shown_as_text_not_markdown(tmp_path, monkeypatch):
+    """Markdown in a tampered calibration id was rendered in the band's caption."""
+    db = tmp_path / "audit.sqlite3"
+    _fill(db)
+    hostile = "**bold** [a link](https://example.com) :red[alarm]"
+    _sql(db, f"UPDATE calibrations SET id = '{hostile}', description = replace(description, 'cal-1', '{hostile}')")
+    _sql(db, f'UPDATE audits SET record = replace(record, \'"id":"cal-1"\', \'"id":"{hostile}"\')')
+    monkeypatch.setenv("READ_OR_RECALL_AUDIT_DB", str(db))
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert not at.exception, at.exception
+    band = [c.value for c in at.caption if c.value.startswith("Grey band")]
+    assert band and hostile not in band[0] and "\\*\\*bold\\*\\*" in band[0] and "\\[a link\\]" in band[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import stat
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -69,3 +71,48 @@ def test_serve_wires_model_calibration_store_and_token(cli_model, tiny_calibrati
 def test_serve_rejects_a_bad_port(cli_model, monkeypatch, port, tmp_path):
     monkeypatch.setenv("READ_OR_RECALL_TOKEN", TOKEN)
     assert main(["serve", "--port", port, "--db", str(tmp_path / "a.sqlite3")]) == 2
+
+
+# -- issue 37 G: the files audit calibrate names ---------------------------------------------------------------
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    import core.cli.common
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model must not load for bad input")
+
+    monkeypatch.setattr(core.cli.common, "load_model", refuse)
+
+
+def test_calibrate_reads_its_csv_safely(tmp_path, no_model, capsys):
+    """``audit calibrate /dev/zero`` read until memory ran out; a named pipe hung it."""
+    from tests.helpers import dev_zero, error_in_time, named_pipe
+
+    zero = dev_zero()
+    box = {}
+    assert error_in_time(lambda: box.update(code=main(["audit", "calibrate", zero]))) is None
+    assert box["code"] == 2 and "is a device, not a regular file" in capsys.readouterr().err
+    fifo = named_pipe(tmp_path, "clean.csv")
+    assert error_in_time(lambda: box.update(code=main(["audit", "calibrate", str(fifo)]))) is None
+    assert box["code"] == 2 and "is a named pipe" in capsys.readouterr().err
+
+
+def test_calibrate_checks_out_before_any_model_work(tmp_path, no_model, capsys):
+    """``--out`` was checked after the model work: a folder failed then with [Errno 21], a FIFO was replaced."""
+    from tests.helpers import named_pipe
+
+    data = _csv(tmp_path / "clean.csv", CLEAN_ROWS)
+    assert main(["audit", "calibrate", str(data), "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    fifo = named_pipe(tmp_path, "calib.npz")
+    assert main(["audit", "calibrate", str(data), "--out", str(fifo)]) == 2
+    assert "is a named pipe" in capsys.readouterr().err
+    assert stat.S_ISFIFO(fifo.stat().st_mode)  # left as it was
+
+
+def test_calibrate_names_the_row_and_column_of_an_invisible_query(tmp_path, no_model, capsys):
+    rows = [*CLEAN_ROWS[:8], ("\u200b\u200b", "Record 9 says nothing.")]
+    assert main(["audit", "calibrate", str(_csv(tmp_path / "clean.csv", rows))]) == 2
+    assert "Row 9, column 'query': empty" in capsys.readouterr().err

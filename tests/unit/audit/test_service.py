@@ -386,3 +386,94 @@ def test_the_swagger_page_is_off_unless_asked(make_client, tiny_handle, tiny_cal
     assert "Never paste the token" in described
     with_docs = TestClient(create_app(tiny_handle, store, tiny_calibration, TOKEN, docs=True))
     assert with_docs.get("/docs").status_code == 200
+
+
+# -- issue 37: budgets, deadlines and shutdown ---------------------------------------------------------------------
+
+
+def _holding_the_model(handle):
+    """Start a thread that holds the model until the returned event is set (another client's long run)."""
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with handle.session():
+            held.set()
+            release.wait(60)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(10)
+    return release
+
+
+def test_a_request_estimated_over_the_time_budget_is_413_before_any_model_work(tiny_handle, tiny_calibration, store):
+    from fastapi.testclient import TestClient
+
+    from core.audit.budget import WorkMeter
+
+    slow = WorkMeter(seconds_per_unit=1.0)  # a server that measured one second per unit of work
+    client = TestClient(create_app(tiny_handle, store, tiny_calibration, TOKEN, AuditLimits(), meter=slow))
+    release = _holding_the_model(tiny_handle)  # nothing may queue for the model: the refusal comes first
+    try:
+        r = client.post("/audit/batch", json={"items": [PAIR, PAIR]}, headers=AUTH)
+    finally:
+        release.set()
+    assert r.status_code == 413
+    detail = r.json()["detail"]
+    assert detail["type"] == "time_budget" and detail["loc"] == ["body", "items"] and "60 s" in detail["msg"]
+    assert _count(store) == 0
+
+
+def test_a_request_past_its_deadline_while_queued_is_503_and_stores_nothing(make_client, tiny_handle, store):
+    """Item B: a request queued behind a long run waited for it, however long, while its client had given up."""
+    from tests.helpers import call_in_time
+
+    client = make_client(AuditLimits(request_budget_s=1.0))
+    release = _holding_the_model(tiny_handle)
+    try:
+        box = call_in_time(lambda: client.post("/audit", json={**PAIR, "request_id": "late"}, headers=AUTH), 30)
+    finally:
+        release.set()
+    r = box["value"]
+    assert r.status_code == 503 and "time budget of 1 s" in r.json()["detail"] and r.headers["retry-after"]
+    assert _count(store) == 0
+    retry = client.post("/audit", json={**PAIR, "request_id": "late"}, headers=AUTH)
+    assert retry.status_code == 200 and "x-audit-replay" not in retry.headers  # scored afresh, once
+    assert client.get("/stats", headers=AUTH).json()["since_start"]["stopped_past_deadline"] == 1
+
+
+def test_shutdown_stops_the_audits_in_flight_and_refuses_new_ones(tiny_handle, tiny_calibration, store):
+    """Item B: SIGTERM waited for a batch of twenty minutes; ``serve`` now calls ``begin_shutdown`` first."""
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    app = create_app(tiny_handle, store, tiny_calibration, TOKEN)
+    client = TestClient(app)
+    release = _holding_the_model(tiny_handle)
+    out = {}
+    worker = threading.Thread(
+        target=lambda: out.update(r=client.post("/audit/batch", json={"items": [PAIR, PAIR]}, headers=AUTH))
+    )
+    worker.start()
+    try:
+        for _ in range(100):  # until the batch waits for the model
+            if tiny_handle.waiting():
+                break
+            threading.Event().wait(0.05)
+        assert app.state.recorder.begin_shutdown() == 1
+        worker.join(10)
+    finally:
+        release.set()
+    worker.join(10)
+    assert out["r"].status_code == 503 and "shutting down" in out["r"].json()["detail"]
+    assert client.post("/audit", json=PAIR, headers=AUTH).status_code == 503
+    assert _count(store) == 0
+
+
+def test_noncharacters_alone_are_not_text(client, store):
+    """Item F: a query of only U+FFFF / U+FFFE was accepted (200)."""
+    r = client.post("/audit", json={"query": "\uffff\ufffe", "context": "c"}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "query"]
+    assert client.post("/audit", json={"query": "Who? \uffff", "context": "Nobody."}, headers=AUTH).status_code == 200

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from core.audit.store import GENESIS, AuditReader, AuditStore, ChainHeadError, Entry, verify_chain
+from core.audit.store import GENESIS, AuditDatabaseError, AuditReader, AuditStore, ChainHeadError, Entry, verify_chain
 from core.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -359,3 +360,153 @@ def test_the_read_only_open_needs_no_write_access_to_the_folder(filled):
     code, out = _verify_without_write_access(path)
     assert code == 0, out
     assert '"ok": true' in out and '"n_records": 5' in out
+
+
+# -- issue 37: the third audit ------------------------------------------------------------------------------------
+
+
+def _zero_page(path: Path, table_or_index: str | None = None) -> None:
+    """Checkpoint the WAL, then overwrite one page of the main file with zeros: the root page of
+    ``table_or_index``, else the last page (a data leaf of ``audits``)."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    if table_or_index is None:
+        page = conn.execute("PRAGMA page_count").fetchone()[0]
+    else:
+        page = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table_or_index,)).fetchone()[0]
+    conn.close()
+    with path.open("r+b") as fh:
+        fh.seek((page - 1) * size)
+        fh.write(bytes(size))
+
+
+def test_request_ids_are_matched_as_exact_strings(tmp_path):
+    """Item A: ``LIKE '<id>#%'`` ignored ASCII case, so a batch "CaseX" answered for "casex"."""
+    store = AuditStore(tmp_path / "ids.sqlite3")
+    fingerprint = {"endpoint": "POST /audit/batch", "sha256": "f" * 64, "items": 2}
+    items = [Entry(**{**entry(i).__dict__, "request_id": f"CaseX#{i}"}) for i in range(2)]
+    store.append_request("CaseX", fingerprint, items)
+    store.append([Entry(**{**entry(5).__dict__, "request_id": "CaseXY#0"})])
+    assert [r["request_id"] for r in store.find_request("CaseX")] == ["CaseX#0", "CaseX#1"]
+    assert store.find_request("casex") == [] and store.find_request("CASEX") == []
+    assert [r["request_id"] for r in AuditReader(store.path).requests_with_prefix("CaseX")] == [
+        "CaseX#0",
+        "CaseX#1",
+        "CaseXY#0",
+    ]
+    assert AuditReader(store.path).requests_with_prefix("casex") == []
+    store.close()
+
+
+@pytest.mark.parametrize("target", ["audits_flag", "audits_ts", None], ids=["flag-index", "ts-index", "data-page"])
+def test_a_damaged_file_is_its_own_outcome_never_ok(filled, target, capsys):
+    """Item E: a zeroed index page verified "ok: chain intact"; a zeroed data page was "unexpected DatabaseError"."""
+    path, _ = filled
+    _zero_page(path, target)
+    assert all(r[0] != "ok" for r in sqlite3.connect(path).execute("PRAGMA quick_check"))  # SQLite rejects it
+    report = verify_chain(path)
+    assert not report.ok and report.problem == "damaged" and "damaged" in report.message
+    assert main(["audit", "verify", "--db", str(path)]) == 3
+    out, err = capsys.readouterr()
+    assert out.startswith("DAMAGED: ") and "unexpected" not in err
+
+
+def test_a_dropped_table_and_an_added_column_are_reported_not_raised(filled, capsys):
+    """Item E: ``DROP TABLE calibrations`` was "unexpected OperationalError", exit 2 ("no database")."""
+    path, _ = filled
+    _edit(path, "DROP TABLE calibrations")
+    report = verify_chain(path)
+    assert report.problem == "deleted" and "calibrations table" in report.message
+    assert main(["audit", "verify", "--db", str(path)]) == 1
+    assert "BROKEN (deleted)" in capsys.readouterr().out
+    _edit(path, "CREATE TABLE calibrations (id TEXT PRIMARY KEY, created_at TEXT NOT NULL, description TEXT NOT NULL, "
+                "content_hash TEXT NOT NULL)")  # fmt: skip
+    _edit(path, "ALTER TABLE audits ADD COLUMN note TEXT")
+    report = verify_chain(path)
+    assert report.problem == "changed" and "column(s) added: note" in report.message
+
+
+def test_stored_text_that_is_not_utf8_is_a_changed_record_not_an_error(filled, capsys):
+    """Item E: flipped bytes inside a record were "unexpected OperationalError: Could not decode to UTF-8"."""
+    path, records = filled
+    _edit(path, "UPDATE audits SET record = CAST(X'7B22FF223A317D' AS TEXT) WHERE seq = 2")
+    _edit(path, "UPDATE audits SET created_at = CAST(X'C328' AS TEXT) WHERE seq = 4")
+    report = verify_chain(path)
+    assert report.problem == "changed" and report.record_id == records[1]["id"]
+    assert main(["audit", "verify", "--db", str(path)]) == 1
+    reader = AuditReader(path)  # the dashboard's reads go on
+    assert reader.stats()["records"] == 5 and len(reader.timeline()) == 5 and reader.history()[0] == 5
+    assert reader.get(records[1]["id"])["chain"]["seq"] == 2  # shown as found (verify names it)
+    _edit(path, "UPDATE audits SET record = 'not json' WHERE seq = 3")
+    with pytest.raises(ValueError, match="not readable JSON"):
+        reader.get(records[2]["id"])
+
+
+def test_a_store_refuses_a_folder_or_a_device(tmp_path):
+    with pytest.raises(ValueError, match="is a folder"):
+        AuditStore(tmp_path)
+    if Path("/dev/null").exists():
+        with pytest.raises(ValueError, match="special file"):
+            AuditStore("/dev/null")
+
+
+def test_writes_under_operational_faults_are_refused_with_a_reason_and_go_on_once_the_fault_is_gone(tmp_path):
+    """Item D: a held lock, an added column, a deleted file and a damaged page each raised a raw SQLite error
+    (HTTP 500); a deleted file was even written to (records lost in an unlinked inode)."""
+    path = tmp_path / "faults.sqlite3"
+    store = AuditStore(path, busy_timeout=0.2)
+    store.append([entry(0)])
+
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    with pytest.raises(AuditDatabaseError, match="locked") as locked:
+        store.append([entry(1)])
+    assert locked.value.kind == "locked"
+    holder.execute("ROLLBACK")
+    holder.close()
+    store.append([entry(1)])
+
+    _edit(path, "ALTER TABLE audits ADD COLUMN note TEXT")
+    with pytest.raises(AuditDatabaseError, match="column\\(s\\) added: note") as altered:
+        store.append([entry(2)])
+    assert altered.value.kind == "schema"
+    _edit(path, "ALTER TABLE audits DROP COLUMN note")
+    store.append([entry(2)])
+
+    backup = tmp_path / "backup.sqlite3"
+    src, dst = sqlite3.connect(path), sqlite3.connect(backup)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with pytest.raises(AuditDatabaseError, match="was deleted") as missing:
+        store.append([entry(3)])
+    assert missing.value.kind == "missing" and not path.exists()  # nothing written into the unlinked file
+    shutil.copy(backup, path)
+    assert store.append([entry(3)])[0]["chain"]["seq"] == 4  # the restored file is reopened and goes on
+
+    _zero_page(path, "audits_flag")
+    with pytest.raises(AuditDatabaseError) as damaged:
+        store.append([entry(4)])
+    assert damaged.value.kind == "damaged"
+    store.close()
+
+
+def test_a_restored_older_copy_is_refused_by_the_running_store(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    store = AuditStore(path)
+    store.append([entry(0)])
+    older = tmp_path / "older.sqlite3"
+    src, dst = sqlite3.connect(path), sqlite3.connect(older)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    store.append([entry(1)])
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    older.replace(path)  # the older copy put in the log's place: it lacks the record this store wrote last
+    with pytest.raises(ChainHeadError, match="this server wrote seq 2"):
+        store.append([entry(2)])
+    store.close()

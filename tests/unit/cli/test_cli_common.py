@@ -95,3 +95,33 @@ def test_a_threshold_file_with_a_tau_that_is_not_positive_is_refused(tmp_path, t
     args = _parse("--threshold-file", _threshold_file(tmp_path, tau=tau))
     with pytest.raises(ValueError, match="'tau' must be a positive number of nats"):
         core.cli.common.threshold_from_args(args)
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"intercept": -800.0}, "τ would be 0"),  # before: the verdict "read", exit 0
+        ({"intercept": 800.0}, "overflow to infinity"),  # before: `unexpected OverflowError`
+        (None, "levels deep"),  # 5,000 levels deep; before: `unexpected RecursionError`
+    ],
+)
+def test_run_refuses_a_threshold_file_whose_tau_is_not_finite_and_positive(cli_model, tmp_path, patch, message, capsys):
+    """Issue 37 C: the length-aware default bypassed the τ > 0 check; such files are refused before any run."""
+    import json
+
+    from core.cli import main
+    from core.engine.threshold import EMBEDDED_THRESHOLD
+
+    data = json.loads(EMBEDDED_THRESHOLD.read_text(encoding="utf-8"))
+    data["model"] = cli_model.info.name
+    path = tmp_path / "tau.json"
+    if patch is None:
+        path.write_text('{"tau": 1, "T": 4, "model": "m", "extra": ' + "[" * 5000 + "]" * 5000 + "}")
+    else:
+        data["length_tau"].update(patch)
+        path.write_text(json.dumps(data), encoding="utf-8")
+    argv = ["run", "--query", "Who?", "--context", "Ada.", "--max-new-tokens", "2", "--threshold-file", str(path)]
+    assert main([*argv, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err and "unexpected" not in captured.err
+    assert captured.err.startswith("error: Threshold file")

@@ -96,3 +96,22 @@ def test_a_run_with_the_tiny_model_writes_the_set_and_prints_the_counts(
     assert "## Counts" in (out / "README.md").read_text(encoding="utf-8")
     answered = counts["counts"]["rows_answered"]
     assert len(json.loads(cache.read_text(encoding="utf-8"))["answers"]) == 2 + answered  # every answer cached
+
+
+def test_the_attribution_file_is_read_safely_before_the_model_loads(tmp_path, facts_file, no_model, capsys):
+    """Issue 37 G: ``--attribution /dev/zero`` read until memory ran out, and a named pipe hung the command."""
+    from tests.helpers import dev_zero, error_in_time, named_pipe
+
+    out, box = str(tmp_path / "set"), {}
+
+    def attribution(path: str) -> None:
+        box["code"] = _run([str(facts_file), "--out", out, "--attribution", path])
+
+    assert error_in_time(lambda: attribution(dev_zero())) is None
+    assert box["code"] == 2 and "is a device, not a regular file" in _error(capsys)
+    fifo = named_pipe(tmp_path, "attribution.txt")
+    assert error_in_time(lambda: attribution(str(fifo))) is None
+    assert box["code"] == 2 and "is a named pipe" in _error(capsys)
+    (tmp_path / "folder").mkdir()
+    assert _run([str(facts_file), "--out", out, "--attribution", str(tmp_path / "folder")]) == 2
+    assert "is a folder" in _error(capsys)

@@ -86,3 +86,16 @@ def test_an_oversized_file_on_disk_is_refused_in_mib(tmp_path):
         fh.truncate(MAX_BYTES + 1)  # sparse: nothing is written
     with pytest.raises(DataError, match=r"the limit is 20 MiB"):
         read_labeled_csv(path)
+
+
+def test_a_zero_width_query_is_refused_naming_its_own_column(tiny_handle):
+    """Issue 37 F: a query of zero-width characters passed the parser and was then refused as column 'context'."""
+    from core.engine import DualPathSettings
+    from core.evaluation.data import LabeledRow, prompt_lengths
+
+    data = "query,context,label\n\u200b\u200b,Paris is the capital of France.,grounded\n".encode()
+    with pytest.raises(DataError, match=r"Row 1, column 'query': empty \(zero-width"):
+        parse_labeled_bytes(data, name="z.csv")
+    rows = [LabeledRow(1, "Who?", "Ada.", "grounded"), LabeledRow(2, "\u2060\u200b", "Ada.", "grounded")]
+    with pytest.raises(DataError, match=r"Row 2, column 'query': The query is empty"):
+        prompt_lengths(tiny_handle, rows, DualPathSettings(max_new_tokens=2, score_window=2))

@@ -1,0 +1,58 @@
+"""The work meter behind the audit service's time budget and fair slices (core/audit/budget.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.audit.budget import MAX_FORWARD_TOKENS, WorkMeter, forward_units
+
+
+def test_forward_units_grow_with_rows_and_quadratically_with_length():
+    assert forward_units(1, 100, attention_tokens=100.0) == pytest.approx(200.0)
+    assert forward_units(4, 100, attention_tokens=100.0) == pytest.approx(4 * forward_units(1, 100, 100.0))
+    assert forward_units(1, 1000, attention_tokens=100.0) > 10 * forward_units(1, 100, attention_tokens=100.0)
+
+
+def test_a_plan_counts_every_prompt_token_and_estimates_with_the_measured_rate():
+    meter = WorkMeter(seconds_per_unit=1e-3, attention_tokens=1e9)  # attention negligible: units = tokens
+    plan = meter.plan([100, 50, 70], [20, 10, 15], batch_size=1)
+    assert plan.tokens == 265
+    assert plan.units == pytest.approx(265.0, rel=1e-6) and plan.seconds == pytest.approx(0.265, rel=1e-6)
+    with_answers = meter.plan([100], [20], batch_size=1, new_tokens=8)
+    assert with_answers.tokens == 120 + 16 and with_answers.units > meter.plan([100], [20], batch_size=1).units
+
+
+def test_padding_counts_when_rows_share_a_forward():
+    meter = WorkMeter(seconds_per_unit=1e-9, attention_tokens=1e9)  # fast: every row fits one slice
+    together = meter.plan([100, 10], [10, 10], batch_size=16)
+    assert together.units == pytest.approx(2 * 100 + 2 * 10)  # the short row is padded to the long one
+
+
+def test_forward_passes_are_sized_to_one_fair_slice():
+    slow = WorkMeter(seconds_per_unit=1e-3, slice_s=0.25, attention_tokens=1e9)
+    assert 245 <= slow.forward_tokens(100) <= 250  # 0.25 s at 1 ms per token: two rows of 100 padded tokens
+    assert slow.forward_tokens(4000) == 4000  # a prompt longer than a slice still runs (one row)
+    fast = WorkMeter(seconds_per_unit=1e-9)
+    assert fast.forward_tokens(100) == MAX_FORWARD_TOKENS  # the memory bound, however fast
+
+
+def test_observed_forwards_move_the_rate_toward_what_was_measured():
+    meter = WorkMeter(seconds_per_unit=1e-3, smoothing=0.5, attention_tokens=1e9)
+    meter.observe(1, 100, 1.0)  # 10 ms per unit measured
+    assert meter.seconds_per_unit == pytest.approx(0.5 * (1e-3 + 1e-2))
+    meter.observe(1, 100, 0.0)  # not a measurement
+    meter.observe(0, 100, 1.0)
+    assert meter.seconds_per_unit == pytest.approx(0.5 * (1e-3 + 1e-2))
+
+
+def test_the_probe_measures_the_model(tiny_handle):
+    meter = WorkMeter()
+    rate = meter.probe(tiny_handle)
+    assert rate > 0 and meter.seconds_per_unit == rate
+    assert meter.attention_tokens == 2 * tiny_handle.info.hidden_size
+
+
+def test_bad_settings_are_refused():
+    for kwargs in ({"slice_s": 0}, {"smoothing": 0}, {"smoothing": 1.5}, {"attention_tokens": 0}):
+        with pytest.raises(ValueError):
+            WorkMeter(**kwargs)
