@@ -73,25 +73,42 @@ def _draw_model_picker() -> tuple[str, str | None]:
         return EMBEDDED_MODEL, None
     model_id = state.persistent(
         st.text_input,
-        "Hugging Face model id or local folder",
+        "Hugging Face model id, local folder or GGUF file",
         keys.MODEL_ID,
         "",
-        placeholder="e.g. HuggingFaceTB/SmolLM2-360M-Instruct or /models/my-llm",
-        help="Any causal language model with safetensors weights; remote code is never run.",
+        placeholder="e.g. HuggingFaceTB/SmolLM2-360M-Instruct, /models/my-llm or /models/model.Q4_K_M.gguf",
+        help=(
+            "Any causal language model with safetensors weights, or a GGUF file (or a folder holding one) of an "
+            "architecture transformers reads from GGUF: de-quantized once to float32 and cached by the file's "
+            "sha256. Remote code is never run."
+        ),
     )
     st.caption(families.picker_caption())
+    packaged = installed_packaged_models()
+    if packaged:
+        st.caption("Installed packaged models (type the name): " + "; ".join(packaged) + ".")
     rev = state.persistent(
         st.text_input,
         "Revision (optional)",
         keys.MODEL_REVISION,
         "",
         placeholder="branch, tag or commit",
-        help="Pin a hub revision for reproducible results. Ignored for local folders.",
+        help="Pin a hub revision for reproducible results. Ignored for local folders and GGUF files.",
     )
     if model_id.strip():
         return model_id.strip(), (rev.strip() or None)
     st.warning("Enter a model id or folder. Until then the embedded model is used.")
     return EMBEDDED_MODEL, None
+
+
+def installed_packaged_models() -> list[str]:
+    """``"`key` (name; license)"`` for each model packaged as GGUF on PyPI that is installed here
+    (:data:`core.model.gguf_files.PACKAGED`; located without importing the packages)."""
+    from core.model.gguf_files import PACKAGED
+
+    return [
+        f"`{key}` ({p.name.split(' (')[0]}; {p.license.split(' (')[0]})" for key, p in PACKAGED.items() if p.installed()
+    ]
 
 
 def _draw_public_model_picker(policy: PublicPolicy) -> tuple[str, str | None]:

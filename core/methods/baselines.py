@@ -37,9 +37,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.maths.divergence import row_slices
 from core.model.handle import ModelHandle
+from core.model.lens import lens_logits
+from core.model.parts import model_parts
+from core.model.trace import ALL, trace
 
 DEFAULT_KS = (10, 20)
+FULL_LOGITS_BYTES = 256 << 20
+"""Up to this many bytes of float32 logits (tokens × V × 4) the context is scored from one forward's logits (the
+embedded model's texts up to 1,365 tokens); a longer text of a large vocabulary (Gemma 3: over 256 tokens) is
+scored from the last layer's states, its logits computed slice by slice (:func:`stats_from_states`)."""
 
 
 def adds_bos(tokenizer: Any) -> bool:
@@ -67,8 +75,30 @@ def context_token_stats(handle: ModelHandle, text: str) -> dict[str, np.ndarray]
             budget.
     """
     ids = context_ids(handle, text)
-    x = torch.tensor([ids], dtype=torch.long, device=handle.device)
-    return stats_from_logits(handle.forward(input_ids=x, use_cache=False).logits[0, :-1], ids)
+    if (len(ids) - 1) * handle.info.vocab_size * 4 <= FULL_LOGITS_BYTES:
+        x = torch.tensor([ids], dtype=torch.long, device=handle.device)
+        return stats_from_logits(handle.forward(input_ids=x, use_cache=False).logits[0, :-1], ids)
+    # a long text of a large vocabulary: the last layer's states, then the logits slice by slice (the logit lens of
+    # the last layer is the model's own logits; see core.model.lens)
+    states = trace(handle, [ids], positions=ALL).residual[0][-1]
+    return stats_from_states(handle, states[:-1], ids)
+
+
+def stats_from_states(handle: ModelHandle, states: torch.Tensor, ids: list[int]) -> dict[str, np.ndarray]:
+    """:func:`stats_from_logits` from the last decoder layer's output (un-normed) at positions ``0 … N − 2`` of
+    ``ids``, ``(N − 1, d)``: the logits are computed through :func:`core.model.lens.lens_logits` (final norm,
+    unembedding, the family's scale and soft-cap: the model's own logits) in slices of rows, so no
+    ``(N − 1) × V`` tensor is ever whole."""
+    if states.shape[0] != len(ids) - 1:
+        raise ValueError(f"{states.shape[0]} states for {len(ids)} ids (need one per scored token)")
+    parts = model_parts(handle)
+    param = next(handle.model.parameters())
+    out: list[dict[str, np.ndarray]] = []
+    with handle.session():
+        for rows in row_slices(states.shape[0], handle.info.vocab_size, itemsize=8):
+            logits = lens_logits(parts, states[rows].to(device=param.device, dtype=param.dtype))
+            out.append(_stats(logits, ids[rows.start + 1 : rows.stop + 1]))
+    return {key: np.concatenate([o[key] for o in out]) for key in out[0]}
 
 
 def context_ids(handle: ModelHandle, text: str) -> list[int]:
@@ -94,9 +124,23 @@ def context_ids(handle: ModelHandle, text: str) -> list[int]:
 
 def stats_from_logits(logits: torch.Tensor, ids: list[int]) -> dict[str, np.ndarray]:
     """:func:`context_token_stats` from the logits of positions ``0 … N − 2`` of ``ids`` (row i predicts
-    ``ids[i + 1]``)."""
+    ``ids[i + 1]``), computed in float64 in slices of rows (:func:`core.maths.divergence.row_slices`: at most
+    64 MiB of float64 temporaries at once; one slice for the embedded model's texts up to 170 tokens)."""
+    if logits.shape[0] != len(ids) - 1:
+        raise ValueError(f"{logits.shape[0]} logit rows for {len(ids)} ids (need one per scored token)")
+    parts = [
+        _stats(logits[rows], ids[rows.start + 1 : rows.stop + 1])
+        for rows in row_slices(logits.shape[0], logits.shape[-1], itemsize=8)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+
+def _stats(logits: torch.Tensor, targets: list[int]) -> dict[str, np.ndarray]:
+    """Per-row log-probability of ``targets`` and Min-K%++'s μ, σ, from ``(n, V)`` logits (float64)."""
     logp = torch.log_softmax(logits.double(), dim=-1)
-    target = torch.tensor(ids[1:], dtype=torch.long, device=logits.device).unsqueeze(-1)
+    target = torch.tensor(targets, dtype=torch.long, device=logits.device).unsqueeze(-1)
     token_lp = logp.gather(-1, target).squeeze(-1)
     p = logp.exp()
     mu = (p * logp).sum(-1)

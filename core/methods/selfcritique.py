@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from core.engine import DualPathSettings, EventCallback, generate_greedy
-from core.maths.divergence import entropy, log_probs
+from core.maths.divergence import entropy, log_probs, row_slices
 from core.model.handle import ModelHandle
 from core.model.prompts import (
     TEMPLATE_CHOICES,
@@ -290,13 +290,16 @@ class SelfCritiqueResult:
 
 
 def _entropy_material(logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """(top log-probs (n, m) descending, full entropy (n,)) of a generation's logits, float32."""
+    """(top log-probs (n, m) descending, full entropy (n,)) of a generation's logits, float32; computed in slices of
+    positions (:func:`core.maths.divergence.row_slices`), so no ``n × V`` float32 copy is whole."""
     if logits.shape[0] == 0:
         return np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32)
-    lp = log_probs(logits)
-    full = entropy(lp)
-    top = torch.topk(lp, min(STORED_TOP, lp.shape[-1]), dim=-1).values
-    return top.cpu().numpy().astype(np.float32), full.cpu().numpy().astype(np.float32)
+    tops, fulls = [], []
+    for rows in row_slices(logits.shape[0], logits.shape[-1]):
+        lp = log_probs(logits[rows])
+        fulls.append(entropy(lp).cpu().numpy().astype(np.float32))
+        tops.append(torch.topk(lp, min(STORED_TOP, lp.shape[-1]), dim=-1).values.cpu().numpy().astype(np.float32))
+    return np.concatenate(tops), np.concatenate(fulls)
 
 
 def _answer(

@@ -16,7 +16,10 @@ import torch
 from core.engine.result import PARAMETRIC, PATHS, RETRIEVAL
 from core.maths.divergence import entropy, kl_divergence
 from core.model.handle import ModelHandle
-from core.model.lens import lens_log_probs
+from core.model.lens import lens_log_probs, lens_rows_per_chunk
+
+DEFAULT_CHUNK = 64
+"""(layer, position) rows :func:`logit_lens_compare` projects at once unless the vocabulary makes that too large."""
 
 
 @dataclass
@@ -67,7 +70,7 @@ def logit_lens_compare(
     *,
     targets: Sequence[int] | None = None,
     top_k: int = 10,
-    chunk: int = 64,
+    chunk: int | None = None,
 ) -> LensComparison:
     """Compare two paths layer by layer through the logit lens (CRM appendix F's logit-lens baseline).
 
@@ -76,7 +79,9 @@ def logit_lens_compare(
         targets: ``P`` token ids (or fewer: the rest get NaN) whose log-probability is reported per layer.
         top_k: candidates kept per layer and position.
         chunk: (layer, position) rows projected at once; bounds memory to ``chunk × V`` floats per path
-            while reading the unembedding matrix only ``⌈L1·P / chunk⌉`` times.
+            while reading the unembedding matrix only ``⌈L1·P / chunk⌉`` times. Default: 64, fewer when 64 rows of
+            the vocabulary would exceed :data:`core.model.lens.LENS_CHUNK_BYTES` (16 rows for Gemma 3's 262,144
+            tokens; the embedded model's 49,152 keep 64).
 
     Returns:
         A :class:`LensComparison`; KL is KL(P_retrieval ‖ P_parametric) over the full vocabulary, float32
@@ -90,6 +95,8 @@ def logit_lens_compare(
         raise ValueError(f"states must both be (layers + 1, P, d) of one shape, got {a.shape} and {b.shape}")
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if chunk is None:
+        chunk = min(DEFAULT_CHUNK, lens_rows_per_chunk(handle))
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     n_l, n_p, dim = a.shape

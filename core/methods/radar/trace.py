@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.maths.divergence import entropy, log_probs
+from core.maths.divergence import entropy, log_probs, row_slices
 from core.methods.radar.features import FEATURE_NAMES
 from core.methods.radar.maths import head_entropies, mechanistic_features, residual_statistics, surface_features
 from core.model.handle import ModelHandle
@@ -155,10 +155,14 @@ def trace_from(
     with handle.session():
         if lens_logits_rows is None:
             lens_logits_rows = lens_logits(parts, lens_rows(t, b).to(device=param.device, dtype=param.dtype))
-        logp = log_probs(lens_logits_rows)  # (L, V), float32
-        confidence = logp.max(dim=-1).values.exp().double().cpu().numpy()
-        top_ids = logp.argmax(dim=-1).cpu().tolist()
-        lens_entropy = entropy(logp).double().cpu().numpy()
+        conf, tops, ents = [], [], []
+        for rows in row_slices(lens_logits_rows.shape[0], lens_logits_rows.shape[-1]):  # one slice unless L·V is large
+            logp = log_probs(lens_logits_rows[rows])  # (rows, V), float32
+            conf.append(logp.max(dim=-1).values.exp().double().cpu().numpy())
+            tops += logp.argmax(dim=-1).cpu().tolist()
+            ents.append(entropy(logp).double().cpu().numpy())
+            del logp
+        confidence, top_ids, lens_entropy = np.concatenate(conf), tops, np.concatenate(ents)
     stats = np.array([residual_statistics(h) for h in layers], dtype=np.float64)  # (L, 3)
     return RadarTrace(
         text=text,

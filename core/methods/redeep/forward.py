@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from core.engine.result import RETRIEVAL, DualPathResult
-from core.maths.divergence import log_probs
+from core.maths.divergence import log_probs, row_slices
 from core.methods.internals.replay import path_sequence, prepared_for
 from core.methods.internals.segments import CONTEXT, prompt_segments
 from core.methods.redeep.maths import cosine, jsd, n_top
@@ -237,7 +237,9 @@ def _ecs(handle: ModelHandle, parts, residual: torch.Tensor, tops: list, rows: l
 
 PKS_LENS_BYTES = 64 * 2**20
 """The float32 logits one stacked logit lens of PKS may hold: the layers' rows before and after each MLP go through
-the unembedding together (its weights read once, not twice per layer), in chunks of at most this many bytes."""
+the unembedding together (its weights read once, not twice per layer), in chunks of at most this many bytes; a
+layer whose rows alone exceed it (more than 32 answer tokens of a 262,144-token vocabulary) is read in slices of
+rows."""
 
 
 def _pks(handle: ModelHandle, parts, t: Trace, b: int, rows: list[int], layers: Sequence[int] | None) -> np.ndarray:
@@ -249,17 +251,22 @@ def _pks(handle: ModelHandle, parts, t: Trace, b: int, rows: list[int], layers: 
     before = residual_before_mlp(t, b)[:, r]  # (L, R, d): h_{ℓ+1} − mlp_out_ℓ
     chosen = [layer for layer in range(parts.n_layers) if layer in wanted]
     out = torch.full((parts.n_layers, len(rows)), float("nan"), device=param.device)
-    vocab_bytes = 4 * max(1, int(parts.unembed.weight.shape[0]))
-    per_chunk = max(1, PKS_LENS_BYTES // (2 * len(rows) * vocab_bytes))
-    for start in range(0, len(chosen), per_chunk):  # the lens of several layers in one unembedding product
-        layers_now = chosen[start : start + per_chunk]
-        mids, posts = [], []
-        for layer in layers_now:
-            post = after[layer].to(device=param.device, dtype=param.dtype)
-            delta = mlp_out[layer].to(device=param.device, dtype=param.dtype)
-            norm = _post_mlp_norm(parts.layers[layer])
-            mids.append(post - norm(delta) if norm is not None else before[layer].to(param.device, param.dtype))
-            posts.append(post)
-        logp = log_probs(lens_logits(parts, torch.cat(mids + posts))).view(2, len(layers_now), len(rows), -1)
-        out[torch.tensor(layers_now, device=param.device)] = jsd(logp[0], logp[1])
+    vocab = max(1, int(parts.unembed.weight.shape[0]))
+    # one layer's rows in slices when a layer alone is over the budget (a long answer of a large vocabulary);
+    # otherwise all rows at once, several layers per unembedding product
+    for cols in row_slices(len(rows), vocab, budget=PKS_LENS_BYTES // 2):
+        n = cols.stop - cols.start
+        per_chunk = max(1, PKS_LENS_BYTES // (2 * n * 4 * vocab))
+        for start in range(0, len(chosen), per_chunk):  # the lens of several layers in one unembedding product
+            layers_now = chosen[start : start + per_chunk]
+            mids, posts = [], []
+            for layer in layers_now:
+                post = after[layer][cols].to(device=param.device, dtype=param.dtype)
+                delta = mlp_out[layer][cols].to(device=param.device, dtype=param.dtype)
+                norm = _post_mlp_norm(parts.layers[layer])
+                mid = post - norm(delta) if norm is not None else before[layer][cols].to(param.device, param.dtype)
+                mids.append(mid)
+                posts.append(post)
+            logp = log_probs(lens_logits(parts, torch.cat(mids + posts))).view(2, len(layers_now), n, -1)
+            out[torch.tensor(layers_now, device=param.device), cols] = jsd(logp[0], logp[1])
     return out.T.cpu().numpy().astype(np.float32)  # (R, L)
