@@ -53,8 +53,8 @@ def commands(model: str, tokens: int, context: str, csv_path: str, out: str) -> 
         "run": ["run", *qc, "--json", *common],
         "run --all-detectors": ["run", *qc, "--json", "--all-detectors", *common],
         "probe": ["probe", *qc, "--json", *common],
-        "ablate": ["ablate", *qc, "--json", "--grid", "0,0.5", "--seeds", "1", *common],
-        "detect (every detector)": ["detect", *qc, "--json", "--detectors", "all", "--sma-samples", "8", *common],
+        "ablate": ["ablate", *qc, "--json", "--layers", "middle", "--seeds", "1", *common],
+        "ablate --patch": ["ablate", *qc, "--json", "--layers", "middle", "--patch", *common],
         "evaluate (4 rows)": ["evaluate", csv_path, "--out", out, "--bootstrap", "100", "--sigmas", "0", *common],
     }
 
@@ -110,7 +110,45 @@ def main() -> int:
             seconds = time.perf_counter() - start
             peaks[name] = round(_status("VmHWM"))
             print(f"{name}: rc {rc}, {seconds:.1f} s, peak {peaks[name]} MiB (rss before {before:.0f} MiB)", flush=True)
+        if not wanted or "detectors" in wanted:
+            peaks.update(each_detector(handle, context, args.tokens))
     print("peaks_mib=" + json.dumps(peaks))
+
+
+def each_detector(handle, context: str, tokens: int) -> dict[str, int]:
+    """Every registered detector scored one by one on one recorded run (as ``detect`` does, but a detector that
+    fails is reported, not fatal): its seconds, peak RSS and score or error."""
+    from core.cli import build_parser
+    from core.cli.commands.detect import sma_settings_from_args
+    from core.detectors import DetectorInput, available, get, keys
+    from core.engine import DualPathSettings, run_dual_path
+    from core.methods.selfcritique import SelfCritiqueSettings
+
+    settings = DualPathSettings(max_new_tokens=tokens, score_window=tokens)
+    argv = ["detect", "--query", QUERY, "--context", context, "--sma-samples", "8", "--sma-max-new-tokens", str(tokens)]
+    args = build_parser().parse_args(argv)
+    _reset_peak()
+    result = run_dual_path(handle, QUERY, context, settings, record=True)
+    peaks = {"detectors: recorded run": round(_status("VmHWM"))}
+    inp = DetectorInput(
+        handle=handle,
+        result=result,
+        settings=settings,
+        cache={
+            keys.SELFCRITIQUE_SETTINGS: SelfCritiqueSettings(max_new_tokens=tokens),
+            keys.SMA_SETTINGS: sma_settings_from_args(args),
+        },
+    )
+    for name in available():
+        _reset_peak()
+        start = time.perf_counter()
+        try:
+            outcome = f"score {float(get(name).score(inp)):.4g}"
+        except Exception as exc:  # noqa: BLE001 - reported, the next detector runs
+            outcome = f"{type(exc).__name__}: {str(exc)[:160]}"
+        peaks[f"detector {name}"] = round(_status("VmHWM"))
+        print(f"detector {name}: {time.perf_counter() - start:.1f} s, peak {peaks[f'detector {name}']} MiB, {outcome}")
+    return peaks
     return 0
 
 
