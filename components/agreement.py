@@ -99,21 +99,24 @@ def table(verdicts: list[DetectorVerdict], agreement: Agreement | None = None) -
 
 
 COLUMNS = {
-    "detector": st.column_config.TextColumn("detector", width="small", pinned=True),
+    "detector": st.column_config.TextColumn("detector", width=95, pinned=True),
     "verdict": st.column_config.TextColumn(
         "says",
-        width="medium",
+        width=160,
         help="The verdict in its group's own words; in the two groups that feed the headline, whether it agrees "
         "with the headline's axis (the summary above says why those that disagree do)",
     ),
-    "score": st.column_config.TextColumn("score", width="small"),
-    "threshold": st.column_config.TextColumn("threshold", width="small"),
-    "direction": st.column_config.TextColumn("direction", width="medium", help="What a higher score means"),
-    "threshold from": st.column_config.TextColumn("where the threshold comes from", width="large"),
-    "measures": st.column_config.TextColumn("what it measures", width="medium"),
+    "score": st.column_config.TextColumn("score", width=70),
+    "threshold": st.column_config.TextColumn("threshold", width=70),
+    "direction": st.column_config.TextColumn("direction", width=150, help="What a higher score means"),
+    "threshold from": st.column_config.TextColumn("where the threshold comes from", width=285),
+    "measures": st.column_config.TextColumn("what it measures", width=130),
 }
-"""Column widths that fit the page at 1280 px and more (a cut cell shows its whole text on hover, and the
-result JSON has every field)."""
+"""Column widths in pixels, 960 in all: the whole table fits the page's 978 px at a 1,440 px window (with the
+sidebar open), so no column is cut at the right edge (the named widths came to 1,225 px and hid "what it
+measures" and half of "where the threshold comes from"; checked by tests/e2e/test_layout_browser.py). A longer
+cell shows its whole text on hover, and the result JSON has every field; narrower windows scroll the table
+sideways with the detector's name pinned."""
 ROW_PX = 72
 """Height of one data-grid row, three lines: the grid wraps a cell's text only in rows taller than 64 px, so the
 threshold's source is read whole instead of cut ("bundled calibration: 5%-quantile o…"). The table is drawn

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import escape_label, line_trace, set_layout, token_label, two_rows
+from components.figures import bottom_legend, escape_label, line_trace, set_layout, token_label, two_rows
 from core.methods.radar import (
     CATEGORY_TITLES,
     ESTIMATOR_TITLES,
@@ -254,7 +254,7 @@ def accuracy_figure(report: dict[str, Any], *, height: int = 340) -> go.Figure:
         left=40,
         barmode="group",
         yaxis={"range": [0, 1.05], "tickformat": ".0%"},
-        legend={"orientation": "h", "y": 1.1},
+        legend=bottom_legend(),  # under the category labels: a legend at the top covered the 100 % bars
     )
 
 

@@ -242,6 +242,39 @@ def draw_trajectories(analysis: radar.RadarAnalysis) -> None:
     st.plotly_chart(rf.trajectory_figure(analysis.trace), key=keys.RADAR_TRAJECTORY)
 
 
+FEATURE_COLUMNS_PX = {
+    "feature": 150,
+    "value": 75,
+    "train mean (recall)": 95,
+    "train mean (reasoning)": 115,
+    "type": 50,
+    "formula": 190,
+    "paper's proxy note": 140,
+    "implementation note": 140,
+}
+"""The feature tables' column widths, 955 px in all: a table fits the page's 978 px at a 1,440 px window, so no
+column is cut at its right edge (tests/e2e/test_layout_browser.py); a longer formula or note shows whole on hover and
+in the CSV export."""
+SHORT_HEADERS = {"train mean (recall)": "mean, recall", "train mean (reasoning)": "mean, reasoning"}
+"""Headers that fit their narrower columns (the frame and the CSV keep the full names)."""
+
+
+def feature_columns(frame: Any) -> dict[str, Any]:
+    """The pixel widths of :data:`FEATURE_COLUMNS_PX` for the columns ``frame`` has (the feature's name pinned)."""
+    config: dict[str, Any] = {}
+    for name, px in FEATURE_COLUMNS_PX.items():
+        if name not in frame.columns:
+            continue
+        label = SHORT_HEADERS.get(name, name)
+        if name == "feature":
+            config[name] = st.column_config.Column(label, width=px, pinned=True)
+        elif name in ("value", *SHORT_HEADERS):
+            config[name] = st.column_config.NumberColumn(label, width=px, format="%.4g", help=name)
+        else:
+            config[name] = st.column_config.TextColumn(label, width=px)
+    return config
+
+
 def draw_features(analysis: radar.RadarAnalysis, table: radar.FeatureTable | None) -> None:
     """The 37 features by appendix-D group, with proxies named and the training means beside them."""
     st.subheader("The 37 features (appendix D)")
@@ -252,12 +285,7 @@ def draw_features(analysis: radar.RadarAnalysis, table: radar.FeatureTable | Non
         "formula. The last two columns are this model's means over the 15 + 15 training prompts."
     )
     frame = rf.feature_frame(analysis.features, table)
-    config = widgets.fitted_columns(
-        frame,
-        pinned=("feature",),
-        text=("formula", "paper's proxy note", "implementation note"),
-        numbers=dict.fromkeys(("value", "train mean (recall)", "train mean (reasoning)"), "%.4g"),
-    )
+    config = feature_columns(frame)
     groups = list(dict.fromkeys(frame["group"]))
     for group in groups:
         st.markdown(f"**{escape_markdown(group)}**")
@@ -291,22 +319,19 @@ def draw_test_accuracy(report: dict[str, Any], analysis: radar.RadarAnalysis | N
         "construction, and our reasoning prompts are longer than our recall prompts (as in the paper's "
         "examples); where the control does as well, the features add little beyond length."
     )
-    left, right = st.columns([3, 2])
-    with left:
-        pct = st.column_config.NumberColumn(format="percent")
-        st.dataframe(
-            rf.accuracy_frame(report),
-            hide_index=True,
-            placeholder="—",
-            column_config={"RADAR here": pct, "soft vote (p̄ > ½)": pct, "prompt length only": pct, "paper": pct},
-        )
-        rds = report["rds_mean"]
-        st.caption(
-            f"Mean RDS on the test set: recall {rds['recall']:.3f}, reasoning {rds['reasoning']:.3f} "
-            f"(paper: {rds['paper_recall']:.3f} and {rds['paper_reasoning']:.3f})."
-        )
-    with right:
-        st.plotly_chart(rf.accuracy_figure(report), key=keys.RADAR_ACCURACY)
+    pct = st.column_config.NumberColumn(format="percent")
+    st.dataframe(  # the page's whole width: beside the chart, its last columns were cut at 1,440 px
+        rf.accuracy_frame(report),
+        hide_index=True,
+        placeholder="—",
+        column_config={"RADAR here": pct, "soft vote (p̄ > ½)": pct, "prompt length only": pct, "paper": pct},
+    )
+    rds = report["rds_mean"]
+    st.caption(
+        f"Mean RDS on the test set: recall {rds['recall']:.3f}, reasoning {rds['reasoning']:.3f} "
+        f"(paper: {rds['paper_recall']:.3f} and {rds['paper_reasoning']:.3f})."
+    )
+    st.plotly_chart(rf.accuracy_figure(report), key=keys.RADAR_ACCURACY)
     current = None
     if analysis is not None and analysis.prediction is not None:
         current = (analysis.prediction.rds, analysis.prediction.rci)

@@ -31,3 +31,21 @@ def test_the_layer_trajectory_shows_confidence_over_entropy_with_each_layers_top
     assert list(fig.data[0].customdata) == ["␣a", "&lt;b&gt;", "c"] and list(fig.data[1].y) == [3.0, 1.0, 2.0]
     assert fig.data[1].hovertemplate == "layer %{x}<br>H = %{y:.3f} nats<br>top token %{customdata}<extra></extra>"
     assert fig.layout.annotations[-1].text == "ℓ* = 1", "the confidence peak"
+
+
+def test_the_accuracy_legend_sits_below_the_plot_not_over_the_bars() -> None:
+    """Issue 38: a horizontal legend at y = 1.1 hung down over the plot and hid the top of the 100 % bars (they
+    read ~82 %); the legend now sits at the figure's bottom edge, outside the plot area (checked in chromium by
+    tests/e2e/test_layout_browser.py)."""
+    from components.radar_figures import accuracy_figure
+
+    categories = [
+        {"title": t, "accuracy": a, "paper": 0.9, "length_accuracy": 1.0}
+        for t, a in (("Clear recall", 1.0), ("Clear reasoning", 0.95), ("Challenging", 0.6), ("Complex", 0.9))
+    ]
+    overall = {"accuracy": 0.86, "paper": 0.92, "length_accuracy": 1.0}
+    fig = accuracy_figure({"categories": categories, "overall": overall})
+    legend = fig.layout.legend
+    assert (legend.orientation, legend.yref, legend.yanchor, legend.y) == ("h", "container", "bottom", 0)
+    assert fig.layout.yaxis.range == (0, 1.05), "the 100 % bars reach the top of the plot area, which stays clear"
+    assert [t.name for t in fig.data] == ["RADAR here", "prompt length only", "paper (DialoGPT-medium)"]

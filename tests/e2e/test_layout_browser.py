@@ -1,6 +1,9 @@
 """Layout in a real browser: every page at 1,440 and 1,024 px, screenshotted into ``<artifacts>/layout/`` (the
-ignored ``out/e2e/`` by default), fails on a metric value that is cut ("Read from th…") or a chart whose
-legend, axis titles, tick labels or colour-bar labels overlap.
+ignored ``out/e2e/`` by default), fails on a metric value that is cut ("Read from th…"), a chart whose legend,
+axis titles, tick labels or colour-bar labels overlap, a legend drawn over a bar or a marker (RADAR's accuracy
+bars looked ~82 % under their legend at 100 %), and, at 1,440 px, a table cut at the right edge (the agreement
+view's "where the threshold comes from" column was half hidden, "what it measures" not shown at all). At 1,024 px
+a wide table may scroll sideways: its label column is pinned.
 
 One short run on the embedded model (8 tokens) is reused by every page: the pages are reached through the
 sidebar's navigation, so the session keeps its run (no noise, SMA or evaluation run: their metrics and charts
@@ -35,9 +38,11 @@ PAGES = (
 """(the navigation's link text, the page's heading)."""
 TICK_GAP_PX = 10
 """Tick labels closer than this along their axis overlap (a label's line is ~12 px at plotly's 12 px font)."""
+WHOLE_TABLES_FROM_PX = 1440
+"""From this window width on, every table shows all its columns without scrolling sideways."""
 
 PROBLEMS_JS = """
-(tickGap) => {
+([tickGap, wholeTables]) => {
   const problems = [];
   const shown = el => { const r = el.getBoundingClientRect(); return r.width > 0.5 && r.height > 0.5; };
   const box = el => el.getBoundingClientRect();
@@ -59,6 +64,16 @@ PROBLEMS_JS = """
     for (const legend of legends) for (const title of titles) {
       if (!legend.contains(title) && overlap(box(legend), box(title))) {
         problems.push(`${name}: legend over "${text(title)}"`);
+      }
+    }
+    // the legend's box (its background) must not cover a bar or a marker: a bar under it looks shorter
+    const marks = [...plot.querySelectorAll('g.barlayer g.point path, g.scatterlayer path.point')].filter(shown);
+    for (const legend of legends) {
+      const area = box(legend.querySelector('rect.bg') || legend);
+      const covered = marks.filter(m => overlap(area, box(m)));
+      if (covered.length) {
+        const bars = covered.filter(m => m.closest('g.barlayer')).length;
+        problems.push(`${name}: legend over ${bars ? `${bars} bar(s)` : `${covered.length} marker(s)`}`);
       }
     }
     // tick labels of one axis: consecutive labels closer than a line overlap
@@ -95,6 +110,18 @@ PROBLEMS_JS = """
       }
     });
   });
+
+  // tables (the data grid): at a width that has room, every column is whole, none beyond the right edge
+  if (wholeTables) document.querySelectorAll('[data-testid="stDataFrame"]').forEach((frame, i) => {
+    const scroller = frame.querySelector('.dvn-scroller');
+    if (!shown(frame) || !scroller) return;
+    const hidden = scroller.scrollWidth - scroller.clientWidth;
+    if (hidden > 1) {
+      const heads = [...frame.querySelectorAll('th')].map(th => th.textContent.trim()).filter(Boolean);
+      problems.push(`table ${i + 1} (${heads.slice(0, 2).join(', ')}, …) is cut at the right edge: ${hidden} px ` +
+        `of its columns hidden, from "${heads[heads.length - 1]}" on`);
+    }
+  });
   return problems;
 }
 """
@@ -121,7 +148,7 @@ def _check(app: AppPage, width: int, shot: Path) -> list[str]:
     app.page.wait_for_timeout(1500)  # plotly lays out again at the new size
     shot.parent.mkdir(parents=True, exist_ok=True)
     app.page.screenshot(path=str(shot), full_page=True)
-    found = [f"{shot.stem}: {p}" for p in app.page.evaluate(PROBLEMS_JS, TICK_GAP_PX)]
+    found = [f"{shot.stem}: {p}" for p in app.page.evaluate(PROBLEMS_JS, [TICK_GAP_PX, width >= WHOLE_TABLES_FROM_PX])]
     app.page.set_viewport_size({"width": width, "height": 1000})
     return found
 

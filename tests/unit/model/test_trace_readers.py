@@ -15,8 +15,8 @@ six kernel choices (1 and 2 threads, ATen's AVX-512 / AVX2 / portable kernels, M
 the pins' own CPU — per hidden-state vector for the residual-stream arrays (their scale spans 0.1 to 2.5e4
 across layers), per element for the few heterogeneous vectors (:data:`PER_ELEMENT`), else per array — and never
 below :data:`FLOOR_ULPS` float32 ulps of the values' magnitude. Token ids are compared exactly: the smallest
-top-1/top-2 logit gap of any pinned greedy choice (0.0015 tiny, 0.056 embedded) is thousands of times the
-logits' float32 drift.
+top-1/top-2 logit gap of any pinned discrete choice (each greedy step of both answers, RADAR's logit-lens arg-max
+per layer: 0.0015 tiny, 0.019 embedded) is 550× (embedded) to 1,500× (tiny) the logits' float32 drift.
 
 Regenerate only on purpose (it overwrites the pins): ``python tests/unit/model/test_trace_readers.py [--embedded]``,
 then ``bench/kernel_drift.py --write`` for their tolerances.
