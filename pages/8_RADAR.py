@@ -243,16 +243,16 @@ def draw_trajectories(analysis: radar.RadarAnalysis) -> None:
 
 
 FEATURE_COLUMNS_PX = {
-    "feature": 150,
+    "feature": 175,
     "value": 75,
     "train mean (recall)": 95,
     "train mean (reasoning)": 115,
     "type": 50,
-    "formula": 190,
-    "paper's proxy note": 140,
-    "implementation note": 140,
+    "formula": 180,
+    "paper's proxy note": 130,
+    "implementation note": 130,
 }
-"""The feature tables' column widths, 955 px in all: a table fits the page's 978 px at a 1,440 px window, so no
+"""The feature tables' column widths, 950 px in all: a table fits the page's 978 px at a 1,440 px window, so no
 column is cut at its right edge (tests/e2e/test_layout_browser.py); a longer formula or note shows whole on hover and
 in the CSV export."""
 SHORT_HEADERS = {"train mean (recall)": "mean, recall", "train mean (reasoning)": "mean, reasoning"}
