@@ -103,7 +103,8 @@ def check_args(args: argparse.Namespace) -> None:
     model = getattr(args, "model", None)
     if model is not None and not model.strip():
         raise ValueError(
-            "--model is empty: give a Hugging Face id or a local folder, or leave it out for the embedded model."
+            "--model is empty: give a Hugging Face id, a local folder or a GGUF file, or leave it out for the embedded "
+            "model."
         )
     check_setting_flags(args)
 
@@ -151,7 +152,12 @@ def add_setting_args(p: argparse.ArgumentParser) -> None:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--revision``, ``--device``, ``--dtype``, the :class:`DualPathSettings` flags and
     ``--threshold-file``."""
-    p.add_argument("--model", default=None, help="hub id or local folder (default: the embedded SmolLM2)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="hub id, local folder, GGUF file (or a folder holding one) or a packaged model's name such as "
+        "gemma3-270m (default: the embedded SmolLM2)",
+    )
     p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     p.add_argument(
         "--device", type=parse_device, default=None, help="cpu, cuda or cuda:N (default: CUDA when available)"
