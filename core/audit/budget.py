@@ -17,25 +17,29 @@ positions before it (∝ T·d), which dominates beyond ``T_attn`` = :data:`ATTEN
 purpose: the deadline, not the estimate, is what guarantees the budget). Seconds per unit come from a probe
 forward when the service starts, then from every forward it runs (an exponential moving average).
 
-**Sharing the model fairly.** The model's lock is first come, first served (:mod:`core.model.handle`), and an
-audit holds it for one forward pass at a time. A batch's rows are grouped so that each forward is estimated to
-take at most :data:`FAIR_SLICE_S` (:meth:`WorkMeter.forward_tokens`; never less than one row): a request that
-arrives while a batch runs waits for at most one such slice — one prompt's forward when a single prompt alone
-takes longer — before its own passes run.
+**Sharing the model.** An audit takes the model for one forward pass at a time, and a batch's rows are grouped so
+that each pass is estimated to take at most :data:`FAIR_SLICE_S` (:meth:`WorkMeter.forward_tokens`; never less
+than one row). Between passes, :class:`ModelTurns` gives the model to the waiting audit with the **least work
+left** (its estimate, less the time it has waited: a large request that has waited as long as its remaining
+work goes first, so it is not starved; its deadline bounds the wait in any case). So a single audit that arrives
+while a batch runs waits for the one pass in flight, then runs both of its passes — not behind the rest of the
+batch, nor behind every other pass of it.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from core.engine.batch import plan_batches
-from core.model.handle import ModelHandle
+from core.model.handle import ModelHandle, check_cancelled
 
 ATTENTION_TOKENS = 1024.0
 """``T_attn`` before the model is known: the prompt length at which attention costs as much per token as the
@@ -179,3 +183,91 @@ class WorkMeter:
                 units += new_tokens * (DECODE_STEP_UNITS + (r + new_tokens) / self.attention_tokens)
         tokens = int(sum(retrieval) + sum(parametric) + 2 * new_tokens * len(retrieval))
         return WorkPlan(tokens, units, self.seconds(units), per_forward)
+
+
+class ModelTurns:
+    """Whose forward pass runs next, among the audits waiting for the model (thread-safe).
+
+    Each waiting audit states the model time it still needs (``left_s``, its :class:`WorkPlan` estimate less the
+    passes it has run). When the model is free, the audit with the smallest ``left_s − waited_s`` runs its next
+    pass (ties: the first to ask). The model's own lock is still taken inside a turn (:mod:`core.model.handle`);
+    turns only order the service's audits among themselves.
+    """
+
+    POLL_S = 0.25
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._busy = False
+        self._waiting: dict[object, tuple[float, float, int]] = {}
+        self._order = itertools.count()
+
+    def waiting(self) -> int:
+        """How many audits wait for a turn now."""
+        with self._cond:
+            return len(self._waiting)
+
+    def _next(self) -> object:
+        now = time.monotonic()
+
+        def key(ticket: object) -> tuple[float, int]:
+            left, since, order = self._waiting[ticket]
+            return left - (now - since), order
+
+        return min(self._waiting, key=key)
+
+    @contextmanager
+    def turn(self, left_s: float) -> Iterator[None]:
+        """Wait for this audit's turn (it still needs ``left_s`` seconds of model time), hold it for the block.
+
+        The run's cancel token (:func:`core.model.handle.check_cancelled`: a deadline, a shutdown) is checked
+        while it waits.
+
+        Raises:
+            core.model.handle.RunCancelled: cancelled while waiting (the turn is given up).
+        """
+        ticket = object()
+        with self._cond:
+            self._waiting[ticket] = (float(left_s), time.monotonic(), next(self._order))
+            try:
+                while self._busy or self._next() is not ticket:
+                    check_cancelled()
+                    self._cond.wait(self.POLL_S)
+                self._busy = True
+            finally:
+                del self._waiting[ticket]
+                self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+
+@dataclass
+class RunShare:
+    """One audit's share of the model: its :class:`ModelTurns`, the meter, and the model time it still needs."""
+
+    turns: ModelTurns
+    meter: WorkMeter
+    left_s: float
+
+    @contextmanager
+    def forward(self, rows: int, width: int) -> Iterator[None]:
+        """One forward pass of ``rows`` prompts padded to ``width`` tokens, in this audit's turn."""
+        cost = self.meter.seconds(self.meter.units(rows, width))
+        with self.turns.turn(self.left_s):
+            try:
+                yield
+            finally:
+                self.left_s = max(self.left_s - cost, 0.0)
+
+    @contextmanager
+    def block(self, seconds: float) -> Iterator[None]:
+        """A stretch of model work estimated at ``seconds`` (a generation), in this audit's turn."""
+        with self.turns.turn(self.left_s):
+            try:
+                yield
+            finally:
+                self.left_s = max(self.left_s - seconds, 0.0)

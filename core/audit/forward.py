@@ -18,13 +18,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from core.audit.budget import MAX_FORWARD_TOKENS, WorkMeter
+from core.audit.budget import MAX_FORWARD_TOKENS, RunShare, WorkMeter
 from core.engine.batch import plan_batches
 from core.engine.prepare import PreparedPrompts
 from core.maths.divergence import entropy, kl_divergence, log_probs
@@ -68,6 +69,7 @@ def capture_pairs(
     batch_size: int = DEFAULT_AUDIT_BATCH,
     max_batch_tokens: int = MAX_AUDIT_BATCH_TOKENS,
     meter: WorkMeter | None = None,
+    share: RunShare | None = None,
 ) -> list[PairCapture]:
     """Both paths' last-token states for many pairs: per chunk one padded forward per path.
 
@@ -81,6 +83,8 @@ def capture_pairs(
         prepared: each pair's validated prompts (:func:`core.engine.prepare.prepare_prompts`).
         meter: when given, chunks are also sized to one fair slice of model time
             (:meth:`~core.audit.budget.WorkMeter.forward_tokens`) and every forward's time is fed back to it.
+        share: the audit's :class:`~core.audit.budget.RunShare`: each forward pass waits for its turn among the
+            service's audits (the one with the least work left goes first).
 
     Returns:
         One :class:`PairCapture` per pair.
@@ -96,7 +100,7 @@ def capture_pairs(
         max_batch_tokens = min(max_batch_tokens, meter.forward_tokens(max(lengths)))
     for chunk in plan_batches(lengths, batch_size, 0, max_batch_tokens):
         with_context, without = trace_prompts(  # the one prompt-pair trace, each forward timed on its own
-            handle, [prepared[i] for i in chunk], tracer=lambda rows: _timed_trace(handle, rows, meter)
+            handle, [prepared[i] for i in chunk], tracer=lambda rows: _timed_trace(handle, rows, meter, share)
         )
         logp_c, logp_0 = log_probs(with_context.logits[:, -1]).cpu(), log_probs(without.logits[:, -1]).cpu()
         disp = pair_displacement(with_context, without)
@@ -117,16 +121,19 @@ def capture_pairs(
     return out  # type: ignore[return-value]
 
 
-def _timed_trace(handle: ModelHandle, sequences: list[list[int]], meter: WorkMeter | None) -> Any:
-    """One padded forward (:func:`~core.model.trace.trace`) holding the model for itself, its time (from when it
-    holds the model, not while it queued) reported to ``meter``."""
+def _timed_trace(
+    handle: ModelHandle, sequences: list[list[int]], meter: WorkMeter | None, share: RunShare | None
+) -> Any:
+    """One padded forward (:func:`~core.model.trace.trace`) holding the model for itself (in the audit's turn,
+    given ``share``), its time (from when it holds the model, not while it queued) reported to ``meter``."""
     check_cancelled()
-    with handle.session():
+    rows, width = len(sequences), max(len(s) for s in sequences)
+    with share.forward(rows, width) if share is not None else nullcontext(), handle.session():
         t0 = time.perf_counter()
         traced = trace(handle, sequences, logits=1)
         seconds = time.perf_counter() - t0
     if meter is not None:
-        meter.observe(len(sequences), max(len(s) for s in sequences), seconds)
+        meter.observe(rows, width, seconds)
     return traced
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from fastapi import HTTPException, Response
 
 from core.audit.auth import AuditLimits, GuardCounters
-from core.audit.budget import WorkMeter, WorkPlan
+from core.audit.budget import ModelTurns, RunShare, WorkMeter, WorkPlan
 from core.audit.calibration import AuditCalibration
 from core.audit.chain import ChainHeadError
 from core.audit.scoring import AuditInputError, AuditOptions, audit_pairs, prepare_pairs
@@ -52,8 +52,13 @@ def validation_error(loc: list[Any], message: str) -> HTTPException:
 
 
 def input_error(exc: AuditInputError, batch: bool) -> HTTPException:
-    """An input the model layer refused: 413 over the token budget, else 422, located in the body."""
+    """An input the model layer refused: 413 over a token budget (a pair's, or the request's), else 422, located
+    in the body."""
     loc: list[Any] = ["body", "items", exc.index, exc.field] if batch else ["body", exc.field]
+    if exc.kind == "work_budget":
+        return HTTPException(
+            413, detail={"msg": str(exc), "loc": ["body", "items"] if batch else loc, "type": "work_budget"}
+        )
     if exc.kind == "token_budget":
         return HTTPException(413, detail={"msg": str(exc), "loc": loc, "type": "token_budget"})
     return validation_error(loc, str(exc))
@@ -100,6 +105,7 @@ class AuditRecorder:
         default_factory=lambda: {"audits": 0, "replays": 0, "over_budget": 0, "past_deadline": 0, "stopped": 0}
     )
     meter: WorkMeter = field(default_factory=WorkMeter)
+    turns: ModelTurns = field(default_factory=ModelTurns)
     stopping: bool = False
     _active: set[CancelToken] = field(default_factory=set, repr=False)
     _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -250,8 +256,10 @@ class AuditRecorder:
         opts = replace(self.options, generate=generate, max_new_tokens=max_new_tokens)
         texts = [(p.query, p.context) for p in pairs]
         try:
-            prepared = prepare_pairs(self.handle, texts, opts)
+            prepared = prepare_pairs(self.handle, texts, opts, max_total_tokens=self.limits.max_request_tokens)
         except AuditInputError as exc:
+            if exc.kind == "work_budget":
+                self.served["over_budget"] += 1
             raise input_error(exc, batch) from None
         plan = self.meter.plan(
             [len(p.retrieval.ids) for p in prepared],
@@ -265,7 +273,10 @@ class AuditRecorder:
         with self._running(token):
             try:
                 with run_control(cancel=token):
-                    results = audit_pairs(self.handle, calib, texts, opts, prepared=prepared, meter=self.meter)
+                    share = RunShare(self.turns, self.meter, plan.seconds)
+                    results = audit_pairs(
+                        self.handle, calib, texts, opts, prepared=prepared, meter=self.meter, share=share
+                    )
             except AuditInputError as exc:
                 raise input_error(exc, batch) from None
             except RunCancelled:
@@ -346,6 +357,7 @@ class AuditRecorder:
                 "stopped_past_deadline": self.served["past_deadline"],
                 "stopped_by_shutdown": self.served["stopped"],
                 "model_busy": self.handle.is_busy(),
+                "waiting_for_the_model": self.turns.waiting(),
             },
             "budget": {
                 "max_request_tokens": self.limits.max_request_tokens,

@@ -16,12 +16,13 @@ retrieval answer, RePCS' Z, τ and the verdict.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from core.audit.budget import WorkMeter
+from core.audit.budget import RunShare, WorkMeter
 from core.audit.calibration import AuditCalibration
 from core.audit.forward import DEFAULT_AUDIT_BATCH, MAX_AUDIT_BATCH_TOKENS, capture_pairs
 from core.engine.batch import score_rows
@@ -36,7 +37,8 @@ class AuditInputError(ValueError):
     Attributes:
         index: the pair's position in the request (0 for ``/audit``).
         field: the request field at fault (``"query"``, ``"context"``).
-        kind: ``"invalid"`` (malformed or empty: HTTP 422) or ``"token_budget"`` (too long: HTTP 413).
+        kind: ``"invalid"`` (malformed or empty: HTTP 422), ``"token_budget"`` (a pair too long: HTTP 413) or
+            ``"work_budget"`` (the request over its token budget: HTTP 413).
     """
 
     def __init__(self, message: str, *, index: int, field: str, kind: str) -> None:
@@ -66,15 +68,28 @@ class AuditOptions:
 
 
 def prepare_pairs(
-    handle: ModelHandle, pairs: Sequence[tuple[str, str]], options: AuditOptions
+    handle: ModelHandle,
+    pairs: Sequence[tuple[str, str]],
+    options: AuditOptions,
+    *,
+    max_total_tokens: int | None = None,
 ) -> list[PreparedPrompts]:
     """Validate every pair and build both prompts (no model call); all or nothing.
 
+    Args:
+        max_total_tokens: the request's work budget in tokens (both prompts of every pair, plus the answer tokens
+            asked for): pairs are counted as they are tokenized, and the request is refused as soon as the running
+            total is over it — a batch far over the budget costs the server only the tokenizing of its first
+            items, not of all of them.
+
     Raises:
-        AuditInputError: an empty query/context (``invalid``) or a prompt over the budget (``token_budget``);
-            the message names the pair and the limit.
+        AuditInputError: an empty query/context (``invalid``), a prompt over the per-pair budget
+            (``token_budget``) or the request over ``max_total_tokens`` (``work_budget``); the message names the
+            pair and the limit.
     """
     new_tokens = options.max_new_tokens if options.generate else 1
+    answer_tokens = 2 * options.max_new_tokens if options.generate else 0
+    total = 0
     settings = DualPathSettings(max_new_tokens=new_tokens, score_window=new_tokens, template=options.template)
     cap = min(handle.info.max_tokens, options.max_prompt_tokens or handle.info.max_tokens)
     out: list[PreparedPrompts] = []
@@ -99,6 +114,16 @@ def prepare_pairs(
                 field="context",
                 kind="token_budget",
             )
+        total += len(prepared.retrieval.ids) + len(prepared.parametric.ids) + answer_tokens
+        if max_total_tokens is not None and total > max_total_tokens:
+            counted = f"items 0–{i} of {len(pairs)} already ask" if len(pairs) > 1 else "this pair asks"
+            raise AuditInputError(
+                f"{counted} the model to read {total:,} tokens (both prompts of every item); this server takes at "
+                f"most {max_total_tokens:,} per request: send fewer or shorter items. Nothing was run or stored.",
+                index=i,
+                field="context",
+                kind="work_budget",
+            )
         out.append(prepared)
     return out
 
@@ -111,6 +136,7 @@ def audit_pairs(
     *,
     prepared: Sequence[PreparedPrompts] | None = None,
     meter: WorkMeter | None = None,
+    share: RunShare | None = None,
 ) -> list[dict[str, Any]]:
     """Audit (query, context) pairs: one padded forward pass per path per chunk, then the audit rule.
 
@@ -120,6 +146,8 @@ def audit_pairs(
         meter: the service's :class:`~core.audit.budget.WorkMeter`: forward passes are sized to its fair slice
             and timed into it; with ``generate``, rows are generated in batches it estimates fit a slice (at
             least one row: a generation holds the model from its first to its last token).
+        share: the audit's turn-taking among the service's audits (:class:`~core.audit.budget.RunShare`): each
+            forward pass, and each batch of generations, waits for its turn.
 
     Returns:
         One JSON-ready result per pair: ``anomaly_flag``, ``anomaly_score``, ``lts_trajectory`` (``L1``
@@ -138,19 +166,28 @@ def audit_pairs(
             f"the prompts use template {prepared[0].template_key!r} but the calibration {calibration.template!r}"
         )
     captures = capture_pairs(
-        handle, prepared, batch_size=options.batch_size, max_batch_tokens=options.max_batch_tokens, meter=meter
+        handle,
+        prepared,
+        batch_size=options.batch_size,
+        max_batch_tokens=options.max_batch_tokens,
+        meter=meter,
+        share=share,
     )
     generated: list[Any] = [None] * len(prepared)
     if options.generate and prepared:
         settings = DualPathSettings(
             max_new_tokens=options.max_new_tokens, score_window=options.max_new_tokens, template=options.template
         )
-        rows = options.batch_size
+        rows, one_row = options.batch_size, 0.0
         if meter is not None:
             widest = max(len(p.retrieval.ids) for p in prepared)
             one_row = meter.plan([widest], [widest], batch_size=1, new_tokens=options.max_new_tokens).seconds
             rows = max(1, min(rows, int(meter.slice_s / one_row) if one_row > 0 else rows))
-        generated = score_rows(handle, list(pairs), settings, batch_size=rows)
+        generated = []
+        for start in range(0, len(pairs), rows):  # each group of rows in its own turn
+            group = list(pairs[start : start + rows])
+            with share.block(one_row * len(group)) if share is not None else nullcontext():
+                generated += score_rows(handle, group, settings, batch_size=rows)
     out: list[dict[str, Any]] = []
     for prep, cap, gen in zip(prepared, captures, generated):
         lts = calibration.lts(cap.displacement)

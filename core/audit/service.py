@@ -87,7 +87,7 @@ def _not_blank(value: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"is not valid Unicode text (a lone surrogate at character {exc.start})") from None
-    if not has_visible_text("".join(c for c in value if not _is_noncharacter(c))):
+    if not any(has_visible_text(c) and not _is_noncharacter(c) for c in value):  # stops at the first visible one
         raise ValueError(
             "must contain visible text (whitespace, zero-width characters and Unicode noncharacters such as "
             "U+FFFF alone do not count)"

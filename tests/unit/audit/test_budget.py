@@ -56,3 +56,77 @@ def test_bad_settings_are_refused():
     for kwargs in ({"slice_s": 0}, {"smoothing": 0}, {"smoothing": 1.5}, {"attention_tokens": 0}):
         with pytest.raises(ValueError):
             WorkMeter(**kwargs)
+
+
+def test_the_audit_with_the_least_work_left_gets_the_next_turn():
+    import threading
+    import time
+
+    from core.audit.budget import ModelTurns
+
+    turns, order, started = ModelTurns(), [], []
+    release = threading.Event()
+
+    def hold() -> None:
+        with turns.turn(1.0):
+            started.append("holder")
+            release.wait(10)
+
+    def ask(name: str, left: float) -> None:
+        with turns.turn(left):
+            order.append(name)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    while not started:
+        time.sleep(0.01)
+    waiting = [threading.Thread(target=ask, args=("batch", 50.0)), threading.Thread(target=ask, args=("single", 0.5))]
+    for t in waiting:  # the batch asks first
+        t.start()
+        time.sleep(0.05)
+    while turns.waiting() < 2:
+        time.sleep(0.01)
+    release.set()
+    for t in [holder, *waiting]:
+        t.join(10)
+    assert order == ["single", "batch"]
+
+
+def test_a_long_wait_counts_against_the_work_left_so_nothing_starves():
+    import time
+
+    from core.audit.budget import ModelTurns
+
+    turns = ModelTurns()
+    now = time.monotonic()
+    turns._waiting = {"old": (5.0, now - 10.0, 0), "new": (0.5, now, 1)}  # waited 10 s with 5 s left
+    assert turns._next() == "old"
+
+
+def test_a_cancelled_audit_gives_up_its_place_in_the_queue():
+    import threading
+
+    from core.audit.budget import ModelTurns
+    from core.model.handle import CancelToken, RunCancelled, run_control
+
+    turns, box = ModelTurns(), {}
+    token = CancelToken()
+
+    def ask() -> None:
+        with run_control(cancel=token):
+            try:
+                with turns.turn(1.0):
+                    box["ran"] = True
+            except RunCancelled:
+                box["cancelled"] = True
+
+    with turns.turn(1.0):
+        t = threading.Thread(target=ask)
+        t.start()
+        while turns.waiting() < 1:
+            threading.Event().wait(0.01)
+        token.cancel("test")
+        t.join(5)
+    assert box == {"cancelled": True} and turns.waiting() == 0
+    with turns.turn(1.0):  # the model is free again
+        pass
