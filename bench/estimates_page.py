@@ -35,6 +35,17 @@ COSTLY = ("selfcritique", "crm_l1", "sma")
 _ESTIMATE = re.compile(r"(≈ (\d+(?:\.\d+)?) (s|min|h)|< 1 s) on this machine")
 
 
+class Rows(list):
+    """The measured runs, each printed as its table row when it is added (a long benchmark shows its progress)."""
+
+    def append(self, row: tuple[str, str, str, float]) -> None:
+        super().append(row)
+        kind, example, text, actual = row
+        shown = shown_seconds(text)
+        ratio = "—" if shown is None else f"{shown / actual:.2f}"
+        print(f"| {kind} | {example} | {text or '(none)'} | {actual:.1f} | {ratio} |", flush=True)
+
+
 def shown_seconds(text: str) -> float | None:
     """The seconds an estimate sentence shows (``"≈ 2 min on this machine …"`` → 120; ``"< 1 s"`` → 0.5)."""
     found = _ESTIMATE.search(text)
@@ -152,7 +163,8 @@ def main() -> int:
     from core.examples import load_examples
 
     examples = load_examples()
-    rows: list[tuple[str, str, str, float]] = []
+    rows = Rows()
+    print("| kind | example | estimate shown before the click | actual s | estimate ÷ actual |\n|---|---|---|---|---|")
     started = time.perf_counter()
     if "dual_path" in args.kinds:
         dual_path([examples[i] for i in args.examples], rows)
@@ -165,17 +177,14 @@ def main() -> int:
         sma(few, rows)
     if "evaluate" in args.kinds:
         evaluate(rows)
-    print("| kind | example | estimate shown before the click | actual s | estimate ÷ actual |\n|---|---|---|---|---|")
     seen: dict[str, int] = {}
     worst = 1.0
-    for kind, example, text, actual in rows:
+    for kind, _, text, actual in rows:
         base = kind.split(" (")[0]
         seen[base] = seen.get(base, 0) + 1
         shown = shown_seconds(text)
-        ratio = "—" if shown is None else f"{shown / actual:.2f}"
         if shown is not None and seen[base] > 1:  # after one run of the kind
             worst = max(worst, shown / actual, actual / shown)
-        print(f"| {kind} | {example} | {text or '(none)'} | {actual:.1f} | {ratio} |")
     print(f"\nworst factor after one run of the kind: {worst:.2f}× (target: within 2×)")
     print(f"threads={os.environ.get('OMP_NUM_THREADS', 'default')} · {time.perf_counter() - started:.0f} s in all")
     return 0

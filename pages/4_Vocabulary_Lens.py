@@ -141,7 +141,7 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
             pinned=("layer",),
             text=("retrieval top-k", "parametric top-k"),
             numbers={"KL (nats)": "%.3f", "p(answer) retrieval": "%.3f", "p(answer) parametric": "%.3f"},
-            text_width="large",
+            text_width="medium",  # two "large" top-k columns hid the parametric one at 1,440 px (hover: whole cell)
         ),
     )
     st.caption(
