@@ -17,6 +17,7 @@ paper's one constant τ (:meth:`core.engine.threshold.Threshold.for_mode`).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 
 import streamlit as st
@@ -25,6 +26,8 @@ from components import keys
 from core.engine.result import DualPathResult
 from core.engine.scoring import rejudge
 from core.engine.threshold import DEFAULT_TAU_MODE, TAU_MODES, Threshold, check_model, resolve_tau
+
+logger = logging.getLogger(__name__)
 
 
 def _store() -> dict[str, dict]:
@@ -55,11 +58,21 @@ def tau_mode() -> str:
 
 
 def session_threshold(model_name: str) -> tuple[Threshold | None, str | None]:
-    """The τ set in this session for ``model_name`` and its source sentence, or ``(None, None)``."""
+    """The τ set in this session for ``model_name`` and its source sentence, or ``(None, None)``.
+
+    A stored τ that no longer passes the threshold file's checks (:meth:`Threshold.from_dict`: e.g. a τ(L) that
+    is 0 or infinite at some length, kept by an older version of the app) is forgotten, with a warning in the
+    log, rather than failing every page that asks for the τ in force.
+    """
     entry = _store().get(model_name)
     if not entry:
         return None, None
-    return Threshold.from_dict(entry["threshold"]), str(entry["source"])
+    try:
+        return Threshold.from_dict(entry["threshold"]), str(entry["source"])
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.warning("Forgot the session's τ for %s: it fails the threshold checks (%s)", model_name, exc)
+        clear_active_threshold(model_name)
+        return None, None
 
 
 def active_threshold(model_name: str) -> tuple[Threshold | None, str]:

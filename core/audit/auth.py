@@ -10,7 +10,9 @@ The guard is a plain ASGI middleware that runs **before** routing and body parsi
 * a body that has not fully arrived within ``body_timeout_s`` (a ``Content-Length`` that promises more than
   the client sends) gets 408 and the connection is closed — it cannot hold the connection forever;
 * a body nested deeper than :data:`~core.io.MAX_JSON_DEPTH` (JSON objects and arrays) gets 422 before it is
-  parsed (the parser would otherwise fail on recursion and answer 400).
+  parsed (the parser would otherwise fail on recursion and answer 400);
+* a request still running when the server's graceful shutdown runs out (a forward pass that outlasts it) gets a
+  503 saying so (``on_cancel``), never uvicorn's bare 500.
 
 ``/health`` and the OpenAPI pages (``/openapi.json``; ``/docs`` and ``/redoc`` only when the app serves them,
 ``serve --docs``) are open: they reveal no audit.
@@ -154,8 +156,10 @@ class GuardMiddleware:
         counters: GuardCounters,
         body_timeout_s: float = AuditLimits.body_timeout_s,
         max_json_depth: int = MAX_JSON_DEPTH,
+        on_cancel: Callable[[], str | None] | None = None,
     ) -> None:
         self.app = app
+        self.on_cancel = on_cancel
         self._token = token.encode("utf-8")
         self.max_body_bytes = max_body_bytes
         self.counters = counters
@@ -251,4 +255,18 @@ class GuardMiddleware:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send)
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, replay, tracked)
+        except asyncio.CancelledError:  # the server's graceful shutdown ran out while this request still ran
+            detail = None if started or self.on_cancel is None else self.on_cancel()
+            if detail is None:
+                raise
+            headers = [(b"retry-after", b"10"), (b"connection", b"close")]
+            await _json_response(send, 503, {"detail": detail}, headers)  # not uvicorn's bare 500

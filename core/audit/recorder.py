@@ -125,6 +125,18 @@ class AuditRecorder:
             token.cancel("the service is shutting down")
         return len(running)
 
+    def cut_short(self) -> str | None:
+        """The 503 message for a request the server's shutdown cuts short mid-run (``None`` when not stopping):
+        from now on nothing more is written, so the client is told the truth about its request."""
+        if not self.stopping:
+            return None
+        if self.store.stop_writes():
+            return SHUTTING_DOWN
+        return (
+            "The audit service is shutting down and stopped while this request was being recorded: send it again "
+            "with the same request_id once the service is back to learn whether it was stored."
+        )
+
     @contextmanager
     def _running(self, token: CancelToken) -> Iterator[None]:
         with self._active_lock:

@@ -254,6 +254,7 @@ def create_app(
         max_body_bytes=limits.max_body_bytes,
         counters=recorder.counters,
         body_timeout_s=limits.body_timeout_s,
+        on_cancel=recorder.cut_short,
     )
     app.state.recorder = recorder
 

@@ -287,6 +287,19 @@ class AuditStore(AuditReader):
         with self._lock:
             self._conn.close()
 
+    def stop_writes(self) -> bool:
+        """Refuse every write that has not started yet, without waiting (safe on the event loop).
+
+        Returns:
+            ``True`` when no write was in progress (nothing more will be committed), ``False`` when one was (it
+            may still commit).
+        """
+        idle = self._lock.acquire(blocking=False)
+        self._halted = True
+        if idle:
+            self._lock.release()
+        return idle
+
     def halt(self, timeout: float = 1.0) -> bool:
         """Stop writing: wait up to ``timeout`` s for a write in progress to commit, then refuse every later one.
 

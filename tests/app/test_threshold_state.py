@@ -113,3 +113,21 @@ def test_the_tau_metric_says_which_tau_is_in_force_for_this_answer(tiny_app, run
     ok(at.run())
     labels = [m.label for m in at.metric]
     assert "Threshold τ (one constant)" in labels and not any("length-aware" in label for label in labels)
+
+
+def test_a_session_tau_that_fails_the_checks_is_forgotten_not_fatal(tiny_app):
+    """Issue 37 C: a τ(L) that is 0 at every length (intercept −800) in the session crashed every page that asked
+    for the τ in force; such a τ is now refused on upload, and one already in a session is dropped."""
+    import json
+
+    from core.engine.threshold import EMBEDDED_THRESHOLD
+
+    data = json.loads(EMBEDDED_THRESHOLD.read_text(encoding="utf-8"))
+    data["model"] = tiny_app.info.name
+    data["length_tau"]["intercept"] = -800.0
+    at = open_script(APP, TIMEOUT)
+    at.session_state[keys.THRESHOLDS] = {tiny_app.info.name: {"threshold": data, "source": EVALUATE_SOURCE}}
+    ok(at.switch_page("pages/9_Evaluate.py").run())
+    assert not at.session_state[keys.THRESHOLDS], "the stored τ was forgotten"
+    shown = "\n".join(c.value for c in at.caption)
+    assert "Source:" in shown and "calibrated on the Evaluate page" not in shown
