@@ -19,11 +19,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from core.maths.divergence import row_slices
 from core.methods.redeep.maths import copying_score
 from core.model.handle import ModelHandle
 from core.model.parts import model_parts
 
 OUTPUTS = ("o_proj", "out_proj", "dense")
+OV_CHUNK_BYTES = 256 << 20
+"""The most bytes of the float64 rows of ``W_E`` (and of ``W_U``) :func:`embed_unembed` converts at once (the embedded
+model's 49,152 × 576, 226 MB, in one slice; Gemma 3's 262,144 × 640 in six)."""
 """Names of an attention module's output projection next to a separate ``v_proj``."""
 
 
@@ -68,13 +72,24 @@ def head_value_output(handle: ModelHandle, layer: int) -> tuple[list[torch.Tenso
 
 
 def embed_unembed(handle: ModelHandle, vocab: np.ndarray | None = None) -> torch.Tensor:
-    """``G = W_E W_U = Eᵀ U`` ``(d, d)`` float64 over the whole vocabulary, or over the token ids ``vocab``."""
+    """``G = W_E W_U = Eᵀ U`` ``(d, d)`` float64 over the whole vocabulary, or over the token ids ``vocab``.
+
+    A vocabulary whose float64 copy of ``E`` would exceed :data:`OV_CHUNK_BYTES` (Gemma 3's 262,144 × 640: 1.3 GB,
+    twice with ``U``) is summed in slices of rows, ``G = Σ_s E_sᵀ U_s``: the same matrix up to float64 summation
+    order, without a whole float64 copy of either matrix (the embedded model's fits in one slice).
+    """
     E = handle.model.get_input_embeddings().weight.detach()
     U = model_parts(handle).unembed.weight.detach()
     if vocab is not None:
         ids = torch.as_tensor(np.asarray(vocab), dtype=torch.long, device=E.device)
         E, U = E[ids], U[ids]
-    return (E.double().T @ U.double()).cpu()
+    slices = list(row_slices(E.shape[0], E.shape[1], itemsize=8, budget=OV_CHUNK_BYTES))
+    if len(slices) <= 1:
+        return (E.double().T @ U.double()).cpu()
+    G = torch.zeros((E.shape[1], U.shape[1]), dtype=torch.float64, device=E.device)
+    for rows in slices:
+        G += E[rows].double().T @ U[rows].double()
+    return G.cpu()
 
 
 def ov_eigenvalues(handle: ModelHandle, vocab: np.ndarray | None = None) -> list[list[np.ndarray]]:
