@@ -114,15 +114,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from core.audit.service import create_app
 
     token = load_token(args.token_file)
-    limits = AuditLimits(
-        max_body_bytes=args.max_body_bytes,
-        max_batch_items=args.max_batch,
-        max_prompt_tokens=args.max_prompt_tokens,
-        max_new_tokens=max(args.max_new_tokens, 1),
-        max_request_tokens=args.max_request_tokens,
-        request_budget_s=args.request_budget,
-        body_timeout_s=args.body_timeout,
-    )
+    flags = {
+        "max_body_bytes": ("--max-body-bytes", args.max_body_bytes),
+        "max_batch_items": ("--max-batch", args.max_batch),
+        "max_prompt_tokens": ("--max-prompt-tokens", args.max_prompt_tokens),
+        "max_new_tokens": ("--max-new-tokens", max(args.max_new_tokens, 1)),
+        "max_request_tokens": ("--max-request-tokens", args.max_request_tokens),
+        "request_budget_s": ("--request-budget", args.request_budget),
+        "body_timeout_s": ("--body-timeout", args.body_timeout),
+    }
+    try:
+        limits = AuditLimits(**{name: value for name, (_, value) in flags.items()})
+    except ValueError as exc:  # name the flag, not the field
+        message = str(exc)
+        for name, (flag, _) in flags.items():
+            message = message.replace(name, flag, 1) if message.startswith(name) else message
+        raise ValueError(message) from None
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be between 1 and 65535, got {args.port}")
     for flag, value in (("--db-timeout", args.db_timeout), ("--shutdown-timeout", args.shutdown_timeout)):
