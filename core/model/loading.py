@@ -356,7 +356,7 @@ def load_model(
             "tokenizer and the *.safetensors weights, or a .gguf file."
         )
     elif _looks_like_path(spec):
-        raise ModelLoadError(f"{spec!r} is not a model folder or a GGUF file: there is no such folder or file.")
+        raise ModelLoadError(f"{spec!r} is not a model folder: there is no such folder or GGUF file.")
     elif packaged is not None:
         folder, name, source = ensure_packaged_cache(packaged)
         path = str(folder)

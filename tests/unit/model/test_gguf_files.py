@@ -86,7 +86,7 @@ def test_a_packaged_model_is_assembled_from_its_pieces_and_checked(tmp_path, mon
     packaged = _packaged(tmp_path, monkeypatch, pieces, b"".join(pieces))
     assert packaged.installed()
     seen = []
-    out = packaged.assemble(tmp_path / "whole.gguf", progress=lambda done, total: seen.append((done, total)))
+    out = packaged.assemble(tmp_path / "whole.gguf", progress=lambda done, total, text="": seen.append((done, total)))
     assert out.read_bytes() == b"".join(pieces)
     assert seen[-1] == (22, 22)
 
