@@ -20,7 +20,7 @@ import streamlit as st
 
 from components import keys
 from components.lru import session_lru
-from components.progress import detector_kind, estimate_text, judge_measured
+from components.progress import detector_estimate, judge_measured
 from components.text import redact_paths
 from core.detectors import get
 from core.detectors.agreement import (
@@ -233,7 +233,7 @@ def _costly(pending: list[CostlyDetector], agreement: Agreement, inp: DetectorIn
                 help=costly.label,
                 icon=":material/play_arrow:",
             )
-            wait = estimate_text(inp.handle, detector_kind(costly.name), inp.settings.max_new_tokens, costly.estimate_s)
+            wait = detector_estimate(inp, costly.name, costly.estimate_s)
             st.caption(wait)  # from this detector's last runs once there are some (they are timed below)
         if clicked:
             detector = get(costly.name)

@@ -21,13 +21,20 @@ from typing import Any
 
 from core.detectors.agreement import DetectorVerdict, judge
 from core.detectors.registry import Detector, DetectorInput
-from core.engine.estimate import Estimate, describe_estimate, estimate_run, observe_run
+from core.engine.estimate import Estimate, answer_steps, describe_estimate, estimate_run, observe_run
 from core.model.handle import on_each_step
 
 
 def detector_kind(name: str) -> str:
-    """The estimate's kind of a costly detector run from the agreement view (its work: the token budget)."""
+    """The estimate's kind of a costly detector run from the agreement view (its work: the example's answer
+    length, :func:`core.engine.estimate.answer_steps`)."""
     return f"detector:{name}"
+
+
+def detector_estimate(inp: DetectorInput, name: str, fallback: Estimate | float | None) -> str:
+    """The sentence under a costly detector's button: its last runs' seconds per answer step × this example's
+    answer steps, else ``fallback`` (the detector's declared unit-cost estimate)."""
+    return estimate_text(inp.handle, detector_kind(name), answer_steps(inp.result), fallback)
 
 
 def estimate_text(handle: Any, kind: str, work: float, fallback: Estimate | float | None = None) -> str:
@@ -38,11 +45,11 @@ def estimate_text(handle: Any, kind: str, work: float, fallback: Estimate | floa
 
 def judge_measured(detector: Detector, inp: DetectorInput) -> DetectorVerdict:
     """:func:`core.detectors.agreement.judge`, timed: a run that scored is recorded as a run of
-    :func:`detector_kind` (work: the token budget), so the next estimate of that detector is measured."""
+    :func:`detector_kind` (work: this example's answer steps), so the next estimate of that detector is measured."""
     started = time.monotonic()
     verdict = judge(detector, inp)
     if verdict.error is None:
-        observe_run(inp.handle, detector_kind(detector.name), time.monotonic() - started, inp.settings.max_new_tokens)
+        observe_run(inp.handle, detector_kind(detector.name), time.monotonic() - started, answer_steps(inp.result))
     return verdict
 
 

@@ -42,7 +42,7 @@ from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown, plain_message
 from core.engine import StreamEvent
-from core.engine.estimate import estimate, observe_run
+from core.engine.estimate import answer_steps, estimate, observe_run
 from core.methods.selfcritique import (
     CRITIQUE,
     DEFAULT_INSTRUCTION,
@@ -78,7 +78,8 @@ def reset_instruction() -> None:
 
 
 RUN_KIND = "page:selfcritique"
-"""The estimate's kind of this page's run (work: r₁'s and r₂'s token budgets together)."""
+"""The estimate's kind of this page's run (work: the answer steps of the Dual Path run on these inputs, else r₁'s
+budget: r₁ and r₂ are about as long as that run's answers, :func:`core.engine.estimate.answer_steps`)."""
 
 
 def budget_of(settings: SelfCritiqueSettings) -> int:
@@ -86,13 +87,21 @@ def budget_of(settings: SelfCritiqueSettings) -> int:
     return settings.max_new_tokens + settings.critique_tokens
 
 
-def run_estimate(handle: ModelHandle, settings: SelfCritiqueSettings) -> str:
-    """The line under the button: from this page's last runs, scaled to the budget; else the cost per token."""
+def work_of(config: AppConfig, query: str, context: str, settings: SelfCritiqueSettings) -> int:
+    """A run's size in answer steps: those of this session's Dual Path run on these inputs, else r₁'s budget."""
+    found = state.cached_result(config, query, context)
+    return answer_steps(found) if found is not None else settings.max_new_tokens
+
+
+def run_estimate(handle: ModelHandle, settings: SelfCritiqueSettings, work: int) -> str:
+    """The line under the button: from this page's last runs, scaled to the work; else the cost per token."""
     budget = budget_of(settings)
-    return estimate_text(handle, RUN_KIND, budget, estimate(handle, generated_tokens=budget, forwards=2))
+    return estimate_text(handle, RUN_KIND, work, estimate(handle, generated_tokens=budget, forwards=2))
 
 
-def draw_controls(config: AppConfig, handle: ModelHandle) -> tuple[SelfCritiqueSettings, bool, Any]:
+def draw_controls(
+    config: AppConfig, handle: ModelHandle, query: str, context: str
+) -> tuple[SelfCritiqueSettings, bool, Any]:
     """Path, K, instruction and the Run button with its time estimate; returns (settings, run clicked, the
     estimate's line, redrawn after a run)."""
     left, right = st.columns([1, 1], gap="medium")
@@ -132,7 +141,7 @@ def draw_controls(config: AppConfig, handle: ModelHandle) -> tuple[SelfCritiqueS
     )
     clicked = st.button("Run Self-Critique", type="primary", key=keys.SC_RUN, icon=":material/play_arrow:")
     line = st.empty()
-    line.caption(run_estimate(handle, settings))
+    line.caption(run_estimate(handle, settings, work_of(config, query, context, settings)))
     return settings, clicked, line
 
 
@@ -280,10 +289,10 @@ def draw_run(
         except ValueError as exc:
             st.error(plain_message(str(exc)))
             return None
-        started = time.monotonic()
+        work, started = work_of(page.config, query, context, settings), time.monotonic()
         result = run_live(page.handle, query, context, settings)
         if result is not None:  # the next estimate of this page's run is this run's time
-            observe_run(page.handle, RUN_KIND, time.monotonic() - started, budget_of(settings))
+            observe_run(page.handle, RUN_KIND, time.monotonic() - started, work)
         return result
 
     return run_or_show(
@@ -300,14 +309,14 @@ def draw_run(
 def main() -> None:
     page = open_page("Self-Critique", early=early)
     query, context = early.query, early.context
-    settings, run, estimate_line = draw_controls(page.config, page.handle)
+    settings, run, estimate_line = draw_controls(page.config, page.handle, query, context)
     st.divider()
     found = draw_run(page, query, context, settings, run)
     if found is None:
         return
     shown, result, streamed = found
     if streamed:
-        estimate_line.caption(run_estimate(page.handle, settings))
+        estimate_line.caption(run_estimate(page.handle, settings, work_of(page.config, query, context, settings)))
     if not streamed:
         draw_answers(result)
     tag = keys.tag(shown)

@@ -36,7 +36,7 @@ from typing import Any
 import streamlit as st
 
 from components import detector_figures as figs
-from components import keys, sma_controls, widgets
+from components import keys, sma_controls, state, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.progress import StepTicker, estimate_text
@@ -45,7 +45,7 @@ from components.sma_controls import LabelThresholds
 from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown
-from core.engine.estimate import estimate, observe_run
+from core.engine.estimate import answer_steps, estimate, observe_run
 from core.methods.sma import (
     LABELS,
     ContextAblation,
@@ -75,7 +75,8 @@ def _count_units(page: PageContext, text: str, settings: SMASettings) -> int:
 
 
 RUN_KIND = "page:sma"
-"""The estimate's kind of an SMA run (work: its decoding steps, each batch's weighted by its width)."""
+"""The estimate's kind of an SMA run (work: its batches × the answer steps of the Dual Path run on these inputs, at
+most SMA's budget, each batch weighted by its width)."""
 ABLATION_KIND = "page:sma_context_ablation"
 """The estimate's kind of a context ablation (work: its generations' token budgets)."""
 
@@ -88,17 +89,25 @@ def planned_generations(page: PageContext, query: str, context: str, settings: S
     return nq, nc, (2 + settings.generations(nq + nc) + settings.generations(nq)) if nq else 0
 
 
-def planned_work(settings: SMASettings, answers: int) -> float:
-    """An SMA run's work: the decoding steps of its batches, × (1 + batch / 8) for the wider batch (the unit
+def answer_length(page: PageContext, query: str, context: str, settings: SMASettings) -> int:
+    """The decoding steps one SMA answer is expected to take: those of this session's Dual Path run on these inputs
+    (:func:`core.engine.estimate.answer_steps`), at most SMA's budget; the budget without such a run."""
+    found = state.cached_result(page.config, query, context)
+    budget = settings.max_new_tokens
+    return budget if found is None else min(budget, answer_steps(found))
+
+
+def planned_work(settings: SMASettings, answers: int, length: int) -> float:
+    """An SMA run's work: its batches × the steps of one answer, × (1 + batch / 8) for the wider batch (the unit
     model's allowance)."""
-    return -(-answers // settings.batch_size) * settings.max_new_tokens * (1.0 + settings.batch_size / 8)
+    return -(-answers // settings.batch_size) * length * (1.0 + settings.batch_size / 8)
 
 
-def run_estimate(page: PageContext, settings: SMASettings, answers: int) -> str:
+def run_estimate(page: PageContext, settings: SMASettings, answers: int, length: int) -> str:
     """The planned run's wait: from the last SMA runs, scaled to its work; else from the cost per token."""
     steps = -(-answers // settings.batch_size) * settings.max_new_tokens
     fallback = estimate(page.handle, generated_tokens=steps, forwards=2, batch_factor=1.0 + settings.batch_size / 8)
-    return estimate_text(page.handle, RUN_KIND, planned_work(settings, answers), fallback)
+    return estimate_text(page.handle, RUN_KIND, planned_work(settings, answers, length), fallback)
 
 
 def plan_line(page: PageContext, query: str, context: str, settings: SMASettings) -> str:
@@ -110,7 +119,7 @@ def plan_line(page: PageContext, query: str, context: str, settings: SMASettings
     return (
         f"{nq} query units" + (f" + {nc} context units" if nc else "") + f" · this run generates {on + off:,} "
         f"answers of up to {settings.max_new_tokens} tokens ({on:,} with the context, {off:,} without): "
-        f"{run_estimate(page, settings, answers)}."
+        f"{run_estimate(page, settings, answers, answer_length(page, query, context, settings))}."
     )
 
 
@@ -145,8 +154,11 @@ def stored_ablations() -> SessionLRU[dict[str, Any]]:
     return session_lru(keys.SMA_ABLATIONS, MAX_RESULTS)
 
 
-def run_with_progress(handle: ModelHandle, query: str, context: str, settings: SMASettings) -> SMAResult | None:
-    """Run SMA under a progress bar over every generation; ``None`` (after an error box) on failure."""
+def run_with_progress(
+    handle: ModelHandle, query: str, context: str, settings: SMASettings, length: int
+) -> SMAResult | None:
+    """Run SMA under a progress bar over every generation; ``None`` (after an error box) on failure. ``length``:
+    one answer's expected steps (:func:`answer_length`), the unit its time is recorded in."""
     ticker = StepTicker(
         st.progress(0.0, text="Starting…"), steps_per_unit=settings.max_new_tokens, unit_size=settings.batch_size
     )
@@ -164,7 +176,7 @@ def run_with_progress(handle: ModelHandle, query: str, context: str, settings: S
     if result is None:
         return None
     generations = result.on.generations + result.off.generations + 2
-    observe_run(handle, RUN_KIND, time.monotonic() - started, planned_work(settings, generations))
+    observe_run(handle, RUN_KIND, time.monotonic() - started, planned_work(settings, generations, length))
     bar.progress(1.0, text=f"Done: {generations:,} generations in {result.timings['total_s']:.1f} s")
     return result
 
@@ -328,7 +340,9 @@ def draw_run(
         result_key(page.config, query, context, settings),
         SMAResult,
         run=run,
-        compute=lambda: run_with_progress(page.handle, query, context, settings),
+        compute=lambda: run_with_progress(
+            page.handle, query, context, settings, answer_length(page, query, context, settings)
+        ),
         button="Run SMA",
         nothing_yet=start_hint(
             "Run SMA", query, context, needs_context=True, extra="Or try the faster context ablation below."

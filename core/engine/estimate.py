@@ -361,6 +361,18 @@ def dual_path_estimate(handle: Any, max_new_tokens: int) -> Estimate | None:
     return estimate(handle, generated_tokens=max_new_tokens, forwards=1)
 
 
+def answer_steps(result: Any) -> int:
+    """The decoding steps a dual-path run's longer answer took (≥ 1; both paths decode in one batch).
+
+    The work unit of a run that repeats generations on the same example (a costly detector, the Self-Critique and
+    SMA pages): their answers are about as long as the run's own, and the answer's length, not the token budget,
+    is what their time follows (Self-Critique took 8.5 s on an example whose answers took 12 steps and 84 s on one
+    whose parametric answer ran to the 64-token budget)."""
+    parametric = getattr(result, "parametric", None)
+    steps = max(int(getattr(result, "n_tokens", 0) or 0), len(getattr(parametric, "token_ids", ()) or ()))
+    return max(1, steps)
+
+
 def observe_run(handle: Any, kind: str, seconds: float, work: float) -> None:
     """Record a whole run of ``kind`` in :data:`METER` (see :meth:`CostMeter.observe_run`)."""
     METER.observe_run(handle, kind, seconds, work)

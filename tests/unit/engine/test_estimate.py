@@ -195,3 +195,12 @@ def test_measured_run_records_only_a_run_that_ends() -> None:
     assert len(meter.runs("h", "page:sma")) == 1
     meter.clear()
     assert meter.runs("h", "page:sma") == []
+
+
+def test_answer_steps_is_the_longer_answer_of_a_run() -> None:
+    from core.engine.estimate import answer_steps
+
+    run = SimpleNamespace(n_tokens=12, parametric=SimpleNamespace(token_ids=list(range(64))))
+    assert answer_steps(run) == 64, "both paths decode in one batch: the longer answer sets the steps"
+    assert answer_steps(SimpleNamespace(n_tokens=9, parametric=SimpleNamespace(token_ids=[]))) == 9
+    assert answer_steps(SimpleNamespace(n_tokens=0, parametric=None)) == 1, "never zero work"
