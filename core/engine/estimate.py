@@ -27,7 +27,8 @@ kind of run a page offers (``"dual_path"``, ``"detector:sma"``, …) therefore r
 size of its work in the kind's own unit (its token budget, its rows) when it ends (:func:`observe_run`,
 :func:`measured_run`); :func:`estimate_run` then scales the last :data:`WINDOW` runs of that kind to the work
 asked for (their median seconds per unit of work), with their fastest and slowest as the likely range, and falls
-back to the unit model only before the first run of the kind. After one run, the next estimate of that kind is
+back to the unit model only before the first run of the kind (a run under a second did no real generation and
+counts as a fixed cost, not scaled). After one run, the next estimate of that kind is
 that run's time, scaled: within 2× of the actual on the bundled examples (``bench/estimates_page.py``;
 docs/performance.md#estimates).
 
@@ -61,6 +62,9 @@ WINDOW = 8
 """How many recent measurements per unit (and recent budget shares) the likely range is taken from."""
 FILL = "fill"
 """The meter's record of the share of a token budget that runs used (not a unit of work)."""
+FIXED_S = 1.0
+"""A run of a kind that took less than this is taken as a fixed cost (not scaled by the work) by
+:func:`estimate_run`."""
 UNIT_BASIS = "units"
 """An :class:`Estimate` from the measured cost per generated token and per forward pass."""
 RUN_BASIS = "runs"
@@ -399,8 +403,9 @@ def estimate_run(
     """How long a run of ``kind`` doing ``work`` will take: from the last runs of that kind when there are some,
     else ``fallback`` (a unit-cost :func:`estimate`, a number of seconds, or ``None``).
 
-    From runs: central = ``work`` × the median seconds per unit of work of the last :data:`WINDOW` runs of the
-    kind; likely range = their fastest and slowest, scaled to ``work`` (:data:`RUN_BASIS`).
+    From runs: each of the last :data:`WINDOW` runs of the kind scaled to ``work`` (its seconds × ``work`` / its
+    work; a run under :data:`FIXED_S` as it is: no generation to scale), central = their median, likely range =
+    their fastest and slowest (:data:`RUN_BASIS`).
 
     Args:
         kind: the kind of run, as recorded by :func:`observe_run` / :func:`measured_run`.
@@ -418,11 +423,13 @@ def estimate_run(
             return fallback
         seconds = float(fallback)
         return Estimate(seconds, seconds, seconds, 0, False)
-    rates = [seconds / done for _, seconds, done in runs]
+    # each run scaled to this work; a run under FIXED_S did no real generation (one decoding step of the embedded
+    # model alone takes ~0.1–0.2 s), so its time is what it costs whatever the work (CRM L1: 0.1–0.4 s)
+    scaled = [seconds if seconds < FIXED_S else seconds * work / done for _, seconds, done in runs]
     return Estimate(
-        work * statistics.median(rates),
-        work * min(rates),
-        work * max(rates),
+        statistics.median(scaled),
+        min(scaled),
+        max(scaled),
         len(runs),
         True,
         basis=RUN_BASIS,

@@ -174,6 +174,8 @@ def test_runs_of_a_kind_give_their_median_and_their_spread() -> None:
     assert len(meter.runs("h", DUAL_PATH)) == 3
     with pytest.raises(ValueError, match="work must be positive"):
         estimate_run("h", DUAL_PATH, 0, meter=meter)
+    meter.observe_run("h", "detector:crm_l1", 0.4, 12)  # no generation: an embedding of two answers
+    assert estimate_run("h", "detector:crm_l1", 64, meter=meter).seconds == pytest.approx(0.4), "a fixed cost"
     with pytest.raises(ValueError, match="needs a kind"):
         meter.observe_run("h", "", 1.0, 1)
 
