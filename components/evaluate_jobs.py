@@ -28,6 +28,11 @@ from core.model.handle import ModelHandle
 JOB_KEYS = (keys.EVAL_JOB_MAIN, keys.EVAL_JOB_CONFLICT)
 
 
+ANY_EVALUATION = "evaluate:any"
+"""Every scoring job is also recorded under this kind: the estimate of a job whose own kind has no run yet (other
+detectors, another batch size) comes from it before the cost per token — an evaluation feeds no per-token cost."""
+
+
 def estimate_kind(spec: JobSpec) -> str:
     """The estimate's kind of a scoring job (work: rows): jobs with the same detectors, σ values, batch size, token
     budget, window and job kind score rows at one pace, whatever the data set."""
@@ -201,6 +206,7 @@ def run_job(handle: ModelHandle, key: str) -> None:
         j.run(handle, threshold=threshold, threshold_source=source, on_batch=tracker.batch_done)
     _wait_in_flight(j)
     if j.n_done > before:  # the rows scored in this script run measure the next estimate of a job like it
-        observe_run(handle, estimate_kind(j.spec), time.monotonic() - started, j.n_done - before)
+        for kind in (estimate_kind(j.spec), ANY_EVALUATION):
+            observe_run(handle, kind, time.monotonic() - started, j.n_done - before)
     j.complete()
     st.rerun()  # redraw the controls (Stop → Run) and the results from the stored rows

@@ -18,7 +18,7 @@ import streamlit as st
 from components import evaluate_figures as ef
 from components import keys, state, widgets
 from components.evaluate_behavior import draw_behavior_aucs, draw_by_group
-from components.evaluate_jobs import draw_run_controls, job, run_job
+from components.evaluate_jobs import ANY_EVALUATION, draw_run_controls, job, run_job
 from components.text import count, escape_markdown
 from components.threshold_state import (
     active_threshold,
@@ -67,7 +67,8 @@ def run_estimate(
     """Before a run: how long it will take on this machine and when the progress bar first moves.
 
     After a run of the same ``kind`` (:func:`components.evaluate_jobs.estimate_kind`: the same detectors, σ values,
-    batch size and token budget), the last runs' seconds per row × the rows. Before: each batch decodes up to
+    batch size and token budget), the last runs' seconds per row × the rows; else those of any evaluation run
+    (:data:`components.evaluate_jobs.ANY_EVALUATION`). Before: each batch decodes up to
     ``max_new_tokens`` steps for ``batch_size`` rows at once (a wider batch costs more per step: × (1 + batch/8), a
     rough allowance), then one teacher-forced pass, plus one forward per row for each detector that needs one;
     generation-based detectors add a generation per row.
@@ -85,7 +86,9 @@ def run_estimate(
             forwards=n_batches + rows * forward,
             batch_factor=factor,
         )
-        return units if kind is None or rows < 1 else estimate_run(handle, kind, rows, units)
+        if kind is None or rows < 1:
+            return units
+        return estimate_run(handle, kind, rows, estimate_run(handle, ANY_EVALUATION, rows, units))
 
     total, first = seconds(batches, n_rows), seconds(1, min(batch_size, n_rows))
     return (
