@@ -1,49 +1,46 @@
-"""The headline verdict on two axes, computed from what one dual-path run already holds (issue 23).
+"""The headline verdict on two axes, read from the model's internals at the answer span the model itself locates.
 
-Use: ``headline(result)`` → :class:`Headline` (``.verdict``, ``.title``, ``.reason``, ``.reliance``,
-``.support``; ``.to_dict()`` is the ``axes`` object of ``run --json``). No model call.
+Use: ``headline(result)`` → :class:`Headline` (``.verdict``, ``.title``, ``.reason``, ``.reliance``, ``.support``,
+``.span``; ``.to_dict()`` is the ``axes`` object of ``run --json``). No model call.
 
-* **Axis 1, context reliance** — did the answer need the context? A logistic regression on free KL features of
-  the run (ln of the largest per-token KL, ln of the mean KL, ln L, over the answer's first
-  :data:`RELIANCE_WINDOW` tokens), fitted on the
-  behavior-labeled calibration rows (``scripts/calibrate_axes.py``; coefficients in JSON, no pickle). Its
-  score is the probability that the answer was *read*; ``≥`` the upper edge of the band ⇒ *needed*, ``≤`` the
-  lower edge ⇒ *not needed*, inside ⇒ *mixed*.
-* **Axis 2, parametric support** — would the model give this answer without the context? Two observations of
-  the parametric path: whether its own greedy answer contains the retrieval answer's first content word
-  (normalized text match), and the teacher-forced log-probability (nats, mean over at most
-  :data:`CONTENT_TOKENS` tokens) it gives that word. A match ⇒ *supported*; else the log-probability against
-  its calibrated threshold and band ⇒ *supported* / *unsupported* / *mixed*.
-* **The headline** (:func:`decide_headline`): *Read from the context* (needed; "and it overrode what the model
-  says without it" when the parametric answer differs) · *Recalled from memory* (not needed and supported;
-  "the context agrees" when the answer's word is also in the context) · *Neither* (not needed, unsupported: a
-  guess) · *Inconclusive* (mixed evidence, with the reason). The decision table is in ``docs/dual-path.md``.
+1. **The answer span** (:func:`core.engine.span.locate_span`): where the context moved the answer — the first
+   content word (found in the context or in the no-context answer) whose per-token KL reaches the calibrated
+   level κ (PECoRe's context-sensitive token identification). Everything below is read *at that span*.
+2. **Axis 1, context reliance** — did the answer need the context? A logistic regression on what the run measured
+   at the span (:data:`FEATURES`: the log-likelihood ratio ``log P(span | context) − log P(span | no context)`` in
+   nats, the KL there …), fitted on behavior-labeled calibration rows (``scripts/validate_headline.py fit``;
+   coefficients in JSON, no pickle). Its score is P(read); ``≥`` the band's upper edge ⇒ *needed*, ``≤`` its lower
+   edge ⇒ *not needed*, inside ⇒ *mixed*.
+3. **Axis 2, parametric support** — would the model give this answer without the context? The parametric path's
+   log-probability of the span (teacher-forced, nats) against its calibrated cut and band, unless the model's
+   own no-context answer contains the span word: then it is *supported* and the axis says that the text decided.
+4. **The headline** (:func:`decide_headline`): a confident axis 1 is never overturned by a text flag —
+   *needed* ⇒ *Read from the context*; *not needed* ⇒ *Recalled from memory* when supported, *Neither: a guess*
+   when unsupported; only when axis 1 is *mixed* do the span's text comparisons (is it in the context, in the
+   no-context answer) and axis 2 decide, and *Inconclusive* is left where they disagree, with the reason.
 
-RePCS' own Z-vs-τ(L) verdict stays on the result (``result.verdict``) and in the agreement view as a detector.
+RePCS' own Z-vs-τ(L) verdict stays on the result (``result.repcs_verdict``) and in the agreement view as a
+detector. A model without its own axes calibration gets no verdict: *Not calibrated for this model*, with the raw
+observations and how to calibrate (never another model's cut under a footnote).
 """
 
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.engine.axes_calibration import AxesCalibration, JointModel, bundled_axes
+from core.engine.axes_calibration import AxesCalibration, JointModel, axes_for
+from core.engine.span import AnswerSpan, contains, locate_span, span_logprob
 from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, display
 
 if TYPE_CHECKING:
     from core.engine.result import DualPathResult
 
 
-CONTENT_TOKENS = 3
-"""At most this many tokens of the first content word enter the parametric support score."""
-RELIANCE_WINDOW = 16
-"""Axis 1 looks at the first this many scored answer tokens (where the answer's content is; the behavior labels
-were read from answers of this length, and a long answer's rambling tail says nothing about its content)."""
 KL_FLOOR = 1e-6
 """Added to KL values before the logarithm (a KL of exactly 0 would give −∞)."""
 
@@ -52,118 +49,123 @@ SUPPORT = "parametric_support"
 NEEDED, NOT_NEEDED, MIXED = "needed", "not needed", "mixed"
 SUPPORTED, UNSUPPORTED = "supported", "unsupported"
 OVERRODE = "and it overrode what the model says without it"
+ALSO_KNOWN = "which the model also says without it"
 AGREES = "the context agrees"
+BY_SCORE, BY_TEXT = "score", "text"
 
 RELIANCE_DIRECTION = "higher = the answer needed the context (probability that the model read it)"
-SUPPORT_DIRECTION = "higher = the model gives this answer without the context (log-probability, nats)"
-
-_STOP_TEXT = """a an the is are was were be been being am of in on at to for from by with as and or but not no nor
-    it its
-    this that these those there here he she they them his her their him we you i me my our your which who whom
-    whose what when where why how do does did done has have had having will would shall should can could may
-    might must also than then so such very just only about into onto over under after before between during
-    s t called named known one some any all most more much many yes answer answers question questions based
-    according context text following given located situated belongs belong owned developed written spoken made
-    born founded created produced released affiliated associated headquartered"""
-STOPWORDS = frozenset(_STOP_TEXT.split())
-"""Words never taken as an answer's content word (function words and answer boilerplate)."""
-
-
-def normalize(text: str) -> str:
-    """Case-folded text without accents, every run of non-alphanumerics one space (for text matches)."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    plain = "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
-    return " ".join(re.findall(r"[^\W_]+", plain))
-
-
-def _contains(haystack: str, word: str) -> bool:
-    return bool(word) and f" {word} " in f" {normalize(haystack)} "
+SUPPORT_DIRECTION = "higher = the model gives this answer without the context (log-probability of the span, nats)"
+HOW_TO_CALIBRATE = "python -m core calibrate-model --model <this model>"
 
 
 @dataclass(frozen=True)
-class ContentSpan:
-    """The retrieval answer's first content word: its normalized text and the answer positions it covers."""
+class Observations:
+    """What the headline reads from one run (all from the run's own two paths; no model call).
 
-    word: str
-    positions: tuple[int, ...]
-    text: str = ""
+    Attributes:
+        span: the located answer span (``None``: the answer has no content word).
+        llr: ``log P_retrieval(span) − log P_parametric(span)`` over the span's head tokens (nats): how much the
+            context raised the answer's content.
+        kl: the largest per-token KL at the head (nats).
+        lp_parametric, lp_retrieval: the head's log-probability on each path (nats, summed over its tokens).
+        entropy_parametric: the entropy of the parametric distribution at the head's first token (nats).
+        in_context: the context contains the span word; in_parametric: the model's own no-context answer does
+            (``None`` when that answer was not generated).
+        window: the answer tokens the span was looked for in (the run's score window, without the end token).
+        max_kl, mean_kl: the largest and the mean per-token KL over that window (nats).
+    """
+
+    span: AnswerSpan | None
+    llr: float | None
+    kl: float | None
+    lp_parametric: float | None
+    lp_retrieval: float | None
+    entropy_parametric: float | None
+    in_context: bool | None
+    in_parametric: bool | None
+    window: int
+    max_kl: float | None
+    mean_kl: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["span"] = None if self.span is None else self.span.to_dict()
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
 
 
-def _stem(word: str) -> str:
-    return word[: max(4, len(word) - 2)]
+def _ln(x: float | None) -> float | None:
+    return None if x is None else math.log(x + KL_FLOOR)
 
 
-def _from_query(word: str, query_words: set[str]) -> bool:
-    """``word`` is a word of the query or shares its stem with one ("owned" / "owns", "origin" / "originate")."""
-    return word in query_words or any(
-        len(q) >= 4 and len(word) >= 4 and (word.startswith(_stem(q)) or q.startswith(_stem(word))) for q in query_words
+FEATURES: dict[str, Callable[[Observations], float | None]] = {
+    "span_llr": lambda o: o.llr,
+    "ln_span_kl": lambda o: _ln(o.kl),
+    "span_lp_parametric": lambda o: o.lp_parametric,
+    "span_lp_retrieval": lambda o: o.lp_retrieval,
+    "span_entropy_parametric": lambda o: o.entropy_parametric,
+    "ln_max_kl": lambda o: _ln(o.max_kl),
+    "ln_mean_kl": lambda o: _ln(o.mean_kl),
+    "ln_L": lambda o: math.log(o.window) if o.window else None,
+    "in_context": lambda o: None if o.span is None else float(bool(o.in_context)),
+    "in_parametric": lambda o: None if o.span is None else float(o.in_parametric is True),
+    "not_in_parametric": lambda o: None if o.span is None else float(o.in_parametric is False),
+}
+"""Every observation an axis or the joint resolver may be fitted on, by name (a calibration file names its own)."""
+
+
+def content_tokens(result: DualPathResult) -> list[str]:
+    """The retrieval answer's tokens without a final end-of-sequence token (its text is not the answer's)."""
+    tokens = list(result.retrieval.tokens)
+    return tokens[:-1] if result.retrieval.finish == "eos" and tokens else tokens
+
+
+def observe(result: DualPathResult, level: float | None) -> Observations:
+    """The :class:`Observations` of ``result`` with the span level κ = ``level``."""
+    tokens = content_tokens(result)
+    window = min(len(tokens), int(result.score_window))
+    generated = result.parametric.finish != "not generated" and bool(result.parametric.answer)
+    kl = np.asarray(result.token_kl[:window], dtype=np.float64)
+    span = locate_span(
+        tokens,
+        kl,
+        result.query,
+        context=result.context,
+        parametric_answer=result.parametric.answer if generated else "",
+        window=window,
+        level=level,
+    )
+    max_kl = float(kl.max()) if kl.size else None
+    mean_kl = float(kl.mean()) if kl.size else None
+    if span is None:
+        return Observations(None, None, None, None, None, None, None, None, window, max_kl, mean_kl)
+    head = span.head_positions
+    lp_r = span_logprob(result.retrieval.logprob, head)
+    lp_p = span_logprob(result.parametric.logprob, head)
+    entropy = np.asarray(result.parametric.entropy, dtype=np.float64)
+    return Observations(
+        span=span,
+        llr=lp_r - lp_p,
+        kl=span.kl,
+        lp_parametric=lp_p,
+        lp_retrieval=lp_r,
+        entropy_parametric=float(entropy[head[0]]) if head[0] < entropy.size else None,
+        in_context=contains(result.context, span.word),
+        in_parametric=contains(result.parametric.answer, span.word) if generated else None,
+        window=window,
+        max_kl=max_kl,
+        mean_kl=mean_kl,
     )
 
 
-def first_content(tokens: list[str], query: str) -> ContentSpan | None:
-    """The first word of the answer (its tokens concatenated) that is neither a stop word nor a word of the
-    query (nor shares its stem with one), with the token positions that overlap it (at most
-    :data:`CONTENT_TOKENS`); ``None`` when there is none."""
-    text = "".join(tokens)
-    query_words = set(normalize(query).split()) - STOPWORDS
-    for match in re.finditer(r"[^\W_]+", text):
-        word = normalize(match.group())
-        if not word or word in STOPWORDS or _from_query(word, query_words):
-            continue
-        start, end, offset, positions = match.start(), match.end(), 0, []
-        for i, tok in enumerate(tokens):
-            if offset < end and offset + len(tok) > start:
-                positions.append(i)
-            offset += len(tok)
-        return ContentSpan(word, tuple(positions[:CONTENT_TOKENS]), match.group())
-    return None
-
-
-def reliance_features(result: DualPathResult) -> dict[str, float] | None:
-    """Axis 1's features from the run's per-token KL over the first :data:`RELIANCE_WINDOW` scored tokens
-    (``None`` for an empty answer)."""
-    L = min(int(result.score_window), result.n_tokens, RELIANCE_WINDOW)
-    if L < 1:
-        return None
-    kl = np.asarray(result.token_kl[:L], dtype=np.float64)
-    return {
-        "ln_max_kl": math.log(float(kl.max()) + KL_FLOOR),
-        "ln_mean_kl": math.log(float(kl.mean()) + KL_FLOOR),
-        "ln_L": math.log(L),
-    }
-
-
-def support_features(result: DualPathResult) -> dict[str, Any]:
-    """Axis 2's observations: the content word, the parametric path's mean log-probability of its first
-    :data:`CONTENT_TOKENS` tokens (teacher-forced, nats), whether the parametric answer contains it (``None``
-    when it was not generated), and whether the context contains it."""
-    span = first_content(list(result.retrieval.tokens), result.query)
-    generated = result.parametric.finish != "not generated" and bool(result.parametric.answer)
-    if span is None or not span.positions:
-        return {"word": None, "text": None, "logprob": None, "in_parametric": None, "in_context": None}
-    lp = np.asarray(result.parametric.logprob, dtype=np.float32)[list(span.positions)]
-    return {
-        "word": span.word,
-        "text": span.text,
-        "positions": list(span.positions),
-        "logprob": float(np.mean(lp.astype(np.float64))),
-        "in_parametric": _contains(result.parametric.answer, span.word) if generated else None,
-        "in_context": _contains(result.context, span.word),
-    }
-
-
-def joint_features(result: DualPathResult) -> dict[str, float] | None:
-    """The joint resolver's features of ``result`` (``None`` without an answer or a content word)."""
-    feats, obs = reliance_features(result), support_features(result)
-    if feats is None or obs["logprob"] is None:
-        return None
-    return {
-        **feats,
-        "support_logprob": float(obs["logprob"]),
-        "in_parametric": float(obs["in_parametric"] is True),
-        "not_in_parametric": float(obs["in_parametric"] is False),
-        "in_context": float(bool(obs["in_context"])),
-    }
+def feature_values(obs: Observations, names: tuple[str, ...]) -> dict[str, float] | None:
+    """The named :data:`FEATURES` of ``obs`` (``None`` when one is not computable, e.g. no span)."""
+    out = {}
+    for name in names:
+        value = FEATURES[name](obs)
+        if value is None or not math.isfinite(value):
+            return None
+        out[name] = float(value)
+    return out
 
 
 @dataclass(frozen=True)
@@ -174,10 +176,13 @@ class Axis:
         name: :data:`RELIANCE` or :data:`SUPPORT`.
         state: ``needed`` / ``not needed`` / ``mixed`` (axis 1); ``supported`` / ``unsupported`` / ``mixed``
             (axis 2).
-        score: P(read) (axis 1) or the parametric log-probability in nats (axis 2); ``None`` when not computable.
+        score: P(read) (axis 1) or the span's parametric log-probability in nats (axis 2); ``None`` when not
+            computable.
         threshold, band: the calibrated cut and the inconclusive band ``[low, high]``.
         direction: what a higher score means.
-        evidence: the features behind the score.
+        evidence: the observations behind the score.
+        decided_by: ``"score"`` (the score against the threshold and band) or ``"text"`` (axis 2: the no-context
+            answer contains the span word, whatever the log-probability).
     """
 
     name: str
@@ -187,6 +192,7 @@ class Axis:
     band: tuple[float, float] | None
     direction: str
     evidence: dict[str, Any]
+    decided_by: str = BY_SCORE
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -207,6 +213,8 @@ class Headline:
     joint: dict[str, Any] | None = None
     """Where the decision table said *Inconclusive* and a joint resolver exists: its ``score`` (P(read)),
     ``threshold``, ``band`` and whether it ``decided``; ``None`` otherwise."""
+    span: dict[str, Any] | None = None
+    """The located answer span (:meth:`core.engine.span.AnswerSpan.to_dict`) and its observations."""
 
     @property
     def title(self) -> str:
@@ -222,6 +230,7 @@ class Headline:
             "title": self.title,
             "reason": self.reason,
             "calibration": self.calibration,
+            "span": self.span,
             RELIANCE: self.reliance.to_dict(),
             SUPPORT: self.support.to_dict(),
             "joint": self.joint,
@@ -235,116 +244,140 @@ def _state(score: float | None, cut: float, band: tuple[float, float], high: str
     return high if score >= cut else low
 
 
-def reliance_axis(result: DualPathResult, cal: AxesCalibration) -> Axis:
-    """Axis 1 of ``result`` under ``cal``."""
-    feats = reliance_features(result)
+def reliance_axis(obs: Observations, cal: AxesCalibration) -> Axis:
+    """Axis 1 under ``cal``: P(read) from the calibration's features of ``obs``."""
+    feats = feature_values(obs, cal.features)
     score = None if feats is None else cal.reliance(feats)
     band = (float(cal.reliance_band[0]), float(cal.reliance_band[1]))
-    return Axis(
-        RELIANCE,
-        _state(score, cal.reliance_threshold, band, NEEDED, NOT_NEEDED),
-        score,
-        cal.reliance_threshold,
-        band,
-        RELIANCE_DIRECTION,
-        {k: round(v, 6) for k, v in (feats or {}).items()},
-    )
+    evidence = {k: round(v, 6) for k, v in (feats or {}).items()}
+    return Axis(RELIANCE, _state(score, cal.reliance_threshold, band, NEEDED, NOT_NEEDED), score,
+                cal.reliance_threshold, band, RELIANCE_DIRECTION, evidence)  # fmt: skip
 
 
-def support_axis(result: DualPathResult, cal: AxesCalibration) -> Axis:
-    """Axis 2 of ``result`` under ``cal``: a parametric answer containing the word ⇒ supported, else the
-    log-probability against the threshold and band."""
-    obs = support_features(result)
+def support_axis(obs: Observations, cal: AxesCalibration) -> Axis:
+    """Axis 2 under ``cal``: *supported* when the no-context answer contains the span word (decided by the text),
+    else the span's parametric log-probability against the cut and band."""
     band = (float(cal.support_band[0]), float(cal.support_band[1]))
-    if obs["in_parametric"]:
-        state = SUPPORTED
-    else:
-        state = _state(obs["logprob"], cal.support_threshold, band, SUPPORTED, UNSUPPORTED)
-    return Axis(
-        SUPPORT,
-        state,
-        obs["logprob"],
-        cal.support_threshold,
-        band,
-        SUPPORT_DIRECTION,
-        obs,
-    )
+    evidence = {"in_parametric": obs.in_parametric, "in_context": obs.in_context}
+    if obs.in_parametric:
+        return Axis(SUPPORT, SUPPORTED, obs.lp_parametric, cal.support_threshold, band, SUPPORT_DIRECTION, evidence,
+                    BY_TEXT)  # fmt: skip
+    state = _state(obs.lp_parametric, cal.support_threshold, band, SUPPORTED, UNSUPPORTED)
+    return Axis(SUPPORT, state, obs.lp_parametric, cal.support_threshold, band, SUPPORT_DIRECTION, evidence)
 
 
 def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def decide_headline(reliance: Axis, support: Axis) -> tuple[str, str | None, str]:
-    """The decision table: ``(verdict, qualifier, reason)`` from the two axes (their states and evidence).
+def _num(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
 
-    =============  ========================================  ====================  =========================
-    reliance       supported                                 mixed                 unsupported
-    =============  ========================================  ====================  =========================
-    needed         read if the word is in the context, else  read                  read, "overrode"
-                   recalled (only the wording changed)
-    mixed          recalled if the word is not in the        inconclusive          read if the word is in the
-                   context, else inconclusive                                      context, else inconclusive
-    not needed     recalled (+ "the context agrees")         inconclusive          neither
-    =============  ========================================  ====================  =========================
-    """
-    ev = support.evidence
-    word, in_ctx, in_para = ev.get("word"), ev.get("in_context"), ev.get("in_parametric")
-    r, s = reliance.state, support.state
-    p = "—" if reliance.score is None else f"{reliance.score:.2f}"
-    lp = "—" if support.score is None else f"{support.score:.2f}"
-    w = f"“{ev.get('text') or word}”" if word else "the answer"
-    kl = reliance.evidence.get("ln_max_kl")
-    max_kl = "—" if kl is None else f"{math.exp(kl):.2f}"
-    needed = f"the context moved the answer strongly (largest per-token KL {max_kl} nats; P(read) = {p})"
-    not_needed = f"the context barely moved the answer (largest per-token KL {max_kl} nats; P(read) = {p})"
-    mixed = f"the context's effect is in between (largest per-token KL {max_kl} nats; P(read) = {p} is in the band)"
-    para = (
-        f"without the context the model says {w} too"
-        if in_para
-        else f"without the context the model gives {w} log-probability {lp} nats"
-        + ("" if in_para is None else " and answers otherwise")
+
+def _phrases(obs: Observations, reliance: Axis, support: Axis) -> dict[str, str]:
+    """The pieces the reasons are written from; every number is the one the page shows beside it."""
+    span = obs.span
+    w = f"“{span.text}”" if span else "the answer"
+    moved = (
+        f"the context moved {w} (per-token KL {_num(obs.kl)} nats there; it raised its log-probability by "
+        f"{_num(obs.llr)} nats; P(read) = {_num(reliance.score)})"
     )
+    still = (
+        f"the context barely moved {w} (per-token KL {_num(obs.kl)} nats there; log-probability change "
+        f"{_num(obs.llr)} nats; P(read) = {_num(reliance.score)})"
+    )
+    between = (
+        f"the context's effect on {w} is in between (per-token KL {_num(obs.kl)} nats; log-probability change "
+        f"{_num(obs.llr)} nats; P(read) = {_num(reliance.score)}, inside the band)"
+    )
+    if support.decided_by == BY_TEXT:
+        para = f"without the context the model says {w} too"
+    else:
+        para = f"without the context the model gives {w} log-probability {_num(support.score)} nats"
+        if obs.in_parametric is False:
+            para += " and answers otherwise"
+    return {"w": w, "moved": moved, "still": still, "between": between, "para": para}
+
+
+def decide_headline(obs: Observations, reliance: Axis, support: Axis) -> tuple[str, str | None, str]:
+    """The decision table: ``(verdict, qualifier, reason)``.
+
+    =============  ==========================  =====================================  ===========================
+    reliance       supported                   mixed                                  unsupported
+    =============  ==========================  =====================================  ===========================
+    needed         read ("also says it"        read                                   read, "overrode"
+                   when the no-context
+                   answer has the span)
+    mixed          recalled (the text: span    in context, not in the no-context      read if the span is in the
+                   not in the context) or      answer → read; in it, not in the       context, else inconclusive
+                   recalled, "agrees"          context → recalled; else inconclusive
+    not needed     recalled (+ "agrees")       recalled if the no-context answer      neither (a guess)
+                                               has the span, else inconclusive
+    =============  ==========================  =====================================  ===========================
+    """
+    p = _phrases(obs, reliance, support)
+    w, r, s = p["w"], reliance.state, support.state
+    in_ctx, in_para = obs.in_context, obs.in_parametric
     if r == NEEDED:
-        if s == SUPPORTED and not in_ctx:
-            return RECALLED, None, f"Only the wording changed: {needed}, but {w} is not in the context and {para}."
-        qualifier = OVERRODE if s == UNSUPPORTED or in_para is False else None
-        return READ, qualifier, f"{_cap(needed)}; {para}."
+        qualifier = ALSO_KNOWN if in_para else OVERRODE if (in_para is False or s == UNSUPPORTED) else None
+        return READ, qualifier, f"{_cap(p['moved'])}; {p['para']}."
     if r == NOT_NEEDED:
         if s == SUPPORTED:
-            return RECALLED, AGREES if in_ctx else None, f"{_cap(not_needed)}; {para}."
+            return RECALLED, AGREES if in_ctx else None, f"{_cap(p['still'])}; {p['para']}."
         if s == UNSUPPORTED:
-            return NEITHER, None, f"{_cap(not_needed)}, yet {para}: a guess."
-        return INCONCLUSIVE, None, f"{_cap(not_needed)}, but whether the model knows {w} is unclear ({para})."
-    if s == SUPPORTED and not in_ctx:
-        return RECALLED, None, f"{_cap(mixed)}; {w} is not in the context and {para}."
+            return NEITHER, None, f"{_cap(p['still'])}, yet {p['para']}: a guess."
+        if in_para:
+            return RECALLED, AGREES if in_ctx else None, f"{_cap(p['still'])}; {p['para']}."
+        return INCONCLUSIVE, None, f"{_cap(p['still'])}, but whether the model knows {w} is unclear ({p['para']})."
+    if in_ctx and in_para is False:
+        return READ, OVERRODE, f"{_cap(p['between'])}; {w} is in the context and {p['para']}."
+    if in_para and not in_ctx:
+        return RECALLED, None, f"{_cap(p['between'])}; {w} is not in the context and {p['para']}."
+    if s == SUPPORTED:
+        return RECALLED, AGREES if in_ctx else None, f"{_cap(p['between'])}; {p['para']}."
     if s == UNSUPPORTED and in_ctx:
-        return READ, OVERRODE if in_para is False else None, f"{_cap(mixed)}; {w} is in the context and {para}."
-    return INCONCLUSIVE, None, f"Mixed evidence: {mixed}, and {para}" + (f"; {w} is in the context." if in_ctx else ".")
+        return READ, None, f"{_cap(p['between'])}; {w} is in the context and {p['para']}."
+    where = "is in the context" if in_ctx else "is not in the context"
+    return INCONCLUSIVE, None, f"Mixed evidence: {p['between']}; {w} {where} and {p['para']}."
+
+
+def uncalibrated(result: DualPathResult, calibration: AxesCalibration | None = None) -> Headline:
+    """The headline of a model without its own axes calibration: no verdict, the raw observations, and how to
+    calibrate (a calibration of another model is named, never used)."""
+    obs = observe(result, None)
+    rel = Axis(RELIANCE, MIXED, None, None, None, RELIANCE_DIRECTION, {"span_llr": obs.llr, "span_kl": obs.kl})
+    sup = Axis(SUPPORT, MIXED, obs.lp_parametric, None, None, SUPPORT_DIRECTION,
+               {"in_parametric": obs.in_parametric, "in_context": obs.in_context})  # fmt: skip
+    other = "" if calibration is None else f" (the axes calibration of {calibration.model} is not used)"
+    w = f"“{obs.span.text}”" if obs.span else "the answer"
+    reason = (
+        f"Not calibrated for this model{other}: the context moved {w} by per-token KL {_num(obs.kl)} nats and raised "
+        f"its log-probability by {_num(obs.llr)} nats, but what those numbers mean for {result.model} is not known "
+        f"until it is calibrated ({HOW_TO_CALIBRATE}, or “Calibrate this model” in the app)."
+    )
+    span = None if obs.span is None else {**obs.to_dict()}
+    return Headline(UNCALIBRATED, None, reason, rel, sup, "none", None, span)
 
 
 def headline(result: DualPathResult, calibration: AxesCalibration | None = None) -> Headline:
-    """The two-axis headline of ``result`` (no model call). ``calibration`` defaults to the bundled one; a model
-    other than the embedded one is judged with it and says so; without any → ``"uncalibrated"``."""
-    cal = calibration if calibration is not None else bundled_axes()
-    if cal is None:
-        rel = Axis(RELIANCE, MIXED, None, None, None, RELIANCE_DIRECTION, {})
-        sup = Axis(SUPPORT, MIXED, None, None, None, SUPPORT_DIRECTION, {})
-        return Headline(UNCALIBRATED, None, "No axes calibration is available for this model.", rel, sup, "none")
-    source = cal.source
-    if cal.model != result.model:
-        source = f"{cal.model}'s axes calibration ({cal.source}), not calibrated for this model"
-    rel, sup = reliance_axis(result, cal), support_axis(result, cal)
-    verdict, qualifier, reason = decide_headline(rel, sup)
+    """The two-axis headline of ``result`` (no model call). ``calibration`` defaults to the model's own
+    (:func:`core.engine.axes_calibration.axes_for`); a calibration made for another model is refused
+    (:func:`uncalibrated`)."""
+    cal = calibration if calibration is not None else axes_for(result.model)
+    if cal is None or cal.model != result.model:
+        return uncalibrated(result, cal)
+    obs = observe(result, cal.span_level)
+    rel, sup = reliance_axis(obs, cal), support_axis(obs, cal)
+    verdict, qualifier, reason = decide_headline(obs, rel, sup)
     joint = None
-    feats = joint_features(result) if verdict == INCONCLUSIVE and cal.joint is not None else None
-    if feats is not None:
-        verdict, qualifier, reason, joint = resolve_jointly(cal.joint, feats, sup, reason)
-    return Headline(verdict, qualifier, reason, rel, sup, source, joint)
+    feats = feature_values(obs, cal.joint.features) if verdict == INCONCLUSIVE and cal.joint is not None else None
+    if feats is not None and cal.joint is not None:
+        verdict, qualifier, reason, joint = resolve_jointly(cal.joint, feats, obs, reason)
+    return Headline(verdict, qualifier, reason, rel, sup, cal.source, joint, obs.to_dict())
 
 
 def resolve_jointly(
-    model: JointModel, feats: dict[str, float], support: Axis, reason: str
+    model: JointModel, feats: dict[str, float], obs: Observations, reason: str
 ) -> tuple[str, str | None, str, dict[str, Any]]:
     """The joint resolver's ``(verdict, qualifier, reason, joint)`` for a run the table left *Inconclusive*:
     *Read* above its band, *Recalled* below it, still *Inconclusive* inside it."""
@@ -355,9 +388,9 @@ def resolve_jointly(
     why = f"{reason.rstrip('.')}; taken together, both axes' observations give P(read) = {p:.2f}, {where} the joint "
     why += f"band [{low:.2f}, {high:.2f}]."
     if p > high:
-        return READ, OVERRODE if support.evidence.get("in_parametric") is False else None, why, joint
+        return READ, OVERRODE if obs.in_parametric is False else None, why, joint
     if p < low:
-        return RECALLED, AGREES if support.evidence.get("in_context") else None, why, joint
+        return RECALLED, AGREES if obs.in_context else None, why, joint
     return INCONCLUSIVE, None, why, joint
 
 

@@ -1,5 +1,10 @@
-"""The calibration of the two-axis headline (:mod:`core.engine.axes`): the fitted axes and the joint resolver of
-one model, as a small checked JSON file (no pickle). Fitting lives in :mod:`core.methods.axes_fit`."""
+"""The calibration of the two-axis headline (:mod:`core.engine.axes`): the span level κ, the fitted axes and the
+joint resolver of one model, as a small checked JSON file (no pickle). Fitting lives in
+:mod:`core.methods.axes_fit`; ``scripts/validate_headline.py fit`` writes the embedded model's.
+
+Version 2 (the answer span): the axes read the run at the located answer span; the file names its features
+(keys of :data:`core.engine.axes.FEATURES`) and κ (``span_level``). A file of version 1 (features of the whole
+answer's first 16 tokens, the first content word) is refused with a message saying how to recalibrate."""
 
 from __future__ import annotations
 
@@ -17,12 +22,29 @@ from core.io import read_user_file
 AXES_FILE = THRESHOLD_DIR / "axes-embedded.json"
 """The embedded model's bundled axis calibration (``scripts/calibrate_axes.py``)."""
 MAX_AXES_BYTES = 64 * 1024
-RELIANCE_FEATURES = ("ln_max_kl", "ln_mean_kl", "ln_L")
-"""The features of axis 1, in the order of the stored coefficients."""
-JOINT_FEATURES = (*RELIANCE_FEATURES, "support_logprob", "in_parametric", "not_in_parametric", "in_context")
-"""The features of the joint resolver (:class:`JointModel`): axis 1's features, axis 2's log-probability, and the
-three text observations as 0/1 (the parametric answer contains the content word; it was generated and does not;
-the context contains it)."""
+VERSION = 2
+KNOWN_FEATURES = (
+    "span_llr",
+    "ln_span_kl",
+    "span_lp_parametric",
+    "span_lp_retrieval",
+    "span_entropy_parametric",
+    "ln_max_kl",
+    "ln_mean_kl",
+    "ln_L",
+    "in_context",
+    "in_parametric",
+    "not_in_parametric",
+)
+"""The observation names a calibration may use (the keys of :data:`core.engine.axes.FEATURES`)."""
+RELIANCE_FEATURES = ("span_llr", "ln_span_kl")
+"""Axis 1's default features: the span's log-likelihood ratio and its KL (chosen on calibration rows;
+``assets/validation/provenance.json``)."""
+SUPPORT_FEATURE = "span_lp_parametric"
+JOINT_FEATURES = (*RELIANCE_FEATURES, SUPPORT_FEATURE, "in_parametric", "not_in_parametric", "in_context")
+"""The joint resolver's default features: axis 1's, axis 2's log-probability and the span's three text
+observations as 0/1."""
+MAX_SPAN_LEVEL = 50.0
 
 
 def _vector(data: dict[str, Any], name: str, n: int) -> tuple[float, ...]:
@@ -44,10 +66,11 @@ def _band(data: dict[str, Any], name: str, cut_name: str) -> tuple[float, float]
 
 
 def _logistic_fields(
-    data: Any, what: str, prefix: str, need: Sequence[str], expected: tuple[str, ...]
+    data: Any, what: str, prefix: str, need: Sequence[str], default: tuple[str, ...]
 ) -> tuple[tuple[str, ...], dict[str, tuple[float, ...]]]:
     """Check a logistic regression's JSON object (``what`` names it in errors, ``prefix`` its fields): every
-    ``need`` entry there, its features ``expected``; its ``mean``, ``scale`` (positive) and ``coef`` vectors.
+    ``need`` entry there, its features (``default`` when absent) distinct names of :data:`KNOWN_FEATURES`; its
+    ``mean``, ``scale`` (positive) and ``coef`` vectors.
 
     Returns:
         ``(features, {"mean": …, "scale": …, "coef": …})``.
@@ -57,9 +80,13 @@ def _logistic_fields(
     for name in need:
         if name not in data:
             raise ValueError(f"{what} needs a {name!r} entry")
-    features = tuple(data.get("features", expected))
-    if features != expected:
-        raise ValueError(f"'{prefix}features' must be {list(expected)}, got {list(features)}")
+    raw = data.get("features", default)
+    if not isinstance(raw, (list, tuple)) or not raw or not all(isinstance(f, str) for f in raw):
+        raise ValueError(f"'{prefix}features' must be a non-empty list of feature names")
+    features = tuple(raw)
+    unknown = [f for f in features if f not in KNOWN_FEATURES]
+    if unknown or len(set(features)) != len(features):
+        raise ValueError(f"'{prefix}features' must be distinct names of {list(KNOWN_FEATURES)}, got {list(features)}")
     vec = {name: _vector(data, name, len(features)) for name in ("mean", "scale", "coef")}
     if any(s <= 0 for s in vec["scale"]):
         raise ValueError(f"'{prefix}scale' must be positive")
@@ -108,12 +135,13 @@ class JointModel(StandardizedLogistic):
     @classmethod
     def from_dict(cls, data: Any) -> JointModel:
         need = ("mean", "scale", "coef", "intercept", "threshold", "band")
-        _, vec = _logistic_fields(data, "'joint'", "joint.", need, JOINT_FEATURES)
+        features, vec = _logistic_fields(data, "'joint'", "joint.", need, JOINT_FEATURES)
         threshold = finite_number(data["threshold"], "joint.threshold")
         if not 0.0 < threshold < 1.0:
             raise ValueError("'joint.threshold' is a probability in (0, 1)")
         band = _band(data, "band", "threshold")
-        return cls(intercept=finite_number(data["intercept"], "joint.intercept"), threshold=threshold, band=band, **vec)
+        intercept = finite_number(data["intercept"], "joint.intercept")
+        return cls(intercept=intercept, threshold=threshold, band=band, features=features, **vec)
 
 
 @dataclass(frozen=True)
@@ -121,12 +149,15 @@ class AxesCalibration(StandardizedLogistic):
     """The fitted axes of one model (a small JSON file; :meth:`from_dict` checks every field).
 
     Attributes:
-        model: the model's name.
-        mean, scale: standardization of :data:`RELIANCE_FEATURES` before the logistic regression.
+        model: the model's name (a calibration is used only for the model it names).
+        span_level: κ, the per-token KL (nats) at which an answer word counts as context-sensitive.
+        features: axis 1's observations (names of :data:`KNOWN_FEATURES`), in the order of the coefficients.
+        mean, scale: their standardization before the logistic regression.
         coef, intercept: the logistic regression (P(read) = σ(intercept + coef · z)).
         reliance_threshold, reliance_band: the P(read) cut and the inconclusive band ``(low, high)`` around it.
-        support_threshold, support_band: the cut on the parametric log-probability (nats) and its band.
-        source: how it was made; fitted_on: counts of the rows it was fitted on.
+        support_feature: axis 2's observation; support_threshold, support_band: its cut (nats) and band.
+        source: how it was made; fitted_on: counts of the rows it was fitted on; provenance: what was chosen on
+            which rows (:mod:`core.evaluation.provenance`).
         joint: the joint resolver of the table's *Inconclusive* cells (``None`` in a file without one).
     """
 
@@ -135,13 +166,17 @@ class AxesCalibration(StandardizedLogistic):
     reliance_band: tuple[float, float]
     support_threshold: float
     support_band: tuple[float, float]
-    source: str = "scripts/calibrate_axes.py"
+    span_level: float | None = None
+    source: str = "scripts/validate_headline.py fit"
     features: tuple[str, ...] = RELIANCE_FEATURES
+    support_feature: str = SUPPORT_FEATURE
     fitted_on: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
     joint: JointModel | None = None
+    version: int = VERSION
 
     def reliance(self, feats: dict[str, float]) -> float:
-        """P(read) of axis 1 for the features of :func:`reliance_features`."""
+        """P(read) of axis 1 for the values of :attr:`features`."""
         return self.p_read(feats)
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,8 +190,13 @@ class AxesCalibration(StandardizedLogistic):
     @classmethod
     def from_dict(cls, data: Any) -> AxesCalibration:
         """Read and check an axes file's object (``ValueError`` names the bad field)."""
+        if isinstance(data, dict) and data.get("version", 1) != VERSION:
+            raise ValueError(
+                f"this axes calibration is of version {data.get('version', 1)!r}, made before the answer span; "
+                f"this version reads version {VERSION}: recalibrate (python -m core calibrate-model)"
+            )
         need = ("model", "mean", "scale", "coef", "intercept", "reliance_threshold", "reliance_band")
-        need += ("support_threshold", "support_band")
+        need += ("support_threshold", "support_band", "span_level")
         features, vec = _logistic_fields(data, "An axes calibration", "", need, RELIANCE_FEATURES)
         bands = {
             name: _band(data, name, name.replace("band", "threshold")) for name in ("reliance_band", "support_band")
@@ -165,18 +205,30 @@ class AxesCalibration(StandardizedLogistic):
             raise ValueError("'reliance_threshold' is a probability in (0, 1)")
         if not isinstance(data["model"], str) or not data["model"].strip():
             raise ValueError("'model' must be a non-empty string")
-        fitted = data.get("fitted_on", {})
-        if not isinstance(fitted, dict):
-            raise ValueError("'fitted_on' must be a JSON object")
+        level = data["span_level"]
+        if level is not None:
+            level = finite_number(level, "span_level")
+            if not 0.0 <= level <= MAX_SPAN_LEVEL:
+                raise ValueError(f"'span_level' is a KL in nats within [0, {MAX_SPAN_LEVEL:g}], got {level}")
+        support = data.get("support_feature", SUPPORT_FEATURE)
+        if support not in KNOWN_FEATURES:
+            raise ValueError(f"'support_feature' must be one of {list(KNOWN_FEATURES)}, got {support!r}")
+        extras = {}
+        for name in ("fitted_on", "provenance"):
+            extras[name] = data.get(name, {})
+            if not isinstance(extras[name], dict):
+                raise ValueError(f"{name!r} must be a JSON object")
         return cls(
             model=data["model"],
             intercept=finite_number(data["intercept"], "intercept"),
             reliance_threshold=float(data["reliance_threshold"]),
             support_threshold=float(data["support_threshold"]),
-            source=str(data.get("source", "axes file")),
+            span_level=level,
+            source=str(data.get("source", "axes file"))[:2000],
             features=features,
-            fitted_on=fitted,
+            support_feature=support,
             joint=None if data.get("joint") is None else JointModel.from_dict(data["joint"]),
+            **extras,
             **vec,
             **bands,
         )
@@ -189,19 +241,30 @@ class AxesCalibration(StandardizedLogistic):
         raw = read_user_file(path, MAX_AXES_BYTES, "axes calibration file")
         try:
             return cls.from_dict(json.loads(raw.decode("utf-8")))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"Axes calibration {path}: {exc}") from exc
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise ValueError(f"Axes calibration {path}: {exc}") from None
 
 
-_BUNDLED: dict[str, tuple[float, AxesCalibration]] = {}
+_LOADED: dict[str, tuple[float, AxesCalibration]] = {}
+
+
+def _cached(path: Path) -> AxesCalibration | None:
+    if not path.is_file():
+        return None
+    mtime = path.stat().st_mtime
+    cached = _LOADED.get(str(path))
+    if cached is None or cached[0] != mtime:
+        _LOADED[str(path)] = (mtime, AxesCalibration.load(path))
+    return _LOADED[str(path)][1]
 
 
 def bundled_axes() -> AxesCalibration | None:
     """The embedded model's bundled axes calibration (re-read when the file changes), ``None`` without one."""
-    if not AXES_FILE.is_file():
-        return None
-    mtime = AXES_FILE.stat().st_mtime
-    cached = _BUNDLED.get("embedded")
-    if cached is None or cached[0] != mtime:
-        _BUNDLED["embedded"] = (mtime, AxesCalibration.load(AXES_FILE))
-    return _BUNDLED["embedded"][1]
+    return _cached(AXES_FILE)
+
+
+def axes_for(model: str) -> AxesCalibration | None:
+    """The axes calibration made for ``model`` (by its name): the bundled one of the embedded model, else
+    ``None`` (:func:`core.engine.axes.headline` then says the model is not calibrated)."""
+    cal = bundled_axes()
+    return cal if cal is not None and cal.model == model else None

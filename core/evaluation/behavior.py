@@ -8,10 +8,11 @@ is labeled by what it names (:func:`behavior_label`):
 * the remembered object and not the context's → **recalled** (class ``memorized``);
 * neither or both → no label (left out and counted, with the reason).
 
-Matching (:func:`find_spans`) is on normalized words: Unicode NFKC, case-folded, accents and punctuation removed,
-the articles *a*, *an*, *the* dropped, the number words zero–twenty written as digits and thousands separators
-removed; an alias matches where its words occur as consecutive whole words of the answer ("Rome" is not found in
-"Romeo"). A match inside a longer match of the other side does not count ("York" inside "New York").
+Matching (:func:`find_spans`, from :mod:`core.engine.matching`, where the engine's answer span and swap test use it
+too) is on normalized words: Unicode NFKC, case-folded, accents and punctuation removed, the articles *a*, *an*,
+*the* dropped, the number words zero–twenty written as digits and thousands separators removed; an alias matches
+where its words occur as consecutive whole words of the answer ("Rome" is not found in "Romeo"). A match inside a
+longer match of the other side does not count ("York" inside "New York").
 
 :func:`behavior_report` computes every detector's ROC-AUC with its bootstrap CI (the metrics of
 :func:`core.evaluation.report.detector_metrics`, positive class *recalled* = memorized) against the labels of a
@@ -21,23 +22,45 @@ whole set, templated and real prose separately, and how often the run's headline
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from core.detectors import Detector
+from core.engine.matching import (
+    ALIAS_SEPARATOR as ALIAS_SEPARATOR,
+)
+from core.engine.matching import (
+    BOTH as BOTH,
+)
+from core.engine.matching import (
+    NEITHER as NEITHER,
+)
+from core.engine.matching import (
+    READ,
+    RECALLED,
+    behavior_label,
+)
+from core.engine.matching import (
+    answer_sources as answer_sources,
+)
+from core.engine.matching import (
+    find_spans as find_spans,
+)
+from core.engine.matching import (
+    join_aliases as join_aliases,
+)
+from core.engine.matching import (
+    normalize_words as normalize_words,
+)
+from core.engine.matching import (
+    split_aliases as split_aliases,
+)
 from core.evaluation.data import SEED
 from core.evaluation.report import N_BOOT, detector_metrics
 
-READ = "read"
-RECALLED = "recalled"
 BEHAVIORS = (READ, RECALLED)
-ALIAS_SEPARATOR = " | "
-NEITHER = "neither"
-BOTH = "both"
 
 KIND_COUNTERFACTUAL = "counterfactual"
 """A known fact's context with its object replaced by another object of the same relation (templated)."""
@@ -62,81 +85,6 @@ SUBSETS: tuple[tuple[str, str], ...] = (
     ("prose", "the whole set, real prose (NQ-Swap)"),
 )
 """The subsets :func:`behavior_report` reports, ``(key, description)``."""
-
-_NUMBERS = [
-    *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"),
-    *("eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"),
-]
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(_NUMBERS)}
-_ARTICLES = {"a", "an", "the"}
-_THOUSANDS = re.compile(r"(?<=\d)[,\u00a0 ](?=\d{3}\b)")
-
-
-def normalize_words(text: str) -> list[str]:
-    """The normalized words of ``text`` (see the module docstring): the unit every match is made of."""
-    text = unicodedata.normalize("NFKC", text or "").casefold()
-    text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
-    text = _THOUSANDS.sub("", text)
-    text = "".join(c if c.isalnum() else " " for c in text)
-    words = [_NUMBER_WORDS.get(w, w) for w in text.split()]
-    return [w for w in words if w not in _ARTICLES]
-
-
-def split_aliases(value: str | Sequence[str] | None) -> list[str]:
-    """The aliases of an object: a list, or one string with aliases separated by ``|`` (empty ones dropped)."""
-    if value is None:
-        return []
-    items = value.split("|") if isinstance(value, str) else list(value)
-    return [a.strip() for a in items if isinstance(a, str) and normalize_words(a)]
-
-
-def join_aliases(aliases: Sequence[str]) -> str:
-    """The one-string form of an alias list (``" | "``-separated), as the CSV columns hold it."""
-    return ALIAS_SEPARATOR.join(a.strip() for a in aliases if a.strip())
-
-
-def find_spans(answer: str, aliases: Sequence[str]) -> list[tuple[int, int]]:
-    """Every ``(start, end)`` word span of the normalized answer where one of ``aliases`` occurs whole."""
-    words = normalize_words(answer)
-    spans = []
-    for alias in aliases:
-        target = normalize_words(alias)
-        n = len(target)
-        if not n:
-            continue
-        spans.extend((i, i + n) for i in range(len(words) - n + 1) if words[i : i + n] == target)
-    return spans
-
-
-def _outside(spans: list[tuple[int, int]], others: list[tuple[int, int]]) -> bool:
-    """Whether a span of ``spans`` lies outside every strictly longer span of ``others``."""
-    return any(not any(o0 <= s0 and s1 <= o1 and (o1 - o0) > (s1 - s0) for o0, o1 in others) for s0, s1 in spans)
-
-
-def answer_sources(answer: str, context_aliases: Sequence[str], memory_aliases: Sequence[str]) -> tuple[bool, bool]:
-    """``(names the context's object, names the remembered object)`` for one answer (see :func:`find_spans`)."""
-    ctx = find_spans(answer, context_aliases)
-    mem = find_spans(answer, memory_aliases)
-    return _outside(ctx, mem), _outside(mem, ctx)
-
-
-def behavior_label(
-    answer: str, context_aliases: str | Sequence[str] | None, memory_aliases: str | Sequence[str] | None
-) -> tuple[str | None, str]:
-    """The behavior an answer shows: ``(label, reason)``.
-
-    ``label`` is :data:`READ`, :data:`RECALLED` or ``None``; ``reason`` is ``"context"``, ``"memory"``,
-    :data:`NEITHER` or :data:`BOTH`. A row with no context object (an on-topic context) can only be recalled; a
-    row with no remembered object (an invented fact) can only be read.
-    """
-    ctx, mem = answer_sources(answer, split_aliases(context_aliases), split_aliases(memory_aliases))
-    if ctx and mem:
-        return None, BOTH
-    if ctx:
-        return READ, "context"
-    if mem:
-        return RECALLED, "memory"
-    return None, NEITHER
 
 
 def _field(record: Mapping[str, Any], name: str) -> Any:
@@ -220,8 +168,12 @@ def behavior_report(
     Returns:
         ``None`` when no record has ``answer_context`` / ``answer_memory``; else ``{"positive_class":
         "recalled", "label_source", "left_out": {reason: n}, "changed": n, "subsets": {key: {"description", "n",
-        "n_read", "n_recalled", "detectors": {name: metrics}, "verdict": agreement}}}``; ``changed`` counts rows
-        whose stored ``behavior`` differs from this run's.
+        "n_read", "n_recalled", "detectors": {name: metrics}, "verdict": agreement, "text_only", "axis1",
+        "text_wrong"}}, "swap_agreeing"}``; ``verdict`` is the headline's agreement, ``text_only`` / ``axis1`` the
+        baselines' (:mod:`core.evaluation.validity`), ``text_wrong`` the headline on the rows where the text-only
+        rule is wrong or undecided, ``swap_agreeing`` the headline against the swap test on rows whose context
+        agrees with memory (``None`` without swap tests); ``changed`` counts rows whose stored ``behavior`` differs
+        from this run's.
     """
     if not has_behavior_columns(records):
         return None
@@ -255,6 +207,7 @@ def behavior_report(
                 for name, det in detectors.items()
             },
             "verdict": verdict_agreement([r.get("verdict") for r, _ in rows], [b for _, b in rows]),
+            **_baselines(rows),
         }
     return {
         "positive_class": RECALLED,
@@ -262,7 +215,34 @@ def behavior_report(
         "left_out": left_out,
         "changed": changed,
         "subsets": subsets,
+        "swap_agreeing": _swap_agreeing(records),
     }
+
+
+def _baselines(rows: Sequence[tuple[Mapping[str, Any], str]]) -> dict[str, Any]:
+    """The two baselines that read less than the headline (``text_only``, ``axis1``: records of this version) and
+    the headline on the rows where the text-only rule is wrong or undecided (``text_wrong``)."""
+    if not rows or "text_only" not in rows[0][0]:
+        return {}
+    hard = [(r, b) for r, b in rows if r.get("text_only") != b]
+    return {
+        "text_only": verdict_agreement([r.get("text_only") for r, _ in rows], [b for _, b in rows]),
+        "axis1": verdict_agreement([r.get("axis1") for r, _ in rows], [b for _, b in rows]),
+        "text_wrong": verdict_agreement([r.get("verdict") for r, _ in hard], [b for _, b in hard]),
+    }
+
+
+def _swap_agreeing(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The headline against the swap test on rows the text cannot label (the answer names both: the context agrees
+    with memory) where the swap test decided; ``None`` when no row has one."""
+    pairs = []
+    for r in records:
+        test = r.get("swap_test") or {}
+        if test.get("outcome") in BEHAVIORS and record_behavior(r)[1] == BOTH:
+            pairs.append((r.get("verdict"), test["outcome"]))
+    if not pairs:
+        return None
+    return verdict_agreement([v for v, _ in pairs], [b for _, b in pairs])
 
 
 def _compact(entry: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from core.engine import DualPathSettings, prepare_prompts
 from core.engine.generation import generate_greedy
+from core.engine.verdict import GROUNDED, MEMORIZED
 from core.evaluation.behavior import (
     CONFLICT_KINDS,
     KIND_COUNTERFACTUAL,
@@ -49,7 +50,6 @@ from core.evaluation.conflict_sources import (
     question_for,
 )
 from core.io import atomic_write_json, atomic_write_text
-from core.methods.repcs import GROUNDED, MEMORIZED
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.engine.verdict import GROUNDED
 from core.evaluation.behavior import (
     KIND_INVENTED,
     KIND_NQ_SWAP,
@@ -32,7 +33,6 @@ from core.evaluation.behavior import (
 )
 from core.evaluation.data import CONFLICT_FILE, PROBES_DIR, read_conflict_csv, read_labeled_csv
 from core.io import MiB, read_user_file
-from core.methods.repcs import GROUNDED
 
 MAX_FACTS = 20_000
 MAX_FILE_BYTES = 64 * MiB

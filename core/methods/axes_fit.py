@@ -1,11 +1,13 @@
 """Fitting the two axes of the headline (:mod:`core.engine.axes`) on behavior-labeled calibration rows.
 
-* Axis 1: scikit-learn's :class:`~sklearn.linear_model.LogisticRegression` on the standardized features of
-  :func:`core.engine.axes.reliance_features` (label 1 = the model's answer was read from the context), stored as
-  plain coefficients; its cut and inconclusive band are fitted on 5-fold cross-validated probabilities, so the
-  band reflects held-out, not in-sample, errors.
-* Axis 2: a cut on the parametric log-probability of the answer's first content word (label 1 = the model gives
-  the answer without the context, i.e. the row was recalled) and its band.
+* The span level κ (:func:`choose_span_level`): of a grid of KL levels, the one whose located spans name the row's
+  objects (the context's or the remembered one) on the most calibration rows.
+* Axis 1: scikit-learn's :class:`~sklearn.linear_model.LogisticRegression` on the standardized observations at the
+  span (label 1 = the model's answer was read from the context: by behavior on conflict rows, by the swap test on
+  rows whose context agrees with memory), stored as plain coefficients; its cut and inconclusive band are fitted on
+  5-fold cross-validated probabilities, so the band reflects held-out, not in-sample, errors.
+* Axis 2: a cut on the span's parametric log-probability (label 1 = the answer is what the model says without the
+  context) and its band.
 * The joint resolver: the same logistic regression on both axes' observations (:data:`JOINT_FEATURES`), with its
   cut and band on cross-validated probabilities; the headline consults it only where the decision table says
   *Inconclusive*.
@@ -22,7 +24,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-from core.engine.axes_calibration import JOINT_FEATURES, RELIANCE_FEATURES, AxesCalibration, JointModel
+from core.engine.axes_calibration import JOINT_FEATURES, RELIANCE_FEATURES, SUPPORT_FEATURE, AxesCalibration, JointModel
 
 MAX_INSIDE = 0.10
 """At most this share of calibration rows may fall inside a band."""
@@ -105,37 +107,50 @@ def _stored(lr: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def fit_joint(joint_X: np.ndarray, read: np.ndarray, max_inside: float = MAX_INSIDE) -> JointModel:
-    """The joint resolver from ``joint_X`` (columns :data:`JOINT_FEATURES`) and ``read`` labels."""
-    if joint_X.shape[1] != len(JOINT_FEATURES):
-        raise ValueError(f"joint_X needs {len(JOINT_FEATURES)} columns ({', '.join(JOINT_FEATURES)})")
+def fit_joint(
+    joint_X: np.ndarray, read: np.ndarray, max_inside: float = MAX_INSIDE, features: tuple[str, ...] = JOINT_FEATURES
+) -> JointModel:
+    """The joint resolver from ``joint_X`` (columns ``features``) and ``read`` labels."""
+    if joint_X.shape[1] != len(features):
+        raise ValueError(f"joint_X needs {len(features)} columns ({', '.join(features)})")
     lr = fit_reliance(joint_X, read)
     cut, low, high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
-    return JointModel(
-        **_stored(lr),
-        threshold=_r6(cut),
-        band=(_r6(low), _r6(high)),
-    )
+    return JointModel(**_stored(lr), threshold=_r6(cut), band=(_r6(low), _r6(high)), features=features)
+
+
+def choose_span_level(levels: np.ndarray, hits: np.ndarray) -> float:
+    """κ: the level of ``levels`` whose located spans hit a row's object on the most rows (``hits``: rows ×
+    levels, booleans); ties go to the smallest level."""
+    rate = np.asarray(hits, bool).mean(axis=0)
+    return float(np.asarray(levels, np.float64)[int(np.argmax(rate))])
 
 
 def fit_axes(
     reliance_X: np.ndarray,
     read: np.ndarray,
-    support_logprob: np.ndarray,
-    recalled: np.ndarray,
+    support_score: np.ndarray,
+    supported: np.ndarray,
     *,
     model: str,
     source: str,
     fitted_on: dict[str, Any],
+    span_level: float | None,
+    features: tuple[str, ...] = RELIANCE_FEATURES,
+    support_feature: str = SUPPORT_FEATURE,
     max_inside: float = MAX_INSIDE,
     joint_X: np.ndarray | None = None,
+    joint_features: tuple[str, ...] = JOINT_FEATURES,
+    provenance: dict[str, Any] | None = None,
 ) -> AxesCalibration:
-    """An :class:`AxesCalibration` from calibration rows: axis 1 from ``reliance_X`` (columns
-    :data:`RELIANCE_FEATURES`) and ``read`` labels; axis 2 from ``support_logprob`` and ``recalled`` labels; the
-    joint resolver from ``joint_X`` (columns :data:`JOINT_FEATURES`, same rows) when given."""
+    """An :class:`AxesCalibration` from calibration rows: axis 1 from ``reliance_X`` (columns ``features``) and
+    ``read`` labels; axis 2 from ``support_score`` (the ``support_feature``) and ``supported`` labels; the joint
+    resolver from ``joint_X`` (columns ``joint_features``, the rows of axis 1) when given."""
     lr = fit_reliance(reliance_X, read)
     r_cut, r_low, r_high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
-    s_cut, s_low, s_high = cut_and_band(support_logprob, np.asarray(recalled, bool), max_inside)
+    s_cut, s_low, s_high = cut_and_band(support_score, np.asarray(supported, bool), max_inside)
+    joint = None
+    if joint_X is not None:
+        joint = fit_joint(np.asarray(joint_X, np.float64), read, max_inside, joint_features)
     return AxesCalibration(
         **_stored(lr),
         model=model,
@@ -143,8 +158,11 @@ def fit_axes(
         reliance_band=(_r6(r_low), _r6(r_high)),
         support_threshold=_r6(s_cut),
         support_band=(_r6(s_low), _r6(s_high)),
+        span_level=None if span_level is None else _r6(span_level),
         source=source,
-        features=RELIANCE_FEATURES,
+        features=tuple(features),
+        support_feature=support_feature,
         fitted_on=fitted_on,
-        joint=None if joint_X is None else fit_joint(np.asarray(joint_X, np.float64), read, max_inside),
+        provenance=provenance or {},
+        joint=joint,
     )

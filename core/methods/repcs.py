@@ -26,7 +26,7 @@ itself lives in :mod:`core.methods.repcs_length` (re-exported here).
 This module *fits*: the α-quantile τ, the PAC sample size and :func:`fit_threshold`. What every run *applies* —
 Z, :class:`~core.engine.threshold.Threshold`, the decision rule and the τ resolver — has one door, the engine
 (:mod:`core.engine.threshold`, :mod:`core.engine.verdict`); it is not re-exported here. The class names of
-labeled rows (:data:`MEMORIZED`, :data:`GROUNDED`) are defined once in :mod:`core.engine.verdict`.
+labeled rows (``MEMORIZED``, ``GROUNDED``) are defined once in :mod:`core.engine.verdict`.
 """
 
 from __future__ import annotations
@@ -36,12 +36,9 @@ import math
 import numpy as np
 
 from core.engine.threshold import Threshold
-from core.engine.verdict import GROUNDED, MEMORIZED
 from core.methods.repcs_length import BAND_LEVEL, BOOT_SEED, N_BOOT_TAU, fit_length_tau
 
 __all__ = [
-    "GROUNDED",
-    "MEMORIZED",
     "calibrate_tau",
     "fit_threshold",
     "pac_sample_size",

@@ -1,5 +1,6 @@
-"""The two-axis headline (core.engine.axes) on hand-built DualPathResults: the features against an independent
-computation, both axes, the decision table, the joint resolver of its Inconclusive cells and the JSON (schema 4)."""
+"""The two-axis headline (core.engine.axes) on hand-built DualPathResults: the observations at the located span
+against an independent computation, both axes, the decision table, the joint resolver, a model without its own
+calibration, and the JSON (schema 4)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,25 @@ import pytest
 from core.engine import DualPathResult, PathOutput
 from core.engine.axes import (
     AGREES,
+    ALSO_KNOWN,
+    BY_TEXT,
+    MIXED,
+    NEEDED,
+    NOT_NEEDED,
     OVERRODE,
+    SUPPORTED,
+    UNSUPPORTED,
     Axis,
+    Observations,
     decide_headline,
-    first_content,
+    feature_values,
     headline,
-    joint_features,
-    normalize,
-    reliance_features,
-    support_features,
+    observe,
     with_headline,
 )
 from core.engine.axes_calibration import JOINT_FEATURES, JointModel
-from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, display, normalize_verdict
+from core.engine.span import AnswerSpan
+from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, display
 from tests.unit.engine.conftest import CAL
 
 
@@ -38,7 +45,7 @@ def _path(answer: str, tokens: list[str], logprob: list[float], finish: str = "e
         token_ids=list(range(len(tokens))),
         tokens=tokens,
         finish=finish,
-        entropy=np.zeros(n, np.float32),
+        entropy=np.linspace(1.0, 2.0, n).astype(np.float32),
         logprob=np.asarray(logprob, np.float32),
         topk_ids=np.zeros((n, 1), np.int64),
         topk_probs=np.ones((n, 1), np.float32),
@@ -49,13 +56,14 @@ def _path(answer: str, tokens: list[str], logprob: list[float], finish: str = "e
 def _result(
     tokens: list[str],
     kl: list[float],
+    rag_logprob: list[float],
     para_logprob: list[float],
     para_answer: str,
     query: str = "What is the capital of Veltria?",
     context: str = "The capital of Veltria is Marrowgate.",
+    finish: str = "length",
 ) -> DualPathResult:
-    answer = "".join(tokens)
-    retrieval = _path(answer, tokens, [-0.1] * len(tokens))
+    retrieval = _path("".join(tokens), tokens, rag_logprob, finish)
     parametric = _path(para_answer, ["y"], para_logprob, finish="eos" if para_answer else "not generated")
     return DualPathResult(
         model="m",
@@ -78,90 +86,113 @@ def _result(
 
 
 VELTRIA = ["The", " capital", " is", " Marrow", "gate", "."]
+KL = [0.5, 2.0, 0.4, 3.0, 0.25, 1.0]
+RAG_LP = [-0.1, -0.2, -0.1, -0.5, -0.25, -0.3]
 
 
-def test_normalize_and_first_content_word():
-    assert normalize("Kvarnström, Édda!") == "kvarnstrom edda"
-    span = first_content(VELTRIA, "What is the capital of Veltria?")
-    assert span.word == "marrowgate" and span.positions == (3, 4)  # the query's "capital" and stop words skipped
-    assert first_content(["The", " is", " a"], "q") is None
+def test_observations_at_the_span_match_an_independent_computation():
+    para_lp = [-1.0, -2.0, -1.0, -9.5, -7.25, -1.0]
+    res = _result(VELTRIA, KL, RAG_LP, para_lp, "Nova Nova")
+    obs = observe(res, CAL.span_level)
+    assert obs.span.text == "Marrowgate" and obs.span.head_positions == (3, 4)  # "capital" is the query's
+    assert obs.llr == pytest.approx((-0.5 - 0.25) - (-9.5 - 7.25))
+    assert obs.kl == pytest.approx(3.0) and obs.lp_parametric == pytest.approx(-16.75)
+    assert obs.entropy_parametric == pytest.approx(np.linspace(1.0, 2.0, 6)[3])
+    assert (obs.in_context, obs.in_parametric) == (True, False)
+    assert obs.max_kl == pytest.approx(3.0) and obs.mean_kl == pytest.approx(np.mean(KL), rel=1e-6)
+    feats = feature_values(obs, ("span_llr", "ln_span_kl", "ln_L"))
+    assert feats == {"span_llr": pytest.approx(16.0), "ln_span_kl": pytest.approx(math.log(3.0 + 1e-6)),
+                     "ln_L": pytest.approx(math.log(6))}  # fmt: skip
+    assert CAL.reliance(feats) == pytest.approx(1 / (1 + math.exp(-16.0)))
 
 
-def test_features_match_an_independent_computation():
-    kl = [0.5, 2.0, 8.0, 0.25, 0.0, 1.0]
-    res = _result(VELTRIA, kl, [-1.0, -2.0, -1.0, -9.5, -7.25, -1.0], "Nova Nova")
-    feats = reliance_features(res)
-    assert feats["ln_max_kl"] == pytest.approx(math.log(8.0 + 1e-6))
-    assert feats["ln_mean_kl"] == pytest.approx(math.log(sum(kl) / 6 + 1e-6))
-    assert feats["ln_L"] == pytest.approx(math.log(6))
-    sup = support_features(res)
-    assert sup["word"] == "marrowgate" and sup["logprob"] == pytest.approx((-9.5 - 7.25) / 2)
-    assert sup["in_parametric"] is False and sup["in_context"] is True
-    expected = 1 / (1 + math.exp(-2 * math.log(8.0 + 1e-6)))
-    assert CAL.reliance(feats) == pytest.approx(expected)
+def test_the_end_token_is_not_part_of_the_answer():
+    tokens = ["It", " is", " Blorb", "<|im_end|>"]
+    res = _result(tokens, [0.1, 0.1, 2.0, 5.0], [-1, -1, -1, -1], [-1, -1, -5, -9], "x", context="It is Blorb.",
+                  finish="eos")  # fmt: skip
+    obs = observe(res, 1.0)
+    assert obs.span.text == "Blorb" and obs.window == 3 and obs.max_kl == pytest.approx(2.0)
 
 
 def test_read_and_it_overrode_the_parametric_answer():
-    res = _result(VELTRIA, [0.5, 2.0, 8.0, 0.25, 0.0, 1.0], [-1, -1, -1, -9.0, -8.0, -1], "Nova Nova")
+    res = _result(VELTRIA, KL, RAG_LP, [-1, -1, -1, -9.5, -7.25, -1], "Nova Nova")
     head = headline(res, CAL)
-    assert head.reliance.state == "needed" and head.support.state == "unsupported"
+    assert head.reliance.state == NEEDED and head.support.state == UNSUPPORTED
     assert head.verdict == READ and head.qualifier == OVERRODE
     assert head.title == f"{display(READ)}, {OVERRODE}"
-    assert "8.00" in head.reason and "“Marrowgate”" in head.reason  # numbers and words of this run
+    # the numbers quoted are those shown beside them: the KL at the span, the LLR, P(read), the log-probability
+    for number in ("3.00", "16.00", f"{head.reliance.score:.2f}", "-16.75"):
+        assert number in head.reason
+    assert "“Marrowgate”" in head.reason and head.span["span"]["text"] == "Marrowgate"
 
 
-def test_recalled_and_the_context_agrees():
+def test_recalled_and_the_context_agrees_decided_by_the_text():
     tokens = ["Paris", " is", " the", " capital", "."]
     res = _result(
-        tokens,
-        [0.05, 0.01, 0.02, 0.01, 0.0],
-        [-0.2, -1, -1, -1, -1],
-        "The capital of France is Paris.",
-        query="What is the capital of France?",
+        tokens, [0.05, 0.01, 0.02, 0.01, 0.0], [-5.0, -1, -1, -1, -1], [-4.5, -1, -1, -1, -1],
+        "The capital of France is Paris.", query="What is the capital of France?",
         context="Paris is the capital and largest city of France.",
-    )
+    )  # fmt: skip
     head = headline(res, CAL)
-    assert head.support.evidence["in_parametric"] is True
+    assert head.reliance.state == NOT_NEEDED
+    # the context lowered "Paris" a little (LLR −0.5 nats: not needed); its log-probability −4.5 is below the support
+    # band, but the answer without the context names Paris: the axis says supported and that the text decided it
+    assert head.support.state == SUPPORTED and head.support.decided_by == BY_TEXT
     assert (head.verdict, head.qualifier) == (RECALLED, AGREES)
+    assert "without the context the model says “Paris” too" in head.reason
 
 
 def test_neither_is_a_guess():
     tokens = ["It", " is", " Tal", "ora", "."]
-    res = _result(tokens, [0.05, 0.1, 0.2, 0.1, 0.0], [-1, -1, -11.0, -6.0, -1], "I do not know.")
+    res = _result(tokens, [0.05, 0.1, 0.2, 0.1, 0.0], [-1, -1, -11.0, -6.0, -1], [-1, -1, -10.5, -6.0, -1],
+                  "I do not know.")  # fmt: skip
     head = headline(res, CAL)
-    assert head.reliance.state == "not needed" and head.support.state == "unsupported"
+    assert head.reliance.state == NOT_NEEDED and head.support.state == UNSUPPORTED
     assert head.verdict == NEITHER and "guess" in head.reason
-    assert normalize_verdict("neither") == NEITHER and display(NEITHER).startswith("Neither")
 
 
-def _axis(name: str, state: str, **evidence) -> Axis:
-    return Axis(name, state, 0.5, 0.5, (0.4, 0.6), "d", {"ln_max_kl": 0.0, **evidence})
+def _obs(in_context: bool | None, in_parametric: bool | None) -> Observations:
+    span = AnswerSpan("Lyon", "lyon", (0,), (0,), 1.0, 1.0, True, "test")
+    return Observations(span, 0.5, 1.0, -3.0, -0.5, 1.0, in_context, in_parametric, 5, 1.0, 0.5)
+
+
+def _axis(name: str, state: str, decided_by: str = "score") -> Axis:
+    return Axis(name, state, 0.5, 0.5, (0.4, 0.6), "d", {}, decided_by)
 
 
 @pytest.mark.parametrize(
     ("reliance", "support", "in_context", "in_parametric", "expected"),
     [
-        ("needed", "unsupported", True, False, (READ, OVERRODE)),
-        ("needed", "mixed", True, None, (READ, None)),
-        ("needed", "supported", True, True, (READ, None)),
-        ("needed", "supported", False, True, (RECALLED, None)),  # only the wording changed
-        ("not needed", "supported", True, True, (RECALLED, AGREES)),
-        ("not needed", "supported", False, True, (RECALLED, None)),
-        ("not needed", "unsupported", False, False, (NEITHER, None)),
-        ("not needed", "mixed", False, False, (INCONCLUSIVE, None)),
-        ("mixed", "supported", False, True, (RECALLED, None)),
-        ("mixed", "supported", True, True, (INCONCLUSIVE, None)),
-        ("mixed", "unsupported", True, False, (READ, OVERRODE)),
-        ("mixed", "unsupported", False, False, (INCONCLUSIVE, None)),
-        ("mixed", "mixed", True, None, (INCONCLUSIVE, None)),
+        (NEEDED, UNSUPPORTED, True, False, (READ, OVERRODE)),
+        (NEEDED, MIXED, True, None, (READ, None)),
+        (NEEDED, SUPPORTED, True, True, (READ, ALSO_KNOWN)),
+        (NEEDED, SUPPORTED, False, True, (READ, ALSO_KNOWN)),  # a confident axis 1 is never overturned by the text
+        (NOT_NEEDED, SUPPORTED, True, True, (RECALLED, AGREES)),
+        (NOT_NEEDED, SUPPORTED, False, True, (RECALLED, None)),
+        (NOT_NEEDED, UNSUPPORTED, True, False, (NEITHER, None)),  # ... nor a confident "not needed"
+        (NOT_NEEDED, MIXED, False, False, (INCONCLUSIVE, None)),
+        (MIXED, SUPPORTED, False, True, (RECALLED, None)),
+        (MIXED, SUPPORTED, True, None, (RECALLED, AGREES)),
+        (MIXED, UNSUPPORTED, True, False, (READ, OVERRODE)),
+        (MIXED, UNSUPPORTED, False, False, (INCONCLUSIVE, None)),
+        (MIXED, MIXED, True, True, (INCONCLUSIVE, None)),
     ],
 )
 def test_decision_table(reliance, support, in_context, in_parametric, expected):
-    ev = {"word": "lyon", "in_context": in_context, "in_parametric": in_parametric}
-    verdict, qualifier, reason = decide_headline(_axis("context_reliance", reliance), _axis("support", support, **ev))
+    rel, sup = _axis("context_reliance", reliance), _axis("parametric_support", support)
+    verdict, qualifier, reason = decide_headline(_obs(in_context, in_parametric), rel, sup)
     assert (verdict, qualifier) == expected and reason.endswith(".")
     if verdict == INCONCLUSIVE:
         assert "unclear" in reason or "Mixed evidence" in reason
+
+
+def test_a_model_without_its_own_calibration_gets_no_borrowed_verdict():
+    res = replace(_result(VELTRIA, KL, RAG_LP, [-1, -1, -1, -9.5, -7.25, -1], "Nova"), model="another/model")
+    head = headline(res, CAL)  # CAL was made for "m"
+    assert head.verdict == UNCALIBRATED and head.reliance.state == MIXED and head.reliance.threshold is None
+    assert "Not calibrated for this model" in head.reason and "calibrate-model" in head.reason
+    assert "m is not used" in head.reason  # the other model's calibration is named, never applied
+    assert head.span["llr"] == pytest.approx(16.0)  # the raw observations are still shown
 
 
 def _joint(intercept: float) -> JointModel:
@@ -172,39 +203,36 @@ def _joint(intercept: float) -> JointModel:
     )
 
 
-# Both axes mixed: max KL 1 (P(read) = 0.5, inside [0.4, 0.6]); the word's log-probability −3 inside [−4, −2].
-MIXED_RUN = {"kl": [0.5, 1.0, 0.5, 0.25, 0.0, 0.5], "para_logprob": [-1, -1, -1, -3.0, -3.0, -1], "para_answer": "Nova"}
+# Both axes mixed: the span's LLR is 0 (P(read) = 0.5, inside [0.4, 0.6]); its log-probability −3 inside [−4, −2].
+MIXED_RUN = ([0.5, 1.0, 0.5, 1.5, 0.0, 0.5], [-1, -1, -1, -1.5, -1.5, -1], [-1, -1, -1, -1.5, -1.5, -1], "Marrowgate")
+NOT_STATED = "The capital of Veltria is not recorded."
 
 
 @pytest.mark.parametrize(
-    ("intercept", "verdict", "qualifier", "where"),
-    [(2.0, READ, OVERRODE, "above"), (-2.0, RECALLED, AGREES, "below"), (0.0, INCONCLUSIVE, None, "inside")],
+    ("intercept", "verdict", "where"),
+    [(2.0, READ, "above"), (-2.0, RECALLED, "below"), (0.0, INCONCLUSIVE, "inside")],
 )
-def test_joint_resolver_decides_only_what_the_table_leaves_inconclusive(intercept, verdict, qualifier, where):
-    res = _result(VELTRIA, **MIXED_RUN)
-    assert headline(res, CAL).verdict == INCONCLUSIVE and headline(res, CAL).joint is None  # no resolver: as before
-    head = headline(res, replace(CAL, joint=_joint(intercept)))
-    assert (head.reliance.state, head.support.state) == ("mixed", "mixed")
-    assert (head.verdict, head.qualifier) == (verdict, qualifier)
+def test_joint_resolver_decides_only_what_the_table_leaves_inconclusive(intercept, verdict, where):
+    res = _result(VELTRIA, *MIXED_RUN)
+    cal = replace(CAL, support_band=(-4.0, -2.0), support_threshold=-3.0)
+    head = headline(res, cal)
+    # supported by the text (the no-context answer names it) and mixed reliance: recalled, the context agrees
+    assert (head.reliance.state, head.support.state, head.verdict) == (MIXED, SUPPORTED, RECALLED)
+    # neither in the context nor in the no-context answer: the text says nothing either way
+    res = replace(res, context=NOT_STATED, parametric=replace(res.parametric, answer="Nova"))
+    assert headline(res, cal).verdict == INCONCLUSIVE and headline(res, cal).joint is None
+    head = headline(res, replace(cal, joint=_joint(intercept)))
+    assert (head.reliance.state, head.support.state) == (MIXED, MIXED)
+    assert (head.verdict, head.qualifier) == (verdict, OVERRODE if verdict == READ else None)
     p = 1 / (1 + math.exp(-intercept))
     assert head.joint == {"score": pytest.approx(p), "threshold": 0.5, "band": [0.3, 0.7], "decided": where != "inside"}
     assert f"P(read) = {p:.2f}, {where} the joint band [0.30, 0.70]" in head.reason
-    assert head.to_dict()["joint"] == head.joint
-    decided = _result(VELTRIA, [0.5, 2.0, 8.0, 0.25, 0.0, 1.0], [-1, -1, -1, -9.0, -8.0, -1], "Nova Nova")
+    decided = _result(VELTRIA, KL, RAG_LP, [-1, -1, -1, -9.5, -7.25, -1], "Nova Nova")
     assert headline(decided, replace(CAL, joint=_joint(-9.0))).verdict == READ  # a decisive cell is never re-judged
 
 
-def test_joint_features_match_the_axes_observations():
-    res = _result(VELTRIA, **MIXED_RUN)
-    feats = joint_features(res)
-    assert list(feats) == list(JOINT_FEATURES)
-    assert feats["ln_max_kl"] == pytest.approx(math.log(1.0 + 1e-6)) and feats["support_logprob"] == pytest.approx(-3.0)
-    assert (feats["in_parametric"], feats["not_in_parametric"], feats["in_context"]) == (0.0, 1.0, 1.0)
-    assert joint_features(_result(["The", " is", "."], [0.1, 0.1, 0.1], [-1, -1, -1], "x")) is None  # no content word
-
-
-def test_json_schema_4_headline_on_top_repcs_kept(tmp_path):
-    res = _result(VELTRIA, [0.5, 2.0, 8.0, 0.25, 0.0, 1.0], [-1, -1, -1, -9.0, -8.0, -1], "Nova Nova")
+def test_json_schema_4_headline_on_top_repcs_kept():
+    res = _result(VELTRIA, KL, RAG_LP, [-1, -1, -1, -9.5, -7.25, -1], "Nova Nova")
     res.verdict, res.verdict_reason = "recalled", "Z below τ"
     data = json.loads(with_headline(res, CAL).to_json())
     assert (
@@ -213,8 +241,7 @@ def test_json_schema_4_headline_on_top_repcs_kept(tmp_path):
     assert data["repcs_verdict"] == RECALLED and data["repcs_verdict_reason"] == "Z below τ"
     axes = data["axes"]
     assert axes["context_reliance"]["band"] == [0.4, 0.6] and axes["parametric_support"]["threshold"] == -3.0
+    assert axes["span"]["span"]["text"] == "Marrowgate" and axes["span"]["span"]["why"]
     back = DualPathResult.from_dict(data)
-    assert back.verdict == RECALLED and back.axes == data["axes"]  # RePCS' verdict in memory, headline kept
+    assert back.axes == data["axes"]
     assert json.loads(back.to_json())["verdict"] == READ
-    plain = json.loads(res.to_json())
-    assert plain["axes"] is None and plain["verdict"] == plain["repcs_verdict"] == RECALLED

@@ -26,10 +26,24 @@ def test_calibration_file_round_trip_and_checks(tmp_path):
     bad = CAL.to_dict() | {"reliance_band": [0.6, 0.7]}
     with pytest.raises(ValueError, match="must contain its threshold"):
         AxesCalibration.from_dict(bad)
-    with pytest.raises(ValueError, match="'coef' must be a list of 3"):
+    with pytest.raises(ValueError, match="'coef' must be a list of 2"):
         AxesCalibration.from_dict(CAL.to_dict() | {"coef": [1.0]})
     with pytest.raises(ValueError, match="needs a 'support_threshold'"):
         AxesCalibration.from_dict({k: v for k, v in CAL.to_dict().items() if k != "support_threshold"})
+    for change, message in [
+        ({"version": 1}, "made before the answer span"),
+        ({"features": ["span_llr", "nope"]}, "must be distinct names of"),
+        ({"features": ["span_llr", "span_llr"]}, "must be distinct names of"),
+        ({"span_level": -1.0}, "'span_level' is a KL in nats"),
+        ({"span_level": float("nan")}, "'span_level' must be a finite number"),
+        ({"support_feature": "x"}, "'support_feature' must be one of"),
+        ({"provenance": []}, "'provenance' must be a JSON object"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            AxesCalibration.from_dict(CAL.to_dict() | change)
+    old = {k: v for k, v in CAL.to_dict().items() if k != "version"}  # a file of version 1 has no "version"
+    with pytest.raises(ValueError, match="recalibrate"):
+        AxesCalibration.from_dict(old)
 
 
 def test_joint_round_trip_and_checks(tmp_path):
@@ -39,7 +53,7 @@ def test_joint_round_trip_and_checks(tmp_path):
     assert AxesCalibration.load(path) == cal
     joint = JOINT.to_dict()
     for change, message in [
-        ({"features": ["ln_max_kl"]}, "'joint.features' must be"),
+        ({"features": ["nope"] * N}, "'joint.features' must be"),
         ({"coef": [1.0]}, f"'coef' must be a list of {N}"),
         ({"scale": [0.0] * N}, "'joint.scale' must be positive"),
         ({"band": [0.6, 0.7]}, "must contain its threshold"),
@@ -53,7 +67,7 @@ def test_joint_round_trip_and_checks(tmp_path):
 
 def test_fitted_joint_reproduces_sklearn_probabilities():
     rng = np.random.default_rng(0)
-    X = np.column_stack([rng.normal(size=(200, 4)), rng.integers(0, 2, size=(200, 3))]).astype(np.float64)
+    X = np.column_stack([rng.normal(size=(200, 3)), rng.integers(0, 2, size=(200, 3))]).astype(np.float64)
     y = (X[:, 0] + 0.5 * X[:, 3] - X[:, 4] + rng.normal(scale=0.5, size=200)) > 0
     joint = fit_joint(X, y)
     assert joint.band[0] <= joint.threshold <= joint.band[1]
@@ -62,7 +76,7 @@ def test_fitted_joint_reproduces_sklearn_probabilities():
     want = reference.predict_proba((X - mean) / scale)[:, 1]
     got = [joint.probability(dict(zip(JOINT_FEATURES, row, strict=True))) for row in X]
     np.testing.assert_allclose(got, want, atol=1e-4)  # the stored coefficients are rounded to 6 decimals
-    with pytest.raises(ValueError, match="joint_X needs 7 columns"):
+    with pytest.raises(ValueError, match="joint_X needs 6 columns"):
         fit_joint(X[:, :3], y)
 
 
@@ -70,6 +84,5 @@ def test_bundled_calibration_loads():
     cal = bundled_axes()
     assert cal is not None and cal.model.startswith("SmolLM2-135M-Instruct")
     assert cal.reliance_band[0] <= cal.reliance_threshold <= cal.reliance_band[1]
-    assert cal.fitted_on.get("report_rows", 0) == 0, "never fitted on a report row"
-    assert cal.joint is not None and cal.joint.features == JOINT_FEATURES
+    assert cal.span_level is not None and cal.joint is not None and cal.joint.features == JOINT_FEATURES
     assert cal.joint.band[0] <= cal.joint.threshold <= cal.joint.band[1]
