@@ -37,9 +37,21 @@ def agreement_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
                 "inconclusive": v["inconclusive_rate"],
                 "matches on read rows": v["per_behavior"]["read"]["match_rate"],
                 "matches on recalled rows": v["per_behavior"]["recalled"]["match_rate"],
+                "text-only rule matches": (sub.get("text_only") or {}).get("match_rate"),
+                "axis 1 alone matches": (sub.get("axis1") or {}).get("match_rate"),
+                "verdict where the text rule fails": (sub.get("text_wrong") or {}).get("match_rate"),
             }
         )
     return pd.DataFrame(rows)
+
+
+BASELINES = (
+    "Beside the headline, two rules that read less: the **text-only rule** reads no internals (the answer's first "
+    "content word: recalled if the answer without the context contains it, read if the context does), and **axis 1 "
+    "alone** reads only the internals (context reliance: needed → read, not needed → recalled). The distance "
+    "between the headline and the text-only rule is what reading the model adds; the last column is the headline "
+    "on the rows the text-only rule gets wrong or leaves undecided."
+)
 
 
 def auc_frame(report: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -81,8 +93,23 @@ def draw_behavior_aucs(records: Sequence[Mapping[str, Any]], detector_names: Seq
     if agreement.empty:
         st.info("No row has a read/recalled label yet.")
         return
-    rates = ("verdict matches", "inconclusive", "matches on read rows", "matches on recalled rows")
+    rates = (
+        "verdict matches",
+        "inconclusive",
+        "matches on read rows",
+        "matches on recalled rows",
+        "text-only rule matches",
+        "axis 1 alone matches",
+        "verdict where the text rule fails",
+    )
+    st.caption(BASELINES)
     draw_table(agreement, f"{key}.agreement", pinned=("subset",), text=("what",), numbers=dict.fromkeys(rates, "%.2f"))
+    swap = report.get("swap_agreeing")
+    if swap:
+        st.caption(
+            f"Against the swap test, on the {swap['n']} rows whose context agrees with memory and where the swap test "
+            f"decided: the headline matches on {swap['match_rate']:.0%} (undecided {swap['inconclusive_rate']:.0%})."
+        )
     table = auc_frame(report)
     subsets = list(dict.fromkeys(table["subset"]))
     choice = st.selectbox("Rows", subsets, key=f"{key}.subset")

@@ -38,6 +38,8 @@ def estimate_kind(spec: JobSpec) -> str:
     budget, window and job kind score rows at one pace, whatever the data set."""
     s = spec.settings
     plan = [spec.kind, sorted(spec.detectors), list(spec.sigmas), spec.batch_size, s.max_new_tokens, s.score_window]
+    if spec.swap_test:  # one more generation per row: another pace
+        plan.append("swap_test")
     return "evaluate:" + hashlib.sha1(json.dumps(plan).encode("utf-8")).hexdigest()[:12]
 
 

@@ -11,8 +11,9 @@ import streamlit as st
 from components import figures, keys, widgets
 from components.frame import draw_intro as draw_intro  # the pages draw it before their imports
 from components.text import escape_markdown, plain_message
-from core.engine.axes import Headline, with_headline
+from core.engine.axes import Axis, Headline, with_headline
 from core.engine.result import DualPathResult, result_digest
+from core.engine.swap import SwapTest, with_swap_test
 from core.engine.threshold import TAU_LENGTH
 from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, display, normalize_verdict
 
@@ -73,32 +74,55 @@ _AXIS_LABELS = {
 }
 
 
+def _axis_help(axis: Axis) -> str:
+    band = "" if axis.band is None else f"; inconclusive band [{axis.band[0]:.2f}, {axis.band[1]:.2f}]"
+    text = f"{axis.direction}. Threshold {_num(axis.threshold, 2)}{band}."
+    if axis.decided_by == "text":
+        text += " Decided by the text, not the score: the answer without the context contains the span."
+    return text
+
+
+def draw_span(head: Headline) -> None:
+    """Where the headline looked: the located answer span, why it was chosen, and the other candidates."""
+    span = (head.span or {}).get("span")
+    if not span:
+        st.caption("Answer span: none — the answer has no content word (only the query's words and function words).")
+        return
+    others = ", ".join(f"“{escape_markdown(w)}” {k:.2f}" for w, k in span.get("candidates", []))
+    st.markdown(
+        f"**Answer span:** “{escape_markdown(span['text'])}” — {escape_markdown(span['why'])}. "
+        f"Both axes read the run at this span."
+    )
+    if others:
+        st.caption(f"Content words and their largest per-token KL (nats): {others}.")
+
+
 def draw_headline(head: Headline) -> None:
     """The two-axis headline (:func:`core.engine.axes.headline`): the verdict, its sentence of why (computed by
-    core from this run) and both axes with their scores, thresholds and direction."""
+    core from this run), the answer span it read, and both axes with their scores, thresholds and direction."""
     st.subheader("Verdict")
     st.markdown(f"#### {escape_markdown(head.title)}")
     st.markdown(escape_markdown(head.reason))
+    draw_span(head)
     columns = st.columns(2)
     for column, axis in zip(columns, (head.reliance, head.support)):
         name, unit = _AXIS_LABELS[axis.name]
-        band = "" if axis.band is None else f"; inconclusive band [{axis.band[0]:.2f}, {axis.band[1]:.2f}]"
+        state = f"{axis.state} (by the text)" if axis.decided_by == "text" else axis.state
         column.metric(
-            f"{name}: {axis.state}",
-            "—" if axis.score is None else f"{unit} {axis.score:.2f}",
-            help=f"{axis.direction}. Threshold {_num(axis.threshold, 2)}{band}.",
+            f"{name}: {state}", "—" if axis.score is None else f"{unit} {axis.score:.2f}", help=_axis_help(axis)
         )
     if head.joint is not None:
         low, high = head.joint["band"]
         st.caption(
-            f"Each axis alone was inconclusive, so both axes' observations were weighed together (a logistic "
+            f"The decision table was inconclusive, so both axes' observations were weighed together (a logistic "
             f"regression on the calibration rows): P(read) {head.joint['score']:.2f}, inconclusive band "
             f"[{low:.2f}, {high:.2f}]."
         )
     st.caption(
-        "Context reliance: did the answer need the context (from the per-token KL of this run). Parametric "
-        "support: would the model give this answer without the context (its answer without the context and the "
-        "log-probability it gives the answer's first content word). Calibration: " + escape_markdown(head.calibration)
+        "Context reliance: did the answer need the context (how much the context moved the answer at its span: "
+        "the per-token KL there and the change of the span's log-probability). Parametric support: would the model "
+        "give this answer without the context (its own answer without the context, and the log-probability it "
+        "gives the span). Calibration: " + escape_markdown(head.calibration)
     )
 
 
@@ -223,14 +247,16 @@ def draw_warnings(result: DualPathResult) -> None:
         st.warning(plain_message(warning))
 
 
-def draw_export(result: DualPathResult) -> None:
-    """Download the result as JSON (the same JSON the command line prints) and show both exact prompts."""
+def draw_export(result: DualPathResult, swap: SwapTest | None = None) -> None:
+    """Download the result as JSON (the same JSON the command line prints, with the swap test when one ran) and
+    show both exact prompts."""
     t = result.timings
     st.caption(
         f"Model: {escape_markdown(result.model)} · template {escape_markdown(result.template)} · "
         f"generation {t.get('generate_s', 0.0):.2f} s, scoring {t.get('score_s', 0.0):.2f} s"
     )
-    exported = with_headline(result).to_json(indent=2)  # the headline on top, as `run --json` prints it
+    exported = with_headline(result)  # the headline on top, as `run --json` prints it
+    exported = (exported if swap is None else with_swap_test(exported, swap)).to_json(indent=2)
     widgets.download(st, "Download the result (JSON)", exported, RESULT_FILE_NAME)
     with st.expander("The exact prompts"):
         st.caption(f"Retrieval prompt ({result.retrieval.prompt_len} tokens)")

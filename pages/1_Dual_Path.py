@@ -1,8 +1,9 @@
 """Dual Path: the same model answers with the context and without it; where do the two paths diverge?
 
-The page reads top to bottom like the UI: inputs, the two answers (streamed live while running), the RePCS
-verdict, the per-token divergence chart, the top-k candidates at one position, the CRM statistics,
-warnings, and the export. All maths lives in ``core``; all drawing in ``components``.
+The page reads top to bottom like the UI: inputs, the two answers (streamed live while running), the headline
+verdict with the answer span it read, the swap test (on request), the RePCS verdict, the per-token divergence
+chart, the top-k candidates at one position, the CRM statistics, warnings, and the export. All maths lives in
+``core``; all drawing in ``components``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ early = prologue.begin(with_inputs=True)  # the example picker, the query and th
 clicked = st.button("Run both paths", type="primary", key=keys.RUN, icon=":material/play_arrow:")
 estimate_line = st.empty()  # the run's time estimate, once the model is loaded
 
-from components import agreement, panels, prefetch, state, url_state, widgets
+from components import agreement, panels, prefetch, state, swap_view, url_state, widgets
 from components.page import PageContext, open_page
 from components.stored_runs import start_hint
 from core.engine.axes import headline
@@ -81,7 +82,9 @@ def main() -> None:
         st.info(start_hint("Run both paths", query, context, needs_context=True))
         return
     st.divider()
-    panels.draw_headline(headline(result))
+    head = headline(result)
+    panels.draw_headline(head)
+    swap = swap_view.draw(page.handle, result, head)
     panels.draw_verdict(result)
     panels.draw_warnings(result)
     agreement.draw(page.handle, result, result_digest(result))
@@ -89,7 +92,7 @@ def main() -> None:
     panels.draw_topk(result)
     panels.draw_crm_statistics(result)
     st.divider()
-    panels.draw_export(result)
+    panels.draw_export(result, swap)
     if ran:  # the whole wait of this run measures the next estimate, shown under the button at once
         observe_run(page.handle, DUAL_PATH, time.monotonic() - started, page.config.settings.max_new_tokens)
         estimate_line.caption(run_estimate(page))

@@ -125,11 +125,12 @@ K_CHOICES = (5, 10, 20, 30, 50)
 
 @dataclass(frozen=True)
 class RunOptions:
-    """The run choices of section 2: detector names, noise σ values and rows per batch."""
+    """The run choices of section 2: detector names, noise σ values, rows per batch and the swap test."""
 
     detectors: tuple[str, ...]
     sigmas: tuple[float, ...]
     batch_size: int
+    swap_test: bool = False
 
 
 def draw_threshold_in_force(model: str) -> None:
@@ -283,7 +284,18 @@ def draw_options() -> RunOptions:
             help="Rows generated together in one padded batch (the results are the same as one by one, up to "
             "float rounding).",
         )
-    return RunOptions(tuple(names), tuple(sorted(float(s) for s in sigmas)), int(batch))
+    swap = bool(
+        state.persistent(
+            st.toggle,
+            "Run the swap test on every row",
+            keys.EVAL_SWAP,
+            False,
+            help="Replace each row's answer span in its context by an alternative the model proposes and answer "
+            "again: does the answer follow the context? One more generation per row. On rows whose context agrees "
+            "with memory it is the only behavior label there is; the results then compare the headline with it.",
+        )
+    )
+    return RunOptions(tuple(names), tuple(sorted(float(s) for s in sigmas)), int(batch), swap)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -363,6 +375,7 @@ def main() -> None:
         sigmas=options.sigmas,
         batch_size=options.batch_size,
         kind=LABELED,
+        swap_test=options.swap_test,
     )
     st.session_state[keys.EVAL_CURRENT_SPEC] = spec
     st.subheader("3 · Run")

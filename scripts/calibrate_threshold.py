@@ -17,7 +17,7 @@ decimals).
 ``--widen`` (issue 23 part 4) fits τ(L) — not the constant τ, which stays the paper's quantile over
 ``clean.csv`` — on the clean rows together with ``assets/calibration/widened_clean.csv``: the behavior set's
 calibration rows the model read from the context (conflict, invented and project rows, answers of 1–16 tokens;
-written by ``scripts/calibrate_axes.py``), so that τ(L) covers short answers instead of calling them
+written by the earlier headline pipeline, kept as data), so that τ(L) covers short answers instead of calling them
 inconclusive.
 
     python scripts/calibrate_threshold.py [--alpha 0.05] [--epsilon 0.05] [--window 64] [--from-scores] [--widen]

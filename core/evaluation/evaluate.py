@@ -69,6 +69,7 @@ def plan_job(
         sigmas=tuple(float(s) for s in options.noise_sigmas),
         batch_size=options.batch_size,
         noise_seed=options.noise_seed,
+        swap_test=options.swap_test,
     )
     return EvaluationJob(spec, list(rows)), chosen, lengths, threshold, source
 
@@ -85,6 +86,7 @@ class EvaluateOptions:
             0, 0.02, 0.05, 0.10 — cheap: a few log-softmaxes per row; ``()`` to skip).
         noise_seed: the run seed of the noise draws (:func:`core.maths.noise.row_seed`).
         n_boot, seed: the AUC bootstrap's resamples and seed.
+        swap_test: run the swap test on every row too (``swap_test`` in each row; one more generation per row).
     """
 
     threshold: Threshold | None = None
@@ -94,6 +96,7 @@ class EvaluateOptions:
     noise_seed: int = 0
     n_boot: int = N_BOOT
     seed: int = SEED
+    swap_test: bool = False
 
     @classmethod
     def of(cls, options: EvaluateOptions | None, fields: dict[str, Any]) -> EvaluateOptions:

@@ -24,7 +24,7 @@ from typing import Any
 from core.detectors import Detector
 from core.engine import DualPathSettings, plan_batches
 from core.engine.threshold import Threshold
-from core.evaluation.data import ConflictRow, Row, prompt_lengths
+from core.evaluation.data import Row, prompt_lengths
 from core.evaluation.report import summarize
 from core.evaluation.scoring import resolve_detectors, score_records
 from core.model.handle import ModelHandle, RunCancelled, check_cancelled
@@ -58,6 +58,7 @@ class JobSpec:
         kind: :data:`LABELED` or :data:`CONFLICT` (conflict rows also get the parametric answer and skip
             detectors that need a fit).
         noise_seed: the run seed of the noise draws (:func:`core.maths.noise.row_seed`).
+        swap_test: also run the swap test on every row (one more generation per row; :mod:`core.engine.swap`).
     """
 
     dataset: str
@@ -70,16 +71,11 @@ class JobSpec:
     batch_size: int = 8
     kind: str = LABELED
     noise_seed: int = 0
+    swap_test: bool = False
 
     def same_choices(self, other: JobSpec) -> bool:
         """Whether ``other`` asks for the same run (everything but :attr:`kind`)."""
         return replace(self, kind=other.kind) == other
-
-
-def _behavior_labeled(row: Row) -> bool:
-    """A row whose answer is labeled by behavior (``answer_context`` / ``answer_memory``): its parametric answer
-    is generated, as the app does, so the two-axis headline reported for it is the app's headline."""
-    return isinstance(row, ConflictRow) or bool({"answer_context", "answer_memory"} & set(row.extra))
 
 
 @dataclass
@@ -272,7 +268,8 @@ class EvaluationJob:
                 threshold_source=source,
                 noise_sigmas=self.spec.sigmas,
                 noise_seed=self.spec.noise_seed,
-                free_parametric=self.spec.kind == CONFLICT or any(_behavior_labeled(r) for r in rows),
+                free_parametric=True,  # every row's headline is the app's (it reads the answer without context)
+                swap_test=self.spec.swap_test,
             )
             with self._lock:
                 for i, rec in zip(batch, records):

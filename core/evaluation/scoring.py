@@ -19,7 +19,10 @@ import numpy as np
 from core.detectors import Detector, DetectorInput, resolve
 from core.detectors.shared import plan, reads_the_run
 from core.engine import DualPathResult, DualPathSettings, ScoreRequest, score_batch
+from core.engine.axes import headline
+from core.engine.swap import headline_span, run_swap_tests
 from core.evaluation.data import ConflictRow, LabeledRow, Row
+from core.evaluation.validity import axis1_verdict, text_only_verdict
 from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
@@ -60,8 +63,11 @@ def record_for(
     detectors: dict[str, Detector],
     meta: dict[str, Any],
 ) -> dict[str, Any]:
-    """One JSON-ready row record: the run's summary, every detector's raw score (``None`` + an entry in
-    ``errors`` when a detector fails on this row) and, for fitted detectors, their per-row features."""
+    """One JSON-ready row record: the run's summary — ``verdict`` is the two-axis headline, as ``run --json`` and the
+    Dual Path page give it (``axes``: both axes, the answer span), RePCS' own Z-vs-τ verdict is ``repcs_verdict``,
+    ``text_only`` and ``axis1`` the verdicts of the two baselines that read less (:mod:`core.evaluation.validity`)
+    —, every detector's raw score (``None`` + an entry in ``errors`` when a detector fails on this row) and, for
+    fitted detectors, their per-row features."""
     inp = DetectorInput(handle=handle, result=result, settings=settings)
     plan(inp, detectors)  # which of them read the retrieval path's shared pass (core.detectors.shared)
     scores: dict[str, float | None] = {}
@@ -84,12 +90,17 @@ def record_for(
             logger.warning("detector %s failed on row %s: %s", name, meta.get("row"), exc)
             scores[name] = None
             errors[name] = f"{type(exc).__name__}: {exc}"
+    head = headline(result)
     record: dict[str, Any] = {
         **{k: v for k, v in meta.items() if k != "extra"},
         "query": result.query,
         "context": result.context,
         "repcs_score": result.repcs_score,
-        "verdict": result.verdict,
+        "verdict": head.verdict,
+        "repcs_verdict": result.verdict,
+        "axes": head.to_dict(),
+        "text_only": text_only_verdict(result.query, result.context, result.retrieval.answer, result.parametric.answer),
+        "axis1": axis1_verdict(head.reliance.state),
         "rag_answer": result.retrieval.answer,
         "parametric_answer": result.parametric.answer,
         "n_tokens": result.n_tokens,
@@ -126,6 +137,8 @@ def score_records(
     rows: Sequence[Row],
     request: ScoreRequest | DualPathSettings,
     detectors: dict[str, Detector],
+    *,
+    swap_test: bool = False,
     **options: Any,
 ) -> list[dict[str, Any]]:
     """Score one batch of rows (one :func:`core.engine.batch.score_batch` call) and return their records.
@@ -133,7 +146,8 @@ def score_records(
     ``request`` is a :class:`~core.engine.batch.ScoreRequest`, or the settings of one built from ``options``
     (``threshold``, ``threshold_source``, ``noise_sigmas``, ``noise_seed``, ``free_parametric``). Conflict rows
     also get ``follows`` (which source the retrieval answer repeats) and, with ``free_parametric``,
-    ``parametric_follows``.
+    ``parametric_follows``. With ``swap_test``, each row also gets ``swap_test`` (:mod:`core.engine.swap`, at the
+    headline's answer span; the batch's swapped contexts are answered in one padded generation).
 
     When a detector reads the retrieval trace or CRM's displacement (:func:`core.detectors.shared.reads_the_run`),
     the batch is run with ``record=True``: each row's trace comes from the batch's own generation (left-padded
@@ -147,10 +161,13 @@ def score_records(
         request = replace(request, record=True)
     settings = request.settings
     results = score_batch(handle, [(r.query, r.context) for r in rows], request)
+    swaps = run_swap_tests(handle, results, [headline_span(res) for res in results]) if swap_test else None
     records = []
-    for r, res in zip(rows, results):
+    for i, (r, res) in enumerate(zip(rows, results)):
         rec = record_for(handle, res, settings, detectors, _meta(r))
         res.internals = None  # this row is scored: its recording goes
+        if swaps is not None:
+            rec["swap_test"] = swaps[i].to_dict()
         if isinstance(r, ConflictRow):
             rec["follows"] = answer_follows(res.retrieval.answer, r.answer_context, r.answer_memory)
             if request.free_parametric:

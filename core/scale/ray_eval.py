@@ -43,7 +43,7 @@ class EvaluateHandler:
 
     Args:
         handle: the actor's model (loaded once per actor).
-        config: ``{"settings", "detectors", "threshold", "threshold_source", "sigmas", "noise_seed"}``.
+        config: ``{"settings", "detectors", "threshold", "threshold_source", "sigmas", "noise_seed", "swap_test"}``.
     """
 
     def __init__(self, handle: ModelHandle, config: dict[str, Any]) -> None:
@@ -54,6 +54,7 @@ class EvaluateHandler:
         self.threshold_source = config.get("threshold_source")
         self.sigmas = [float(s) for s in config.get("sigmas", ())]
         self.noise_seed = int(config.get("noise_seed", 0))
+        self.swap_test = bool(config.get("swap_test", False))
 
     def __call__(self, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return score_records(
@@ -65,6 +66,8 @@ class EvaluateHandler:
             threshold_source=self.threshold_source,
             noise_sigmas=self.sigmas,
             noise_seed=self.noise_seed,
+            free_parametric=True,  # the headline is the app's (as the local run)
+            swap_test=self.swap_test,
         )
 
 
@@ -107,6 +110,7 @@ def score_job_on_ray(
         "threshold_source": threshold_source,
         "sigmas": list(job.spec.sigmas),
         "noise_seed": job.spec.noise_seed,
+        "swap_test": job.spec.swap_test,
     }
     payloads = [[asdict(job.rows[i]) for i in batch] for batch in planned]
     records, stats = run_items("evaluate", spec, config, payloads, workers=workers, progress=progress, monitor=monitor)

@@ -4,11 +4,13 @@ Example::
 
     python -m core evaluate assets/probes/probes.csv --out result.json --detectors cheap --sample 100
 
-The output is :func:`core.evaluation.report.build_report`'s document (the Evaluate page's JSON download); one
-line per detector (AUC with its 95% CI, FPR@95%TPR, Precision@10) is printed to stderr. Nothing is written
-unless the whole run succeeds. Every argument, the data file and the output location are checked before the
-model is loaded; should the output still fail to write at the end, the report goes to a file in the temporary
-folder and the message says where.
+The output is :func:`core.evaluation.report.build_report`'s document (the Evaluate page's JSON download). Each row
+carries the same headline as ``run --json`` (``verdict``, ``axes`` with both axes and the answer span), RePCS' own
+verdict (``repcs_verdict``), the two baselines that read less (``text_only``, ``axis1``) and, with ``--swap-test``,
+the swap test (``swap_test``). One line per detector (AUC with its 95% CI, FPR@95%TPR, Precision@10) is printed to
+stderr. Nothing is written unless the whole run succeeds. Every argument, the data file and the output location are
+checked before the model is loaded; should the output still fail to write at the end, the report goes to a file in the
+temporary folder and the message says where.
 """
 
 from __future__ import annotations
@@ -81,6 +83,12 @@ def register(subparsers: Any) -> None:
         type=parse_bootstrap,
         default=1000,
         help="bootstrap resamples for the AUC 95%% CI (10 to 10,000; default 1000)",
+    )
+    p.add_argument(
+        "--swap-test",
+        action="store_true",
+        help="also run the swap test on every row (one more generation per row): each row's swap_test, and the "
+        "headline against it on rows whose context agrees with memory",
     )
     add_model_args(p)
     add_ray_args(p)
@@ -179,7 +187,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if missing:
         raise ValueError(f"Evaluation needs rows of both labels; {args.data} has no {' or '.join(missing)} row.")
     options = EvaluateOptions(
-        threshold=threshold, detectors=names, batch_size=args.batch_size, noise_sigmas=sigmas, n_boot=args.bootstrap
+        threshold=threshold,
+        detectors=names,
+        batch_size=args.batch_size,
+        noise_sigmas=sigmas,
+        n_boot=args.bootstrap,
+        swap_test=args.swap_test,
     )  # the same scoring, here or on Ray
     if args.ray is not None:  # the scoring on Ray actors (core.scale); metrics computed here as below
         report = evaluate_from_args(args, rows, settings, options)

@@ -19,7 +19,8 @@ under ``detector_groups`` each group's question, whether it feeds the headline, 
 measure and which disagree with the headline's axis and why; never a count), ``measures`` and
 ``disagree_with_headline``, the ``detectors_summary`` (every group's sentence), and under ``detectors_not_run`` the
 costly ones with their estimated seconds and group. ``--detectors a,b`` scores the named detectors too, costly
-ones included.
+ones included. ``--swap-test`` runs the swap test at the headline's answer span (:mod:`core.engine.swap`) and adds
+its outcome under ``axes.swap_test``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from core.detectors.agreement import Agreement, assess, detector_input, judge, s
 from core.detectors.registry import GROUPS
 from core.detectors.wording import GROUP_WORDS, axis_line
 from core.engine.axes import with_headline
+from core.engine.swap import swap_test, with_swap_test
 from core.engine.verdict import display
 
 
@@ -52,6 +54,12 @@ def register(subparsers: Any) -> None:
         "--detectors",
         default="",
         help="comma-separated detectors to score as well (costly ones included, e.g. selfcritique,sma)",
+    )
+    p.add_argument(
+        "--swap-test",
+        action="store_true",
+        help="also run the swap test: replace the answer span in the context by an alternative and answer again "
+        "(one more generation); the outcome goes under axes.swap_test",
     )
     add_model_args(p)
     p.set_defaults(func=_cmd_run)
@@ -75,6 +83,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     resolve([n.strip() for n in (args.detectors or "").split(",") if n.strip()])  # before the model loads
     handle, result = run_from_args(args, settings_from_args(args), record=bool(args.all_detectors or args.detectors))
     result = with_headline(result)
+    if args.swap_test:
+        result = with_swap_test(result, swap_test(handle, result))
     agreement = _agreement(handle, result, args)
     if args.json and agreement is not None:
         data = result.to_dict()
@@ -93,12 +103,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   τ = {result.threshold}",
         f"verdict:     {result.axes['title']}",
         f"why:         {result.axes['reason']}",
+        *_span_lines(result.axes),
         f"RePCS:       {display(result.verdict)}  ({result.threshold_source})",
         *(f"warning:     {w}" for w in result.warnings),
     ]
     if agreement is not None:
         details.extend(_group_lines(agreement))
     return write_result(result, args.json, details)
+
+
+def _span_lines(axes: dict[str, Any]) -> list[str]:
+    """The answer span the headline read and, when run, the swap test's outcome."""
+    span = (axes.get("span") or {}).get("span")
+    lines = [f"span:        “{span['text']}” — {span['why']}" if span else "span:        none (no content word)"]
+    test = axes.get("swap_test")
+    if test:
+        lines.append(f"swap test:   {test['outcome']} — {test['reason']}")
+    return lines
 
 
 def _group_lines(agreement: Agreement) -> list[str]:

@@ -147,7 +147,9 @@ def test_cli_calibrate_from_csv_writes_threshold(tmp_path, cli_model, facts_csv,
     argv = ["calibrate", str(ev), "--threshold-file", str(tau_path), "--out", str(out), "--alpha", "0.2"]
     assert main([*argv, "--tau-mode", "paper"]) == 0
     again = json.loads(out.read_text())
-    assert again["tau"] == pytest.approx(th.tau, rel=1e-5)  # same rows, same split, same α
+    # same rows, same split, same α; evaluate batches each row's two prompts together (the headline reads the answer
+    # without the context), so its Z rounds like that batch: within float32 noise of a sum of tiny KLs (≈ 1e-8 nats)
+    assert again["tau"] == pytest.approx(th.tau, rel=1e-5, abs=1e-7)
     assert again["given_threshold"]["tau"] == th.tau
 
 

@@ -176,9 +176,9 @@ def test_evaluate_rows_reports_progress_per_row(tiny_handle):
     assert report["n"] == 6 and [r["row"] for r in report["rows"]] == [1, 2, 3, 4, 5, 6]
 
 
-def test_behavior_labeled_rows_get_the_parametric_answer_the_app_generates(tiny_handle, monkeypatch):
-    """A row labeled by behavior (answer_context / answer_memory) is scored with the parametric path's own answer,
-    as the app's Dual Path run is, so the headline the report counts is the app's; other rows are not."""
+def test_every_row_gets_the_parametric_answer_the_app_generates(tiny_handle, monkeypatch):
+    """Every row is scored with the parametric path's own answer, as the app's Dual Path run is, so each row's
+    headline (``verdict``) is the app's: behavior-labeled or not."""
     seen = []
     real = scheduler.score_records
 
@@ -192,4 +192,6 @@ def test_behavior_labeled_rows_get_the_parametric_answer_the_app_generates(tiny_
     job = EvaluationJob(_spec(rows_key=(1, 2, 3, 4), detectors=("repcs",), batch_size=1), [*behavior, *ROWS[2:4]])
     job.prepare(tiny_handle)
     _run(job, tiny_handle)
-    assert sorted(seen) == [(1, True), (2, True), (3, False), (4, False)]
+    assert sorted(seen) == [(1, True), (2, True), (3, True), (4, True)]
+    records = job.scored_records()
+    assert all(r["verdict"] == r["axes"]["verdict"] and "repcs_verdict" in r for r in records)

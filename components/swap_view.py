@@ -1,0 +1,92 @@
+"""The swap test beside the headline: a button with its cost estimate, then what the answer did when the context
+changed (:mod:`core.engine.swap`). Model text is shown literally (code blocks), never as markdown."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from components import keys, widgets
+from components.lru import session_lru
+from components.progress import estimate_text
+from components.run import run_cached
+from components.text import escape_markdown
+from core.engine.axes import Headline
+from core.engine.estimate import estimate, observe_run
+from core.engine.result import DualPathResult, result_digest
+from core.engine.swap import FOLLOWED, KEPT, MAX_CANDIDATES, MAX_WORD_TOKENS, NOT_APPLICABLE, SwapTest, swap_test
+from core.engine.verdict import READ, RECALLED, display
+from core.model.handle import ModelHandle
+
+RUN_KIND = "swap_test"
+"""The estimate's kind of a swap test (work: the run's token budget)."""
+MAX_TESTS = 12
+EXPLAIN = (
+    "Replace the answer span where it occurs in the context by a plausible alternative the model itself proposes, "
+    "answer again with the changed context, and see whether the answer follows. Where context and memory agree, "
+    "this is the only way to tell reading from recalling. It is one intervention on one word: behavioral evidence "
+    "beside the headline, not a proof of the mechanism."
+)
+
+
+def _estimate(handle: ModelHandle, budget: int) -> str:
+    fallback = estimate(handle, generated_tokens=budget + MAX_CANDIDATES * MAX_WORD_TOKENS, forwards=1)
+    return estimate_text(handle, RUN_KIND, budget, fallback)
+
+
+def stored(result: DualPathResult) -> SwapTest | None:
+    """The swap test already run on ``result`` in this session, if any."""
+    return session_lru(keys.SWAP_TESTS, MAX_TESTS).get(result_digest(result))
+
+
+def _compare(test: SwapTest, head: Headline) -> str:
+    if not test.decided or head.verdict not in (READ, RECALLED):
+        return ""
+    same = test.outcome == head.verdict
+    return f" It {'agrees' if same else 'disagrees'} with the headline ({display(head.verdict)})."
+
+
+def draw(handle: ModelHandle, result: DualPathResult, head: Headline) -> SwapTest | None:
+    """The swap test section: the button (with the estimate) or the stored outcome; returns the test."""
+    st.subheader("Swap test: does the answer follow the context?")
+    st.caption(EXPLAIN)
+    test = stored(result)
+    if test is None:
+        clicked = st.button("Run the swap test", key=keys.SWAP_RUN, icon=":material/swap_horiz:")
+        line = st.caption(_estimate(handle, result.settings.get("max_new_tokens", 64)))
+        if not clicked:
+            return None
+        started = time.monotonic()
+        test = run_cached(
+            session_lru(keys.SWAP_TESTS, MAX_TESTS),
+            result_digest(result),
+            lambda _progress: swap_test(handle, result),
+            start="Answering again with the swapped context…",
+            describe=lambda done, total, text: text,
+            what="swap test",
+            log="swap test failed",
+        )
+        if test is None:
+            return None
+        observe_run(handle, RUN_KIND, time.monotonic() - started, result.settings.get("max_new_tokens", 64))
+        line.empty()
+    words = escape_markdown(test.reason)
+    if test.outcome == FOLLOWED:
+        st.success(f"**Follows the swap — read from the context.** {words}.{_compare(test, head)}")
+    elif test.outcome == KEPT:
+        st.warning(f"**Keeps the original — recalled.** {words}.{_compare(test, head)}")
+    elif test.outcome == NOT_APPLICABLE:
+        st.info(f"**No swap test:** {words}.")
+    else:
+        st.info(f"**Undecided.** {words}.")
+    if test.outcome != NOT_APPLICABLE:
+        st.caption(f"Alternative: {escape_markdown(test.source)} · {test.seconds:.1f} s")
+        left, right = st.columns(2)
+        with left:
+            st.caption("Context with the swap")
+            widgets.show_answer(st, test.swapped_context)
+        with right:
+            st.caption("Answer with the swapped context")
+            widgets.show_answer(st, test.answer)
+    return test

@@ -1,0 +1,277 @@
+"""Build, score, fit and measure the headline verdict on rows of three constructions (core.evaluation.constructions).
+
+Stages (each resumable; outputs under ``out/validation/`` unless told otherwise):
+
+* ``build``  — which facts the model knows without context (16-token greedy answers to the relation's question,
+  cached), then the rows of every construction, the grouped split (:func:`assign_splits`) and the leak check;
+  writes ``assets/validation/rows.csv``.
+* ``score``  — every row with the app's default settings (``DualPathSettings()``, the parametric answer generated,
+  as the Dual Path page runs it): ``out/validation/scored.jsonl`` (each row and its ``DualPathResult``).
+* ``swap``   — the swap test on every scored row (:mod:`core.engine.swap`): ``out/validation/swap.jsonl``.
+* ``fit``    — the axes calibration on the calibration rows (``assets/thresholds/axes-embedded.json``,
+  ``assets/validation/features.csv``, the provenance record ``assets/validation/provenance.json``).
+* ``measure`` — the headline, axis 1 alone and the text-only rule against behavior and the swap test, per
+  construction and split, plus leave-one-construction-out fits: ``assets/validation/figures.json``.
+
+    python scripts/validate_headline.py build --facts FACTS.json --nq NQ.jsonl [--questions 300]
+    python scripts/validate_headline.py score [--shard 0/2]
+    python scripts/validate_headline.py swap
+    python scripts/validate_headline.py fit
+    python scripts/validate_headline.py measure
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.evaluation.constructions import (
+    ValidationRow,
+    assign_splits,
+    fresh_rows,
+    prose_rows,
+    report_only_fresh,
+    split_leaks,
+    templated_rows,
+)
+from core.io import asset_path, atomic_write_text
+
+OUT = Path("out/validation")
+ROWS_CSV = asset_path("validation") / "rows.csv"
+COLUMNS = list(ValidationRow.__dataclass_fields__)
+SEED = 0
+
+
+def write_rows(rows: list[ValidationRow], path: Path = ROWS_CSV) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(r.to_dict() for r in rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, buffer.getvalue())
+
+
+def read_rows(path: Path = ROWS_CSV) -> list[ValidationRow]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        return [ValidationRow.from_dict(r) for r in csv.DictReader(fh)]
+
+
+def known_facts(handle: Any, facts: list[Any]) -> set[int]:
+    """Indices of the facts whose no-context answer (16 greedy tokens, the relation's question) names the object."""
+    from core.evaluation.behavior import find_spans
+    from core.evaluation.conflict import AnswerCache, BuildOptions, generate_answers
+    from core.evaluation.conflict_sources import question_for
+
+    options = BuildOptions(max_new_tokens=16, batch_size=16, seed=SEED)
+    cache = AnswerCache(OUT / "known_answers.json", handle.info.name, 16)
+    answers = generate_answers(handle, [(question_for(f), None) for f in facts], options, cache=cache)
+    return {f.index for f, a in zip(facts, answers) if a and find_spans(a, f.objects)}
+
+
+def build(args: argparse.Namespace) -> int:
+    from core.evaluation.conflict_sources import read_facts
+    from core.model.loading import load_model
+
+    facts = read_facts(args.facts)
+    handle = load_model()
+    known = known_facts(handle, facts)
+    rows = templated_rows(facts, known, SEED, facts) + fresh_rows(facts, known, SEED, facts)
+    prose, left = prose_rows(args.nq, questions=args.questions, seed=SEED)
+    rows += prose
+    assign_splits(rows, seed=SEED)
+    rows = report_only_fresh(rows)
+    leaks = split_leaks(rows)
+    if leaks:
+        sys.stderr.write("\n".join(leaks[:20]) + "\n")
+        return 1
+    write_rows(rows)
+    counts: dict[str, int] = {}
+    for r in rows:
+        key = f"{r.construction}/{r.relation}/{r.split}"
+        counts[key] = counts.get(key, 0) + 1
+    print(json.dumps({"facts": len(facts), "known": len(known), "nq_left_out": left, "rows": counts}, indent=2))
+    return 0
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return row["construction"], row["query"], row["context"]
+
+
+def _done(path: Path) -> set[tuple[str, str, str]]:
+    if not path.is_file():
+        return set()
+    with path.open(encoding="utf-8") as fh:
+        return {_key(json.loads(line)["row"]) for line in fh if line.strip()}
+
+
+def score(args: argparse.Namespace) -> int:
+    import torch
+
+    from core.engine import DualPathSettings, ScoreRequest, score_rows
+    from core.model.loading import load_model
+
+    torch.set_num_threads(args.threads)
+    rows = [r.to_dict() for r in read_rows() if args.split in ("all", r.split)]
+    shard, shards = (int(v) for v in args.shard.split("/"))
+    out = OUT / f"scored.{args.split}.{shard}.jsonl"
+    done = _done(out)
+    todo = [r for r in rows[shard::shards] if _key(r) not in done]
+    handle = load_model()
+    request = ScoreRequest(settings=DualPathSettings(), free_parametric=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a", encoding="utf-8") as fh:
+        for start in range(0, len(todo), args.chunk):
+            part = todo[start : start + args.chunk]
+            for r, res in zip(part, score_rows(handle, [(r["query"], r["context"]) for r in part], request)):
+                fh.write(json.dumps({"row": r, "result": res.to_dict()}, ensure_ascii=False) + "\n")
+            fh.flush()
+            print(f"{start + len(part)}/{len(todo)}", file=sys.stderr, flush=True)
+    return 0
+
+
+def load_scored(split: str = "all") -> list[Any]:
+    """Every scored row (all shards) with its swap test when one was run."""
+    from core.engine.result import DualPathResult
+    from core.engine.swap import SwapTest
+    from core.evaluation.headline_fit import Scored
+
+    swaps: dict[tuple[str, str, str], SwapTest] = {}
+    for path in sorted(OUT.glob("swap.*.jsonl")):
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                item = json.loads(line)
+                swaps[_key(item["row"])] = SwapTest.from_dict(item["swap"])
+    out = []
+    for path in sorted(OUT.glob("scored.*.jsonl")):
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                item = json.loads(line)
+                row = ValidationRow.from_dict(item["row"])
+                if split in ("all", row.split):
+                    out.append(Scored(row, DualPathResult.from_dict(item["result"]), swaps.get(_key(item["row"]))))
+    return out
+
+
+def swap(args: argparse.Namespace) -> int:
+    """The swap test of every scored agreeing row (its span located at the provisional level ``--level``)."""
+    import torch
+
+    from core.engine.axes import observe
+    from core.engine.swap import run_swap_tests
+    from core.model.loading import load_model
+
+    torch.set_num_threads(args.threads)
+    shard, shards = (int(v) for v in args.shard.split("/"))
+    out = OUT / f"swap.{shard}.jsonl"
+    done = _done(out)
+    todo = [s for s in load_scored(args.split) if s.row.relation in args.relations.split(",")]
+    todo = [s for s in todo[shard::shards] if _key(s.row.to_dict()) not in done]
+    handle = load_model()
+    with out.open("a", encoding="utf-8") as fh:
+        for start in range(0, len(todo), args.chunk):
+            part = todo[start : start + args.chunk]
+            spans = [observe(s.result, args.level).span for s in part]
+            for s, test in zip(part, run_swap_tests(handle, [s.result for s in part], spans)):
+                fh.write(json.dumps({"row": s.row.to_dict(), "swap": test.to_dict()}, ensure_ascii=False) + "\n")
+            fh.flush()
+            print(f"{start + len(part)}/{len(todo)}", file=sys.stderr, flush=True)
+    return 0
+
+
+def fit(args: argparse.Namespace) -> int:
+    """The embedded model's calibration from the calibration rows; its features and provenance as assets."""
+    from core.engine.axes_calibration import AXES_FILE
+    from core.evaluation.headline_fit import fit_calibration
+
+    rows = load_scored("calibration")
+    cal = fit_calibration(rows, rows[0].result.model, choose_features=not args.no_choice)
+    text = json.dumps(cal.to_dict(), indent=2, sort_keys=True) + "\n"
+    if args.no_write:
+        print(text)
+    else:
+        atomic_write_text(AXES_FILE, text)
+        print(f"wrote {AXES_FILE}")
+    print(json.dumps(cal.provenance["choices"], indent=2))
+    return 0
+
+
+def _figures(cal: Any, rows: list[Any]) -> dict[str, Any]:
+    from core.evaluation.headline_fit import measure
+
+    return measure(rows, cal) if rows else {}
+
+
+def measure_all(args: argparse.Namespace) -> int:
+    """The headline against behavior and the swap test: per construction on report rows (the bundled calibration),
+    leave-one-construction-out (fit on one construction's calibration rows, report on the other's report rows),
+    and the calibration rows themselves (in-sample, for reference)."""
+    from core.engine.axes_calibration import bundled_axes
+    from core.evaluation.constructions import PROSE, TEMPLATED
+    from core.evaluation.headline_fit import fit_calibration
+
+    everything = load_scored()
+    cal = bundled_axes()
+    report = [s for s in everything if s.row.split == "report"]
+    calibration = [s for s in everything if s.row.split == "calibration"]
+    figures: dict[str, Any] = {"calibration": cal.source, "sets": {}}
+    for name in sorted({s.row.construction for s in report}):
+        figures["sets"][f"{name} (report rows)"] = _figures(cal, [s for s in report if s.row.construction == name])
+    figures["sets"]["all report rows"] = _figures(cal, report)
+    figures["sets"]["calibration rows (in-sample)"] = _figures(cal, calibration)
+    for fitted, reported in ((TEMPLATED, PROSE), (PROSE, TEMPLATED)):
+        train = [s for s in calibration if s.row.construction == fitted]
+        loco = fit_calibration(train, cal.model)  # the whole procedure, on one construction
+        test = [s for s in report if s.row.construction == reported]
+        figures["sets"][f"{reported} (report rows), fitted on {fitted} only"] = _figures(loco, test)
+    out = asset_path("validation") / "figures.json"
+    atomic_write_text(out, json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    for name, fig in figures["sets"].items():
+        if not fig:
+            continue
+        h, t, a = fig["headline"], fig["text_only"], fig["axis1"]
+        print(
+            f"{name:55s} n={h['n']:4d} headline {h['match_rate']} (read {h['per_behavior']['read']['match_rate']} "
+            f"/{h['per_behavior']['read']['n']}, recalled {h['per_behavior']['recalled']['match_rate']}"
+            f"/{h['per_behavior']['recalled']['n']}) undecided {h['undecided_rate']} | text {t['match_rate']} "
+            f"| axis1 {a['match_rate']} | text-wrong rows: headline {fig['text_wrong']['match_rate']}"
+            f"/{fig['text_wrong']['n']} | swap-agreeing {fig['swap_agreeing']['match_rate']}"
+            f"/{fig['swap_agreeing']['n']}"
+        )
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="stage", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--facts", type=Path, required=True)
+    b.add_argument("--nq", type=Path, required=True)
+    b.add_argument("--questions", type=int, default=300)
+    s = sub.add_parser("score")
+    s.add_argument("--shard", default="0/1")
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--chunk", type=int, default=8)
+    s.add_argument("--split", choices=("calibration", "report", "all"), default="all")
+    w = sub.add_parser("swap")
+    w.add_argument("--shard", default="0/1")
+    w.add_argument("--threads", type=int, default=1)
+    w.add_argument("--chunk", type=int, default=8)
+    w.add_argument("--split", choices=("calibration", "report", "all"), default="all")
+    w.add_argument("--relations", default="agreeing")
+    w.add_argument("--level", type=float, default=1.0, help="κ used to locate the span to swap")
+    f = sub.add_parser("fit")
+    f.add_argument("--no-write", action="store_true")
+    f.add_argument("--no-choice", action="store_true", help="keep the default features (no cross-validated choice)")
+    sub.add_parser("measure")
+    args = ap.parse_args()
+    stages = {"build": build, "score": score, "swap": swap, "fit": fit, "measure": measure_all}
+    return stages[args.stage](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
