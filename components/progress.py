@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from core.detectors import get
 from core.detectors.agreement import DetectorVerdict, judge
 from core.detectors.registry import Detector, DetectorInput
 from core.engine.estimate import Estimate, answer_steps, describe_estimate, estimate_run, observe_run
@@ -26,15 +27,25 @@ from core.model.handle import on_each_step
 
 
 def detector_kind(name: str) -> str:
-    """The estimate's kind of a costly detector run from the agreement view (its work: the example's answer
-    length, :func:`core.engine.estimate.answer_steps`)."""
+    """The estimate's kind of a costly detector run from the agreement view (its work: :func:`detector_work`)."""
     return f"detector:{name}"
 
 
+def detector_work(cost: str, inp: DetectorInput) -> int:
+    """The size of a costly detector's run on this example: a ``"generate"`` detector generates this example's
+    answers again (Self-Critique), so its time follows their length (:func:`core.engine.estimate.answer_steps`:
+    8.5 s after 12-step answers, 84 s after a 64-step one); a ``"heavy"`` one generates answers to many perturbed
+    prompts (SMA), whose length is not this example's (its 130 answers took 278 s on an example with 12-step
+    answers, 116 s on one with 64), so its work is its token budget."""
+    return answer_steps(inp.result) if cost == "generate" else int(inp.settings.max_new_tokens)
+
+
 def detector_estimate(inp: DetectorInput, name: str, fallback: Estimate | float | None) -> str:
-    """The sentence under a costly detector's button: its last runs' seconds per answer step × this example's
-    answer steps, else ``fallback`` (the detector's declared unit-cost estimate)."""
-    return estimate_text(inp.handle, detector_kind(name), answer_steps(inp.result), fallback)
+    """The sentence under a costly detector's button: its last runs scaled to this example's work
+    (:func:`detector_work`), else ``fallback`` (the detector's declared unit-cost estimate)."""
+    found = get(name)
+    work = detector_work(found.cost if found is not None else "generate", inp)
+    return estimate_text(inp.handle, detector_kind(name), work, fallback)
 
 
 def estimate_text(handle: Any, kind: str, work: float, fallback: Estimate | float | None = None) -> str:
@@ -45,11 +56,12 @@ def estimate_text(handle: Any, kind: str, work: float, fallback: Estimate | floa
 
 def judge_measured(detector: Detector, inp: DetectorInput) -> DetectorVerdict:
     """:func:`core.detectors.agreement.judge`, timed: a run that scored is recorded as a run of
-    :func:`detector_kind` (work: this example's answer steps), so the next estimate of that detector is measured."""
+    :func:`detector_kind` (work: :func:`detector_work`), so the next estimate of that detector is measured."""
     started = time.monotonic()
     verdict = judge(detector, inp)
     if verdict.error is None:
-        observe_run(inp.handle, detector_kind(detector.name), time.monotonic() - started, answer_steps(inp.result))
+        seconds = time.monotonic() - started
+        observe_run(inp.handle, detector_kind(detector.name), seconds, detector_work(detector.cost, inp))
     return verdict
 
 
