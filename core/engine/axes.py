@@ -56,6 +56,8 @@ BY_SCORE, BY_TEXT = "score", "text"
 RELIANCE_DIRECTION = "higher = the answer needed the context (probability that the model read it)"
 SUPPORT_DIRECTION = "higher = the model gives this answer without the context (log-probability of the span, nats)"
 HOW_TO_CALIBRATE = "python -m core calibrate-model --model <this model>"
+NOT_CALIBRATED = "Not calibrated for this model"
+"""The headline's title for a model without its own axes calibration (no verdict is borrowed)."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,7 @@ class Headline:
     @property
     def title(self) -> str:
         """E.g. "Read from the context, and it overrode what the model says without it"."""
-        words = display(self.verdict)
+        words = NOT_CALIBRATED if self.verdict == UNCALIBRATED else display(self.verdict)
         return f"{words}, {self.qualifier}" if self.qualifier else words
 
     def to_dict(self) -> dict[str, Any]:
@@ -351,7 +353,7 @@ def uncalibrated(result: DualPathResult, calibration: AxesCalibration | None = N
     other = "" if calibration is None else f" (the axes calibration of {calibration.model} is not used)"
     w = f"“{obs.span.text}”" if obs.span else "the answer"
     reason = (
-        f"Not calibrated for this model{other}: the context moved {w} by per-token KL {_num(obs.kl)} nats and raised "
+        f"{NOT_CALIBRATED}{other}: the context moved {w} by per-token KL {_num(obs.kl)} nats and raised "
         f"its log-probability by {_num(obs.llr)} nats, but what those numbers mean for {result.model} is not known "
         f"until it is calibrated ({HOW_TO_CALIBRATE}, or “Calibrate this model” in the app)."
     )

@@ -58,7 +58,28 @@ def test_the_headline_is_the_two_axis_verdict_with_both_axes(tiny_app) -> None:
     assert any(label.startswith("Context reliance: ") for label in labels), labels
     assert any(label.startswith("Parametric support: ") for label in labels), labels
     titles = [m.value for m in at.markdown if m.value.startswith("#### ")]
-    words = ("Read from the context", "Recalled from memory", "Neither", "Inconclusive")
-    assert len(titles) == 1 and titles[0][5:].startswith(words), titles
-    # the tiny model is judged with the embedded model's axes, and the page says so
-    assert any("not calibrated for this model" in c.value for c in at.caption)
+    # the tiny model has no axes calibration of its own: no verdict is borrowed from the embedded model's
+    assert titles == ["#### Not calibrated for this model"], titles
+    assert any("calibrate\\-model" in m.value or "calibrate-model" in m.value for m in at.markdown)
+    assert any(m.value.startswith("**Answer span:**") for m in at.markdown) or any(
+        "Answer span: none" in c.value for c in at.caption
+    )
+
+
+def test_the_swap_test_runs_on_request_beside_the_headline(tiny_app) -> None:
+    at = _open()
+    at.number_input(key=keys.widget_key(keys.MAX_NEW_TOKENS)).set_value(4).run()
+    at.text_area(key=keys.widget_key(keys.QUERY)).input("Where is the tower?")
+    at.text_area(key=keys.widget_key(keys.CONTEXT)).input("The tower stands in Quillmere.")
+    ok(at.button(key=keys.RUN).click().run())
+    assert "Swap test: does the answer follow the context?" in [h.value for h in at.subheader]
+    assert any("on this machine" in c.value for c in at.caption)  # the button's estimate
+    ok(at.button(key=keys.SWAP_RUN).click().run())
+    outcomes = ("**Follows the swap", "**Keeps the original", "**No swap test:**", "**Undecided.**")
+
+    def boxes() -> list[str]:
+        return [str(b.value) for b in (*at.success, *at.warning, *at.info)]
+
+    assert any(b.startswith(outcomes) for b in boxes()), boxes()
+    ok(at.run())  # stored for the session: drawn again without another run
+    assert any(b.startswith(outcomes) for b in boxes())

@@ -12,11 +12,14 @@ from core.engine.axes_calibration import AxesCalibration
 from core.methods.axes_fit import balanced_accuracy, best_cut, cut_and_band, fit_axes, fit_reliance
 
 
+FEATURES = ("span_llr", "ln_span_kl", "span_entropy_parametric")
+
+
 def _data(n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     y = rng.random(n) < 0.5
     X = rng.normal(size=(n, 3))
-    X[:, 0] += np.where(y, 2.0, -2.0)  # ln max KL separates the classes, the others are noise
+    X[:, 0] += np.where(y, 2.0, -2.0)  # the span's LLR separates the classes, the others are noise
     return X, y
 
 
@@ -58,6 +61,7 @@ def test_stored_coefficients_reproduce_sklearn_probabilities():
         reliance_band=(0.5, 0.5),
         support_threshold=-3.0,
         support_band=(-3.0, -3.0),
+        features=FEATURES,
     )
     ours = [cal.reliance(dict(zip(cal.features, row))) for row in X]
     assert np.allclose(ours, ref, atol=1e-9)
@@ -68,7 +72,9 @@ def test_fit_axes_writes_a_checked_calibration():
     X, y = _data()
     rng = np.random.default_rng(2)
     lp = np.where(~y, -1.0, -8.0) + rng.normal(scale=1.5, size=y.size)
-    cal = fit_axes(X, y, lp, ~y, model="m", source="test", fitted_on={"rows": int(y.size)})
+    cal = fit_axes(X, y, lp, ~y, model="m", source="test", fitted_on={"rows": int(y.size)}, span_level=1.5,
+                   features=FEATURES)  # fmt: skip
+    assert cal.features == FEATURES and cal.span_level == 1.5 and cal.version == 2
     again = AxesCalibration.from_dict(cal.to_dict())
     assert again == cal
     assert cal.reliance_band[0] <= cal.reliance_threshold <= cal.reliance_band[1]
