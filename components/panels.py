@@ -89,9 +89,12 @@ def draw_span(head: Headline) -> None:
         st.caption("Answer span: none — the answer has no content word (only the query's words and function words).")
         return
     others = ", ".join(f"“{escape_markdown(w)}” {k:.2f}" for w, k in span.get("candidates", []))
+    obs = head.span or {}
+    at = f"per-token KL {_num(obs.get('kl'), 2)} nats, log-probability {_num(obs.get('lp_retrieval'), 2)} nats with "
+    at += f"the context and {_num(obs.get('lp_parametric'), 2)} without it (change {_num(obs.get('llr'), 2)} nats)"
     st.markdown(
         f"**Answer span:** “{escape_markdown(span['text'])}” — {escape_markdown(span['why'])}. "
-        f"Both axes read the run at this span."
+        f"Both axes read the run at this span: {at}."
     )
     if others:
         st.caption(f"Content words and their largest per-token KL (nats): {others}.")
@@ -147,7 +150,7 @@ def draw_verdict(result: DualPathResult) -> None:
         ),
     )
     c3.metric("Tokens scored", f"{window} of {result.n_tokens}", help=f"T = {result.score_window}")
-    verdict = normalize_verdict(result.verdict)
+    verdict = normalize_verdict(result.repcs_verdict)  # RePCS' own; the result's `verdict` is the headline's
     words = display(verdict)
     if verdict == RECALLED:
         st.warning(f"**{words}** — Z = {result.repcs_score:.3f} < τ = {result.threshold:.3f}.")
@@ -157,7 +160,8 @@ def draw_verdict(result: DualPathResult) -> None:
         st.info(
             f"**{words}** — "
             + escape_markdown(
-                result.verdict_reason or f"Z = {result.repcs_score:.3f} is too close to τ = {_num(result.threshold)}."
+                result.repcs_verdict_reason
+                or f"Z = {result.repcs_score:.3f} is too close to τ = {_num(result.threshold)}."
             )
         )
     else:
@@ -167,7 +171,7 @@ def draw_verdict(result: DualPathResult) -> None:
         )
     st.caption("τ source: " + escape_markdown(result.threshold_source))
     if result.tau_band is not None and verdict in (RECALLED, READ):
-        st.caption(escape_markdown(result.verdict_reason))  # τ(L) at this answer's length and its band
+        st.caption(escape_markdown(result.repcs_verdict_reason))  # τ(L) at this answer's length and its band
     st.caption(CAVEAT)
 
 

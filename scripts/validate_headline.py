@@ -7,7 +7,9 @@ Stages (each resumable; outputs under ``out/validation/`` unless told otherwise)
   writes ``assets/validation/rows.csv``.
 * ``score``  — every row with the app's default settings (``DualPathSettings()``, the parametric answer generated,
   as the Dual Path page runs it): ``out/validation/scored.jsonl`` (each row and its ``DualPathResult``).
-* ``swap``   — the swap test on every scored row (:mod:`core.engine.swap`): ``out/validation/swap.jsonl``.
+* ``level``  — κ, chosen on the calibration rows labeled by their text: ``out/validation/level.json``.
+* ``swap``   — the swap test of every scored agreeing row at the span κ locates (:mod:`core.engine.swap`):
+  ``out/validation/swap.*.jsonl``.
 * ``fit``    — the axes calibration on the calibration rows (``assets/thresholds/axes-embedded.json``,
   ``assets/validation/features.csv``, the provenance record ``assets/validation/provenance.json``).
 * ``measure`` — the headline, axis 1 alone and the text-only rule against behavior and the swap test, per
@@ -15,7 +17,8 @@ Stages (each resumable; outputs under ``out/validation/`` unless told otherwise)
 
     python scripts/validate_headline.py build --facts FACTS.json --nq NQ.jsonl [--questions 300]
     python scripts/validate_headline.py score [--shard 0/2]
-    python scripts/validate_headline.py swap
+    python scripts/validate_headline.py level
+    python scripts/validate_headline.py swap [--shard 0/2]
     python scripts/validate_headline.py fit
     python scripts/validate_headline.py measure
 """
@@ -157,8 +160,20 @@ def load_scored(split: str = "all") -> list[Any]:
     return out
 
 
+def level(args: argparse.Namespace) -> int:
+    """κ chosen on the calibration rows labeled by their text (:func:`choose_level`): the level the swap tests
+    locate their span at (``out/validation/level.json``)."""
+    from core.evaluation.headline_fit import choose_level
+
+    rows = load_scored("calibration")
+    _, record = choose_level(rows, rows[0].result.model)
+    (OUT / "level.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(record, indent=2))
+    return 0
+
+
 def swap(args: argparse.Namespace) -> int:
-    """The swap test of every scored agreeing row (its span located at the provisional level ``--level``)."""
+    """The swap test of every scored agreeing row, at the span located with κ (the ``level`` stage's)."""
     import torch
 
     from core.engine.axes import observe
@@ -171,11 +186,12 @@ def swap(args: argparse.Namespace) -> int:
     done = _done(out)
     todo = [s for s in load_scored(args.split) if s.row.relation in args.relations.split(",")]
     todo = [s for s in todo[shard::shards] if _key(s.row.to_dict()) not in done]
+    kappa = args.level if args.level is not None else json.loads((OUT / "level.json").read_text())["chosen"]
     handle = load_model()
     with out.open("a", encoding="utf-8") as fh:
         for start in range(0, len(todo), args.chunk):
             part = todo[start : start + args.chunk]
-            spans = [observe(s.result, args.level).span for s in part]
+            spans = [observe(s.result, kappa).span for s in part]
             for s, test in zip(part, run_swap_tests(handle, [s.result for s in part], spans)):
                 fh.write(json.dumps({"row": s.row.to_dict(), "swap": test.to_dict()}, ensure_ascii=False) + "\n")
             fh.flush()
@@ -263,13 +279,14 @@ def main() -> int:
     w.add_argument("--chunk", type=int, default=8)
     w.add_argument("--split", choices=("calibration", "report", "all"), default="all")
     w.add_argument("--relations", default="agreeing")
-    w.add_argument("--level", type=float, default=1.0, help="κ used to locate the span to swap")
+    w.add_argument("--level", type=float, default=None, help="κ to locate the span at (default: the level stage's)")
     f = sub.add_parser("fit")
     f.add_argument("--no-write", action="store_true")
     f.add_argument("--no-choice", action="store_true", help="keep the default features (no cross-validated choice)")
     sub.add_parser("measure")
+    sub.add_parser("level")
     args = ap.parse_args()
-    stages = {"build": build, "score": score, "swap": swap, "fit": fit, "measure": measure_all}
+    stages = {"build": build, "score": score, "level": level, "swap": swap, "fit": fit, "measure": measure_all}
     return stages[args.stage](args)
 
 

@@ -370,6 +370,12 @@ def headline(result: DualPathResult, calibration: AxesCalibration | None = None)
         return uncalibrated(result, cal)
     obs = observe(result, cal.span_level)
     rel, sup = reliance_axis(obs, cal), support_axis(obs, cal)
+    if obs.span is None:
+        reason = (
+            "No content word to judge: the answer holds only the question's own words and function words, so "
+            "there is no answer span to read the two paths at."
+        )
+        return Headline(INCONCLUSIVE, None, reason, rel, sup, cal.source, None, obs.to_dict())
     verdict, qualifier, reason = decide_headline(obs, rel, sup)
     joint = None
     feats = feature_values(obs, cal.joint.features) if verdict == INCONCLUSIVE and cal.joint is not None else None

@@ -53,8 +53,9 @@ MODEL_ALTERNATIVE_RAG = "the model's own alternatives at the span's first positi
 TYPE_MATCHED = "type-matched: the original number shifted"
 MAX_WORD_TOKENS = 6
 """An alternative is completed to a whole word within this many tokens."""
-MAX_CANDIDATES = 6
-"""At most this many candidate tokens per row are completed and tried, in order."""
+MAX_CANDIDATES = 3
+"""At most this many candidate tokens per row (those that may start an alternative of the original's kind) are
+completed to whole words and tried, in order."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def target_phrase(span: AnswerSpan, context: str) -> str | None:
 
 
 def _kind(word: str) -> str:
-    if word.isdigit():
+    if word[:1].isdigit():
         return "number"
     return "capitalized" if word[:1].isupper() else "word"
 
@@ -148,6 +149,19 @@ def shifted_number(original: str) -> str:
     if value < 100:
         return str(value + 3)
     return str(round(value * 1.11))
+
+
+def _may_start(piece: str, original: str, starts_word: bool) -> bool:
+    """Whether a candidate token may start an alternative to ``original``: it begins a word of the same kind (a
+    number for a number, a capitalized word for a capitalized one) that is not a function word and does not begin
+    the original itself (checked on the token before the word is completed)."""
+    word = piece.strip()
+    if not word or not word[:1].isalnum() or not (starts_word or piece[:1].isspace()):
+        return False
+    if _kind(word) != _kind(original.strip()):
+        return False
+    norm, orig = normalize(word), normalize(original)
+    return bool(norm) and norm not in STOPWORDS and not orig.startswith(norm)
 
 
 def _candidate_ids(result: DualPathResult, position: int) -> list[tuple[str, int]]:
@@ -195,7 +209,7 @@ def _plan(handle: ModelHandle, result: DualPathResult, span: AnswerSpan | None, 
     plan.candidates = []
     for source, cid in _candidate_ids(result, position):
         piece = tok.decode([cid])
-        if piece.strip() and (starts_word or piece[:1].isspace()) and piece.strip()[:1].isalnum():
+        if _may_start(piece, plan.original, starts_word):
             plan.candidates.append((source, cid))
     plan.candidates = plan.candidates[:MAX_CANDIDATES]
     prefix = [int(i) for i in result.retrieval.token_ids[:position]]

@@ -35,7 +35,7 @@ from core.engine.verdict import READ, RECALLED
 from core.evaluation.constructions import AGREEING, ValidationRow, norm_text, row_groups
 from core.evaluation.validity import axis1_verdict, text_only_verdict, validity_figures
 
-SPAN_LEVELS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+SPAN_LEVELS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
 """The grid κ is chosen from (nats)."""
 FEATURE_SETS: dict[str, tuple[str, ...]] = {
     "span_llr": ("span_llr",),
@@ -45,6 +45,8 @@ FEATURE_SETS: dict[str, tuple[str, ...]] = {
     "whole_answer_kl": ("ln_max_kl", "ln_mean_kl", "ln_L"),
 }
 """The candidates for axis 1's features (the last is the previous headline's: the whole answer's first tokens)."""
+DEFAULT_FEATURES = FEATURE_SETS["span_llr+kl"]
+"""Axis 1's features while κ is chosen (and when features are not chosen)."""
 CV_FOLDS = 5
 
 
@@ -153,9 +155,34 @@ def cv_agreement(rows: Sequence[Scored], level: float | None, features: tuple[st
     return float(np.mean([v == b for v, b in zip(verdicts, labels)])) if labels else float("nan")
 
 
-def fit_calibration(rows: Sequence[Scored], model: str, *, choose_features: bool = True) -> AxesCalibration:
+def choose_level(rows: Sequence[Scored], model: str) -> tuple[float, dict[str, Any]]:
+    """κ for ``rows``: the level of :data:`SPAN_LEVELS` whose headline agrees with behavior most often under
+    grouped cross-validation (:func:`cv_agreement`, axis 1 on :data:`DEFAULT_FEATURES`), on the rows labeled by
+    their text (conflict, on-topic, invented: not those whose label is the swap test's, which is run at the
+    span κ locates). Ties go to the smallest level. Returns ``(κ, the record of the choice)``."""
+    labeled = [s for s in rows if behavior_of(s) is not None and s.row.relation != AGREEING]
+    scores = {level: cv_agreement(labeled, level, DEFAULT_FEATURES, model) for level in SPAN_LEVELS}
+    level = max(SPAN_LEVELS, key=lambda k: (round(scores[k], 4), -k))
+    hits = {str(k): round(float(np.mean([_span_hit(s, k) for s in labeled])), 4) for k in SPAN_LEVELS}
+    record = {
+        "what": "span level κ (nats)",
+        "chosen": level,
+        "candidates": {str(k): round(v, 4) for k, v in scores.items()},
+        "by": f"headline agreement with behavior, {CV_FOLDS}-fold cross-validation grouped by subject/question, "
+        "on the rows labeled by their text",
+        "span_names_an_object": hits,
+        "rows": _digest(labeled),
+    }
+    return level, record
+
+
+def fit_calibration(
+    rows: Sequence[Scored], model: str, *, choose_features: bool = True, level: float | None = None
+) -> AxesCalibration:
     """The calibration of ``rows`` (every choice made on them alone; see the module docstring), with its
-    provenance.
+    provenance: κ (:func:`choose_level`, unless ``level`` is given — e.g. the κ the swap tests were run at, chosen
+    by :func:`choose_level` on the same rows), axis 1's features (grouped cross-validation), both axes, the joint
+    resolver.
 
     Raises:
         ValueError: a row of the report split among ``rows``.
@@ -164,21 +191,13 @@ def fit_calibration(rows: Sequence[Scored], model: str, *, choose_features: bool
     if report:
         raise ValueError(f"{len(report)} report rows given to the fit; it fits on calibration rows only")
     fitted = [s for s in rows if behavior_of(s) is not None]
-    labeled = [s for s in fitted if s.row.relation != AGREEING]
-    hits = np.array([[_span_hit(s, level) for level in SPAN_LEVELS] for s in labeled])
-    from core.methods.axes_fit import choose_span_level
-
-    level = choose_span_level(np.asarray(SPAN_LEVELS), hits)
-    choices: list[dict[str, Any]] = [
-        {
-            "what": "span level κ (nats)",
-            "chosen": level,
-            "candidates": {str(k): round(float(r), 4) for k, r in zip(SPAN_LEVELS, hits.mean(axis=0))},
-            "by": "share of rows whose located span names the row's object (context's or remembered)",
-            "rows": _digest(labeled),
-        }
-    ]
-    features = FEATURE_SETS["span_llr+kl"]
+    if level is None:
+        level, record = choose_level(rows, model)
+    else:
+        record = {"what": "span level κ (nats)", "chosen": level, "by": "given (chosen by choose_level on these rows)",
+                  "rows": _digest([s for s in fitted if s.row.relation != AGREEING])}  # fmt: skip
+    choices: list[dict[str, Any]] = [record]
+    features = DEFAULT_FEATURES
     if choose_features:
         scores = {name: cv_agreement(rows, level, feats, model) for name, feats in FEATURE_SETS.items()}
         best = max(scores, key=lambda name: (round(scores[name], 4), -len(FEATURE_SETS[name])))

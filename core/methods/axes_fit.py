@@ -1,7 +1,5 @@
 """Fitting the two axes of the headline (:mod:`core.engine.axes`) on behavior-labeled calibration rows.
 
-* The span level κ (:func:`choose_span_level`): of a grid of KL levels, the one whose located spans name the row's
-  objects (the context's or the remembered one) on the most calibration rows.
 * Axis 1: scikit-learn's :class:`~sklearn.linear_model.LogisticRegression` on the standardized observations at the
   span (label 1 = the model's answer was read from the context: by behavior on conflict rows, by the swap test on
   rows whose context agrees with memory), stored as plain coefficients; its cut and inconclusive band are fitted on
@@ -116,13 +114,6 @@ def fit_joint(
     lr = fit_reliance(joint_X, read)
     cut, low, high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
     return JointModel(**_stored(lr), threshold=_r6(cut), band=(_r6(low), _r6(high)), features=features)
-
-
-def choose_span_level(levels: np.ndarray, hits: np.ndarray) -> float:
-    """κ: the level of ``levels`` whose located spans hit a row's object on the most rows (``hits``: rows ×
-    levels, booleans); ties go to the smallest level."""
-    rate = np.asarray(hits, bool).mean(axis=0)
-    return float(np.asarray(levels, np.float64)[int(np.argmax(rate))])
 
 
 def fit_axes(
