@@ -42,6 +42,9 @@ _STOP_TEXT = """a an the is are was were be been being am of in on at to for fro
     born founded created produced released affiliated associated headquartered sentence complete passage full"""
 STOPWORDS = frozenset(_STOP_TEXT.split())
 """Words never taken as an answer's content (function words and answer boilerplate)."""
+_WORD = re.compile(r"\d{1,3}(?:[,\u00a0]\d{3})+(?![\d])|[^\W_]+")
+"""A word: a number written with thousands separators ("8,200", one word, as the behavior matcher reads it) or a
+run of letters and digits."""
 MAX_SPAN_WORDS = 4
 """A name grows over at most this many words."""
 
@@ -80,12 +83,13 @@ class Word:
 
 
 def answer_words(tokens: list[str], n: int | None = None) -> list[Word]:
-    """The words of the answer made of ``tokens`` (only those that start within the first ``n`` tokens)."""
+    """The words of the answer made of ``tokens`` (only those that start within the first ``n`` tokens); a number
+    with thousands separators is one word."""
     text = "".join(tokens)
     starts = np.cumsum([0] + [len(t) for t in tokens])
     limit = starts[min(len(tokens), n)] if n is not None else len(text)
     out = []
-    for match in re.finditer(r"[^\W_]+", text):
+    for match in _WORD.finditer(text):
         if match.start() >= limit:
             break
         positions = tuple(

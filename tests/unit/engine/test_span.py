@@ -72,3 +72,11 @@ def test_normalize_and_contains_match_like_the_behavior_labels():
     assert normalize("Kvarnström, Édda!") == "kvarnstrom edda"
     assert contains("It is in New York.", "new york") and not contains("Romeo", "rome")
     assert contains("There were twelve.", "12")  # number words as digits, as the behavior matcher
+
+
+def test_a_number_with_thousands_separators_is_one_word_as_the_matcher_reads_it():
+    tokens = ["The", " population", " is", " 8", ",", "200", " people", "."]
+    kl = np.array([0.1, 0.1, 0.1, 4.5, 0.2, 0.3, 0.6, 0.1])
+    span = locate_span(tokens, kl, "What is the population of Harlowen?", context="It has about 8,200 people.",
+                       parametric_answer="About 1,000 people.", level=4.0)  # fmt: skip
+    assert span.text == "8,200" and span.word == "8200" and span.head_positions == (3, 4, 5) and span.sensitive
