@@ -151,10 +151,17 @@ def clean_text(text: str) -> tuple[str, int]:
     return "".join(kept), len(text) - len(kept)
 
 
+def _noncharacter(c: str) -> bool:
+    """A Unicode noncharacter (U+FDD0–U+FDEF, and the last two code points of every plane, U+FFFE/U+FFFF …):
+    never a visible character, whatever a font does with it."""
+    code = ord(c)
+    return 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE
+
+
 def has_visible_text(text: str) -> bool:
-    """Whether ``text`` has a character that is neither whitespace nor an invisible format character (zero-width
-    space/joiners, word joiner, BOM, bidi marks: Unicode category Cf)."""
-    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
+    """Whether ``text`` has a character that is neither whitespace, nor an invisible format character (zero-width
+    space/joiners, word joiner, BOM, bidi marks: Unicode category Cf), nor a noncharacter (U+FFFF …)."""
+    return any(not c.isspace() and unicodedata.category(c) != "Cf" and not _noncharacter(c) for c in text)
 
 
 def clean_inputs(query: str, context: str) -> tuple[str, str, int]:

@@ -11,7 +11,14 @@ from core.engine.prepare import prepare_prompts
 from core.engine.settings import DualPathSettings
 from core.model.prompts import clean_inputs, has_visible_text
 
-INVISIBLE = ["\u200b", "\u200b\u200c\u200d", "\u2060\ufeff", " \u200b\n\t\u200e\u200f "]
+INVISIBLE = [
+    "\u200b",
+    "\u200b\u200c\u200d",
+    "\u2060\ufeff",
+    " \u200b\n\t\u200e\u200f ",
+    "\uffff\ufffe",
+    "\ufdd0 \U0010ffff",
+]
 
 
 @pytest.mark.parametrize("text", INVISIBLE)
