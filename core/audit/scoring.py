@@ -223,5 +223,5 @@ def _generation(result: Any) -> dict[str, Any]:
         "n_tokens": result.n_tokens,
         "repcs_score": round(float(result.repcs_score), 6),
         "threshold": None if result.threshold is None else round(float(result.threshold), 6),
-        "verdict": result.verdict,
+        "verdict": result.repcs_verdict,  # RePCS' (the result's `verdict` is the headline's)
     }

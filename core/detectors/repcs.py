@@ -41,8 +41,9 @@ def run_tau(detector: Detector, inp: DetectorInput) -> DetectorThreshold:
 def run_verdict(
     detector: Detector, inp: DetectorInput, score: float | None, threshold: DetectorThreshold
 ) -> tuple[str, DetectorThreshold]:
-    """RePCS' verdict as the run says it: the engine's verdict under the τ in force (with its inconclusive band)."""
-    return (normalize_verdict(inp.result.verdict) if score is not None else UNCALIBRATED), threshold
+    """RePCS' verdict as the run says it: the engine's RePCS verdict (``repcs_verdict``) under the τ in force (with its
+    inconclusive band)."""
+    return (normalize_verdict(inp.result.repcs_verdict) if score is not None else UNCALIBRATED), threshold
 
 
 declare(

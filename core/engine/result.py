@@ -28,9 +28,11 @@ SCHEMA_VERSION = 4
 3: the verdict speaks :mod:`core.engine.verdict`'s vocabulary (``"recalled"`` / ``"read"`` / ``"inconclusive"`` /
 ``"uncalibrated"``; older ``"memorized"`` / ``"grounded"`` are read and normalized) and comes with
 ``verdict_reason``, ``tau_band``, ``tau_mode`` and ``n_scored``.
-4: ``axes`` (the two-axis headline of :mod:`core.engine.axes`, when computed): the JSON's top-level ``verdict`` /
-``verdict_reason`` are then the headline's, and RePCS' own Z-vs-τ verdict is under ``repcs_verdict`` /
-``repcs_verdict_reason`` (always written; in memory it stays :attr:`DualPathResult.verdict`)."""
+4: ``axes`` (the two-axis headline of :mod:`core.engine.axes`): the JSON's top-level ``verdict`` / ``verdict_reason``
+are the headline's, and RePCS' own Z-vs-τ verdict is under ``repcs_verdict`` / ``repcs_verdict_reason`` — in memory
+too: :attr:`DualPathResult.verdict` is the headline's, :attr:`DualPathResult.repcs_verdict` RePCS' (one word, one
+meaning). A schema-4 file written without ``axes`` (its ``verdict`` was then RePCS') and the files of schemas 1–3
+read back with their RePCS verdict under ``repcs_verdict`` and the headline computed from their numbers."""
 
 RETRIEVAL = "retrieval"
 PARAMETRIC = "parametric"
@@ -164,10 +166,10 @@ class DualPathResult:
         repcs_score: Z = Σ_{t < T} KL_t over the first ``score_window`` (T) positions (RePCS eq. 2).
         threshold: the τ Z was compared with — τ(L) at this answer's L for a length-aware threshold, else the
             constant τ — ``None`` when no threshold is known.
-        verdict: ``"recalled"`` (Z below τ, outside the band), ``"read"``, ``"inconclusive"`` (Z within the
-            band of τ(L), L outside the calibration's lengths, or an empty answer) or ``"uncalibrated"``
-            (:mod:`core.engine.verdict`; :func:`core.engine.verdict.decide`).
-        verdict_reason: one sentence saying why.
+        repcs_verdict: RePCS' own verdict, Z against τ: ``"recalled"`` (Z below τ, outside the band), ``"read"``,
+            ``"inconclusive"`` (Z within the band of τ(L), L outside the calibration's lengths, or an empty answer)
+            or ``"uncalibrated"`` (:mod:`core.engine.verdict`; :func:`core.engine.verdict.decide`).
+        repcs_verdict_reason: one sentence saying why. (The result's :attr:`verdict` is the headline's.)
         tau_band: ``[low, high]`` of the inconclusive band at this L (length-aware τ), else ``None``.
         tau_mode: ``"length"`` (τ(L) with the band) or ``"paper"`` (one constant τ); ``None`` uncalibrated.
         n_scored: L = min(T, n), the answer tokens summed into Z.
@@ -177,8 +179,10 @@ class DualPathResult:
         max_abs_log_ratio_vocab: max_t max_v |log P_retrieval,t(v) − log P_parametric,t(v)| over the window and
             every vocabulary entry that enters KL_t (P_retrieval,t(v) > 0): the log-ratio RePCS Lemma III.3
             bounds by γ; ``None`` in results written before it existed.
-        axes: the two-axis headline (:meth:`core.engine.axes.Headline.to_dict`) when computed
-            (:func:`core.engine.axes.with_headline`), else ``None``. :attr:`verdict` stays RePCS' own.
+        axes: the two-axis headline (:meth:`core.engine.axes.Headline.to_dict`), attached by the engine to every
+            result it makes (:func:`core.engine.scoring.build_result`); ``None`` in a result built by hand or read
+            from a file without one — :attr:`headline` then computes it from the result's own numbers (no model
+            call). :attr:`verdict` is its verdict.
         internals: the run's own internals for the detectors (:class:`RunInternals`), when recorded; never
             serialized or compared.
     """
@@ -196,13 +200,13 @@ class DualPathResult:
     repcs_score: float
     threshold: float | None
     threshold_source: str
-    verdict: str
+    repcs_verdict: str
     kl_stats: dict[str, Any]
     max_abs_log_ratio: float
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)
-    verdict_reason: str = ""
+    repcs_verdict_reason: str = ""
     tau_band: list[float] | None = None
     tau_mode: str | None = None
     n_scored: int = 0
@@ -210,6 +214,28 @@ class DualPathResult:
     axes: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     internals: RunInternals | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def headline(self) -> dict[str, Any]:
+        """The two-axis headline (the JSON's ``axes``): :attr:`axes` when attached, else computed now from this
+        result's numbers by :func:`core.engine.axes.headline` (no model call; not stored)."""
+        if self.axes is not None:
+            return self.axes
+        from core.engine.axes import headline  # the headline reads the result: imported when first needed
+
+        return headline(self).to_dict()
+
+    @property
+    def verdict(self) -> str:
+        """The headline's verdict (``"read"``, ``"recalled"``, ``"neither"``, ``"inconclusive"``,
+        ``"uncalibrated"``): what the page, ``run --json``'s ``verdict`` and the notebook say. RePCS' own is
+        :attr:`repcs_verdict`."""
+        return str(self.headline["verdict"])
+
+    @property
+    def verdict_reason(self) -> str:
+        """The headline's sentence of why (RePCS': :attr:`repcs_verdict_reason`)."""
+        return str(self.headline["reason"])
 
     @property
     def answer_token_ids(self) -> list[int]:
@@ -248,9 +274,8 @@ class DualPathResult:
         for attr, (rkey, pkey, _) in _PATH_KEYS.items():
             flat[rkey] = getattr(self.retrieval, attr)
             flat[pkey] = getattr(self.parametric, attr)
-        flat["repcs_verdict"], flat["repcs_verdict_reason"] = self.verdict, self.verdict_reason
-        if self.axes is not None:  # the headline is the top-level verdict (schema 4)
-            flat["verdict"], flat["verdict_reason"] = self.axes["verdict"], self.axes["reason"]
+        head = self.headline  # the top-level verdict is the headline's; RePCS' is under repcs_verdict (schema 4)
+        flat["axes"], flat["verdict"], flat["verdict_reason"] = head, head["verdict"], head["reason"]
         return {key: _jsonable(flat[key]) for key in _JSON_ORDER}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -259,6 +284,11 @@ class DualPathResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DualPathResult:
         """Read the JSON form (schemas 1–4: 3 adds the verdict keys, 4 the axes; older verdicts are normalized).
+
+        Both verdicts come back as they were written: ``repcs_verdict`` (schema 4's ``repcs_verdict``; in older files
+        and in a schema-4 file without ``axes``, the top-level ``verdict``, which was RePCS') and the headline
+        (``axes``; absent from such files, it is then computed from the result's numbers when asked,
+        :attr:`headline`).
 
         A result of schema 1 or 2 was judged with one constant τ: it reads back with ``tau_mode = "paper"`` (when
         it had a threshold), no band, ``n_scored = min(T, n)`` and ``"memorized"`` / ``"grounded"`` read as
@@ -292,10 +322,16 @@ class DualPathResult:
             paths[name] = PathOutput(**kwargs)
         top = {f.name: data[f.name] for f in fields(cls) if f.name not in PATHS and f.name in data}
         top["token_kl"] = np.asarray(top["token_kl"], dtype=np.float32)
-        if "repcs_verdict" in data:  # schema 4: the top-level verdict may be the headline; RePCS' is here
-            normalize_verdict(top["verdict"])  # the headline's value is checked too
-            top["verdict"], top["verdict_reason"] = data["repcs_verdict"], data.get("repcs_verdict_reason", "")
-        top["verdict"] = normalize_verdict(top["verdict"])
+        normalize_verdict(
+            data["verdict"]
+        )  # the top-level verdict (the headline's or, in older files, RePCS') is checked
+        if "repcs_verdict" not in data:  # schemas 1–3: the top-level verdict is RePCS'
+            top["repcs_verdict"], top["repcs_verdict_reason"] = data["verdict"], data.get("verdict_reason", "")
+        top["repcs_verdict"] = normalize_verdict(top["repcs_verdict"])
+        if top.get("axes") is not None and top["axes"].get("verdict") != data["verdict"]:
+            raise ValueError(
+                f"The result's verdict {data['verdict']!r} is not its headline's {top['axes'].get('verdict')!r}."
+            )
         if "n_scored" not in top:
             top["n_scored"] = min(int(top["score_window"]), len(paths[RETRIEVAL].token_ids))
         if "tau_mode" not in top and top.get("threshold") is not None:

@@ -4,12 +4,14 @@
 * :func:`score_paths` — per position t of the retrieval answer: KL_t = KL(P_retrieval,t ‖ P_parametric,t)
   over the full vocabulary (nats, float32 log-space), each path's entropy, the log-probability of the answer
   token and the top-k candidates.
-* :func:`build_result` — the result of one row from its parts, with Z = Σ_{t<T} KL_t (RePCS eq. 2), the
-  verdict (:func:`core.engine.verdict.decide`: τ(L) with its inconclusive band, or the paper's constant τ)
-  and the CRM level-2 statistics. :func:`core.engine.dual_path.run_dual_path` and the
+* :func:`build_result` — the result of one row from its parts, with Z = Σ_{t<T} KL_t (RePCS eq. 2), RePCS'
+  verdict (:func:`core.engine.verdict.decide`: τ(L) with its inconclusive band, or the paper's constant τ), the
+  CRM level-2 statistics and the two-axis headline (:func:`core.engine.axes.headline`, the result's ``verdict``).
+  :func:`core.engine.dual_path.run_dual_path` and the
   batched :func:`core.engine.batch.score_batch` both build their results here, so they agree by construction.
-* :func:`rejudge` — the same result under another τ: the verdict re-decided from the Z and L it already
-  holds (no model call), with exactly the fields :func:`build_result` would have written under that τ.
+* :func:`rejudge` — the same result under another τ: RePCS' verdict re-decided from the Z and L it already
+  holds (no model call), with exactly the fields :func:`build_result` would have written under that τ (the
+  headline does not depend on τ: it is kept).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from core.engine.axes import headline
 from core.engine.prepare import PreparedPrompts, Prompt
 from core.engine.result import DualPathResult, PathOutput
 from core.engine.settings import DualPathSettings
@@ -197,7 +200,8 @@ def build_result(
     threshold_source: str | None,
     timings: dict[str, float],
 ) -> DualPathResult:
-    """The :class:`DualPathResult` of one row from its parts.
+    """The :class:`DualPathResult` of one row from its parts, its two-axis headline attached (``axes``; the
+    result's :attr:`~core.engine.result.DualPathResult.verdict`).
 
     Args:
         scores: :func:`score_paths` of the row.
@@ -212,7 +216,7 @@ def build_result(
     if threshold is not None:
         warnings += calibration_mismatch(threshold, settings, handle.tokenizer)
     log_ratio = np.abs(scores.retrieval.logprob[:window].astype(np.float64) - scores.parametric.logprob[:window])
-    return DualPathResult(
+    result = DualPathResult(
         model=handle.info.name,
         model_info=handle.info.to_dict(),
         query=prepared.query,
@@ -234,17 +238,20 @@ def build_result(
         warnings=warnings,
         timings=timings,
     )
+    result.axes = headline(result).to_dict()  # every result the engine makes carries its headline
+    return result
 
 
 def judgement(z: float, n_scored: int, threshold: Threshold | None, source: str | None) -> dict[str, Any]:
-    """The verdict fields of a result (``threshold``, ``threshold_source``, ``verdict``, ``verdict_reason``,
-    ``tau_band``, ``tau_mode``) for Z over L scored tokens under ``threshold`` (:func:`decide`)."""
+    """RePCS' verdict fields of a result (``threshold``, ``threshold_source``, ``repcs_verdict``,
+    ``repcs_verdict_reason``, ``tau_band``, ``tau_mode``) for Z over L scored tokens under ``threshold``
+    (:func:`decide`)."""
     decision = decide(z, n_scored, threshold)
     return {
         "threshold": decision.tau if threshold is not None else None,
         "threshold_source": source or ("given" if threshold is not None else "no threshold available"),
-        "verdict": decision.verdict if threshold is not None else UNCALIBRATED,
-        "verdict_reason": decision.reason,
+        "repcs_verdict": decision.verdict if threshold is not None else UNCALIBRATED,
+        "repcs_verdict_reason": decision.reason,
         "tau_band": None if decision.band is None else [float(decision.band[0]), float(decision.band[1])],
         "tau_mode": decision.mode,
     }
@@ -253,8 +260,8 @@ def judgement(z: float, n_scored: int, threshold: Threshold | None, source: str 
 def rejudge(
     result: DualPathResult, threshold: Threshold | None, source: str | None, tokenizer: Any = None
 ) -> DualPathResult:
-    """``result`` as if it had been run under ``threshold``: the verdict re-decided in place from its own Z and
-    L (no model call), the τ warnings replaced by the new τ's, everything else shared with ``result``.
+    """``result`` as if it had been run under ``threshold``: RePCS' verdict re-decided from its own Z and L (no
+    model call), the τ warnings replaced by the new τ's, everything else — the headline too — shared with ``result``.
 
     Under the τ it was run with, the verdict fields come out exactly as :func:`build_result` wrote them. Without
     ``tokenizer``, a template ``"auto"`` is read as the key the run resolved it to (``result.template``).

@@ -97,7 +97,7 @@ def record_for(
         "context": result.context,
         "repcs_score": result.repcs_score,
         "verdict": head.verdict,
-        "repcs_verdict": result.verdict,
+        "repcs_verdict": result.repcs_verdict,
         "axes": head.to_dict(),
         "text_only": text_only_verdict(result.query, result.context, result.retrieval.answer, result.parametric.answer),
         "axis1": axis1_verdict(head.reliance.state),

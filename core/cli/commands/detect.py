@@ -130,7 +130,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     result.extras["detectors"] = outputs
     if runner is not None:
         result.extras["ray"] = sma_report(runner)
-    details = [f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   verdict: {result.verdict}"]
+    details = [f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   RePCS verdict: {result.repcs_verdict}"]
     details += [
         f"{name:14s} {out['score']:.4f}   ({out['label']}; higher = {out['higher_means']}; {out['seconds']:.1f} s)"
         for name, out in outputs.items()

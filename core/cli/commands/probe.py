@@ -110,7 +110,7 @@ def _table(extras: dict[str, Any], result: Any) -> str:
         f"model:       {result.model}",
         f"retrieval:   {result.retrieval.answer}",
         f"parametric:  {result.parametric.answer}",
-        f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   verdict: {result.verdict}",
+        f"Z (T={result.score_window}): {result.repcs_score:.4f} nats   RePCS verdict: {result.repcs_verdict}",
     ]
     if block.get("available"):
         cls = block["classifier"]["feature_sets"]

@@ -104,7 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         f"verdict:     {result.axes['title']}",
         f"why:         {result.axes['reason']}",
         *_span_lines(result.axes),
-        f"RePCS:       {display(result.verdict)}  ({result.threshold_source})",
+        f"RePCS:       {display(result.repcs_verdict)}  ({result.threshold_source})",
         *(f"warning:     {w}" for w in result.warnings),
     ]
     if agreement is not None:

@@ -246,7 +246,11 @@ def test_the_repcs_row_follows_the_tau_in_force_after_a_change(tiny_handle, tiny
     after = rejudge(tiny_result, low, "bundled calibration")
     again = agreement.with_result(view, inp, after)
     repcs = next(v for v in again.verdicts if v.name == "repcs")
-    assert (repcs.verdict, repcs.threshold, repcs.source) == (after.verdict, after.threshold, "bundled calibration")
+    assert (repcs.verdict, repcs.threshold, repcs.source) == (
+        after.repcs_verdict,
+        after.threshold,
+        "bundled calibration",
+    )
     assert repcs.verdict == READ and "Recalled" not in again.summary and inp.result is after
     assert [v.score for v in again.verdicts] == [v.score for v in view.verdicts], "no detector re-scored"
 

@@ -79,7 +79,7 @@ def _result(
         repcs_score=float(np.sum(kl)),
         threshold=None,
         threshold_source="none",
-        verdict="uncalibrated",
+        repcs_verdict="uncalibrated",
         kl_stats={},
         max_abs_log_ratio=0.0,
     )
@@ -233,7 +233,7 @@ def test_joint_resolver_decides_only_what_the_table_leaves_inconclusive(intercep
 
 def test_json_schema_4_headline_on_top_repcs_kept():
     res = _result(VELTRIA, KL, RAG_LP, [-1, -1, -1, -9.5, -7.25, -1], "Nova Nova")
-    res.verdict, res.verdict_reason = "recalled", "Z below τ"
+    res.repcs_verdict, res.repcs_verdict_reason = "recalled", "Z below τ"
     data = json.loads(with_headline(res, CAL).to_json())
     assert (
         data["verdict"] == READ and data["axes"]["verdict"] == READ and data["verdict_reason"] == data["axes"]["reason"]
@@ -244,4 +244,5 @@ def test_json_schema_4_headline_on_top_repcs_kept():
     assert axes["span"]["span"]["text"] == "Marrowgate" and axes["span"]["span"]["why"]
     back = DualPathResult.from_dict(data)
     assert back.axes == data["axes"]
+    assert (back.verdict, back.repcs_verdict, back.repcs_verdict_reason) == (READ, RECALLED, "Z below τ")
     assert json.loads(back.to_json())["verdict"] == READ

@@ -23,7 +23,7 @@ def test_invented_fact_is_read_from_context(embedded_handle):
     assert "Marrowgate" in res.retrieval.answer
     assert "Marrowgate" not in res.parametric.answer
     assert res.threshold is not None
-    assert res.verdict == "read", (res.repcs_score, res.threshold, res.verdict_reason)
+    assert res.repcs_verdict == "read", (res.repcs_score, res.threshold, res.repcs_verdict_reason)
     # the KL spikes where the context supplies the invented name
     name_positions = [i for i, t in enumerate(res.answer_tokens) if t.strip() in {"Mar", "row", "gate"}]
     assert name_positions and res.token_kl[name_positions].max() == pytest.approx(res.token_kl.max())

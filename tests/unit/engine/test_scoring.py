@@ -10,7 +10,16 @@ from core.engine.scoring import rejudge
 from core.engine.threshold import LengthTau, Threshold
 from core.engine.verdict import READ, RECALLED, UNCALIBRATED
 
-VERDICT_FIELDS = ("threshold", "threshold_source", "verdict", "verdict_reason", "tau_band", "tau_mode", "warnings")
+VERDICT_FIELDS = (
+    "threshold",
+    "threshold_source",
+    "repcs_verdict",
+    "repcs_verdict_reason",
+    "tau_band",
+    "tau_mode",
+    "warnings",
+    "axes",
+)
 SETTINGS = DualPathSettings(max_new_tokens=6, score_window=6, top_k=5, force_length=True)
 
 
@@ -37,13 +46,13 @@ def runs(tiny_handle):
 
 def test_rejudge_gives_exactly_the_fields_a_fresh_run_under_that_tau_gives(runs, tiny_handle):
     result, thresholds, fresh = runs
-    assert result.verdict == READ
+    assert result.repcs_verdict == READ
     for key, threshold in thresholds.items():
         again = rejudge(result, threshold, key, tiny_handle.tokenizer)
         for name in VERDICT_FIELDS:
             assert getattr(again, name) == getattr(fresh[key], name), (key, name)
         assert again.repcs_score == result.repcs_score and again.answer_token_ids == result.answer_token_ids
-    assert rejudge(result, thresholds["high"], "high").verdict == RECALLED
+    assert rejudge(result, thresholds["high"], "high").repcs_verdict == RECALLED
     assert any(
         w.startswith("τ was calibrated with T = 64") for w in rejudge(result, thresholds["length"], "x").warnings
     )
@@ -53,7 +62,8 @@ def test_rejudge_under_the_same_tau_is_the_same_object_and_none_is_uncalibrated(
     result, _, fresh = runs
     same = fresh["high"]
     none = rejudge(same, None, None)
-    assert none.verdict == UNCALIBRATED and none.threshold is None and none.threshold_source == "no threshold available"
+    assert none.repcs_verdict == UNCALIBRATED and none.threshold is None
+    assert none.threshold_source == "no threshold available" and none.axes == same.axes, "the headline is kept"
     high = Threshold(tau=result.repcs_score + 1.0, alpha=0.05, T=6, model=tiny_handle.info.name, source="high")
     assert rejudge(same, high, "high", tiny_handle.tokenizer) is same
     back = rejudge(rejudge(same, None, None), high, "high", tiny_handle.tokenizer)

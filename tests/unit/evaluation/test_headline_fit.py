@@ -41,7 +41,7 @@ def _scored(i: int, read: bool, split: str = CALIBRATION, relation: str = CONFLI
         model="m", model_info={}, query=query, context=context, template="auto", settings={},
         retrieval=_path("".join(tokens), tokens, rag), parametric=_path(f"It is {obj_mem}.", ["y"] * 4, para),
         token_kl=np.asarray(kl, np.float32), score_window=64, repcs_score=float(sum(kl)), threshold=None,
-        threshold_source="none", verdict="uncalibrated", kl_stats={}, max_abs_log_ratio=0.0,
+        threshold_source="none", repcs_verdict="uncalibrated", kl_stats={}, max_abs_log_ratio=0.0,
     )  # fmt: skip
     return Scored(row, res)
 

@@ -43,21 +43,27 @@ def test_run_carries_tau_of_its_length_the_band_and_the_reason(tiny_handle, sett
     low, high = res.tau_band
     assert low < res.threshold < high
     expected = INCONCLUSIVE if low <= res.repcs_score <= high else (RECALLED if res.repcs_score < low else READ)
-    assert res.verdict == expected and res.verdict_reason
+    assert res.repcs_verdict == expected and res.repcs_verdict_reason
     data = json.loads(res.to_json())
     assert data["schema_version"] == SCHEMA_VERSION == 4 and data["tau_band"] == [low, high]
     back = DualPathResult.from_json(res.to_json())
-    assert (back.verdict, back.tau_band, back.tau_mode, back.n_scored) == (res.verdict, [low, high], TAU_LENGTH, n)
+    assert (back.repcs_verdict, back.tau_band, back.tau_mode, back.n_scored) == (
+        res.repcs_verdict,
+        [low, high],
+        TAU_LENGTH,
+        n,
+    )
+    assert back.verdict == res.verdict == res.axes["verdict"], "the headline reads back too"
 
 
 def test_out_of_range_length_and_paper_setting(tiny_handle, settings):
     out = run_dual_path(tiny_handle, QUERY, CONTEXT, settings, threshold=_threshold(40, 64), free_parametric=False)
-    assert out.verdict == INCONCLUSIVE and "shorter" in out.verdict_reason
+    assert out.repcs_verdict == INCONCLUSIVE and "shorter" in out.repcs_verdict_reason
     paper = run_dual_path(
         tiny_handle, QUERY, CONTEXT, settings, threshold=_threshold().for_mode(TAU_PAPER), free_parametric=False
     )
     assert paper.tau_mode == TAU_PAPER and paper.tau_band is None and paper.threshold == 1e6
-    assert paper.verdict == (RECALLED if paper.repcs_score < 1e6 else READ)
+    assert paper.repcs_verdict == (RECALLED if paper.repcs_score < 1e6 else READ)
     assert not any("no length-aware calibration" in w for w in paper.warnings)
     legacy = Threshold(tau=1e6, alpha=0.05, T=4, model="tiny", source="old file")
     old = run_dual_path(tiny_handle, QUERY, CONTEXT, settings, threshold=legacy, free_parametric=False)
@@ -72,7 +78,8 @@ def test_results_of_schema_2_read_back_with_todays_verdicts(tiny_handle, setting
             del data[key]
         data.update(schema_version=2, verdict=old_verdict, threshold=6.7)
         back = DualPathResult.from_dict(json.loads(json.dumps(data)))
-        assert back.verdict == new_verdict and back.schema_version == SCHEMA_VERSION
+        assert back.repcs_verdict == new_verdict and back.schema_version == SCHEMA_VERSION
+        assert back.axes is None and back.verdict == res.verdict, "an old file's headline: computed from its numbers"
         assert back.tau_mode == TAU_PAPER and back.tau_band is None
         assert back.n_scored == min(4, len(data["answer_token_ids"]))
     data = res.to_dict()
