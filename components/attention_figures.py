@@ -7,13 +7,17 @@ HTML-escaped) so plotly draws it literally.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
 
-from components.figures import escape_label, line_trace, token_label
+from components.figures import PATH_TITLES, escape_label, line_trace, token_label
 from components.layer_axes import FLAG_COLOR, token_ticks
+
+if TYPE_CHECKING:
+    from core.methods.internals import Internals
+    from core.methods.lookback import LookbackAnalysis
 
 
 def _click_cells(z: np.ndarray, text: np.ndarray | None, colorbar: str, mark_label: str) -> go.Scatter:
@@ -273,3 +277,83 @@ def lookback_curve(
     )
     fig.update_xaxes(title_text="answer token", tickangle=-60, **token_ticks(labels))
     return fig
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The Attention page's figures of one run, assembled from its analysis: the page and the notebook API
+# (read_or_recall) both call these, so both draw the same figure.
+
+
+def entropy_map_figure(
+    internals: Internals, path: str, where: int | str, tau: float, *, selected: tuple[int, int] | None = None
+) -> go.Figure:
+    """The attention entropy of every layer and head on one path at ``where`` (an answer position, or ``"mean"``),
+    heads below ``tau`` nats marked as specialized (RADAR's rule)."""
+    values = internals.entropy_at(path, where)
+    return head_heatmap(
+        values,
+        title=PATH_TITLES[path],
+        colorbar="entropy (nats)",
+        colorscale="Viridis",
+        marks=values < tau,
+        mark_label=f"specialized (H < {tau:.1f})",
+        selected=selected,
+    )
+
+
+def entropy_diff_figure(
+    internals: Internals, where: int | str, *, selected: tuple[int, int] | None = None
+) -> go.Figure:
+    """Entropy(retrieval) − entropy(parametric) per layer and head at ``where``."""
+    diff = internals.entropy_at("retrieval", where) - internals.entropy_at("parametric", where)
+    return head_heatmap(
+        diff,
+        title="Entropy(retrieval) − entropy(parametric)",
+        colorbar="Δ entropy (nats)",
+        colorscale="RdBu",
+        zmid=0.0,
+        selected=selected,
+        height=560,
+    )
+
+
+def context_mass_figure(
+    internals: Internals, where: int | str, *, selected: tuple[int, int] | None = None
+) -> go.Figure:
+    """The share of the retrieval path's attention that lands on the context tokens, per layer and head."""
+    return head_heatmap(
+        internals.mass_at("retrieval", "context", where),
+        title="Attention mass on the context (retrieval path)",
+        colorbar="share on context",
+        colorscale="YlOrRd",
+        selected=selected,
+        height=560,
+    )
+
+
+def head_pattern_figure(
+    pattern: np.ndarray, tokens: Sequence[str], rows: Sequence[int], layer: int, head: int, *, all_rows: bool = False
+) -> go.Figure:
+    """One head's attention pattern: the answer steps' rows (``rows``: the page's ``internals.rows(path)``), or every
+    row from the first with ``all_rows``; columns are the prompt and answer tokens."""
+    first_row = 0 if all_rows else int(rows[0])
+    last_row = int(rows[-1]) + 1
+    return pattern_heatmap(
+        pattern[first_row:last_row],
+        list(tokens[first_row:last_row]),
+        tokens,
+        row_offset=first_row,
+        title=f"Layer {layer}, head {head}: attention of each query token (rows) over the tokens (columns)",
+    )
+
+
+def lookback_figures(view: LookbackAnalysis) -> tuple[go.Figure, go.Figure | None]:
+    """The Lookback Lens map (heads × answer tokens) and, when the answer has windows, its curve."""
+    fig = lookback_heatmap(
+        view.lr, view.answer_tokens, title="Lookback ratio per head (rows) and answer token (columns)"
+    )
+    if not view.windows:
+        return fig, None
+    return fig, lookback_curve(
+        view.curve, view.answer_tokens, view.windows, view.window_mean, view.window_p, tau=view.tau
+    )

@@ -19,6 +19,10 @@ from plotly.subplots import make_subplots
 
 from core.engine.result import DualPathResult
 
+RETRIEVAL_TITLE = "Retrieval path (query + context)"
+PARAMETRIC_TITLE = "Parametric path (query only)"
+PATH_TITLES = {"retrieval": RETRIEVAL_TITLE, "parametric": PARAMETRIC_TITLE}
+"""Each path's title, as the pages and the notebook API's figures name it (:mod:`components.widgets` re-exports it)."""
 RETRIEVAL_COLOR = "#2f5d8a"
 PARAMETRIC_COLOR = "#d9822b"
 KL_COLOR = "#6a3d9a"

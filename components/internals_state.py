@@ -28,7 +28,7 @@ from components.text import plain_message
 from core.engine.estimate import describe_estimate, estimate
 from core.engine.result import DualPathResult, result_digest
 from core.methods.crm import CrmBasis, compute_basis, load_basis, unit_directions, vocabulary_projection
-from core.methods.internals import Internals, analyze, attention_pattern, path_sequence
+from core.methods.internals import LENS_TOP_K, Internals, analyze, attention_pattern, path_sequence
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
 
@@ -37,7 +37,6 @@ MAX_ANALYSES = 6
 embedded model at 64 answer tokens)."""
 MAX_PATTERNS = 12
 MAX_PROJECTIONS = 8
-LENS_TOP_K = 10
 DUAL_PATH_PAGE = "pages/1_Dual_Path.py"
 
 

@@ -8,7 +8,7 @@ Hidden-state rows ``0 … L``: row 0 is the embedding output (``emb``), row ℓ 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,10 @@ import plotly.graph_objects as go
 
 from components.figures import RETRIEVAL_COLOR, bottom_legend, escape_label, line_trace, set_layout, token_label
 from components.layer_axes import FLAG_COLOR, lens_kl_rows, row_axis, row_label, token_ticks
+
+if TYPE_CHECKING:
+    from core.methods.crm import CrmBasis
+    from core.methods.internals import Internals
 
 KEPT_COLOR = "rgba(46, 139, 87, 0.13)"
 BAND_COLOR = "rgba(120, 120, 120, 0.22)"
@@ -258,3 +262,69 @@ def layer_table(
     data["‖d‖"] = np.asarray(l2, dtype=np.float64)
     data["logit-lens KL"] = np.asarray(lens_kl, dtype=np.float64)
     return pd.DataFrame(data)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The Layer trajectories page's figures of one run, assembled from its analysis and the model's CRM basis: the page
+# and the notebook API (read_or_recall) both call these, so both draw the same figure.
+
+DIRECTION_LABELS = {"pc1": "PC1 (unsupervised)", "supervised": "Supervised (class-mean difference)"}
+"""The CRM directions as the page and the figures name them."""
+QUANTITIES = {
+    "lts": "LTS along the chosen direction",
+    "l2": "‖d_ℓ‖ (L2 norm of the displacement)",
+    "lens": "logit-lens KL between the paths (nats)",
+}
+"""What the every-position heatmap can show."""
+
+
+def run_lts(internals: Internals, basis: CrmBasis, direction: str) -> tuple[np.ndarray, list[int]]:
+    """This run's LTS at the last prompt token along ``direction`` and the layers outside the calibration band."""
+    lts = basis.lts(internals.displacement[:, 0], direction)
+    return lts, basis.flagged(lts, direction)
+
+
+def run_lts_figure(internals: Internals, basis: CrmBasis, direction: str) -> go.Figure:
+    """LTS per layer at the last prompt token with the calibration band, kept and flagged layers."""
+    lts, flagged = run_lts(internals, basis, direction)
+    return lts_figure(
+        lts,
+        basis.mu[direction],
+        basis.sigma[direction],
+        kept=basis.kept_layers,
+        flagged=flagged,
+        class_means=basis.class_means(direction),
+        title=f"LTS along {DIRECTION_LABELS[direction]}",
+    )
+
+
+def run_baselines_figure(internals: Internals) -> go.Figure:
+    """‖d_ℓ‖ and the logit-lens KL per layer at the last prompt token."""
+    return baselines_figure(internals.disp_norm[:, 0], internals.lens.kl[:, 0])
+
+
+def positions_figure(
+    internals: Internals, answer_tokens: Sequence[str], quantity: str, basis: CrmBasis | None, direction: str
+) -> go.Figure:
+    """A layer × answer-position heatmap of ``quantity`` (a key of :data:`QUANTITIES`; ``"lts"`` needs ``basis``).
+
+    Raises:
+        ValueError: an unknown quantity, or ``"lts"`` without a basis.
+    """
+    if quantity == "lts":
+        if basis is None:
+            raise ValueError("LTS at every position needs the model's CRM basis (none is stored for it).")
+        values = basis.lts(internals.displacement.transpose(1, 0, 2), direction).T
+        title = f"LTS along {DIRECTION_LABELS[direction]}"
+        return position_heatmap(values, answer_tokens, title=title, colorbar="LTS", colorscale="RdBu", zmid=0.0)
+    if quantity == "l2":
+        return position_heatmap(internals.disp_norm, answer_tokens, title="‖d_ℓ(t)‖", colorbar="‖d‖")
+    if quantity == "lens":
+        return position_heatmap(
+            internals.lens.kl,
+            answer_tokens,
+            title="logit-lens KL(P_rag,ℓ ‖ P_para,ℓ)",
+            colorbar="KL (nats)",
+            colorscale="YlOrRd",
+        )
+    raise ValueError(f"quantity must be one of {sorted(QUANTITIES)}, got {quantity!r}")

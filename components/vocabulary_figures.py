@@ -8,6 +8,7 @@ Every token placed in a figure goes through :func:`components.figures.token_labe
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,9 @@ from components.figures import (
     token_label,
 )
 from components.layer_axes import lens_kl_rows, row_label
+
+if TYPE_CHECKING:
+    from core.methods.internals import Internals
 
 
 def lens_figure(
@@ -99,4 +103,22 @@ def lens_frame(
             "retrieval top-k": [fmt(r) for r in topk_rag],
             "parametric top-k": [fmt(r) for r in topk_para],
         }
+    )
+
+
+def lens_position_figure(internals: Internals, position: int, answer_tokens: Sequence[str]) -> go.Figure:
+    """The Vocabulary lens page's figure of one run at answer position ``position``: the logit-lens probability of
+    the answer token on both paths and the lens KL, layer by layer (the page and the notebook API call this).
+
+    Raises:
+        ValueError: ``position`` is not an answer position.
+    """
+    lens = internals.lens
+    if not 0 <= position < min(len(answer_tokens), len(internals.answer_token_ids)):
+        raise ValueError(f"position must be an answer position 0…{len(answer_tokens) - 1}, got {position}")
+    return lens_figure(
+        lens.retrieval.target_logprob[:, position],
+        lens.parametric.target_logprob[:, position],
+        lens.kl[:, position],
+        answer_token=answer_tokens[position],
     )

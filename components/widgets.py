@@ -14,6 +14,8 @@ from typing import Any
 import streamlit as st
 
 from components import controls, keys, state
+from components.figures import PARAMETRIC_TITLE as PARAMETRIC_TITLE  # defined once, beside the figures
+from components.figures import RETRIEVAL_TITLE as RETRIEVAL_TITLE
 from components.run import run_guarded
 from components.state import AppConfig
 from components.text import plain_message
@@ -35,8 +37,6 @@ from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle
 from core.model.prompts import TEMPLATES
 from core.public import Caps, PublicPolicy, current_policy
 
-RETRIEVAL_TITLE = "Retrieval path (query + context)"
-PARAMETRIC_TITLE = "Parametric path (query only)"
 CUSTOM_MODEL = "custom"
 
 _DEFAULTS = DualPathSettings()

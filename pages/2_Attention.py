@@ -34,13 +34,14 @@ import streamlit as st
 from components import controls, keys, state, widgets
 from components import internals_state as views
 from components.attention_figures import (
-    head_heatmap,
-    lookback_curve,
-    lookback_heatmap,
-    pattern_heatmap,
+    context_mass_figure,
+    entropy_diff_figure,
+    entropy_map_figure,
+    head_pattern_figure,
+    lookback_figures,
     selected_cell,
 )
-from components.figures import position_label
+from components.figures import PATH_TITLES, position_label
 from components.lru import session_lru
 from components.run import run_cached
 from components.text import plain_message
@@ -50,7 +51,6 @@ from core.methods.lookback import WINDOW, LookbackAnalysis
 from core.methods.lookback import analyze as lookback_analysis
 from core.model.handle import ModelHandle
 
-PATH_TITLES = {RETRIEVAL: widgets.RETRIEVAL_TITLE, PARAMETRIC: widgets.PARAMETRIC_TITLE}
 FIRST, ONE, MEAN = "first", "one", "mean"
 WHERE_LABELS = {
     FIRST: "First answer step (t = 0: the last prompt token predicts the first answer token)",
@@ -120,28 +120,10 @@ def draw_entropy_maps(internals: Internals, result: DualPathResult, where: int |
                 f"{n_spec} of {maps[path].size}",
                 help=f"Heads with attention entropy below τ = {tau:.1f} nats at this position (dots on the map).",
             )
-            fig = head_heatmap(
-                maps[path],
-                title=PATH_TITLES[path],
-                colorbar="entropy (nats)",
-                colorscale="Viridis",
-                marks=maps[path] < tau,
-                mark_label=f"specialized (H < {tau:.1f})",
-                selected=_selected(),
-            )
+            fig = entropy_map_figure(internals, path, where, tau, selected=_selected())
             _chart(fig, keys.scoped(keys.ATTN_MAP, path, tag), path)
-    diff = maps[RETRIEVAL] - maps[PARAMETRIC]
     st.markdown("**Difference: retrieval − parametric**")
-    fig = head_heatmap(
-        diff,
-        title="Entropy(retrieval) − entropy(parametric)",
-        colorbar="Δ entropy (nats)",
-        colorscale="RdBu",
-        zmid=0.0,
-        selected=_selected(),
-        height=560,
-    )
-    _chart(fig, keys.scoped(keys.ATTN_DIFF, tag), RETRIEVAL)
+    _chart(entropy_diff_figure(internals, where, selected=_selected()), keys.scoped(keys.ATTN_DIFF, tag), RETRIEVAL)
     st.caption(
         "Blue cells: the head is more diffuse with the context; red: more focused. The retrieval prompt is "
         "longer, so entropies are not on the same scale (the maximum is log of the number of visible tokens). "
@@ -157,14 +139,7 @@ def draw_context_mass(internals: Internals, result: DualPathResult, where: int |
     c1, c2 = st.columns(2)
     c1.metric("Mean attention on context tokens", f"{mass.mean():.1%}", help="Averaged over layers and heads.")
     c2.metric("Context tokens", f"{n_context} of {internals.retrieval.prompt_len} prompt tokens")
-    fig = head_heatmap(
-        mass,
-        title="Attention mass on the context (retrieval path)",
-        colorbar="share on context",
-        colorscale="YlOrRd",
-        selected=_selected(),
-        height=560,
-    )
+    fig = context_mass_figure(internals, where, selected=_selected())
     _chart(fig, keys.scoped(keys.ATTN_MASS, result_digest(result)), RETRIEVAL)
     rows = []
     for path in (RETRIEVAL, PARAMETRIC):
@@ -226,21 +201,12 @@ def draw_head_pattern(handle: ModelHandle, internals: Internals, result: DualPat
     except ValueError as exc:
         st.error(plain_message(str(exc)))
         return
-    rows = internals.rows(path)
-    first_row = 0 if all_rows else int(rows[0])
-    shown = pattern[first_row : int(rows[-1]) + 1]
     entropy = internals.entropy_at(path, 0)[layer, head]
     st.markdown(
         f"**{PATH_TITLES[path]} · layer {layer} · head {head}** — entropy at the first answer step "
         f"{entropy:.3f} nats; the pattern is kept for this head only."
     )
-    fig = pattern_heatmap(
-        shown,
-        tokens[first_row : int(rows[-1]) + 1],
-        tokens,
-        row_offset=first_row,
-        title=f"Layer {layer}, head {head}: attention of each query token (rows) over the tokens (columns)",
-    )
+    fig = head_pattern_figure(pattern, tokens, internals.rows(path), int(layer), int(head), all_rows=all_rows)
     st.plotly_chart(fig, key=keys.scoped(keys.ATTN_PATTERN, result_digest(result), path, layer, head, all_rows))
     rows_text = (
         "every token" if all_rows else "the answer steps (the prompt’s last token, then each answer token fed back)"
@@ -293,14 +259,9 @@ def draw_lookback_view(view: LookbackAnalysis, digest: str) -> None:
     st.caption(plain_message(view.classifier))
     for note in view.notes:
         st.info(note)
-    fig = lookback_heatmap(
-        view.lr, view.answer_tokens, title="Lookback ratio per head (rows) and answer token (columns)"
-    )
+    fig, curve = lookback_figures(view)
     st.plotly_chart(fig, key=keys.scoped(keys.ATTN_LOOKBACK_MAP, digest))
-    if view.windows:
-        curve = lookback_curve(
-            view.curve, view.answer_tokens, view.windows, view.window_mean, view.window_p, tau=view.tau
-        )
+    if curve is not None:
         st.plotly_chart(curve, key=keys.scoped(keys.ATTN_LOOKBACK_CURVE, digest))
         st.caption(
             f"Sliding windows of {WINDOW} answer tokens (the paper's span): where the curve drops, the heads "

@@ -33,23 +33,19 @@ from components import internals_state as views
 from components.layer_axes import row_label
 from components.redeep_view import draw_redeep
 from components.trajectory_figures import (
-    baselines_figure,
+    DIRECTION_LABELS,
+    QUANTITIES,
     classifier_frame,
     layer_table,
-    lts_figure,
-    position_heatmap,
+    positions_figure,
+    run_baselines_figure,
+    run_lts,
+    run_lts_figure,
 )
 from core.engine.result import DualPathResult
 from core.methods.crm import DIRECTIONS, PC1, SUPERVISED, CrmBasis, crm_report, supervised_score
 from core.methods.internals import Internals
 from core.model.handle import ModelHandle
-
-DIRECTION_LABELS = {PC1: "PC1 (unsupervised)", SUPERVISED: "Supervised (class-mean difference)"}
-QUANTITIES = {
-    "lts": "LTS along the chosen direction",
-    "l2": "‖d_ℓ‖ (L2 norm of the displacement)",
-    "lens": "logit-lens KL between the paths (nats)",
-}
 
 
 def draw_basis(handle: ModelHandle, result: DualPathResult) -> CrmBasis | None:
@@ -106,8 +102,7 @@ def flag_meaning(lts: Any, mu: Any, flagged: list[int], audited: int) -> str:
 def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> None:
     st.subheader("Latent trajectory shift at the last prompt token")
     d0 = internals.displacement[:, 0]
-    lts = basis.lts(d0, direction)
-    flagged = basis.flagged(lts, direction)
+    lts, flagged = run_lts(internals, basis, direction)
     metrics = (  # label, value, help
         (
             "Layers outside μ ± 2σ",
@@ -128,16 +123,7 @@ def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> No
     )
     for column, (label, value, help_text) in zip(st.columns(len(metrics)), metrics):
         column.metric(label, value, help=help_text)
-    fig = lts_figure(
-        lts,
-        basis.mu[direction],
-        basis.sigma[direction],
-        kept=basis.kept_layers,
-        flagged=flagged,
-        class_means=basis.class_means(direction),
-        title=f"LTS along {DIRECTION_LABELS[direction]}",
-    )
-    st.plotly_chart(fig, key=keys.scoped(keys.TRAJ_LTS, direction))
+    st.plotly_chart(run_lts_figure(internals, basis, direction), key=keys.scoped(keys.TRAJ_LTS, direction))
     if flagged:
         st.markdown("Flagged layers: " + ", ".join(row_label(r) for r in flagged))
     st.info(flag_meaning(lts, basis.mu[direction], flagged, len(basis.audited_layers)))
@@ -156,7 +142,7 @@ def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> No
 
 def draw_baselines(internals: Internals) -> None:
     st.subheader("Baselines on the same layer axis")
-    st.plotly_chart(baselines_figure(internals.disp_norm[:, 0], internals.lens.kl[:, 0]), key=keys.TRAJ_BASELINES)
+    st.plotly_chart(run_baselines_figure(internals), key=keys.TRAJ_BASELINES)
     st.caption(
         "‖d_ℓ‖ measures how far the context moves the state in any direction (CRM appendix E's magnitude "
         "baseline: it grows with depth as the residual stream does); the logit-lens KL reads each layer through "
@@ -171,26 +157,7 @@ def draw_positions(internals: Internals, basis: CrmBasis | None, direction: str,
     quantity = st.radio(
         "Quantity", options, format_func=QUANTITIES.__getitem__, horizontal=True, key=keys.TRAJ_QUANTITY
     )
-    if quantity == "lts" and basis is not None:
-        values = basis.lts(internals.displacement.transpose(1, 0, 2), direction).T
-        fig = position_heatmap(
-            values,
-            result.answer_tokens,
-            title=f"LTS along {DIRECTION_LABELS[direction]}",
-            colorbar="LTS",
-            colorscale="RdBu",
-            zmid=0.0,
-        )
-    elif quantity == "l2":
-        fig = position_heatmap(internals.disp_norm, result.answer_tokens, title="‖d_ℓ(t)‖", colorbar="‖d‖")
-    else:
-        fig = position_heatmap(
-            internals.lens.kl,
-            result.answer_tokens,
-            title="logit-lens KL(P_rag,ℓ ‖ P_para,ℓ)",
-            colorbar="KL (nats)",
-            colorscale="YlOrRd",
-        )
+    fig = positions_figure(internals, result.answer_tokens, quantity, basis, direction)
     st.plotly_chart(fig, key=keys.scoped(keys.TRAJ_POSITIONS, quantity, direction))
     st.caption(
         "Column t compares the two paths at the step that predicts answer token t (both teacher-forced on the "

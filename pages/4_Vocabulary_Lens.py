@@ -28,7 +28,7 @@ from components import controls, keys, widgets
 from components import internals_state as views
 from components.figures import default_position, position_label
 from components.layer_axes import row_label
-from components.vocabulary_figures import END_COLUMNS, lens_figure, lens_frame, projection_frame
+from components.vocabulary_figures import END_COLUMNS, lens_frame, lens_position_figure, projection_frame
 from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult, result_digest
 from core.methods.crm import PC1, SUPERVISED, CrmBasis
 from core.methods.internals import Internals
@@ -118,12 +118,7 @@ def draw_lens(internals: Internals, result: DualPathResult) -> None:
     )
     c3.metric("KL at the last layer", f"{lens.kl[-1, t]:.3f} nats")
     if answer_id is not None:
-        fig = lens_figure(
-            lens.retrieval.target_logprob[:, t],
-            lens.parametric.target_logprob[:, t],
-            lens.kl[:, t],
-            answer_token=tokens[t],
-        )
+        fig = lens_position_figure(internals, t, tokens)
         st.plotly_chart(fig, key=keys.scoped(keys.VOCAB_LENS, result_digest(result), t))
     frame = lens_frame(
         top_retrieval,

@@ -15,7 +15,7 @@ Every forward runs through the model handle (:meth:`~core.model.handle.ModelHand
 in ``finally``.
 """
 
-from core.methods.internals.analysis import Internals, PathInternals, analyze
+from core.methods.internals.analysis import LENS_TOP_K, Internals, PathInternals, analyze
 from core.methods.internals.attention import RADAR_TAU, attention_specialization, specialized_heads
 from core.methods.internals.forward import ForwardCapture, attention_pattern, instrumented_forward, layer_states
 from core.methods.internals.lens import LensComparison, LensPath, logit_lens_compare
@@ -25,6 +25,7 @@ from core.methods.internals.segments import ANSWER, CONTEXT, QUERY, SEGMENTS, TE
 __all__ = [
     "ANSWER",
     "CONTEXT",
+    "LENS_TOP_K",
     "QUERY",
     "RADAR_TAU",
     "SEGMENTS",

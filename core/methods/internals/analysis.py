@@ -23,6 +23,9 @@ from core.methods.internals.segments import ANSWER, SEGMENTS, prompt_segments
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
 
+LENS_TOP_K = 10
+"""Logit-lens candidates kept per layer and position by the internals views (the pages' and the notebook API's)."""
+
 
 @dataclass
 class PathInternals:
@@ -192,7 +195,7 @@ class Internals:
 
 
 def analyze(
-    handle: ModelHandle, result: DualPathResult, *, top_k: int = 10, progress: Progress | None = None
+    handle: ModelHandle, result: DualPathResult, *, top_k: int = LENS_TOP_K, progress: Progress | None = None
 ) -> Internals:
     """Run one instrumented forward per path over prompt + answer[:-1] and the logit lens of both.
 
