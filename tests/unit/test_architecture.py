@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "architecture.md"
-TOP = ("core/", "components/", "pages/", "scripts/")
+TOP = ("core/", "components/", "pages/", "scripts/", "read_or_recall/")
 _TICKED = re.compile(r"`([^`]+)`")
 _BOLD_PACKAGE = re.compile(r"\*\*`([\w/]+/)`\*\*")
 
@@ -62,7 +62,7 @@ def named_modules(text: str) -> set[str]:
 
 
 def modules_on_disk() -> set[str]:
-    """Every ``.py`` file under core/, components/, pages/ and scripts/, as a path from the repository root."""
+    """Every ``.py`` file under core/, components/, pages/, scripts/ and read_or_recall/, from the repository root."""
     found = set()
     for top in TOP:
         for path in (REPO / top).rglob("*.py"):

@@ -1,0 +1,78 @@
+"""A model's own calibration: what the headline and RePCS' τ are calibrated with, and the hook that calibrates.
+
+The headline's two axes are fitted per model (:mod:`core.engine.axes_calibration`); a model without its own axes
+calibration gets the verdict ``"uncalibrated"`` with its raw observations — never another model's cut. RePCS' τ is
+resolved per model too (:func:`core.engine.threshold.tau_in_force`).
+
+**The calibration hook** (:func:`calibrate`): the per-model calibration is made by the engine's ``calibrate-model``
+(``python -m core calibrate-model --model …``). :func:`calibrate` is the notebook's door to it: it calls
+:data:`CALIBRATE_MODEL` — ``core.evaluation.model_calibration.calibrate_model(handle, **options)`` — and says
+plainly, naming the command, when this version of the engine has no such function yet. Nothing else in this package
+changes when it arrives: :meth:`read_or_recall.Lab.calibration` reads the model's calibration through
+:func:`core.engine.axes_calibration.axes_for`, which finds whatever ``calibrate-model`` stores.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from read_or_recall.lab import Lab
+
+CALIBRATE_MODEL = "core.evaluation.model_calibration:calibrate_model"
+"""Where :func:`calibrate` finds the engine's per-model calibration (``module:function``; the function takes the
+model handle and keyword options and stores the calibration where :func:`core.engine.axes_calibration.axes_for`
+reads it)."""
+
+
+def status(model: str) -> dict[str, Any]:
+    """What ``model`` is calibrated with.
+
+    Returns:
+        ``{"model", "axes": {"calibrated", "source", "how"}, "tau": {"source", "in_force"}}``: the headline's axes
+        calibration (``calibrated`` false: the headline says ``"uncalibrated"``; ``how``: the command that makes
+        one) and RePCS' τ in force with where it comes from.
+    """
+    from core.engine.axes import HOW_TO_CALIBRATE
+    from core.engine.axes_calibration import axes_for
+    from core.engine.threshold import describe_in_force, tau_in_force
+
+    cal = axes_for(model)
+    threshold, source = tau_in_force(model)
+    return {
+        "model": model,
+        "axes": {
+            "calibrated": cal is not None,
+            "source": None if cal is None else cal.source,
+            "how": HOW_TO_CALIBRATE.replace("<this model>", repr(model)),
+        },
+        "tau": {"source": source, "in_force": describe_in_force(threshold)},
+    }
+
+
+def calibrate(lab: Lab, **options: Any) -> Any:
+    """Calibrate ``lab``'s model (the headline's axes and what it needs) with the engine's ``calibrate-model``.
+
+    Args:
+        lab: the model to calibrate.
+        options: passed on to the engine's calibration (its own options: rows, seeds, progress …).
+
+    Returns:
+        What the engine's calibration returns; :meth:`read_or_recall.Lab.calibration` then reports it, and every
+        new run of the model gets a calibrated headline.
+
+    Raises:
+        NotImplementedError: this engine has no ``calibrate-model`` yet (the message names :data:`CALIBRATE_MODEL`).
+    """
+    module_name, _, function = CALIBRATE_MODEL.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise
+        raise NotImplementedError(
+            f"This version has no per-model calibration yet ({CALIBRATE_MODEL} is missing); "
+            f"{lab.model} keeps the verdict 'uncalibrated' until one exists."
+        ) from exc
+    return getattr(module, function)(lab.handle, **options)
