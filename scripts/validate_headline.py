@@ -10,8 +10,8 @@ Stages (each resumable; outputs under ``out/validation/`` unless told otherwise)
 * ``level``  — κ, chosen on the calibration rows labeled by their text: ``out/validation/level.json``.
 * ``swap``   — the swap test of every scored agreeing row at the span κ locates (:mod:`core.engine.swap`):
   ``out/validation/swap.*.jsonl``.
-* ``fit``    — the axes calibration on the calibration rows (``assets/thresholds/axes-embedded.json``,
-  ``assets/validation/features.csv``, the provenance record ``assets/validation/provenance.json``).
+* ``fit``    — the axes calibration on the calibration rows (``assets/thresholds/axes-embedded.json``, with its
+  provenance: each choice, the candidates, the rows it was made on, every fitted row's key).
 * ``measure`` — the headline, axis 1 alone and the text-only rule against behavior and the swap test, per
   construction and split, plus leave-one-construction-out fits: ``assets/validation/figures.json``.
 
@@ -21,6 +21,7 @@ Stages (each resumable; outputs under ``out/validation/`` unless told otherwise)
     python scripts/validate_headline.py swap [--shard 0/2]
     python scripts/validate_headline.py fit
     python scripts/validate_headline.py measure
+    python scripts/validate_headline.py table      # figures.json as the markdown table of docs/validity.md
 """
 
 from __future__ import annotations
@@ -261,6 +262,38 @@ def measure_all(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pct(entry: dict[str, Any], key: str = "match_rate") -> str:
+    value = entry.get(key)
+    return "—" if value is None else f"{100 * value:.1f} %"
+
+
+def _of(entry: dict[str, Any], behavior: str) -> str:
+    sub = entry["per_behavior"][behavior]
+    return f"{sub['match']}/{sub['n']}" + (f" ({_pct(sub)})" if sub["n"] else "")
+
+
+def table(args: argparse.Namespace) -> int:
+    """``assets/validation/figures.json`` as the markdown table of docs/validity.md."""
+    figures = json.loads((asset_path("validation") / "figures.json").read_text(encoding="utf-8"))
+    head = (
+        "| rows | behavior-decided | headline matches | read matched | recalled matched | undecided "
+        "| text-only rule | axis 1 alone | headline where the text rule fails | headline vs swap test (agreeing) |"
+    )
+    print(head)
+    print("|" + "---|" * 10)
+    for name, fig in figures["sets"].items():
+        if not fig:
+            continue
+        h = fig["headline"]
+        tw, sw = fig["text_wrong"], fig["swap_agreeing"]
+        print(
+            f"| {name} | {h['n']} | **{_pct(h)}** | {_of(h, 'read')} | {_of(h, 'recalled')} | "
+            f"{_pct(h, 'undecided_rate')} | {_pct(fig['text_only'])} | {_pct(fig['axis1'])} | "
+            f"{tw['match']}/{tw['n']} ({_pct(tw)}) | {sw['match']}/{sw['n']} ({_pct(sw)}) |"
+        )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="stage", required=True)
@@ -285,8 +318,10 @@ def main() -> int:
     f.add_argument("--no-choice", action="store_true", help="keep the default features (no cross-validated choice)")
     sub.add_parser("measure")
     sub.add_parser("level")
+    sub.add_parser("table")
     args = ap.parse_args()
     stages = {"build": build, "score": score, "level": level, "swap": swap, "fit": fit, "measure": measure_all}
+    stages["table"] = table
     return stages[args.stage](args)
 
 

@@ -11,7 +11,6 @@ from sklearn.metrics import balanced_accuracy_score
 from core.engine.axes_calibration import AxesCalibration
 from core.methods.axes_fit import balanced_accuracy, best_cut, cut_and_band, fit_axes, fit_reliance
 
-
 FEATURES = ("span_llr", "ln_span_kl", "span_entropy_parametric")
 
 
