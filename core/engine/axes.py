@@ -378,10 +378,41 @@ def headline(result: DualPathResult, calibration: AxesCalibration | None = None)
         return Headline(INCONCLUSIVE, None, reason, rel, sup, cal.source, None, obs.to_dict())
     verdict, qualifier, reason = decide_headline(obs, rel, sup)
     joint = None
+    agreeing = cal.agreement is not None and obs.in_context and obs.in_parametric and rel.state != NEEDED
+    feats = feature_values(obs, cal.agreement.features) if agreeing and cal.agreement is not None else None
+    if feats is not None and cal.agreement is not None:
+        verdict, qualifier, reason, joint = resolve_agreement(cal.agreement, feats, obs, rel)
+        return Headline(verdict, qualifier, reason, rel, sup, cal.source, joint, obs.to_dict())
     feats = feature_values(obs, cal.joint.features) if verdict == INCONCLUSIVE and cal.joint is not None else None
     if feats is not None and cal.joint is not None:
         verdict, qualifier, reason, joint = resolve_jointly(cal.joint, feats, obs, reason)
     return Headline(verdict, qualifier, reason, rel, sup, cal.source, joint, obs.to_dict())
+
+
+def resolve_agreement(
+    model: JointModel, feats: dict[str, float], obs: Observations, reliance: Axis
+) -> tuple[str, str | None, str, dict[str, Any]]:
+    """The agreement resolver's ``(verdict, qualifier, reason, joint)`` for a run whose span is in the context and
+    in the no-context answer (context and memory agree, so no text can tell which the answer came from) and whose
+    axis 1 is not *needed*: *Read* above its band, *Recalled* below it, *Inconclusive* inside it. Its P(read) was
+    fitted on such rows labeled by the swap test (does the answer follow the context when the span is swapped?)."""
+    p = model.probability(feats)
+    low, high = model.band
+    joint = {"resolver": "agreement", "score": p, "threshold": model.threshold, "band": [low, high]}
+    joint["decided"] = not low <= p <= high
+    w = f"“{obs.span.text}”" if obs.span else "the answer"
+    state = {NOT_NEEDED: "barely moved", MIXED: "moved"}.get(reliance.state, "moved")
+    reason = (
+        f"The context and the model's memory agree on {w} (the no-context answer says it too), so the text cannot "
+        f"tell which it came from; the context {state} it (per-token KL {_num(obs.kl)} nats, log-probability change "
+        f"{_num(obs.llr)} nats, entropy without the context {_num(obs.entropy_parametric)} nats). Fitted on swap "
+        f"tests of such runs, these observations give P(the answer follows the context) = {p:.2f}, "
+    )
+    if p > high:
+        return READ, ALSO_KNOWN, reason + f"above the band [{low:.2f}, {high:.2f}].", joint
+    if p < low:
+        return RECALLED, AGREES, reason + f"below the band [{low:.2f}, {high:.2f}].", joint
+    return INCONCLUSIVE, None, reason + f"inside the band [{low:.2f}, {high:.2f}].", joint
 
 
 def resolve_jointly(

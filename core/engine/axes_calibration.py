@@ -44,6 +44,9 @@ SUPPORT_FEATURE = "span_lp_parametric"
 JOINT_FEATURES = (*RELIANCE_FEATURES, SUPPORT_FEATURE, "in_parametric", "not_in_parametric", "in_context")
 """The joint resolver's default features: axis 1's, axis 2's log-probability and the span's three text
 observations as 0/1."""
+AGREEMENT_FEATURES = (*RELIANCE_FEATURES, "span_entropy_parametric", SUPPORT_FEATURE, "span_lp_retrieval")
+"""The agreement resolver's features: how far the context moved the span, how unsure the model was without it, and
+the span's log-probability on each path."""
 MAX_SPAN_LEVEL = 50.0
 
 
@@ -133,14 +136,14 @@ class JointModel(StandardizedLogistic):
         return json_fields(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> JointModel:
+    def from_dict(cls, data: Any, name: str = "joint") -> JointModel:
         need = ("mean", "scale", "coef", "intercept", "threshold", "band")
-        features, vec = _logistic_fields(data, "'joint'", "joint.", need, JOINT_FEATURES)
-        threshold = finite_number(data["threshold"], "joint.threshold")
+        features, vec = _logistic_fields(data, f"'{name}'", f"{name}.", need, JOINT_FEATURES)
+        threshold = finite_number(data["threshold"], f"{name}.threshold")
         if not 0.0 < threshold < 1.0:
-            raise ValueError("'joint.threshold' is a probability in (0, 1)")
+            raise ValueError(f"'{name}.threshold' is a probability in (0, 1)")
         band = _band(data, "band", "threshold")
-        intercept = finite_number(data["intercept"], "joint.intercept")
+        intercept = finite_number(data["intercept"], f"{name}.intercept")
         return cls(intercept=intercept, threshold=threshold, band=band, features=features, **vec)
 
 
@@ -159,6 +162,9 @@ class AxesCalibration(StandardizedLogistic):
         source: how it was made; fitted_on: counts of the rows it was fitted on; provenance: what was chosen on
             which rows (:mod:`core.evaluation.provenance`).
         joint: the joint resolver of the table's *Inconclusive* cells (``None`` in a file without one).
+        agreement: the agreement resolver (``None`` in a file without one): where the context and the no-context
+            answer both hold the span and axis 1 is not *needed*, P(the answer follows the context), fitted on
+            rows labeled by the swap test — the text cannot tell reading from recalling there.
     """
 
     model: str
@@ -173,6 +179,7 @@ class AxesCalibration(StandardizedLogistic):
     fitted_on: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     joint: JointModel | None = None
+    agreement: JointModel | None = None
     version: int = VERSION
 
     def reliance(self, feats: dict[str, float]) -> float:
@@ -181,10 +188,12 @@ class AxesCalibration(StandardizedLogistic):
 
     def to_dict(self) -> dict[str, Any]:
         out = json_fields(self)
-        if self.joint is None:
-            out.pop("joint")
-        else:
-            out["joint"] = self.joint.to_dict()
+        for name in ("joint", "agreement"):
+            resolver = getattr(self, name)
+            if resolver is None:
+                out.pop(name)
+            else:
+                out[name] = resolver.to_dict()
         return out
 
     @classmethod
@@ -228,6 +237,7 @@ class AxesCalibration(StandardizedLogistic):
             features=features,
             support_feature=support,
             joint=None if data.get("joint") is None else JointModel.from_dict(data["joint"]),
+            agreement=None if data.get("agreement") is None else JointModel.from_dict(data["agreement"], "agreement"),
             **extras,
             **vec,
             **bands,

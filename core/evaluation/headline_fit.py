@@ -11,7 +11,8 @@ swap, *recalled* when it keeps the original, none otherwise.
 
 :func:`fit_calibration` makes every choice on the rows it is given and nowhere else — the span level κ (the level
 whose spans name a row's object most often), axis 1's features (the candidate set with the best grouped
-cross-validated headline agreement), both axes, the joint resolver — and returns the calibration with its
+cross-validated headline agreement), whether to use the agreement resolver (the same figure, with and without it),
+both axes, the joint resolver — and returns the calibration with its
 provenance: each choice, the candidates it was chosen among, the figure it was chosen by, and a digest of the rows
 it was made on. :func:`measure` scores a set of rows with a calibration, beside the text-only rule and axis 1
 alone (:mod:`core.evaluation.validity`).
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from core.engine.axes import feature_values, headline, observe, reliance_axis
-from core.engine.axes_calibration import JOINT_FEATURES, AxesCalibration
+from core.engine.axes_calibration import AGREEMENT_FEATURES, JOINT_FEATURES, AxesCalibration
 from core.engine.matching import behavior_label, find_spans, split_aliases
 from core.engine.result import DualPathResult
 from core.engine.swap import SwapTest
@@ -98,14 +99,26 @@ def _digest(rows: Sequence[Scored]) -> dict[str, Any]:
     return {"n": len(keys), "sha256": hashlib.sha256("\n".join(keys).encode()).hexdigest()}
 
 
-def _fit_with(rows: Sequence[Scored], level: float | None, features: tuple[str, ...], model: str) -> AxesCalibration:
+MIN_AGREEMENT_ROWS = 10
+"""The fewest rows of each behavior the agreement resolver is fitted on (fewer: no resolver)."""
+
+
+def _fit_with(
+    rows: Sequence[Scored], level: float | None, features: tuple[str, ...], model: str, agreement: bool = False
+) -> AxesCalibration:
     from core.methods.axes_fit import fit_axes
 
     X, read, joint = [], [], []
     support, supported = [], []
+    agree_X, agree_read = [], []
     for s in rows:
         label = behavior_of(s)
         obs = observe(s.result, level)
+        if agreement and label in (READ, RECALLED) and obs.in_context and obs.in_parametric:
+            agree_feats = feature_values(obs, AGREEMENT_FEATURES)
+            if agree_feats is not None:
+                agree_X.append([agree_feats[f] for f in AGREEMENT_FEATURES])
+                agree_read.append(label == READ)
         if label in (READ, RECALLED):
             feats = feature_values(obs, features)
             joint_feats = feature_values(obs, JOINT_FEATURES)
@@ -127,7 +140,15 @@ def _fit_with(rows: Sequence[Scored], level: float | None, features: tuple[str, 
         span_level=level,
         features=features,
         joint_X=np.asarray(joint),
+        **_agreement_data(agree_X, agree_read),
     )
+
+
+def _agreement_data(X: list[list[float]], read: list[bool]) -> dict[str, Any]:
+    """The agreement resolver's fit arguments when each behavior has :data:`MIN_AGREEMENT_ROWS` rows, else none."""
+    if min(sum(read), len(read) - sum(read)) < MIN_AGREEMENT_ROWS:
+        return {}
+    return {"agreement_X": np.asarray(X), "agreement_read": np.asarray(read)}
 
 
 def _grouped_folds(rows: Sequence[Scored], k: int = CV_FOLDS) -> list[int]:
@@ -138,7 +159,9 @@ def _grouped_folds(rows: Sequence[Scored], k: int = CV_FOLDS) -> list[int]:
     return [fold_of[g] for g in groups]
 
 
-def cv_agreement(rows: Sequence[Scored], level: float | None, features: tuple[str, ...], model: str) -> float:
+def cv_agreement(
+    rows: Sequence[Scored], level: float | None, features: tuple[str, ...], model: str, agreement: bool = False
+) -> float:
     """The headline's match rate with behavior on ``rows``, each fold's rows judged by a calibration fitted on the
     other folds (whole subject / question groups per fold)."""
     folds = _grouped_folds(rows)
@@ -146,7 +169,7 @@ def cv_agreement(rows: Sequence[Scored], level: float | None, features: tuple[st
     for f in range(CV_FOLDS):
         train = [s for s, g in zip(rows, folds) if g != f]
         test = [s for s, g in zip(rows, folds) if g == f]
-        cal = _fit_with(train, level, features, model)
+        cal = _fit_with(train, level, features, model, agreement)
         for s in test:
             label = behavior_of(s)
             if label in (READ, RECALLED):
@@ -197,22 +220,30 @@ def fit_calibration(
         record = {"what": "span level κ (nats)", "chosen": level, "by": "given (chosen by choose_level on these rows)",
                   "rows": _digest([s for s in fitted if s.row.relation != AGREEING])}  # fmt: skip
     choices: list[dict[str, Any]] = [record]
-    features = DEFAULT_FEATURES
+    features, agreement = DEFAULT_FEATURES, False
     if choose_features:
-        scores = {name: cv_agreement(rows, level, feats, model) for name, feats in FEATURE_SETS.items()}
-        best = max(scores, key=lambda name: (round(scores[name], 4), -len(FEATURE_SETS[name])))
-        features = FEATURE_SETS[best]
+        scores = {
+            (name, flag): cv_agreement(rows, level, feats, model, flag)
+            for name, feats in FEATURE_SETS.items()
+            for flag in (False, True)
+        }
+        # ties: fewer features, then no resolver
+        name, agreement = max(scores, key=lambda c: (round(scores[c], 4), -len(FEATURE_SETS[c[0]]), not c[1]))
+        features = FEATURE_SETS[name]
         choices.append(
             {
-                "what": "axis 1 features",
-                "chosen": list(features),
-                "candidates": {name: round(v, 4) for name, v in scores.items()},
+                "what": "axis 1 features, and the agreement resolver (where the span is in the context and in the "
+                "no-context answer; labeled by the swap test)",
+                "chosen": {"features": list(features), "agreement_resolver": agreement},
+                "candidates": {
+                    f"{n} {'with' if f else 'without'} the resolver": round(v, 4) for (n, f), v in scores.items()
+                },
                 "by": f"headline agreement with behavior, {CV_FOLDS}-fold cross-validation grouped by subject/question",
                 "rows": _digest(fitted),
             }
         )
-    cal = _fit_with(rows, level, features, model)
-    choices.append({"what": "both axes, their cuts and bands, the joint resolver", "rows": _digest(fitted)})
+    cal = _fit_with(rows, level, features, model, agreement)
+    choices.append({"what": "both axes, their cuts and bands, the resolvers", "rows": _digest(fitted)})
     provenance = {"choices": choices, "fitted_rows": sorted(row_key(s.row) for s in fitted)}
     from dataclasses import replace
 

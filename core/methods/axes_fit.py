@@ -9,6 +9,9 @@
 * The joint resolver: the same logistic regression on both axes' observations (:data:`JOINT_FEATURES`), with its
   cut and band on cross-validated probabilities; the headline consults it only where the decision table says
   *Inconclusive*.
+* The agreement resolver: the same logistic regression (:data:`AGREEMENT_FEATURES`) on the rows whose span is in
+  the context and in the no-context answer, labeled by the swap test; the headline consults it there when axis 1
+  is not *needed* (the text cannot tell reading from recalling when context and memory agree).
 
 A cut is the score that maximizes balanced accuracy; the band is the narrowest interval around it, holding at most
 ``max_inside`` of the rows, that maximizes the balanced accuracy of the rows outside it (:func:`cut_and_band`).
@@ -22,7 +25,14 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-from core.engine.axes_calibration import JOINT_FEATURES, RELIANCE_FEATURES, SUPPORT_FEATURE, AxesCalibration, JointModel
+from core.engine.axes_calibration import (
+    AGREEMENT_FEATURES,
+    JOINT_FEATURES,
+    RELIANCE_FEATURES,
+    SUPPORT_FEATURE,
+    AxesCalibration,
+    JointModel,
+)
 
 MAX_INSIDE = 0.10
 """At most this share of calibration rows may fall inside a band."""
@@ -75,7 +85,7 @@ def fit_reliance(X: np.ndarray, y: np.ndarray, seed: int = SEED) -> dict[str, An
     """The logistic regression of axis 1: standardization, coefficients, and 5-fold CV probabilities."""
     X, y = np.asarray(X, np.float64), np.asarray(y, int)
     mean, scale = X.mean(axis=0), X.std(axis=0)
-    scale[scale == 0] = 1.0
+    scale[scale < 1e-6] = 1.0  # a constant column (the stored scale is rounded to 6 decimals)
     Z = (X - mean) / scale
     model = LogisticRegression(C=1.0, max_iter=1000)
     folds = StratifiedKFold(n_splits=5, shuffle=True, random_state=seed)
@@ -131,17 +141,24 @@ def fit_axes(
     max_inside: float = MAX_INSIDE,
     joint_X: np.ndarray | None = None,
     joint_features: tuple[str, ...] = JOINT_FEATURES,
+    agreement_X: np.ndarray | None = None,
+    agreement_read: np.ndarray | None = None,
+    agreement_features: tuple[str, ...] = AGREEMENT_FEATURES,
     provenance: dict[str, Any] | None = None,
 ) -> AxesCalibration:
     """An :class:`AxesCalibration` from calibration rows: axis 1 from ``reliance_X`` (columns ``features``) and
     ``read`` labels; axis 2 from ``support_score`` (the ``support_feature``) and ``supported`` labels; the joint
-    resolver from ``joint_X`` (columns ``joint_features``, the rows of axis 1) when given."""
+    resolver from ``joint_X`` (columns ``joint_features``, the rows of axis 1) when given; the agreement resolver from
+    ``agreement_X`` (columns ``agreement_features``) and its own ``agreement_read`` labels when given."""
     lr = fit_reliance(reliance_X, read)
     r_cut, r_low, r_high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
     s_cut, s_low, s_high = cut_and_band(support_score, np.asarray(supported, bool), max_inside)
     joint = None
     if joint_X is not None:
         joint = fit_joint(np.asarray(joint_X, np.float64), read, max_inside, joint_features)
+    agreement = None
+    if agreement_X is not None and agreement_read is not None:
+        agreement = fit_joint(np.asarray(agreement_X, np.float64), agreement_read, max_inside, agreement_features)
     return AxesCalibration(
         **_stored(lr),
         model=model,
@@ -156,4 +173,5 @@ def fit_axes(
         fitted_on=fitted_on,
         provenance=provenance or {},
         joint=joint,
+        agreement=agreement,
     )

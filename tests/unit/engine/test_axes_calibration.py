@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from core.engine.axes_calibration import JOINT_FEATURES, AxesCalibration, JointModel, bundled_axes
+from core.engine.axes_calibration import AGREEMENT_FEATURES, JOINT_FEATURES, AxesCalibration, JointModel, bundled_axes
 from core.methods.axes_fit import fit_joint
 from tests.unit.engine.conftest import CAL
 
@@ -65,6 +65,15 @@ def test_joint_round_trip_and_checks(tmp_path):
         AxesCalibration.from_dict(CAL.to_dict() | {"joint": {k: v for k, v in joint.items() if k != "intercept"}})
 
 
+def test_agreement_resolver_round_trip_and_checks(tmp_path):
+    cal = replace(CAL, joint=JOINT, agreement=JOINT)
+    path = tmp_path / "axes.json"
+    path.write_text(json.dumps(cal.to_dict()), encoding="utf-8")
+    assert AxesCalibration.load(path) == cal and "agreement" not in CAL.to_dict()
+    with pytest.raises(ValueError, match=r"'agreement\.threshold' is a probability"):
+        AxesCalibration.from_dict(CAL.to_dict() | {"agreement": JOINT.to_dict() | {"threshold": 0.0}})
+
+
 def test_fitted_joint_reproduces_sklearn_probabilities():
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.normal(size=(200, 3)), rng.integers(0, 2, size=(200, 3))]).astype(np.float64)
@@ -86,3 +95,4 @@ def test_bundled_calibration_loads():
     assert cal.reliance_band[0] <= cal.reliance_threshold <= cal.reliance_band[1]
     assert cal.span_level is not None and cal.joint is not None and cal.joint.features == JOINT_FEATURES
     assert cal.joint.band[0] <= cal.joint.threshold <= cal.joint.band[1]
+    assert cal.agreement is not None and cal.agreement.features == AGREEMENT_FEATURES  # chosen on calibration rows

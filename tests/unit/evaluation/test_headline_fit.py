@@ -4,13 +4,15 @@ the provenance of every choice, and the bundled calibration's fitted rows checke
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from core.engine import DualPathResult, PathOutput
+from core.engine.axes import headline
 from core.engine.axes_calibration import bundled_axes
-from core.engine.swap import FOLLOWED, NOT_APPLICABLE, SwapTest
+from core.engine.swap import FOLLOWED, KEPT, NOT_APPLICABLE, SwapTest
 from core.evaluation.constructions import AGREEING, CALIBRATION, CONFLICT, REPORT, TEMPLATED, ValidationRow
 from core.evaluation.headline_fit import Scored, behavior_of, fit_calibration, knows_answer, measure, row_key
 from core.io import asset_path
@@ -68,12 +70,43 @@ def test_the_fit_refuses_report_rows():
 def test_every_choice_is_recorded_with_the_rows_it_was_made_on():
     cal = fit_calibration(ROWS, "m")
     choices = cal.provenance["choices"]
-    assert [c["what"] for c in choices][:2] == ["span level κ (nats)", "axis 1 features"]
+    assert choices[0]["what"] == "span level κ (nats)" and choices[1]["what"].startswith("axis 1 features")
     assert choices[0]["rows"]["n"] == 60 and len(choices[0]["rows"]["sha256"]) == 64
-    assert str(cal.span_level) in choices[0]["candidates"] and list(cal.features) == choices[1]["chosen"]
+    assert str(cal.span_level) in choices[0]["candidates"] and list(cal.features) == choices[1]["chosen"]["features"]
+    assert choices[1]["chosen"]["agreement_resolver"] is False and cal.agreement is None  # no agreeing rows
     assert sorted(cal.provenance["fitted_rows"]) == sorted(row_key(s.row) for s in ROWS)
     fig = measure(ROWS, cal)
     assert fig["headline"]["n"] == 60 and fig["headline"]["match_rate"] > 0.9  # separable by construction
+
+
+def _agreeing(i: int, follows: bool) -> Scored:
+    """A row whose context agrees with memory (the answer, the context and the no-context answer all name
+    ``Zorb{i}``), labeled by its swap test. The context barely moves any of them (axis 1 cannot tell them apart);
+    rows that follow a swap are those the model was unsure of without the context (high entropy there)."""
+    s = _scored(i, True, relation=AGREEING)
+    rng = np.random.default_rng(1000 + i)
+    llr = rng.uniform(0.0, 0.2)
+    para = [-0.1, -0.1, -0.3 - llr, -0.1]
+    kl = [0.1, 0.1, llr / 2 + rng.uniform(0, 0.05), 0.1]
+    parametric = _path(f"It is Zorb{i}.", ["It", " is", f" Zorb{i}", "."], para)
+    parametric.entropy[2] = rng.uniform(2.5, 3.5) if follows else rng.uniform(0.2, 0.6)
+    s.result = replace(s.result, parametric=parametric, token_kl=np.asarray(kl, np.float32))
+    s.swap = SwapTest(FOLLOWED if follows else KEPT, f"Zorb{i}", "Quax")
+    return s
+
+
+def test_the_agreement_resolver_decides_where_context_and_memory_agree():
+    """Where the span is in the context and in the no-context answer, the text cannot tell; the resolver, fitted
+    on swap-test labels, is chosen by cross-validation when it helps, and the headline says it decided."""
+    agreeing = [_agreeing(100 + i, follows=i % 2 == 0) for i in range(40)]
+    cal = fit_calibration([*ROWS, *agreeing], "m")
+    assert cal.provenance["choices"][1]["chosen"]["agreement_resolver"] is True and cal.agreement is not None
+    head = headline(agreeing[0].result, cal)
+    assert head.joint is not None and head.joint["resolver"] == "agreement"
+    assert "the text cannot tell" in head.reason
+    decided = [s for s in agreeing if headline(s.result, cal).verdict in ("read", "recalled")]
+    assert len(decided) >= 30
+    assert np.mean([headline(s.result, cal).verdict == behavior_of(s) for s in decided]) > 0.9
 
 
 def test_the_bundled_calibration_was_fitted_on_calibration_rows_only():
