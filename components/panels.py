@@ -114,7 +114,15 @@ def draw_headline(head: Headline) -> None:
         column.metric(
             f"{name}: {state}", "—" if axis.score is None else f"{unit} {axis.score:.2f}", help=_axis_help(axis)
         )
-    if head.joint is not None:
+    if head.joint is not None and head.joint.get("resolver") == "agreement":
+        low, high = head.joint["band"]
+        st.caption(
+            f"The context and the model's answer without it agree on the span, so no text can tell reading from "
+            f"recalling: the agreement resolver decided (a logistic regression fitted on swap tests of such "
+            f"calibration rows): P(the answer follows the context) {head.joint['score']:.2f}, inconclusive band "
+            f"[{low:.2f}, {high:.2f}]. The swap test below checks it on this example."
+        )
+    elif head.joint is not None:
         low, high = head.joint["band"]
         st.caption(
             f"The decision table was inconclusive, so both axes' observations were weighed together (a logistic "

@@ -213,7 +213,8 @@ class Headline:
     support: Axis
     calibration: str
     joint: dict[str, Any] | None = None
-    """Where the decision table said *Inconclusive* and a joint resolver exists: its ``score`` (P(read)),
+    """Where a resolver decided: the joint resolver where the decision table said *Inconclusive*, or the agreement
+    resolver (``"resolver": "agreement"``) where context and memory agree on the span — its ``score`` (P(read)),
     ``threshold``, ``band`` and whether it ``decided``; ``None`` otherwise."""
     span: dict[str, Any] | None = None
     """The located answer span (:meth:`core.engine.span.AnswerSpan.to_dict`) and its observations."""
