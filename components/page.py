@@ -77,6 +77,9 @@ class PageContext:
                 handle, config = _handle_or_fallback(self.selected)
             url_state.restore_result(config, handle)  # a reload: this server's run of the restored inputs, if any
             widgets.draw_model_facts(handle)
+            from components import calibrate_view  # the calibration's libraries, once the model is there
+
+            calibrate_view.sidebar_notice(handle)
             url_state.sync()
             self._resolved = (handle, config)
         return self._resolved

@@ -66,7 +66,8 @@ def draw_choice(view: ReDeEPView) -> None:
         f"α = {c.alpha:.3g}, β = {c.beta:.3g} fitted on {c.n_recalled} recalled + {c.n_read} read calibration rows"
         + (f" (out-of-fold AUC {c.auc_oof:.3f})" if c.auc_oof is not None else "")
         if is_fitted(c)
-        else "α = β = 1, not fitted: no calibration exists for this model (scripts/build_redeep.py makes one)"
+        else "α = β = 1, not fitted: no calibration exists for this model (`python -m core calibrate-model` makes one, "
+        "with every other per-model artifact; or “Calibrate this model” on the Dual Path page)"
     )
     st.caption(escape_markdown(f"{c.describe()}. {fitted}."))
     if view.trace.pks_refusal:

@@ -1,7 +1,8 @@
 """Dual Path: the same model answers with the context and without it; where do the two paths diverge?
 
 The page reads top to bottom like the UI: inputs, the two answers (streamed live while running), the headline
-verdict with the answer span it read, the swap test (on request), the RePCS verdict, the per-token divergence
+verdict with the answer span it read (and the model's calibration card, or “Calibrate this model” for a model without
+one), the swap test (on request), the RePCS verdict, the per-token divergence
 chart, the top-k candidates at one position, the CRM statistics, warnings, and the export. All maths lives in
 ``core``; all drawing in ``components``.
 """
@@ -33,7 +34,7 @@ early = prologue.begin(with_inputs=True)  # the example picker, the query and th
 clicked = st.button("Run both paths", type="primary", key=keys.RUN, icon=":material/play_arrow:")
 estimate_line = st.empty()  # the run's time estimate, once the model is loaded
 
-from components import agreement, panels, prefetch, state, swap_view, url_state, widgets
+from components import agreement, calibrate_view, panels, prefetch, state, swap_view, url_state, widgets
 from components.page import PageContext, open_page
 from components.stored_runs import start_hint
 from core.engine.axes import headline
@@ -80,10 +81,13 @@ def main() -> None:
     url_state.sync()  # the run just made goes into the page's link (a reload restores it)
     if result is None:
         st.info(start_hint("Run both paths", query, context, needs_context=True))
+        calibrate_view.draw_section(page.handle)
         return
     st.divider()
     head = headline(result)
     panels.draw_headline(head)
+    calibrate_view.draw_card(result)
+    calibrate_view.draw_section(page.handle)
     swap = swap_view.draw(page.handle, result, head)
     panels.draw_verdict(result)
     panels.draw_warnings(result)

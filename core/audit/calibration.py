@@ -469,7 +469,8 @@ def resolve_calibration(
     if basis is None:
         return None, (
             f"none: no audit calibration and no CRM basis for {handle.info.name!r} with template {template_key!r}. "
-            "Run `python -m core audit calibrate CLEAN.csv` (your domain) or `python -m core crm-basis`."
+            "Run `python -m core audit calibrate CLEAN.csv` (your domain), `python -m core crm-basis`, or calibrate "
+            f"every per-model artifact at once: `python -m core calibrate-model --model {handle.info.name!r}`."
         )
     calib = from_basis(basis, fingerprint)
     return calib, f"{calib.source} [id {calib.calibration_id}]"

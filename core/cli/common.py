@@ -15,6 +15,7 @@ Every argument is checked before the model is loaded or anything is scored: :fun
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -255,13 +256,21 @@ def run_from_args(
 
 
 def write_result(result: DualPathResult, as_json: bool, details: list[str]) -> int:
-    """Print ``result`` as one JSON object, or as a text summary (model, both answers, then ``details``).
+    """Print ``result`` as one JSON object (with ``calibration``: what its verdicts are calibrated with,
+    :func:`core.evaluation.model_card.calibration_status`), or as a text summary (model, both answers, then
+    ``details``).
 
     Returns:
         0, the command's exit status.
     """
     if as_json:
-        sys.stdout.write(result.to_json() + "\n")
+        from core.evaluation.model_card import calibration_status
+
+        data = result.to_dict()  # the calibration the verdicts come from, next to them (schema_version stays last)
+        version = data.pop("schema_version")
+        data["calibration"] = calibration_status(result.model, result.template, result.model_info.get("source"))
+        data["schema_version"] = version
+        sys.stdout.write(json.dumps(data, ensure_ascii=False, allow_nan=False) + "\n")
         return 0
     lines = [
         f"model:       {result.model}",

@@ -57,6 +57,7 @@ from core.methods.baselines import min_k_plus_plus, min_k_prob, zlib_ratio
 from core.methods.crm import SUPERVISED, supervised_score
 from core.methods.logistic import LogisticParams, fit_logistic, protocol
 from core.model import artifacts
+from core.model.calibration_store import missing_artifact
 from core.model.handle import ModelHandle
 from core.model.prompts import resolve_template
 
@@ -278,10 +279,7 @@ def load_model_for(handle: ModelHandle, template: str) -> CombinedModel | None:
 def _model(inp: DetectorInput) -> CombinedModel:
     model = load_model_for(inp.handle, inp.result.template)
     if model is None:
-        raise ValueError(
-            f"No combined detector for {inp.handle.info.name!r} with template {inp.result.template!r}: build one "
-            "with `python scripts/build_combined.py` (the embedded model's is bundled)."
-        )
+        raise ValueError(missing_artifact("combined detector", inp.handle.info.name, inp.result.template))
     return model
 
 

@@ -27,6 +27,7 @@ from core.engine.prepare import prepare_prompts
 from core.methods.crm import PC1, SUPERVISED, CrmBasis, load_basis, semantic_delta, supervised_score
 from core.methods.crm.store import CRM_BASIS
 from core.methods.internals import displacement
+from core.model.calibration_store import missing_artifact
 
 PAGE = "Layer trajectories"
 
@@ -38,8 +39,8 @@ def basis_for(inp: DetectorInput) -> CrmBasis:
         basis = load_basis(inp.handle, inp.result.template)
         if basis is None:
             raise ValueError(
-                f"No CRM basis for {inp.handle.info.name!r} with template {inp.result.template!r}: compute it "
-                "once with `python -m core crm-basis` (or on the Layer trajectories page)."
+                missing_artifact("CRM basis", inp.handle.info.name, inp.result.template)
+                + " `python -m core crm-basis` (or the Layer trajectories page) computes the basis alone."
             )
         inp.cache[keys.CRM_BASIS] = basis
     return basis

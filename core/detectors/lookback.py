@@ -5,8 +5,9 @@ teacher-forced forward of the retrieval prompt + answer (:mod:`core.methods.look
 has no ratio (no earlier answer token) and is skipped, so a one-token answer fails with a stated reason.
 
 * ``lookback`` — P(recalled) of the logistic regression over the ``L · H`` per-head mean ratios, fitted once on
-  the behavior set's calibration split (``assets/lookback/``, ``scripts/build_lookback.py``); for a model
-  without a fit it refuses, naming the script that builds one. Higher = recalled. Its τ (the 0.95-quantile of
+  the behavior set's calibration split (``assets/lookback/``, ``scripts/build_lookback.py``), or on a model's own
+  rows by ``python -m core calibrate-model``; for a model without a fit it refuses, naming the one step that builds
+  one. Higher = recalled. Its τ (the 0.95-quantile of
   the out-of-fold P over read calibration rows) is the agreement view's threshold.
 * ``lookback_cv`` — the same regression refit out of fold on the evaluated rows (:mod:`core.detectors.fitted`):
   how separable *this* data is with these features; runs on any model.
@@ -39,6 +40,7 @@ from core.detectors.thresholds import bundled_calibration, own_threshold
 from core.methods.lookback import LookbackMap, LookbackModel, model_for, span_features
 from core.methods.lookback.maths import head_mean_curve
 from core.methods.lookback.model import LOOKBACK_MODEL
+from core.model.calibration_store import missing_artifact
 
 NAME = "lookback"
 CV_NAME = "lookback_cv"
@@ -63,9 +65,8 @@ def classifier_for(inp: DetectorInput) -> LookbackModel:
     model = model_for(inp.handle, inp.result.template)
     if model is None:
         raise ValueError(
-            f"No Lookback Lens classifier for {inp.handle.info.name!r} with template {inp.result.template!r}: build "
-            "one with `python scripts/build_lookback.py --model …` (the embedded model's is bundled), or use "
-            "lookback_cv / lookback_mean, which need none."
+            missing_artifact("Lookback Lens classifier", inp.handle.info.name, inp.result.template)
+            + " lookback_cv and lookback_mean need none."
         )
     return model
 

@@ -62,7 +62,10 @@ def score(inp: DetectorInput) -> float:
 def ready(inp: DetectorInput) -> str | None:
     """Keeps the agreement view cheap: RADAR's classifier takes minutes to build the first time."""
     if feature_table_for(inp.handle, compute=False) is None:
-        return "RADAR's classifier is not built for this model yet: open the RADAR page once to build it"
+        return (
+            "RADAR's classifier is not built for this model yet: open the RADAR page once to build it, or build it "
+            f"with every other per-model artifact: `python -m core calibrate-model --model {inp.handle.info.name!r}`"
+        )
     return None
 
 

@@ -3,11 +3,12 @@
 A declaration lists its threshold's sources in order (:attr:`core.detectors.registry.Detector.thresholds`); the
 first that finds one wins (:func:`detector_threshold`). The shared rules live here:
 
-* :func:`bundled_calibration` — the bundled per-detector calibration of the model
-  (``assets/thresholds/detectors-<slug>.json``, written by ``scripts/calibrate_detectors.py``): RePCS
-  Algorithm 1 applied to each detector — the α-quantile of its score over the clean (context-dependent)
-  calibration prompts, on the memorized side — with the achieved FPR/FNR on those sets. A declaration that names
-  no rule has this one;
+* :func:`bundled_calibration` — the per-detector calibration of the model: bundled
+  (``assets/thresholds/detectors-<slug>.json``, written by ``scripts/calibrate_detectors.py``), else the model's own
+  from ``python -m core calibrate-model`` (its calibration folder, :mod:`core.model.calibration_store`): RePCS
+  Algorithm 1 applied to each detector — the α-quantile of its score over the clean (context-dependent, or read)
+  calibration rows, on the memorized side — with the achieved FPR/FNR. A declaration that names no rule has this
+  one;
 * :func:`decision_boundary` — a fitted probability's own rule, p = 0.5, in the declaration's words;
 * a family's own rules sit in its module (the run's τ for RePCS, a classifier's calibrated τ for the combined
   detector and the Lookback Lens, the calibration table of ReDeEP's choice, CRM's basis for the L2 norm).
@@ -37,7 +38,7 @@ from core.detectors.registry import (
 from core.engine import DualPathSettings
 from core.engine.verdict import READ, RECALLED, UNCALIBRATED
 from core.io import asset_path
-from core.model import artifacts
+from core.model import artifacts, calibration_store
 from core.model.handle import ModelHandle
 
 THRESHOLD_DIR = asset_path("thresholds")
@@ -58,9 +59,13 @@ DETECTOR_THRESHOLDS = artifacts.ArtifactKind(
     read=_read_bundled,
     bundled=lambda slug, variant: THRESHOLD_DIR / f"detectors-{slug}.json",
     bundled_embedded_only=False,
+    cache=lambda slug, variant: Path(calibration_store.STORE, slug, variant or "-", calibration_store.DETECTORS_FILE),
     fresh=lambda data, handle, variant: None if data.get("model") == handle.info.name else "another model's",
 )
-"""The bundled per-detector calibration (``scripts/calibrate_detectors.py``), by the model's slug."""
+"""The per-detector calibration: bundled (``scripts/calibrate_detectors.py``) by the model's slug, else the model's
+own from ``calibrate-model`` in its calibration folder (per resolved template)."""
+CALIBRATE_MODEL = "calibrate-model"
+"""The ``origin`` of a per-detector calibration written by ``python -m core calibrate-model``."""
 
 
 def bundled_path(handle: ModelHandle) -> Path:
@@ -68,18 +73,24 @@ def bundled_path(handle: ModelHandle) -> Path:
     return DETECTOR_THRESHOLDS.bundled(handle.slug, "")  # type: ignore[misc]
 
 
-def bundled_thresholds(handle: ModelHandle) -> dict[str, Any] | None:
-    """The bundled per-detector calibration of the handle's model, or ``None`` (no file, or another model's)."""
-    return artifacts.find(DETECTOR_THRESHOLDS, handle)
+def bundled_thresholds(handle: ModelHandle, template: str = "") -> dict[str, Any] | None:
+    """The per-detector calibration of the handle's model — bundled, else its own from ``calibrate-model`` for the
+    resolved ``template`` — or ``None`` (no file, or another model's)."""
+    return artifacts.find(DETECTOR_THRESHOLDS, handle, template)
 
 
 def _bundled_source(data: dict[str, Any], entry: dict[str, Any], settings: DualPathSettings) -> str:
     n_clean, n_mem = data.get("n_clean", "?"), data.get("n_memorized", "?")
     alpha = float(data.get("alpha", 0.05))
-    parts = [f"bundled calibration: {alpha:.0%}-quantile over {n_clean} clean prompts"]
+    if data.get("origin") == CALIBRATE_MODEL:
+        parts = [f"calibrated for this model (calibrate-model): {alpha:.0%}-quantile over {n_clean} read rows"]
+        words = f"{n_clean} read and {n_mem} recalled calibration rows"
+    else:
+        parts = [f"bundled calibration: {alpha:.0%}-quantile over {n_clean} clean prompts"]
+        words = f"{n_clean} clean and {n_mem} memorized prompts"
     fpr, fnr = entry.get("fpr"), entry.get("fnr")
     if fpr is not None and fnr is not None:
-        parts.append(f"FPR {fpr:.0%} / FNR {fnr:.0%} on {n_clean} clean and {n_mem} memorized prompts")
+        parts.append(f"FPR {fpr:.0%} / FNR {fnr:.0%} on {words}")
     calibrated = data.get("settings") or {}
     window = calibrated.get("score_window")
     if window is not None and int(window) != int(settings.score_window):
@@ -89,7 +100,7 @@ def _bundled_source(data: dict[str, Any], entry: dict[str, Any], settings: DualP
 
 def bundled_calibration(detector: Detector, inp: DetectorInput) -> DetectorThreshold | None:
     """The detector's entry in the model's bundled per-detector calibration, with where it came from."""
-    data = bundled_thresholds(inp.handle)
+    data = bundled_thresholds(inp.handle, inp.result.template)
     entry = (data or {}).get("detectors", {}).get(detector.name)
     if isinstance(entry, dict) and isinstance(entry.get("threshold"), (int, float)):
         return DetectorThreshold(float(entry["threshold"]), _bundled_source(data or {}, entry, inp.settings))
@@ -135,7 +146,18 @@ def detector_threshold(detector: Detector, inp: DetectorInput) -> DetectorThresh
         found = rule(detector, inp)
         if found is not None:
             return found
-    return DetectorThreshold(None, NO_THRESHOLD)
+    return DetectorThreshold(None, no_threshold_words(detector, inp))
+
+
+def no_threshold_words(detector: Detector, inp: DetectorInput) -> str:
+    """Why a detector has no threshold for this model: for a model without its own per-detector calibration,
+    which artifact is missing and the one step that builds it."""
+    if bundled_thresholds(inp.handle, inp.result.template) is not None:
+        return NO_THRESHOLD
+    what = getattr(detector.artifact, "name", None) or "per-detector calibration"
+    return f"{NO_THRESHOLD}. " + calibration_store.missing_artifact(
+        what.replace("-", " "), inp.handle.info.name, inp.result.template
+    )
 
 
 def alpha_threshold(clean_scores: Any, higher_means: str, alpha: float = DEFAULT_ALPHA) -> float:

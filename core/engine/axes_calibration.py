@@ -8,6 +8,7 @@ answer's first 16 tokens, the first content word) is refused with a message sayi
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ import numpy as np
 
 from core.engine.threshold import THRESHOLD_DIR, finite_number, json_fields
 from core.io import read_user_file
+
+logger = logging.getLogger(__name__)
 
 AXES_FILE = THRESHOLD_DIR / "axes-embedded.json"
 """The embedded model's bundled axis calibration (``scripts/calibrate_axes.py``)."""
@@ -273,8 +276,22 @@ def bundled_axes() -> AxesCalibration | None:
     return _cached(AXES_FILE)
 
 
-def axes_for(model: str) -> AxesCalibration | None:
-    """The axes calibration made for ``model`` (by its name): the bundled one of the embedded model, else
-    ``None`` (:func:`core.engine.axes.headline` then says the model is not calibrated)."""
+def axes_for(model: str, template: str | None = None, source: str | None = None) -> AxesCalibration | None:
+    """The axes calibration made for ``model`` (by its name): the bundled one of the embedded model, else the
+    newest one ``calibrate-model`` stored for it (:func:`core.model.calibration_store.files_named`; narrowed to a
+    resolved ``template`` and the model's ``source`` when given), else ``None`` (:func:`core.engine.axes.headline`
+    then says the model is not calibrated). A file naming another model is never returned."""
     cal = bundled_axes()
-    return cal if cal is not None and cal.model == model else None
+    if cal is not None and cal.model == model:
+        return cal
+    from core.model import calibration_store
+
+    for path in calibration_store.files_named(model, calibration_store.AXES_FILE, template, source):
+        try:
+            found = _cached(path)
+        except ValueError as exc:
+            logger.warning("Ignoring the axes calibration %s: %s", path, exc)
+            continue
+        if found is not None and found.model == model:
+            return found
+    return None

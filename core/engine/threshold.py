@@ -11,7 +11,8 @@ the one loader with one set of checks, and the one τ resolver.
   against the model it is applied to by :func:`check_model` (a τ is specific to one model);
 * :func:`resolve_tau` is the one place that says which τ is in force: the session's (a τ chosen in the app),
   else a file (``--threshold-file``), else a file saved for this model in a folder, else the bundled one of the
-  embedded model, else the embedded model's τ as a labeled fallback, else none; :func:`tau_in_force` is the one
+  embedded model, else the model's own from ``calibrate-model``, else none (another model's τ is never
+  borrowed: the verdict is "uncalibrated", with the way to calibrate); :func:`tau_in_force` is the one
   meaning of an unset τ (a given τ as the τ setting applies it, else the model's default).
 
 Fitting a τ (the α-quantile, the PAC sample size, the quantile regression behind τ(L)) is a method:
@@ -21,6 +22,7 @@ Fitting a τ (the α-quantile, the PAC sample size, the quantile regression behi
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -475,8 +477,10 @@ ORIGIN_SESSION = "session"
 ORIGIN_FILE = "file"
 ORIGIN_USER = "user"
 ORIGIN_BUNDLED = "bundled"
-ORIGIN_FALLBACK = "fallback"
+ORIGIN_CALIBRATED = "calibrated"
 ORIGIN_NONE = "none"
+HOW_TO_CALIBRATE_TAU = "python -m core calibrate-model --model <this model>"
+"""The one step that calibrates a model's τ (with every other per-model artifact)."""
 
 
 @dataclass(frozen=True)
@@ -487,7 +491,8 @@ class TauInForce:
         threshold: the τ as the τ setting applies it (``None``: no τ, verdicts are "uncalibrated").
         source: one sentence for the page or the JSON (``threshold_source``).
         origin: :data:`ORIGIN_SESSION`, :data:`ORIGIN_FILE`, :data:`ORIGIN_USER`, :data:`ORIGIN_BUNDLED`,
-            :data:`ORIGIN_FALLBACK` (the embedded model's τ for another model, labeled so) or :data:`ORIGIN_NONE`.
+            :data:`ORIGIN_CALIBRATED` (the model's own, from ``calibrate-model``) or :data:`ORIGIN_NONE` (no τ:
+            another model's τ is never borrowed).
     """
 
     threshold: Threshold | None
@@ -507,7 +512,9 @@ def resolve_tau(
     user_dir: Path | None = None,
     mode: str = DEFAULT_TAU_MODE,
 ) -> TauInForce:
-    """The τ in force for ``model_name``: session → file → user folder → bundled → fallback → none.
+    """The τ in force for ``model_name``: session → file → user folder → bundled (the embedded model) → the model's
+    own calibration (``calibrate-model``, :mod:`core.model.calibration_store`) → none. A model without its own τ
+    gets none (its RePCS verdict is "uncalibrated", with the way to calibrate): never another model's τ.
 
     Args:
         session: a τ chosen in this session (the app's "use this τ") and its source sentence.
@@ -533,16 +540,37 @@ def resolve_tau(
         if path.is_file():
             th = load_threshold(path, model_name).for_mode(mode)
             return TauInForce(th, f"calibrated by you ({path.name}; {describe_mode(th)})", ORIGIN_USER)
-    if not EMBEDDED_THRESHOLD.is_file():
-        return TauInForce(None, "no threshold available", ORIGIN_NONE)
-    th = artifacts.read(BUNDLED_TAU, EMBEDDED_THRESHOLD).for_mode(mode)
-    if model_name == EMBEDDED_NAME:
+    if model_name == EMBEDDED_NAME and EMBEDDED_THRESHOLD.is_file():
+        th = artifacts.read(BUNDLED_TAU, EMBEDDED_THRESHOLD).for_mode(mode)
         return TauInForce(
             th, f"bundled calibration: {describe_mode(th)} over {th.n_clean} clean prompts", ORIGIN_BUNDLED
         )
-    return TauInForce(
-        th, "fallback: the embedded model's τ (not calibrated for this model — calibrate it)", ORIGIN_FALLBACK
-    )
+    own = calibrated_tau(model_name)
+    if own is not None:
+        th, path = own
+        return TauInForce(
+            th.for_mode(mode),
+            f"calibrated for this model by calibrate-model: {describe_mode(th)} over {th.n_clean} read rows",
+            ORIGIN_CALIBRATED,
+        )
+    how = HOW_TO_CALIBRATE_TAU.replace("<this model>", repr(model_name))
+    return TauInForce(None, f"not calibrated for this model: no τ (calibrate it: {how})", ORIGIN_NONE)
+
+
+def calibrated_tau(model_name: str) -> tuple[Threshold, Path] | None:
+    """The newest τ ``calibrate-model`` stored for ``model_name`` (:func:`core.model.calibration_store.files_named`)
+    and its path, or ``None``; unreadable files and files of another model are skipped."""
+    from core.model import calibration_store
+
+    for path in calibration_store.files_named(model_name, calibration_store.TAU_FILE):
+        try:
+            th = artifacts.read(BUNDLED_TAU, path)
+            check_model(th, model_name)
+        except (OSError, ValueError) as exc:
+            logging.getLogger(__name__).warning("Ignoring the calibrated τ %s: %s", path, exc)
+            continue
+        return th, path
+    return None
 
 
 BUNDLED_TAU = artifacts.ArtifactKind(
@@ -550,7 +578,8 @@ BUNDLED_TAU = artifacts.ArtifactKind(
     read=lambda path: Threshold.load(path),
     bundled=lambda slug, variant: EMBEDDED_THRESHOLD,
 )
-"""The embedded model's bundled τ (read once per modification time by the artifact store)."""
+"""A τ file: the embedded model's bundled one, or a model's own in its calibration folder (read once per
+modification time by the artifact store)."""
 
 
 def threshold_for(
@@ -572,8 +601,8 @@ def tau_in_force(
 
     A given ``threshold`` is applied as the τ setting ``mode`` applies it (:meth:`Threshold.for_mode`; the
     default, length-aware setting leaves it as it is), with ``source`` (else ``"given"``). An unset one is the
-    model's default τ in force under ``mode`` (:func:`threshold_for`: the bundled τ of the embedded model, the
-    embedded model's τ as a labeled fallback for another model, or none).
+    model's default τ in force under ``mode`` (:func:`threshold_for`: the bundled τ of the embedded model, a
+    model's own from ``calibrate-model``, or none).
 
     Raises:
         ValueError: an unknown ``mode``.

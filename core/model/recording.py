@@ -32,6 +32,7 @@ import torch
 
 from core.model.handle import ModelHandle
 from core.model.hooks import attention_hooks, input_hook, module_io_hooks, residual_hooks
+from core.model.memory import fix_mmap_threshold
 from core.model.parts import layer_mlps, model_parts
 from core.model.trace import ALL, AttentionReducer, Trace, check_positions
 
@@ -237,7 +238,9 @@ def recording(
     stop_ids: Collection[int] = (),
 ) -> Iterator[list[Recording]]:
     """Record batch ``rows`` (left-padded by ``pads``) of every forward run inside the block, holding the model
-    (:meth:`ModelHandle.hooked`: every hook is removed in ``finally``).
+    (:meth:`ModelHandle.hooked`: every hook is removed in ``finally``). The first recording fixes glibc's mmap
+    threshold for the process (:func:`core.model.memory.fix_mmap_threshold`: without it a recorded batch's peak
+    memory grows by about one key/value cache per decode step).
 
     Args:
         rows: the batch rows to record.
@@ -251,6 +254,7 @@ def recording(
         One :class:`Recording` per row, filled as the block runs; the caller sets :meth:`Recording.set_fed`.
     """
     parts = model_parts(handle)
+    fix_mmap_threshold()  # the many small pieces kept here would otherwise pin the freed cache blocks (see it)
     recordings = [Recording(prompt_len=int(n)) for n in prompt_lens]
     recorder = _Recorder(rows, pads, recordings, parts.n_layers, stop_ids)
     try:

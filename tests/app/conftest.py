@@ -75,6 +75,22 @@ def tiny_app(tiny_handle, use_loader) -> ModelHandle:
 
 
 @pytest.fixture
+def tiny_own_tau(tiny_app, monkeypatch, tmp_path) -> ModelHandle:
+    """:func:`tiny_app` with a τ(L) of its own, stored where ``calibrate-model`` stores one (in a fresh cache): the
+    bundled τ(L)'s numbers, made for the tiny model. No model borrows another's τ, so a test of a τ in force needs
+    one; returns the handle."""
+    from dataclasses import replace
+
+    from core.engine.threshold import EMBEDDED_THRESHOLD, Threshold
+    from core.model import calibration_store
+
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path / "cache"))
+    folder = calibration_store.claim_folder(tiny_app, "chat")
+    replace(Threshold.load(EMBEDDED_THRESHOLD), model=tiny_app.info.name).save(folder / calibration_store.TAU_FILE)
+    return tiny_app
+
+
+@pytest.fixture
 def model_never_ready(use_loader, tiny_handle, monkeypatch):
     """The model is still loading: a page stops where it first waits for it (what it drew until then stays)."""
     release = threading.Event()

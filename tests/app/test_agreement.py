@@ -43,7 +43,7 @@ def _group_headings(at) -> list[str]:
     return [titles[m.value] for m in at.markdown if m.value in titles]
 
 
-def test_the_dual_path_page_shows_every_cheap_detector_with_its_verdict_and_page(tiny_app) -> None:
+def test_the_dual_path_page_shows_every_cheap_detector_with_its_verdict_and_page(tiny_own_tau) -> None:
     at = open_script(APP, TIMEOUT)
     ok(at.switch_page(DUAL_PATH).run())
     assert not [s for s in at.subheader if s.value == "Every detector on this example"], "nothing before a run"

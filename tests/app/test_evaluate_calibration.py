@@ -35,7 +35,7 @@ def test_too_few_clean_rows_is_a_reason_not_to_adopt_without_a_second_thought():
     assert adoption_problems(_Report(10), 0.1) == [], "⌈1/0.1⌉ = 10 rows are enough at α = 0.1"
 
 
-def test_adopting_a_tau_from_two_clean_rows_needs_use_anyway(tiny_app) -> None:
+def test_adopting_a_tau_from_two_clean_rows_needs_use_anyway(tiny_own_tau) -> None:
     at = evaluate_upload(EIGHT, ["repcs"], timeout=TIMEOUT)
     assert at.session_state[MAIN].n_done == 8
     at.radio(key=keys.EVAL_CAL_MODE).set_value("Rows I pick").run()
@@ -51,7 +51,7 @@ def test_adopting_a_tau_from_two_clean_rows_needs_use_anyway(tiny_app) -> None:
     assert not at.button(key=keys.EVAL_USE_TAU).disabled
 
     (in_force,) = [c.value for c in at.caption if c.value.startswith("In force now:")]
-    assert in_force.startswith("In force now: length-aware τ(L) from "), in_force  # the fallback τ(L), as it is
+    assert in_force.startswith("In force now: length-aware τ(L) from "), in_force  # its own τ(L), as it is
     at.radio(key=keys.widget_key(keys.TAU_MODE)).set_value("paper").run()
     (in_force,) = [c.value for c in at.caption if c.value.startswith("In force now:")]
     assert in_force.startswith("In force now: τ = ") and "one constant τ" in in_force, in_force

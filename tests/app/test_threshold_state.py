@@ -71,7 +71,7 @@ def runs(monkeypatch):
     return calls
 
 
-def test_changing_tau_re_decides_the_run_in_place_and_the_table_follows(tiny_app, runs) -> None:
+def test_changing_tau_re_decides_the_run_in_place_and_the_table_follows(tiny_app, tiny_own_tau, runs) -> None:
     at = _run_once()
     assert len(runs) == 1
     (stored,) = at.session_state[keys.RESULTS].values()
@@ -104,11 +104,11 @@ def test_changing_tau_re_decides_the_run_in_place_and_the_table_follows(tiny_app
     assert len(runs) == 1 and _repcs_row(at)["verdict"] == DISPLAY[READ]
 
 
-def test_the_tau_metric_says_which_tau_is_in_force_for_this_answer(tiny_app, runs) -> None:
+def test_the_tau_metric_says_which_tau_is_in_force_for_this_answer(tiny_app, tiny_own_tau, runs) -> None:
     at = _run_once()
     (stored,) = at.session_state[keys.RESULTS].values()
     labels = [m.label for m in at.metric]
-    assert f"Threshold τ({stored.n_scored}), length-aware" in labels, labels  # the bundled τ(L), at this L
+    assert f"Threshold τ({stored.n_scored}), length-aware" in labels, labels  # its own τ(L), at this L
     _use_tau(at, tiny_app.info.name, 3.0)  # a τ without a length model: one constant τ
     ok(at.run())
     labels = [m.label for m in at.metric]

@@ -17,6 +17,7 @@ from core.engine import DualPathResult
 from core.methods.lookback.features import lookback_map
 from core.methods.lookback.maths import WINDOW, head_mean_curve, span_features, window_features
 from core.methods.lookback.model import LookbackModel, model_for
+from core.model.calibration_store import missing_artifact
 from core.model.handle import ModelHandle
 
 
@@ -131,10 +132,7 @@ def analyze(handle: ModelHandle, result: DualPathResult, *, window: int = WINDOW
     model = model_for(handle, result.template)
     out = analyze_map(m.lr, m.answer_tokens, model, window=window)
     if model is None:
-        out.classifier = (
-            f"no Lookback Lens classifier for {handle.info.name!r}: build one with `python scripts/build_lookback.py "
-            "--model …` (the embedded model's is bundled)"
-        )
+        out.classifier = missing_artifact("Lookback Lens classifier", handle.info.name, result.template)
     else:
         out.classifier = (
             f"{out.classifier} ({', '.join(str(t.get('path')) for t in model.trained_on) or 'calibration data'}); "

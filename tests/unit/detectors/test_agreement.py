@@ -214,7 +214,7 @@ def test_radar_is_never_translated_into_read_or_recalled(tiny_handle, tiny_resul
     from core.detectors import get
 
     document = {"model": tiny_handle.info.name, "detectors": {"radar": {"threshold": 0.9553, "fpr": 0.05}}}
-    monkeypatch.setattr(thresholds, "bundled_thresholds", lambda handle: document)
+    monkeypatch.setattr(thresholds, "bundled_thresholds", lambda handle, template="": document)
     radar = replace(get("radar"), ready=None)  # scored from the cached details, never built here
     row = agreement.judge(radar, _radar_input(tiny_handle, tiny_result, label, p_recall))
     assert row.score == pytest.approx(p_recall)

@@ -117,7 +117,7 @@ def test_no_model_for_another_model_says_how_to_build_one(tiny_handle, tmp_path,
     monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path))
     settings = DualPathSettings(max_new_tokens=2, score_window=2)
     res = run_dual_path(tiny_handle, "Q?", "Ada.", settings, free_parametric=False)
-    with pytest.raises(ValueError, match="build_combined"):
+    with pytest.raises(ValueError, match="calibrate-model"):
         get(NAME).score(DetectorInput(handle=tiny_handle, result=res, settings=settings))
 
 

@@ -1,5 +1,5 @@
 """core.engine.threshold: the one loader (its checks, for the app's bytes and the CLI's path), the one τ
-resolver (session → file → user folder → bundled → fallback → none) and the words for the τ in force."""
+resolver (session → file → user folder → bundled → the model's own → none) and the words for the τ in force."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from core.engine.threshold import (
     EMBEDDED_THRESHOLD,
     ORIGIN_BUNDLED,
-    ORIGIN_FALLBACK,
     ORIGIN_FILE,
+    ORIGIN_NONE,
     ORIGIN_SESSION,
     ORIGIN_USER,
     TAU_PAPER,
@@ -72,8 +72,9 @@ def test_resolve_tau_goes_session_then_file_then_user_folder_then_bundled(tmp_pa
     assert (found.threshold.tau, found.origin) == (2.5, ORIGIN_USER)
     found = resolve_tau(EMBEDDED_NAME)
     assert found.origin == ORIGIN_BUNDLED and found.threshold == Threshold.load(EMBEDDED_THRESHOLD)
-    other = resolve_tau("some/model")
-    assert other.origin == ORIGIN_FALLBACK and other.source.startswith("fallback")
+    other = resolve_tau("some/model")  # never the embedded model's τ: none, and how to calibrate
+    assert other.threshold is None and other.origin == ORIGIN_NONE
+    assert "not calibrated for this model" in other.source and "calibrate-model" in other.source
     with pytest.raises(ValueError, match="calibrated for"):
         resolve_tau("some/model", session=(own, "chosen here"))  # a session τ of another model is refused
     paper = resolve_tau(EMBEDDED_NAME, session=(Threshold.load(EMBEDDED_THRESHOLD), "x"), mode=TAU_PAPER)

@@ -88,10 +88,18 @@ def test_results_of_schema_2_read_back_with_todays_verdicts(tiny_handle, setting
         DualPathResult.from_dict(data)
 
 
-def test_cli_tau_mode_chooses_how_the_default_tau_is_applied(tiny_handle, monkeypatch, capsys):
+def test_cli_tau_mode_chooses_how_the_default_tau_is_applied(tiny_handle, monkeypatch, capsys, tmp_path):
+    from dataclasses import replace
+
     import core.cli.common
     from core.cli import main
+    from core.engine.threshold import EMBEDDED_THRESHOLD
+    from core.model import calibration_store
 
+    # the model's own τ(L), as calibrate-model stores it (no model borrows another's τ)
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path))
+    folder = calibration_store.claim_folder(tiny_handle, "chat")
+    replace(Threshold.load(EMBEDDED_THRESHOLD), model=tiny_handle.info.name).save(folder / calibration_store.TAU_FILE)
     monkeypatch.setattr(core.cli.common, "load_model", lambda *a, **k: tiny_handle)
     argv = ["run", "--query", QUERY, "--context", CONTEXT, "--max-new-tokens", "4", "--json"]
     assert main([*argv, "--tau-mode", "paper"]) == 0

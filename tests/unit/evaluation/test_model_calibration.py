@@ -1,0 +1,283 @@
+"""``calibrate-model`` end to end on the tiny random Llama: every artifact written, found by its lookup and used by
+the app's and the CLI's paths; a killed run resumes; the budget and the row order.
+
+The tiny model knows nothing and answers noise, so its rows get behavior labels from a stand-in labeler (the
+real labels come from the answers' text and the swap test, tested in ``test_headline_fit.py``): what is tested
+here is the plumbing — rows in, every per-model file out, every lookup finding it."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from core.engine import DualPathSettings
+from core.evaluation import headline_fit, model_fits
+from core.evaluation.constructions import AGREEING, CALIBRATION, CONFLICT, REPORT, ValidationRow
+from core.evaluation.model_calibration import Budget, Work, calibrate_model, order_units, read_rows, units_of
+from core.model.handle import CancelToken, RunCancelled
+
+SETTINGS = DualPathSettings(max_new_tokens=6, score_window=6)
+OBJECTS = ["Paris", "Rome", "Oslo", "Lima", "Bern", "Kyiv", "Riga", "Doha", "Baku", "Male", "Suva", "Apia"]
+
+
+def _rows(n_facts: int = 12) -> list[ValidationRow]:
+    """Short project-style rows (no knownness probe), both splits, conflict and agreeing, plus one ROME fact the
+    tiny model cannot know (dropped by the knownness check)."""
+    rows = []
+    for i in range(n_facts):
+        split = CALIBRATION if i % 2 == 0 else REPORT
+        subject = f"Zorbia{i}"
+        query = f"What is the capital of {subject}?"
+        for relation, obj in ((CONFLICT, OBJECTS[(i + 1) % len(OBJECTS)]), (AGREEING, OBJECTS[i % len(OBJECTS)])):
+            rows.append(
+                ValidationRow(
+                    "templated",
+                    relation,
+                    "project",
+                    query,
+                    f"The capital of {subject} is {obj}.",
+                    [obj],
+                    [OBJECTS[i % len(OBJECTS)]],
+                    subject,
+                    query,
+                    split,
+                )
+            )
+    rows.append(
+        ValidationRow(
+            "templated",
+            CONFLICT,
+            "rome",
+            "Who owns Xamarin?",
+            "Xamarin, from Rome.",
+            ["Rome"],
+            ["Microsoft"],
+            "Xamarin",
+            "13",
+            CALIBRATION,
+        )
+    )
+    return rows
+
+
+def _write(rows: list[ValidationRow], path: Path) -> Path:
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(ValidationRow.__dataclass_fields__))
+        writer.writeheader()
+        writer.writerows(r.to_dict() for r in rows)
+    return path
+
+
+def _label(s: headline_fit.Scored) -> str:
+    """A stand-in behavior: by the fact's number, so both labels occur in both splits and relations."""
+    number = int("".join(ch for ch in s.row.subject if ch.isdigit()) or 0)
+    return "recalled" if (number // 2) % 2 else "read"
+
+
+def _stand_in_axes(rows: list[headline_fit.Scored], model: str):
+    """The axes of the tiny model: its noise has no answer span to fit them on (the fit itself is tested in
+    ``test_headline_fit.py``), so the bundled axes are stood in, made for this model, fitted on nothing."""
+    from dataclasses import replace
+
+    from core.engine.axes_calibration import bundled_axes
+
+    assert rows and all(s.row.split == CALIBRATION for s in rows)  # the fit is given calibration rows only
+    return replace(bundled_axes(), model=model, fitted_on={"rows": len(rows)})
+
+
+def _fewer_prompts(mp: pytest.MonkeyPatch) -> None:
+    """The CRM basis and RADAR's features from a part of their bundled prompts (both stages are tested on the whole
+    sets in their own modules): 12 + 12 CRM prompts, 8 + 8 RADAR training and 6 test prompts."""
+    from core.engine.verdict import MEMORIZED
+    from core.methods import radar
+    from core.methods.crm import calibration as crm_calibration
+    from core.methods.crm import store as crm_store
+    from core.methods.crm.prompts import load_calibration_prompts
+    from core.methods.radar import store as radar_store
+
+    crm = load_calibration_prompts()
+    crm = [p for p in crm if p.label == MEMORIZED][:12] + [p for p in crm if p.label != MEMORIZED][:12]
+    mp.setattr(crm_calibration, "load_calibration_prompts", lambda *a, **k: list(crm))
+    mp.setattr(crm_store, "load_calibration_prompts", lambda *a, **k: list(crm))
+    mp.setattr(crm_store, "_DIGESTS", {})
+    full = radar.load_prompt_sets()
+    subset = [p for p in full if p.split == radar.TRAIN and p.id[-2:] <= "08"]
+    subset += [p for p in full if p.split == radar.TEST][:6]
+    mp.setattr(radar_store, "load_prompt_sets", lambda *a, **k: list(subset))
+
+
+@pytest.fixture(scope="module")
+def calibrated(tiny_handle, tmp_path_factory, one_thread):
+    """One calibration of the tiny model into a fresh cache: ``(card, rows file, cache folder)``."""
+    tmp = tmp_path_factory.mktemp("calibrate")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("READ_OR_RECALL_CACHE", str(tmp / "cache"))
+    _fewer_prompts(mp)
+    mp.setattr(headline_fit, "behavior_of", _label)
+    mp.setattr(model_fits, "behavior_of", _label)
+    mp.setattr(model_fits, "fit_calibration", _stand_in_axes)
+    rows = _write(_rows(), tmp / "rows.csv")
+    card = calibrate_model(tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp / "run")
+    yield card, rows, tmp
+    mp.undo()
+
+
+def test_calibrate_model_writes_every_artifact_and_its_card(calibrated):
+    card, _, tmp = calibrated
+    statuses = {name: a["status"] for name, a in card["artifacts"].items()}
+    for name in ("tau", "axes", "detector-thresholds", "lookback-lens", "redeep-choice", "combined-detector"):
+        assert statuses[name] == "fitted", (name, card["artifacts"][name])
+        assert Path(card["artifacts"][name]["path"]).is_file()
+    assert statuses["crm-basis"] in ("computed", "kept") and statuses["radar"] in ("computed", "kept")
+    assert card["budget"]["knownness"] == {"unknown": 1}  # the ROME fact the tiny model cannot name
+    assert card["rows"]["calibration"]["rows"] == 12 and card["rows"]["report"]["rows"] == 12
+    assert card["held_out"]["rows"] == 12 and card["held_out"]["headline"]["headline"]["n"] == 12
+    assert (tmp / "run" / "card.json").is_file() and "Held out" in (tmp / "run" / "card.txt").read_text()
+    assert "quick calibration scored 24 rows" in card["worth"]  # fewer rows than the default: wider intervals
+
+
+def test_the_calibrated_artifacts_are_found_by_every_lookup(calibrated, tiny_handle):
+    from core.audit.calibration import resolve_calibration
+    from core.detectors.combined import load_model_for
+    from core.detectors.thresholds import bundled_thresholds
+    from core.engine.axes_calibration import axes_for
+    from core.engine.threshold import ORIGIN_CALIBRATED, resolve_tau
+    from core.methods.crm import load_basis
+    from core.methods.lookback import model_for
+    from core.methods.radar import feature_table_for
+    from core.methods.redeep import is_fitted, load_choice_for
+
+    name, template = tiny_handle.info.name, calibrated[0]["template"]
+    assert axes_for(name).source.startswith("python -m core calibrate-model")
+    tau = resolve_tau(name)
+    assert tau.origin == ORIGIN_CALIBRATED and tau.threshold is not None and "calibrate-model" in tau.source
+    assert bundled_thresholds(tiny_handle, template)["origin"] == "calibrate-model"
+    assert load_basis(tiny_handle, template) is not None
+    assert model_for(tiny_handle, template) is not None
+    assert is_fitted(load_choice_for(tiny_handle, template))
+    assert load_model_for(tiny_handle, template) is not None
+    assert feature_table_for(tiny_handle, compute=False) is not None
+    audit, note = resolve_calibration(tiny_handle, template)
+    assert audit is not None and "none" not in note
+
+
+def test_a_run_after_calibration_is_judged_with_the_models_own_files(calibrated, tiny_handle):
+    from core.detectors.agreement import assess
+    from core.engine import run_dual_path
+    from core.engine.axes import headline
+    from core.engine.verdict import UNCALIBRATED
+
+    result = run_dual_path(tiny_handle, "What is the capital of Zorbia3?", "The capital of Zorbia3 is Oslo.", SETTINGS)
+    assert headline(result).verdict != UNCALIBRATED
+    assert result.threshold is not None and "calibrate-model" in result.threshold_source
+    rows = {v.name: v for v in assess(tiny_handle, result).verdicts}
+    for name in ("lookback", "combined", "redeep", "crm_lts", "repcs_mean", "ppl"):
+        assert rows[name].score is not None, (name, rows[name])
+        assert rows[name].threshold is not None, (name, rows[name].source)
+
+
+def test_run_json_shows_the_calibration_card_next_to_the_verdict(calibrated, tiny_handle, monkeypatch, capsys):
+    import core.cli.common as common
+    from core.cli import main
+
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_handle)
+    code = main(
+        [
+            "run",
+            "--query",
+            "What is the capital of Zorbia3?",
+            "--context",
+            "The capital of Zorbia3 is Oslo.",
+            "--json",
+            "--max-new-tokens",
+            "6",
+        ]
+    )
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["calibration"]["origin"] == "calibrate-model" and out["calibration"]["card"]["held_out_rows"] == 12
+    assert out["verdict"] != "uncalibrated"
+
+
+def test_a_cancelled_run_continues_where_it_stopped(calibrated, tiny_handle, tmp_path):
+    _, rows, _ = calibrated
+    token = CancelToken()
+
+    def progress(done: int, total: int, text: str = "") -> None:
+        if text.startswith("rows") and done >= 8:
+            token.cancel("test")
+
+    with pytest.raises(RunCancelled):
+        calibrate_model(
+            tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp_path, cancel=token, progress=progress
+        )
+    kept = (tmp_path / "work" / "scored.jsonl").read_text().splitlines()
+    assert 8 <= len(kept) < 24
+    card = calibrate_model(tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp_path)
+    lines = (tmp_path / "work" / "scored.jsonl").read_text().splitlines()
+    keys = [json.loads(line)["key"] for line in lines]
+    assert lines[: len(kept)] == kept and len(keys) == len(set(keys)) == 24  # nothing scored twice
+    assert card["budget"]["scored_rows"] == 24
+
+
+def test_budget_parses_rows_and_minutes():
+    assert Budget.parse(None).row_cap == Budget().row_cap and Budget.parse(None).is_default
+    assert Budget.parse("120").rows == 120 and Budget.parse("120rows").rows == 120
+    assert Budget.parse("30m").minutes == 30 and Budget.parse("2.5min").minutes == 2.5
+    for bad in ("lots", "3", "0.5m", "12.5"):
+        with pytest.raises(ValueError):
+            Budget.parse(bad)
+
+
+def test_any_prefix_of_the_order_is_balanced_between_the_splits():
+    rows = read_rows()
+    order = order_units(units_of(rows))
+    share = sum(u.split == CALIBRATION for u in order) / len(order)
+    for n in (10, 50, 200):
+        splits = [u.split for u in order[:n]]
+        assert abs(splits.count(CALIBRATION) - share * n) <= 1  # each split at its share, within one unit
+    assert order == order_units(units_of(rows))  # seeded
+    rome = next(u for u in order if u.rows[0].source == "rome")
+    assert rome.probe is not None and all(r.subject == rome.rows[0].subject for r in rome.rows)
+
+
+def test_a_work_folder_of_another_model_is_refused(tiny_handle, tmp_path):
+    work = Work(tmp_path, tiny_handle, "chat")
+    work.state["identity"]["model"] = "another"
+    work.save()
+    with pytest.raises(ValueError, match="another calibration"):
+        Work(tmp_path, tiny_handle, "chat")
+
+
+def test_the_estimate_before_a_start_never_fails(tiny_handle, tmp_path, monkeypatch):
+    """The page asks for it on every rerun: from the budget (minutes), the unit costs (or nothing measured yet), or
+    the paces a stopped run left in the model's work folder."""
+    from core.engine.estimate import Estimate
+    from core.evaluation.model_calibration import SCORED, STATE, estimate_calibration
+    from core.model import calibration_store
+
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path))
+    assert estimate_calibration(tiny_handle, Budget.parse("30m")) == 1800.0
+    found = estimate_calibration(tiny_handle, Budget.parse("80"))
+    assert found is None or isinstance(found, Estimate)
+    work = Work(calibration_store.work_folder(tiny_handle, "chat"), tiny_handle, "chat")
+    work.state["pace"] = {"rows": 2.0, "swap": 1.0}
+    work.save()
+    (work.folder / SCORED).write_text('{"key": "a"}\n' * 30)
+    assert (work.folder / STATE).is_file()
+    seconds = estimate_calibration(tiny_handle, Budget.parse("80"))
+    assert seconds == pytest.approx(50 * 2.0 + 80 * 0.35 * 1.0 + 60.0)
+
+
+def test_the_batch_keeps_a_large_vocabulary_s_logits_in_bounds(tiny_handle):
+    from dataclasses import replace
+
+    from core.evaluation.model_calibration import MAX_BATCH_ROWS, batch_size_for
+
+    assert batch_size_for(tiny_handle, DualPathSettings()) == MAX_BATCH_ROWS
+    gemma = type("H", (), {"info": replace(tiny_handle.info, vocab_size=262_144)})()
+    assert batch_size_for(gemma, DualPathSettings()) == 4
+    assert batch_size_for(gemma, DualPathSettings(max_new_tokens=1024)) == 1
