@@ -122,4 +122,4 @@ def test_the_notebook_shows_a_run_as_escaped_html(executed: Any) -> None:
     (shown,) = [o for o in first.outputs if o.get("output_type") == "execute_result"]
     page = shown["data"]["text/html"]
     assert "read-or-recall-run" in page and "Plotly.newPlot" in page, "the headline view with the KL chart"
-    assert "Rome" in page and "Eiffel" in page
+    assert "Eiffel" in page and "Paris" in page  # the model answers Paris despite the context: recalled

@@ -10,7 +10,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPONENTS = ("frame", "prologue", "inputs", "state", "url_state", "controls", "keys", "text")
-LIGHT = (*(f"components.{name}" for name in COMPONENTS), "core.audit.store", "core.public", "core.bundled_sets")
+LIGHT = (
+    *(f"components.{name}" for name in COMPONENTS),
+    "core.audit.store",
+    "core.audit.chain",
+    "core.public",
+    "core.bundled_sets",
+)
 """The modules a page may import before its inputs are on screen (:mod:`components.prologue`)."""
 HEAVY = ("torch", "transformers", "safetensors", "sklearn", "scipy", "captum", "pandas", "numpy", "core.engine")
 """Libraries that take seconds to import on a server's first run (plotly is not here: Streamlit imports it)."""
