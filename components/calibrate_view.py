@@ -22,12 +22,18 @@ from components import keys
 from components.text import escape_markdown
 from core.engine.estimate import describe_estimate
 from core.engine.result import DualPathResult
-from core.evaluation.model_calibration import DEFAULT_ROWS, Budget, calibrate_model, estimate_calibration
+from core.evaluation.model_calibration import (
+    DEFAULT_MINUTES,
+    DEFAULT_ROWS,
+    Budget,
+    calibrate_model,
+    estimate_calibration,
+)
 from core.evaluation.model_card import calibration_status, card_text, find_card, how_to_calibrate
 from core.model.handle import CancelToken, ModelHandle, RunCancelled
 
 BUDGETS = {
-    f"default ({DEFAULT_ROWS} rows)": None,
+    f"default ({DEFAULT_ROWS} rows, at most {DEFAULT_MINUTES:g} minutes)": None,
     "quick (80 rows: wider intervals)": "80",
     "at most 30 minutes": "30m",
 }
@@ -136,6 +142,7 @@ def draw_card(result: DualPathResult) -> None:
             f"report rows the headline matched behavior {_pct(card.get('headline_match'))} "
             f"[{_pct(ci[0])}, {_pct(ci[1])}] ({per}; undecided {_pct(card.get('undecided'))}; the text-only rule "
             f"{_pct(card.get('text_only_match'))})."
+            + ("" if status["calibrated"] else " Its budget was too small to fit the headline's axes: calibrate again.")
         )
     )
     with st.expander("The whole calibration card"):

@@ -86,8 +86,14 @@ def worth(card: dict[str, Any]) -> str:
     )
     if scored and default and scored < default:
         n_default = max(1, round(n * default / scored))
+        capped = budget.get("rows") is None and budget.get("minutes") is None
+        what = (
+            f"The default's time cap stopped it at {scored} rows"
+            if capped
+            else f"This quick calibration scored {scored} rows"
+        )
         text += (
-            f" This quick calibration scored {scored} rows; the default budget ({default} rows) would give about "
+            f" {what}; {default} rows would give about "
             f"{n_default} labeled report rows and ±{100 * (half_width(p, n_default) or 0):.0f} points: every interval "
             f"here is about {math.sqrt(default / scored):.1f}× as wide, and the fits saw as many fewer rows."
         )
@@ -269,12 +275,16 @@ def calibration_status(model: str, template: str | None = None, source: str | No
 
     Returns:
         ``{"calibrated", "origin", "card", "how"}``: ``origin`` is ``"bundled"`` (the embedded model's shipped
-        files), ``"calibrate-model"`` (``card`` holds :func:`card_summary` of the model's card) or ``"none"`` (the
-        headline is "uncalibrated"; ``how`` is the command that calibrates it).
+        files), ``"calibrate-model"`` (``card`` holds :func:`card_summary` of the model's card) or ``"none"`` (no
+        calibration). ``calibrated`` is whether the headline has its axes: a ``calibrate-model`` run whose budget
+        was too small to fit them leaves its card and its other artifacts (τ …) but an "uncalibrated" headline.
+        ``how`` is the command that calibrates the model (``None`` once calibrated).
     """
     if model == EMBEDDED_NAME and axes_for(model) is not None:
         return {"calibrated": True, "origin": BUNDLED, "card": None, "how": None}
     card = find_card(model, template, source)
-    if card is not None and axes_for(model, template, source) is not None:
-        return {"calibrated": True, "origin": CALIBRATED, "card": card_summary(card), "how": None}
+    if card is not None:
+        calibrated = axes_for(model, template, source) is not None
+        how = None if calibrated else how_to_calibrate(model) + " (a larger budget: the axes were not fitted)"
+        return {"calibrated": calibrated, "origin": CALIBRATED, "card": card_summary(card), "how": how}
     return {"calibrated": False, "origin": UNCALIBRATED, "card": None, "how": how_to_calibrate(model)}

@@ -2,7 +2,7 @@
 
 Examples::
 
-    python -m core calibrate-model --model gemma3-270m                 # the default budget (rows)
+    python -m core calibrate-model --model gemma3-270m                 # the default: 240 rows within 55 minutes
     python -m core calibrate-model --model path/model.gguf --budget 30m  # a quick one: at most 30 minutes
     python -m core calibrate-model --model owner/name --budget 80 --out out/cal   # 80 rows, checkpoints in out/cal
 
@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from core.cli.common import DTYPES, load_handle, parse_device
-from core.evaluation.model_calibration import DEFAULT_ROWS, Budget, calibrate_model
+from core.evaluation.model_calibration import DEFAULT_MINUTES, DEFAULT_ROWS, Budget, calibrate_model
 from core.evaluation.model_card import card_text
 from core.io import check_output_path
 
@@ -45,7 +45,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--budget",
         default=None,
-        help=f"rows to score (e.g. 120) or minutes (e.g. 30m); default {DEFAULT_ROWS} rows. Fewer rows: a quicker "
+        help=f"rows to score (e.g. 120) or minutes (e.g. 30m); default {DEFAULT_ROWS} rows within "
+        f"{DEFAULT_MINUTES:g} minutes. Fewer rows: a quicker "
         "calibration with wider intervals (the card says how much wider)",
     )
     p.add_argument("--out", default=None, metavar="DIR", help="keep the run's checkpoints and a copy of the card here")

@@ -16,7 +16,15 @@ import pytest
 from core.engine import DualPathSettings
 from core.evaluation import headline_fit, model_fits
 from core.evaluation.constructions import AGREEING, CALIBRATION, CONFLICT, REPORT, ValidationRow
-from core.evaluation.model_calibration import Budget, Work, calibrate_model, order_units, read_rows, units_of
+from core.evaluation.model_calibration import (
+    DEFAULT_MINUTES,
+    Budget,
+    Work,
+    calibrate_model,
+    order_units,
+    read_rows,
+    units_of,
+)
 from core.model.handle import CancelToken, RunCancelled
 
 SETTINGS = DualPathSettings(max_new_tokens=6, score_window=6)
@@ -227,6 +235,9 @@ def test_budget_parses_rows_and_minutes():
     assert Budget.parse(None).row_cap == Budget().row_cap and Budget.parse(None).is_default
     assert Budget.parse("120").rows == 120 and Budget.parse("120rows").rows == 120
     assert Budget.parse("30m").minutes == 30 and Budget.parse("2.5min").minutes == 2.5
+    # the default stops in time (its rows or its time cap, whichever first); a budget in rows has no time cap
+    assert Budget().time_cap == DEFAULT_MINUTES and Budget.parse("240").time_cap is None
+    assert Budget.parse("30m").time_cap == 30 and "within" in Budget().describe()
     for bad in ("lots", "3", "0.5m", "12.5"):
         with pytest.raises(ValueError):
             Budget.parse(bad)
