@@ -330,6 +330,12 @@ class Work:
         self.state.setdefault("seconds", {})[stage] = round(self.state.get("seconds", {}).get(stage, 0) + seconds, 1)
         self.save()
 
+    def reopen(self, stage: str) -> None:
+        """Mark ``stage`` and every stage after it (:data:`STAGES`) as not done; what they stored is kept."""
+        later = set(STAGES[STAGES.index(stage) :])
+        self.state["done"] = [s for s in self.state["done"] if s not in later]
+        self.save()
+
     def add_seconds(self, stage: str, seconds: float) -> None:
         self.state.setdefault("seconds", {})[stage] = round(self.state.get("seconds", {}).get(stage, 0) + seconds, 1)
 
@@ -721,6 +727,9 @@ def calibrate_model(
     order = order_units(units_of(rows), seed)
     if not order:
         raise ValueError(f"{path} has no calibration or report rows")
+    previous = work.state.get("budget")
+    if previous is not None and previous != budget.to_dict():
+        work.reopen("rows")  # another budget: score on from the rows kept (a larger one), then fit again
     work.state["budget"] = budget.to_dict()
     started_wall = time.monotonic()
     before = float(work.state.get("elapsed", 0.0))

@@ -231,6 +231,17 @@ def test_a_cancelled_run_continues_where_it_stopped(calibrated, tiny_handle, tmp
     assert card["budget"]["scored_rows"] == 24
 
 
+def test_a_larger_budget_continues_from_the_rows_already_scored(calibrated, tiny_handle, tmp_path):
+    _, rows, _ = calibrated
+    calibrate_model(tiny_handle, budget="8", rows_path=rows, settings=SETTINGS, out=tmp_path)
+    first = (tmp_path / "work" / "scored.jsonl").read_text().splitlines()
+    assert 8 <= len(first) < 24
+    card = calibrate_model(tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp_path)
+    lines = (tmp_path / "work" / "scored.jsonl").read_text().splitlines()
+    assert lines[: len(first)] == first and len(lines) == 24  # the first rows kept, the rest scored once
+    assert card["budget"]["scored_rows"] == 24 and card["budget"]["rows"] == 40
+
+
 def test_budget_parses_rows_and_minutes():
     assert Budget.parse(None).row_cap == Budget().row_cap and Budget.parse(None).is_default
     assert Budget.parse("120").rows == 120 and Budget.parse("120rows").rows == 120
