@@ -81,11 +81,10 @@ def test_the_readme_states_the_two_commands() -> None:
 
 def test_the_headline_figures_have_their_places() -> None:
     readme = README.read_text(encoding="utf-8")
-    assert "How well the headline verdict matches what the model did" in readme
-    assert "<!-- headline-figures -->" in readme
+    assert "How well the headline verdict matches what the model did" in readme and "text-only rule" in readme
     assert "docs/validity.md#the-headline-verdict" in readme
     validity = VALIDITY.read_text(encoding="utf-8")
-    assert "## The headline verdict" in validity and "<!-- headline-validity -->" in validity
+    assert "## The headline verdict" in validity and "text-only rule" in validity
     assert "the-headline-verdict" in _anchors(VALIDITY)
 
 
