@@ -129,7 +129,7 @@ def draw_card(result: DualPathResult) -> None:
     it, or nothing (the section below says it is not calibrated)."""
     status = calibrated(result)
     if status["origin"] == "bundled":
-        st.caption("Calibration: the bundled files of the embedded model (held-out figures in the README).")
+        st.caption("Calibration: the bundled files of the embedded model (held-out figures in docs/validity.md).")
         return
     card = status["card"]
     if card is None:

@@ -40,7 +40,7 @@ def test_the_lookback_map_is_computed_on_request_once_and_exported(tiny_app, tmp
         assert len(at.get("plotly_chart")) >= charts + 1  # the map (and the window curve for ≥ 2 answer tokens)
         labels = {m.label: m.value for m in at.metric}
         assert labels["Lookback Lens P(recalled)"] == "—"  # the tiny model has no classifier: said, not guessed
-        assert any("build_lookback.py" in str(c.value).replace("\\", "") for c in at.caption)
+        assert any("calibrate-model" in str(c.value).replace("\\", "") for c in at.caption)  # the one step
         assert "Download the lookback map (CSV)" in _downloads(at)
         at.run()
         at.switch_page("pages/3_Layer_Trajectories.py").run()
