@@ -22,7 +22,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # one kernel runs every analysis once: 6–12 min on 2 cores
 
 REPO = Path(__file__).resolve().parents[3]
 NOTEBOOK = REPO / "docs" / "notebook.ipynb"
