@@ -18,11 +18,8 @@ The page glue:
 * :mod:`components.inputs` — the example picker and the shared query/context boxes.
 * :mod:`components.panels` — the result panels of the Dual Path page (verdict, KL chart, top-k, export …).
 
-Figure builders (pure plotly / pandas: no Streamlit, no model): :mod:`components.figures` (the dual-path
-result), :mod:`components.attention_figures`, :mod:`components.trajectory_figures`,
-:mod:`components.vocabulary_figures` (with the shared axes of :mod:`components.layer_axes`),
-:mod:`components.ablation_figures`, :mod:`components.detector_figures` (Self-Critique, SMA),
-:mod:`components.radar_figures` and :mod:`components.evaluate_figures`.
+The figure builders (pure plotly / pandas: no Streamlit, no model) are their own package, :mod:`figures`, below
+both these pieces and the notebook API (``read_or_recall``), so that the notebook's install holds no app code.
 
 Per-view state and widgets:
 

@@ -14,10 +14,10 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from components import evaluate_figures as ef
 from components import widgets
 from core.evaluation import resolve_detectors
 from core.evaluation.behavior import behavior_report, behavior_table
+from figures import evaluate as ef
 
 N_BOOT_PAGE = 1000
 
@@ -66,7 +66,7 @@ def draw_table(frame: pd.DataFrame, key: str, **columns: Any) -> None:
 
 
 def draw_by_group(table: pd.DataFrame, key: Callable[[str], str], **columns: Any) -> None:
-    """A detectors table (with its group column, :func:`components.evaluate_figures.by_group`) as one grid per
+    """A detectors table (with its group column, :func:`figures.evaluate.by_group`) as one grid per
     group, each under its question, the ``detector`` column pinned; ``key(group)`` keys each grid."""
     for group, frame in ef.by_group(table):
         st.markdown(ef.group_heading(group))

@@ -12,7 +12,6 @@ from typing import Any
 
 import streamlit as st
 
-from components import calibration_figures as cf
 from components import controls, keys, widgets
 from components.text import escape_markdown
 from components.threshold_state import (
@@ -39,6 +38,7 @@ from core.evaluation import (
 from core.evaluation.length_rates import length_report
 from core.methods.repcs_length import min_rows_per_bucket
 from core.model.handle import ModelHandle
+from figures import calibration as cf
 
 
 def draw_reset_threshold(container: Any, model: str, *, key: str) -> None:

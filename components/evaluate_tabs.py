@@ -2,7 +2,7 @@
 :mod:`components.evaluate_calibration`).
 
 Each ``draw_*`` function draws one tab from scored records (:class:`core.evaluation.EvaluationJob`); the maths
-comes from :mod:`core.evaluation`, the figures from :mod:`components.evaluate_figures`. Every text from a file
+comes from :mod:`core.evaluation`, the figures from :mod:`figures.evaluate`. Every text from a file
 or the model is escaped before it reaches Markdown.
 """
 
@@ -15,7 +15,6 @@ from typing import Any
 
 import streamlit as st
 
-from components import evaluate_figures as ef
 from components import keys, state, widgets
 from components.evaluate_behavior import draw_behavior_aucs, draw_by_group
 from components.evaluate_jobs import ANY_EVALUATION, draw_run_controls, job, run_job
@@ -38,6 +37,7 @@ from core.evaluation.behavior import has_behavior_columns
 from core.evaluation.data import CONFLICT_FILE
 from core.evaluation.sample_size import small_sample_message
 from core.model.handle import ModelHandle
+from figures import evaluate as ef
 
 PRECISION_K = 10
 """The k of the Precision@k column (shown only when k < the number of scored rows)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import figures, keys, widgets
+from components import keys, widgets
 from components.frame import draw_intro as draw_intro  # the pages draw it before their imports
 from components.text import escape_markdown, plain_message
 from core.engine.axes import Axis, Headline, with_headline
@@ -16,6 +16,7 @@ from core.engine.result import DualPathResult, result_digest
 from core.engine.swap import SwapTest, with_swap_test
 from core.engine.threshold import TAU_LENGTH
 from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, display, normalize_verdict
+from figures import base as figures
 
 RESULT_FILE_NAME = "read_or_recall_result.json"
 

@@ -12,13 +12,13 @@ import streamlit as st
 
 from components import widgets
 from components.lru import session_lru
-from components.redeep_figures import choice_frame, token_figure, token_frame
 from components.run import run_guarded
 from components.text import escape_markdown
 from core.engine.result import DualPathResult, result_digest
 from core.methods.redeep import ReDeEPView, decompose, is_fitted
 from core.methods.redeep.choice import override_choice
 from core.model.handle import ModelHandle
+from figures.redeep import choice_frame, token_figure, token_frame
 
 CACHE = "redeep_views"
 HEADS_KEY, LAYERS_KEY, RUN_KEY, CSV_KEY, FIG_KEY = (

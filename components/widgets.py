@@ -14,8 +14,6 @@ from typing import Any
 import streamlit as st
 
 from components import controls, keys, state
-from components.figures import PARAMETRIC_TITLE as PARAMETRIC_TITLE  # defined once, beside the figures
-from components.figures import RETRIEVAL_TITLE as RETRIEVAL_TITLE
 from components.run import run_guarded
 from components.state import AppConfig
 from components.text import plain_message
@@ -36,6 +34,8 @@ from core.model import families
 from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME, ModelHandle
 from core.model.prompts import TEMPLATES
 from core.public import Caps, PublicPolicy, current_policy
+from figures.base import PARAMETRIC_TITLE as PARAMETRIC_TITLE  # defined once, beside the figures
+from figures.base import RETRIEVAL_TITLE as RETRIEVAL_TITLE
 
 CUSTOM_MODEL = "custom"
 

@@ -63,7 +63,8 @@ def draw_source() -> AuditReader | None:
 early = prologue.begin()
 reader = draw_source()
 
-from components.audit_figures import (
+from components.page import open_page
+from figures.audit import (
     as_dict,
     history_frame,
     rate_figure,
@@ -71,7 +72,6 @@ from components.audit_figures import (
     record_label,
     record_trajectory_figure,
 )
-from components.page import open_page
 
 
 def draw_chain(reader: AuditReader) -> bool:

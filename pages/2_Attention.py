@@ -33,15 +33,6 @@ import streamlit as st
 
 from components import controls, keys, state, widgets
 from components import internals_state as views
-from components.attention_figures import (
-    context_mass_figure,
-    entropy_diff_figure,
-    entropy_map_figure,
-    head_pattern_figure,
-    lookback_figures,
-    selected_cell,
-)
-from components.figures import PATH_TITLES, position_label
 from components.lru import session_lru
 from components.run import run_cached
 from components.text import plain_message
@@ -50,6 +41,15 @@ from core.methods.internals import RADAR_TAU, SEGMENTS, Internals, attention_spe
 from core.methods.lookback import WINDOW, LookbackAnalysis
 from core.methods.lookback import analyze as lookback_analysis
 from core.model.handle import ModelHandle
+from figures.attention import (
+    context_mass_figure,
+    entropy_diff_figure,
+    entropy_map_figure,
+    head_pattern_figure,
+    lookback_figures,
+    selected_cell,
+)
+from figures.base import PATH_TITLES, position_label
 
 FIRST, ONE, MEAN = "first", "one", "mean"
 WHERE_LABELS = {

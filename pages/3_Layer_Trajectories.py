@@ -30,9 +30,13 @@ import streamlit as st
 
 from components import controls, keys, widgets
 from components import internals_state as views
-from components.layer_axes import row_label
 from components.redeep_view import draw_redeep
-from components.trajectory_figures import (
+from core.engine.result import DualPathResult
+from core.methods.crm import DIRECTIONS, PC1, SUPERVISED, CrmBasis, crm_report, supervised_score
+from core.methods.internals import Internals
+from core.model.handle import ModelHandle
+from figures.layer_axes import row_label
+from figures.trajectory import (
     DIRECTION_LABELS,
     QUANTITIES,
     classifier_frame,
@@ -42,10 +46,6 @@ from components.trajectory_figures import (
     run_lts,
     run_lts_figure,
 )
-from core.engine.result import DualPathResult
-from core.methods.crm import DIRECTIONS, PC1, SUPERVISED, CrmBasis, crm_report, supervised_score
-from core.methods.internals import Internals
-from core.model.handle import ModelHandle
 
 
 def draw_basis(handle: ModelHandle, result: DualPathResult) -> CrmBasis | None:

@@ -26,13 +26,13 @@ import streamlit as st
 
 from components import controls, keys, widgets
 from components import internals_state as views
-from components.figures import default_position, position_label
-from components.layer_axes import row_label
-from components.vocabulary_figures import END_COLUMNS, lens_frame, lens_position_figure, projection_frame
 from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult, result_digest
 from core.methods.crm import PC1, SUPERVISED, CrmBasis
 from core.methods.internals import Internals
 from core.model.handle import ModelHandle
+from figures.base import default_position, position_label
+from figures.layer_axes import row_label
+from figures.vocabulary import END_COLUMNS, lens_frame, lens_position_figure, projection_frame
 
 RUN = "run"
 DIRECTION_LABELS = {

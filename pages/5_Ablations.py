@@ -6,7 +6,7 @@ curve, the per-layer trajectory), the dose–response over ε, the single-layer 
 patching. Every experiment runs only on its button and is kept in this session (a
 :func:`~components.lru.session_lru`), so re-rendering or switching pages never re-runs the model. All maths
 lives in :mod:`core.methods.ablation`; the controls in :mod:`components.ablation_controls`; all figures in
-:mod:`components.ablation_figures`.
+:mod:`figures.ablation`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from typing import Any
 import streamlit as st
 
 from components import ablation_controls, keys, prefetch, state, widgets
-from components import ablation_figures as figs
 from components.ablation_controls import Choice
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
@@ -49,6 +48,7 @@ from core.methods.ablation import format_layers
 from core.methods.ablation.degenerate import path_degeneracy
 from core.model.handle import ModelHandle
 from core.model.progress import Progress
+from figures import ablation as figs
 
 MAX_CACHED = 32
 """Experiments kept per browser session (clean trajectories, perturbed runs, noise grids)."""

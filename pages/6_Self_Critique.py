@@ -4,7 +4,7 @@ The page reads top to bottom like the UI: inputs and the Self-Critique controls,
 while running), the score with its two factors, both entropy sequences one above the other, the score for
 every K, and the export. Runs are kept in this session (a :func:`~components.lru.session_lru`): the same
 inputs and settings show the stored run, and changing K only re-scores it. All maths lives in
-:mod:`core.methods.selfcritique`; all figures in :mod:`components.detector_figures`.
+:mod:`core.methods.selfcritique`; all figures in :mod:`figures.detectors`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from typing import Any
 import streamlit as st
 
 from components import controls, keys, state, widgets
-from components import detector_figures as figs
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.progress import estimate_text
@@ -55,6 +54,7 @@ from core.methods.selfcritique import (
     run_self_critique,
 )
 from core.model.handle import ModelHandle
+from figures import detectors as figs
 
 MAX_RESULTS = 12
 """Self-Critique runs kept per browser session (as plain dicts, :meth:`SelfCritiqueResult.to_dict`)."""

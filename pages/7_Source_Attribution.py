@@ -6,7 +6,7 @@ chart with the three-way labels, the perturbed samples, the faster context-sente
 exports. Runs and ablations are kept in this session (a :func:`~components.lru.session_lru` each): the same
 inputs and settings show the stored run, and moving a threshold only relabels it. All maths lives in
 :mod:`core.methods.sma`; the controls in :mod:`components.sma_controls`; all figures in
-:mod:`components.detector_figures`.
+:mod:`figures.detectors`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from typing import Any
 
 import streamlit as st
 
-from components import detector_figures as figs
 from components import keys, sma_controls, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
@@ -56,6 +55,7 @@ from core.methods.sma import (
     split_units,
 )
 from core.model.handle import ModelHandle
+from figures import detectors as figs
 
 MAX_RESULTS = 8
 """SMA runs (and, separately, context ablations) kept per browser session, as plain dicts."""

@@ -4,7 +4,7 @@ The page reads as the steps a user goes through: pick the prompt (the current qu
 context), see the ensemble's recall probability with RDS and RCI, the per-layer confidence and entropy
 trajectories, the 37 features grouped as in the paper's appendix D, the per-head attention entropies, and
 how well the classifier does on the bundled test set for this model next to the paper's Table 1. All maths
-lives in ``core.methods.radar``; all figures in ``components.radar_figures``.
+lives in ``core.methods.radar``; all figures in ``figures.radar``.
 """
 
 from __future__ import annotations
@@ -63,12 +63,12 @@ import json
 from typing import Any
 
 from components import panels, prefetch, widgets
-from components import radar_figures as rf
 from components.page import PageContext, open_page
 from components.text import escape_markdown, plain_message
 from core.engine.estimate import describe_estimate, estimate
 from core.methods import radar
 from core.model.handle import ModelHandle
+from figures import radar as rf
 
 CAVEAT = (
     "RADAR classifies the model's internal signature while it reads the prompt (one forward pass, no answer "

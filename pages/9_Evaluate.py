@@ -10,7 +10,7 @@ conflict set.
 Scoring runs batch by batch in a :class:`core.evaluation.EvaluationJob` kept in ``st.session_state``, so a
 Stop click (or a page switch) never loses scored rows and redrawing never re-runs the model. All maths lives
 in :mod:`core.evaluation`; the run widgets in :mod:`components.evaluate_jobs`, the result tabs in
-:mod:`components.evaluate_tabs`, their figures in :mod:`components.evaluate_figures`.
+:mod:`components.evaluate_tabs`, their figures in :mod:`figures.evaluate`.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from read_or_recall.calibration import calibrate, status
-from read_or_recall.figures import FIGURES, figure_names
-from read_or_recall.figures import describe as _describe_figures
 from read_or_recall.lab import Ablation, Evaluation, Lab, noise_grid_figure
+from read_or_recall.registry import FIGURES, figure_names
+from read_or_recall.registry import describe as _describe_figures
 from read_or_recall.run import Run
 
 __version__ = "0.1.0"

@@ -331,8 +331,8 @@ class Ablation:
         Raises:
             ValueError: an unknown name or path.
         """
-        from components import ablation_figures as figs
         from core.methods import ablation
+        from figures import ablation as figs
 
         clean, new = self.clean.result, self.perturbed.result
         if name == "kl_compare":
@@ -364,7 +364,7 @@ class Ablation:
 def noise_grid_figure(grid: Any) -> go.Figure:
     """The Ablations page's dose–response or single-layer sweep figure of a :meth:`Lab.dose_response` /
     :meth:`Lab.layer_sweep` grid."""
-    from components import ablation_figures as figs
+    from figures import ablation as figs
 
     if grid.kind == "layer_sweep":
         return figs.layer_sweep_figure(grid)
@@ -405,7 +405,7 @@ class Evaluation:
         """Each detector's AUC [95 % CI], FPR at 95 % TPR, Precision@10 and rows (labeled data; empty otherwise)."""
         import pandas as pd
 
-        from components.evaluate_figures import metrics_table
+        from figures.evaluate import metrics_table
 
         detectors = self.report.get("detectors") or {}
         return metrics_table(detectors) if detectors else pd.DataFrame()
@@ -417,7 +417,7 @@ class Evaluation:
         Raises:
             ValueError: an unknown name, or a figure the report has no data for (unlabeled rows).
         """
-        from components import evaluate_figures as ef
+        from figures import evaluate as ef
 
         if name == "roc":
             if not self.report.get("detectors"):

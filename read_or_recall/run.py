@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from read_or_recall import figures as figure_catalog
+from read_or_recall import registry as figure_catalog
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -205,7 +205,7 @@ class Run:
 
     def figure(self, name: str = "kl", **options: Any) -> go.Figure:
         """The chart ``name`` of this run, the same plotly figure its page draws (names and options:
-        :func:`read_or_recall.figures.describe`).
+        :func:`read_or_recall.registry.describe`).
 
         Raises:
             ValueError: an unknown name or option value.

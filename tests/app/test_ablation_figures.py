@@ -1,4 +1,4 @@
-"""components.ablation_figures: tokens fit the Ablations grid's cells (issue 14); the curves' series and hovers."""
+"""figures.ablation: tokens fit the Ablations grid's cells (issue 14); the curves' series and hovers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 
 def test_a_long_token_is_cut_to_fit_its_ablation_grid_cell_and_shown_whole_in_the_hover() -> None:
-    from components.ablation_figures import CELL_CHARS, token_diff_figure
+    from figures.ablation import CELL_CHARS, token_diff_figure
 
     tokens = [" Constantinople", " <b>", " a"]
     fig = token_diff_figure(tokens, [True, False, False], [" Paris", " <b>", " a"])
@@ -24,7 +24,7 @@ def _styles(fig) -> list[tuple]:
 
 
 def test_the_kl_and_trajectory_curves_keep_their_series_styles_and_hovers() -> None:
-    from components.ablation_figures import CLEAN_COLOR, PERTURBED_COLOR, kl_compare_figure, trajectory_figure
+    from figures.ablation import CLEAN_COLOR, PERTURBED_COLOR, kl_compare_figure, trajectory_figure
 
     fig = kl_compare_figure([" a", "<b>"], [0.1, 0.2], [" a"], [0.3], score_window=1)
     assert _styles(fig) == [
@@ -43,9 +43,9 @@ def test_the_kl_and_trajectory_curves_keep_their_series_styles_and_hovers() -> N
 
 
 def test_the_dose_response_means_carry_their_error_bars_and_one_legend_entry() -> None:
-    from components.ablation_figures import dose_response_figure
-    from components.figures import KL_COLOR, RETRIEVAL_COLOR
     from core.methods.ablation import NoiseGrid
+    from figures.ablation import dose_response_figure
+    from figures.base import KL_COLOR, RETRIEVAL_COLOR
 
     z = np.array([[0.5, 0.7], [0.9, 1.3]])
     grid = NoiseGrid(

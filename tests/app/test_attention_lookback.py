@@ -53,7 +53,7 @@ def test_the_lookback_map_is_computed_on_request_once_and_exported(tiny_app, tmp
 def test_the_figures_draw_every_head_and_token_and_escape_tokens() -> None:
     import numpy as np
 
-    from components.attention_figures import lookback_curve, lookback_heatmap
+    from figures.attention import lookback_curve, lookback_heatmap
 
     lr = np.random.default_rng(0).uniform(size=(3, 4, 10))
     lr[:, :, 0] = np.nan

@@ -1,4 +1,4 @@
-"""components.calibration_figures: the Evaluate page's calibration charts (Z against τ, rates per length, τ(L))."""
+"""figures.calibration: the Evaluate page's calibration charts (Z against τ, rates per length, τ(L))."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from components import calibration_figures as cf
 from core.engine.threshold import LengthTau
+from figures import calibration as cf
 
 
 def test_the_calibration_charts_keep_their_legends_off_the_axis_titles() -> None:

@@ -8,10 +8,11 @@ import tempfile
 import numpy as np
 import pytest
 
-from components import figures, keys
+from components import keys
 from components.text import escape_markdown, plain_message, redact_paths
 from core.engine import DualPathSettings, run_dual_path
 from core.io import REPO_ROOT, cache_dir
+from figures import base as figures
 
 SCRIPT = "<script>alert(1)</script>"
 

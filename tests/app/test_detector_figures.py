@@ -1,4 +1,4 @@
-"""components.detector_figures: the SMA colored text keeps its colour bar readable."""
+"""figures.detectors: the SMA colored text keeps its colour bar readable."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from components.detector_figures import MIN_TEXT_FIGURE_PX, ads_text_figure
+from figures.detectors import MIN_TEXT_FIGURE_PX, ads_text_figure
 
 
 def test_the_colour_bar_title_runs_along_the_bar_with_few_labels() -> None:

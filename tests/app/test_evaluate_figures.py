@@ -1,9 +1,9 @@
-"""components.evaluate_figures: the Evaluate metrics table follows the one orientation its caption states."""
+"""figures.evaluate: the Evaluate metrics table follows the one orientation its caption states."""
 
 from __future__ import annotations
 
-from components import evaluate_figures as ef
 from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH
+from figures import evaluate as ef
 
 DETECTORS = {
     "repcs": {"auc": 0.8, "auc_ci": [0.6, 0.9], "higher_means": GROUNDED_HIGH, "n": 8, "label": "RePCS Z"},
@@ -49,3 +49,25 @@ def test_the_metrics_come_group_by_group_each_under_its_question() -> None:
     grouped = ef.with_groups(table[["detector", "AUC"]])
     assert list(grouped[ef.GROUP_COLUMN]) == list(table[ef.GROUP_COLUMN])
     assert ef.by_group(ef.metrics_table({})) == []
+
+
+def _roc_entries(n: int) -> dict[str, dict]:
+    """``n`` detectors with distinct AUCs (detector ``d7`` has AUC 0.57) and a two-point ROC each."""
+    return {
+        f"d{i}": {"auc": 0.5 + i / 100, "auc_ci": [0.4, 0.9], "label": f"D{i}", "roc": {"fpr": [0, 1], "tpr": [0, 1]}}
+        for i in range(n)
+    }
+
+
+def test_the_roc_chart_draws_the_best_few_and_lists_the_rest_on_demand() -> None:
+    """Issue 45: 23 curves and a ten-row legend; now the ROC_SHOWN best by AUC are drawn, the rest one click away."""
+    fig = ef.roc_figure(_roc_entries(23))
+    curves = [t for t in fig.data if not t.name.startswith("chance")]
+    drawn = [t.name.split(" ·")[0] for t in curves if t.visible is True]
+    assert drawn == [f"d{i}" for i in range(22, 22 - ef.ROC_SHOWN, -1)], drawn
+    hidden = [t for t in curves if t.visible == "legendonly"]
+    assert len(hidden) == 23 - ef.ROC_SHOWN and all(t.legendgroup == "more" for t in hidden)
+    everything = ef.roc_figure(_roc_entries(23), shown=None)
+    assert all(t.visible is True for t in everything.data if not t.name.startswith("chance"))
+    few = ef.roc_figure(_roc_entries(3))
+    assert all(t.visible is True for t in few.data[1:]), "fewer curves than ROC_SHOWN: all drawn"

@@ -1,10 +1,10 @@
-"""components.figures' shared plotly helpers: one line series, text as a grid of colored cells."""
+"""figures.base' shared plotly helpers: one line series, text as a grid of colored cells."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from components.figures import cell_grid, line_trace
+from figures.base import cell_grid, line_trace
 
 
 def test_a_line_trace_is_lines_and_markers_in_its_color_with_the_rest_passed_on() -> None:

@@ -1,8 +1,8 @@
-"""components.layer_axes.token_ticks: token labels thinned and cut so that they do not overlap."""
+"""figures.layer_axes.token_ticks: token labels thinned and cut so that they do not overlap."""
 
 from __future__ import annotations
 
-from components.layer_axes import MAX_AXIS_LABELS, MAX_TICK_CHARS, token_ticks
+from figures.layer_axes import MAX_AXIS_LABELS, MAX_TICK_CHARS, token_ticks
 
 
 def test_a_long_sequence_gets_at_most_a_readable_number_of_short_labels() -> None:

@@ -1,11 +1,11 @@
-"""components.radar_figures (issue 14): the RADAR ensemble bar's labels are readable."""
+"""figures.radar (issue 14): the RADAR ensemble bar's labels are readable."""
 
 from __future__ import annotations
 
 
 def test_radar_ensemble_bar_label_is_readable() -> None:
-    from components.radar_figures import probability_figure
     from core.methods.radar.classifier import RadarPrediction
+    from figures.radar import probability_figure
 
     pred = RadarPrediction(0.95, "recall", 0.95, "recall", {}, {}, 0.5, 0.5)
     fig = probability_figure(pred)
@@ -18,8 +18,8 @@ def test_radar_ensemble_bar_label_is_readable() -> None:
 def test_the_layer_trajectory_shows_confidence_over_entropy_with_each_layers_top_token() -> None:
     import numpy as np
 
-    from components.radar_figures import CONFIDENCE_COLOR, ENTROPY_COLOR, trajectory_figure
     from core.methods.radar import RadarTrace
+    from figures.radar import CONFIDENCE_COLOR, ENTROPY_COLOR, trajectory_figure
 
     c, h = np.array([0.1, 0.7, 0.4]), np.array([3.0, 1.0, 2.0])
     trace = RadarTrace("x", [1], ["x"], c, h, [1, 2, 3], [" a", "<b>", "c"], np.ones((3, 2)), c, c, c)
@@ -37,7 +37,7 @@ def test_the_accuracy_legend_sits_below_the_plot_not_over_the_bars() -> None:
     """Issue 38: a horizontal legend at y = 1.1 hung down over the plot and hid the top of the 100 % bars (they
     read ~82 %); the legend now sits at the figure's bottom edge, outside the plot area (checked in chromium by
     tests/e2e/test_layout_browser.py)."""
-    from components.radar_figures import accuracy_figure
+    from figures.radar import accuracy_figure
 
     categories = [
         {"title": t, "accuracy": a, "paper": 0.9, "length_accuracy": 1.0}

@@ -1,14 +1,14 @@
-"""components.trajectory_figures: the LTS curve of this run against the calibration band."""
+"""figures.trajectory: the LTS curve of this run against the calibration band."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from components.figures import RETRIEVAL_COLOR
+from figures.base import RETRIEVAL_COLOR
 
 
 def test_the_lts_curve_is_drawn_over_the_band_with_its_z_score_in_the_hover() -> None:
-    from components.trajectory_figures import lts_figure
+    from figures.trajectory import lts_figure
 
     lts, mu, sigma = np.array([1.0, 3.0, 2.0]), np.array([1.0, 2.0, 2.0]), np.array([0.5, 0.5, 0.0])
     fig = lts_figure(lts, mu, sigma, kept=[1], flagged=[1], title="<t>")

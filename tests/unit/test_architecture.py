@@ -1,4 +1,5 @@
-"""docs/architecture.md lists every module of core/, components/, pages/ and scripts/, and no module that is gone.
+"""docs/architecture.md lists every module of core/, figures/, components/, pages/ and scripts/, and no module that
+is gone.
 
 The document's tables name modules relative to the package they sit under: a heading or a bold first cell
 (``## `components/` …``, ``| **`core/model/`** |``) sets the package; a first cell names modules of that package
@@ -14,7 +15,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "architecture.md"
-TOP = ("core/", "components/", "pages/", "scripts/", "read_or_recall/")
+TOP = ("core/", "figures/", "components/", "pages/", "scripts/", "read_or_recall/")
 _TICKED = re.compile(r"`([^`]+)`")
 _BOLD_PACKAGE = re.compile(r"\*\*`([\w/]+/)`\*\*")
 
@@ -62,7 +63,8 @@ def named_modules(text: str) -> set[str]:
 
 
 def modules_on_disk() -> set[str]:
-    """Every ``.py`` file under core/, components/, pages/, scripts/ and read_or_recall/, from the repository root."""
+    """Every ``.py`` file under core/, figures/, components/, pages/, scripts/ and read_or_recall/, from the repository
+    root."""
     found = set()
     for top in TOP:
         for path in (REPO / top).rglob("*.py"):

@@ -66,10 +66,10 @@ def test_the_engine_attaches_the_headline_to_every_result(lab):
 
 
 def test_figures_are_the_pages_figures(run):
-    from components.attention_figures import entropy_map_figure
-    from components.figures import kl_entropy_figure_for
-    from components.trajectory_figures import positions_figure
     from core.methods.internals import LENS_TOP_K, analyze
+    from figures.attention import entropy_map_figure
+    from figures.base import kl_entropy_figure_for
+    from figures.trajectory import positions_figure
 
     assert run.figure("kl").to_json() == kl_entropy_figure_for(run.result).to_json()
     internals = analyze(run.lab.handle, run.result, top_k=LENS_TOP_K)
@@ -174,13 +174,15 @@ def _lazy_imports() -> set[str]:
                 names.add(node.module)
             elif isinstance(node, ast.Import):
                 names.update(a.name for a in node.names)
-    return {n for n in names if n.split(".")[0] in ("core", "components", "read_or_recall")}
+    return {n for n in names if n.split(".")[0] in ("core", "figures", "components", "pages", "read_or_recall")}
 
 
-def test_the_api_never_imports_streamlit_in_a_fresh_interpreter():
+def test_the_api_never_imports_streamlit_or_the_app_in_a_fresh_interpreter():
     modules = sorted(_lazy_imports())
-    assert "components.attention_figures" in modules and "core.engine" in modules
+    assert "figures.attention" in modules and "core.engine" in modules
+    assert not [m for m in modules if m.split(".")[0] in ("components", "pages")], modules
     code = "import importlib, sys\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
-    code += "import read_or_recall\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'streamlit'))\n"
+    code += "import read_or_recall\n"
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] in ('streamlit', 'components', 'pages')))\n"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -1,10 +1,12 @@
 """``pip install .`` (no dependencies) into a fresh virtual environment outside the checkout gives a working API on
-the embedded model, its assets found in the installed package, and collides with no other ``core`` / ``components``.
+the embedded model, its assets found in the installed package, collides with no other ``core`` / ``figures`` /
+``components``, and holds no app code: no ``components`` or ``pages`` is installed, and importing the API and drawing
+its figures loads no module of either.
 
 The environment reuses this one's installed dependencies through a ``.pth`` line (offline, no download: the build
 uses this environment's setuptools, ``--no-build-isolation``); the checkout itself is never on its path. A package
 named ``core`` and one named ``components`` of somebody else's sit on its path too: they stay importable beside the
-API. Slow: one build, one model load, one run.
+API (the one of those names it may load is theirs). Slow: one build, one model load, one run.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 SCRIPT = r"""
 import json, sys
-import core, components                      # somebody else's packages of those names
+import core, figures, components             # somebody else's packages of those names
 import read_or_recall as rr
 from read_or_recall.core.io import ASSETS
 from read_or_recall.core.engine.axes_calibration import axes_for
@@ -33,8 +35,15 @@ from read_or_recall.core.engine.axes_calibration import axes_for
 lab = rr.Lab()
 r = lab.run("What is the capital of France?", "Paris is the capital and largest city of France.")
 fig = r.figure("kl")
+attention = r.figure("attention_entropy")
+app = sorted(
+    m for m in sys.modules
+    if m.split(".")[0] == "pages" or m.startswith(("components.", "read_or_recall.components", "read_or_recall.pages"))
+)
 print(json.dumps({
-    "api": rr.__file__, "assets": str(ASSETS), "theirs": [core.WHO, components.WHO],
+    "api": rr.__file__, "assets": str(ASSETS), "theirs": [core.WHO, figures.WHO, components.WHO],
+    "charts": sys.modules["read_or_recall.figures.attention"].__file__, "app": app,
+    "attention_traces": len(attention.data),
     "engine_core": sys.modules["read_or_recall.core"].__file__,
     "verdict": r.verdict, "repcs_verdict": r.repcs_verdict, "threshold_source": r.result.threshold_source,
     "calibrated": axes_for(lab.model) is not None, "traces": len(fig.data),
@@ -55,7 +64,7 @@ def test_pip_install_outside_the_checkout_gives_a_working_api(tmp_path: Path) ->
     )  # fmt: skip
     (site / "_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # torch, transformers, …
     theirs = tmp_path / "theirs"
-    for name in ("core", "components"):
+    for name in ("core", "figures", "components"):
         (theirs / name).mkdir(parents=True)
         (theirs / name / "__init__.py").write_text(f"WHO = 'somebody else\\'s {name}'\n")
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -66,7 +75,11 @@ def test_pip_install_outside_the_checkout_gives_a_working_api(tmp_path: Path) ->
     )  # fmt: skip
     assert install.returncode == 0, install.stderr[-3000:]
     top = sorted(p.name for p in site.iterdir() if p.is_dir() and not p.name.endswith(".dist-info"))
-    assert "read_or_recall" in top and "core" not in top and "components" not in top, top
+    assert "read_or_recall" in top and not {"core", "figures", "components", "pages"} & set(top), top
+    nested = sorted(p.name for p in (site / "read_or_recall").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert {"core", "figures", "assets"} <= set(nested) and not {"components", "pages"} & set(nested), nested
+    installed = [p.relative_to(site).as_posix() for p in site.rglob("*.py")]
+    assert not [p for p in installed if "/components/" in p or "/pages/" in p or p.startswith("app.py")], installed
 
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -77,8 +90,10 @@ def test_pip_install_outside_the_checkout_gives_a_working_api(tmp_path: Path) ->
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    assert got["theirs"] == ["somebody else's core", "somebody else's components"]
-    for key in ("api", "assets", "engine_core"):
+    assert got["theirs"] == ["somebody else's core", "somebody else's figures", "somebody else's components"]
+    assert got["app"] == [], got["app"]
+    assert got["attention_traces"] >= 1, got
+    for key in ("api", "assets", "engine_core", "charts"):
         assert Path(got[key]).resolve().is_relative_to(site.resolve()), (key, got[key])
         assert not Path(got[key]).resolve().is_relative_to(REPO), (key, got[key])
     assert got["calibrated"] and got["verdict"] in {"read", "recalled", "neither", "inconclusive"}, got

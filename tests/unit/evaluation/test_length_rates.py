@@ -154,7 +154,7 @@ def test_cli_calibrate_refuses_and_names_the_rows_needed(tmp_path, capsys):
 
 
 def test_page_figures_of_the_length_rates():
-    from components.calibration_figures import length_rates_figure, length_rates_frame, length_tau_figure
+    from figures.calibration import length_rates_figure, length_rates_frame, length_tau_figure
 
     z = np.array([1.0, 2.5, 4.0, 5.5, 7.0, 4.0, 12.0, 1.0, 5.5])
     labels = ["grounded"] * 7 + ["memorized"] * 2

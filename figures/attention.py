@@ -1,6 +1,6 @@
 """Figures of the Attention page: clickable layer × head maps and one head's pattern (pure plotly).
 
-Every token placed in a figure goes through :func:`components.figures.token_label` (visible whitespace, then
+Every token placed in a figure goes through :func:`figures.base.token_label` (visible whitespace, then
 HTML-escaped) so plotly draws it literally.
 """
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import plotly.graph_objects as go
 
-from components.figures import PATH_TITLES, escape_label, line_trace, token_label
-from components.layer_axes import FLAG_COLOR, token_ticks
+from figures.base import PATH_TITLES, escape_label, line_trace, token_label
+from figures.layer_axes import FLAG_COLOR, token_ticks
 
 if TYPE_CHECKING:
     from core.methods.internals import Internals

@@ -2,8 +2,8 @@
 presentation — the metrics come from :mod:`core.evaluation.report`).
 
 Every string that comes from a file or the model (queries, answers, detector labels) goes through
-:func:`components.figures.escape_label` before it reaches a plotly label or hover; tables are plain text.
-The calibration tab's figures (τ, τ(L), rates per length) are :mod:`components.calibration_figures`.
+:func:`figures.base.escape_label` before it reaches a plotly label or hover; tables are plain text.
+The calibration tab's figures (τ, τ(L), rates per length) are :mod:`figures.calibration`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import escape_label, line_trace
 from core.detectors import get
 from core.detectors.registry import CONTEXT_RELIANCE, GROUNDED_HIGH, GROUPS, MEMORIZED_HIGH
 from core.detectors.wording import GROUP_WORDS, direction
+from figures.base import escape_label, line_trace
 
 PALETTE = (
     "#2f5d8a",
@@ -49,12 +49,20 @@ def or_dash(value: Any, spec: str = ".3f") -> str:
     return "–" if value is None else format(value, spec)
 
 
-def roc_figure(detectors: dict[str, dict[str, Any]], *, height: int = 520) -> go.Figure:
-    """ROC curves of all detectors overlaid (positive class *memorized*), AUC and 95% CI in the legend.
+ROC_SHOWN = 5
+"""How many ROC curves :func:`roc_figure` draws (the best by AUC); the others are one legend click away."""
+
+
+def roc_figure(detectors: dict[str, dict[str, Any]], *, shown: int | None = ROC_SHOWN, height: int = 520) -> go.Figure:
+    """ROC curves of the detectors overlaid (positive class *memorized*), AUC and 95% CI in the legend.
+
+    With two dozen detectors every curve at once is unreadable (issue 45): the ``shown`` best by AUC are drawn, the
+    others are listed under "more" in the legend (``visible="legendonly"``: a click draws one).
 
     Args:
         detectors: ``name → summary entry`` of :func:`core.evaluation.report.summarize` (needs ``roc``, ``auc``,
             ``auc_ci``, ``label``); entries without ``roc`` are skipped.
+        shown: how many curves to draw (the best by AUC); ``None`` draws every one.
     """
     fig = go.Figure()
     fig.add_trace(
@@ -71,22 +79,29 @@ def roc_figure(detectors: dict[str, dict[str, Any]], *, height: int = 520) -> go
     for i, (name, entry) in enumerate(ranked):
         lo, hi = entry.get("auc_ci") or (None, None)
         legend = f"{escape_label(name)} · AUC {or_dash(entry['auc'])} [{or_dash(lo, '.2f')}, {or_dash(hi, '.2f')}]"
+        drawn = shown is None or i < shown
+        more = {} if drawn else {"legendgroup": "more", "legendgrouptitle": {"text": "more (click to draw)"}}
         fig.add_trace(
             go.Scatter(
                 x=entry["roc"]["fpr"],
                 y=entry["roc"]["tpr"],
                 mode="lines",
                 name=legend,
+                visible=True if drawn else "legendonly",
                 line={"color": _color(i), "width": 2, "shape": "hv"},
                 hovertemplate=escape_label(entry.get("label", name)) + "<br>FPR %{x:.3f} · TPR %{y:.3f}<extra></extra>",
+                **more,
             )
         )
+    hidden = len(ranked) - (len(ranked) if shown is None else min(shown, len(ranked)))
+    inside = {"yanchor": "bottom", "y": 0.02, "xanchor": "right", "x": 0.99}
+    outside = {"yanchor": "top", "y": 1.0, "xanchor": "left", "x": 1.02, "groupclick": "toggleitem"}
     fig.update_layout(
         height=height,
         margin={"l": 50, "r": 20, "t": 30, "b": 50},
         xaxis={"title": "False-positive rate (grounded rows flagged)", "range": [0, 1], "constrain": "domain"},
         yaxis={"title": "True-positive rate (memorized rows flagged)", "range": [0, 1.01], "scaleanchor": "x"},
-        legend={"font": {"size": 11}, "yanchor": "bottom", "y": 0.02, "xanchor": "right", "x": 0.99},
+        legend={"font": {"size": 11}, **(outside if hidden else inside)},
     )
     return fig
 

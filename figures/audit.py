@@ -1,7 +1,7 @@
 """Figures and tables of the Audit log page (pure plotly / pandas: no Streamlit, no model).
 
 The records come from :class:`core.audit.store.AuditReader`; a record's trajectory is drawn with the Layer
-trajectories page's own figure (:func:`components.trajectory_figures.lts_figure`) against the band of the
+trajectories page's own figure (:func:`figures.trajectory.lts_figure`) against the band of the
 calibration the record was scored with.
 
 A stored record may have been edited by hand (``audit verify`` then names it): every builder here takes what it
@@ -18,9 +18,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from components.figures import line_trace, note, set_layout, top_legend
-from components.layer_axes import FLAG_COLOR, row_label
-from components.trajectory_figures import lts_figure
+from figures.base import line_trace, note, set_layout, top_legend
+from figures.layer_axes import FLAG_COLOR, row_label
+from figures.trajectory import lts_figure
 
 HISTORY_COLUMNS = {
     "seq": "#",

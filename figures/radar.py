@@ -1,7 +1,7 @@
 """Pure figure and table builders for the RADAR page (plotly / pandas only: no Streamlit, no model calls).
 
 Every token or prompt string that goes into a plotly label or hover is escaped with
-:func:`components.figures.token_label` / :func:`components.figures.escape_label` (plotly renders a subset of
+:func:`figures.base.token_label` / :func:`figures.base.escape_label` (plotly renders a subset of
 HTML); tables are plain text in the data grid.
 """
 
@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import bottom_legend, escape_label, line_trace, set_layout, token_label, two_rows
 from core.methods.radar import (
     CATEGORY_TITLES,
     ESTIMATOR_TITLES,
@@ -27,6 +26,7 @@ from core.methods.radar import (
     RadarPrediction,
     RadarTrace,
 )
+from figures.base import bottom_legend, escape_label, line_trace, set_layout, token_label, two_rows
 
 CONFIDENCE_COLOR = "#2f5d8a"
 ENTROPY_COLOR = "#d9822b"

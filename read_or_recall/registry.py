@@ -3,7 +3,7 @@
 Each entry computes what its page computes (through :mod:`core`: the internals analysis, the Lookback Lens map, RADAR's
 forward, ReDeEP's forward, a Self-Critique or SMA run) and hands it to the **same** figure function the page calls —
 the streamlit-free builders of ``components/*_figures.py`` (for example
-:func:`components.attention_figures.entropy_map_figure`, which the Attention page draws too). So a figure here and
+:func:`figures.attention.entropy_map_figure`, which the Attention page draws too). So a figure here and
 its page's figure are one plotly figure built by one function; nothing here imports Streamlit.
 
 What a run's analyses cost is remembered on the :class:`~read_or_recall.run.Run` (the internals are computed once for
@@ -52,7 +52,7 @@ class FigureSpec:
 
 
 def _kl(run: Run) -> go.Figure:
-    from components.figures import kl_entropy_figure_for
+    from figures.base import kl_entropy_figure_for
 
     return kl_entropy_figure_for(run.result)
 
@@ -77,27 +77,27 @@ def _path(path: str) -> str:
 
 
 def _entropy(run: Run, path: str = "retrieval", where: int | str = 0, tau: float | None = None) -> go.Figure:
-    from components.attention_figures import entropy_map_figure
     from core.methods.internals import RADAR_TAU
+    from figures.attention import entropy_map_figure
 
     return entropy_map_figure(run.internals(), _path(path), _where(run, where), RADAR_TAU if tau is None else tau)
 
 
 def _entropy_diff(run: Run, where: int | str = 0) -> go.Figure:
-    from components.attention_figures import entropy_diff_figure
+    from figures.attention import entropy_diff_figure
 
     return entropy_diff_figure(run.internals(), _where(run, where))
 
 
 def _mass(run: Run, where: int | str = 0) -> go.Figure:
-    from components.attention_figures import context_mass_figure
+    from figures.attention import context_mass_figure
 
     return context_mass_figure(run.internals(), _where(run, where))
 
 
 def _head(run: Run, layer: int = 0, head: int = 0, path: str = "retrieval", all_rows: bool = False) -> go.Figure:
-    from components.attention_figures import head_pattern_figure
     from core.methods.internals import attention_pattern, path_sequence
+    from figures.attention import head_pattern_figure
 
     info = run.lab.handle.info
     if not (0 <= int(layer) < info.n_layers and 0 <= int(head) < info.n_heads):
@@ -111,13 +111,13 @@ def _head(run: Run, layer: int = 0, head: int = 0, path: str = "retrieval", all_
 
 
 def _lookback_map(run: Run) -> go.Figure:
-    from components.attention_figures import lookback_figures
+    from figures.attention import lookback_figures
 
     return lookback_figures(run.lookback())[0]
 
 
 def _lookback_curve(run: Run) -> go.Figure:
-    from components.attention_figures import lookback_figures
+    from figures.attention import lookback_figures
 
     curve = lookback_figures(run.lookback())[1]
     if curve is None:
@@ -138,34 +138,34 @@ def _direction(direction: str) -> str:
 
 
 def _lts(run: Run, direction: str = "pc1") -> go.Figure:
-    from components.trajectory_figures import run_lts_figure
+    from figures.trajectory import run_lts_figure
 
     return run_lts_figure(run.internals(), run.crm_basis(required=True), _direction(direction))
 
 
 def _baselines(run: Run) -> go.Figure:
-    from components.trajectory_figures import run_baselines_figure
+    from figures.trajectory import run_baselines_figure
 
     return run_baselines_figure(run.internals())
 
 
 def _positions(run: Run, quantity: str = "lens", direction: str = "pc1") -> go.Figure:
-    from components.trajectory_figures import positions_figure
+    from figures.trajectory import positions_figure
 
     basis = run.crm_basis(required=quantity == "lts")
     return positions_figure(run.internals(), run.result.answer_tokens, quantity, basis, _direction(direction))
 
 
 def _lens(run: Run, position: int | None = None) -> go.Figure:
-    from components.figures import default_position
-    from components.vocabulary_figures import lens_position_figure
+    from figures.base import default_position
+    from figures.vocabulary import lens_position_figure
 
     t = default_position(run.result.token_kl) if position is None else int(position)
     return lens_position_figure(run.internals(), t, run.result.answer_tokens)
 
 
 def _redeep(run: Run) -> go.Figure:
-    from components.redeep_figures import token_figure
+    from figures.redeep import token_figure
 
     return token_figure(run.redeep())
 
@@ -175,7 +175,7 @@ def _redeep(run: Run) -> go.Figure:
 
 
 def _radar_probability(run: Run, source: str = "query") -> go.Figure:
-    from components.radar_figures import probability_figure
+    from figures.radar import probability_figure
 
     analysis = run.radar(source)
     if analysis.prediction is None:
@@ -184,25 +184,25 @@ def _radar_probability(run: Run, source: str = "query") -> go.Figure:
 
 
 def _radar_trajectory(run: Run, source: str = "query") -> go.Figure:
-    from components.radar_figures import trajectory_figure
+    from figures.radar import trajectory_figure
 
     return trajectory_figure(run.radar(source).trace)
 
 
 def _radar_heads(run: Run, source: str = "query") -> go.Figure:
-    from components.radar_figures import head_entropy_figure
+    from figures.radar import head_entropy_figure
 
     return head_entropy_figure(run.radar(source).trace)
 
 
 def _radar_accuracy(run: Run) -> go.Figure:
-    from components.radar_figures import accuracy_figure
+    from figures.radar import accuracy_figure
 
     return accuracy_figure(run.radar_report())
 
 
 def _radar_scatter(run: Run, source: str = "query") -> go.Figure:
-    from components.radar_figures import rds_rci_figure
+    from figures.radar import rds_rci_figure
 
     report = run.radar_report()
     prediction = run.radar(source).prediction
@@ -215,7 +215,7 @@ def _radar_scatter(run: Run, source: str = "query") -> go.Figure:
 
 
 def _self_critique(run: Run, k: int | None = None, **settings: Any) -> go.Figure:
-    from components.detector_figures import entropy_sequences_figure
+    from figures.detectors import entropy_sequences_figure
 
     result = run.self_critique(**settings)
     e1, e2 = result.entropies(k)
@@ -227,7 +227,7 @@ def _sma_labels(result: Any, labels: dict[str, Any] | None) -> list[str]:
 
 
 def _sma_text(run: Run, value: str = "ads", labels: dict[str, Any] | None = None, **settings: Any) -> go.Figure:
-    from components.detector_figures import ads_text_figure
+    from figures.detectors import ads_text_figure
 
     if value not in ("ads", "beta_on", "beta_off"):
         raise ValueError(f"value must be 'ads', 'beta_on' or 'beta_off', got {value!r}")
@@ -236,8 +236,8 @@ def _sma_text(run: Run, value: str = "ads", labels: dict[str, Any] | None = None
 
 
 def _sma_bars(run: Run, labels: dict[str, Any] | None = None, **settings: Any) -> go.Figure:
-    from components.detector_figures import ads_bar_figure
     from core.methods.sma.maths import DEFAULT_TAU1, DEFAULT_TAU2
+    from figures.detectors import ads_bar_figure
 
     result = run.sma(**settings)
     chosen = labels or {}
@@ -250,7 +250,7 @@ def _sma_bars(run: Run, labels: dict[str, Any] | None = None, **settings: Any) -
 
 
 def _sma_ablation(run: Run, **settings: Any) -> go.Figure:
-    from components.detector_figures import context_ablation_figure
+    from figures.detectors import context_ablation_figure
 
     return context_ablation_figure(run.context_ablation(**settings))
 

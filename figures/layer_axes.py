@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from components.figures import KL_COLOR, two_rows
+from figures.base import KL_COLOR, two_rows
 
 FLAG_COLOR = "#c0392b"
 """Flagged layers and the selected head."""

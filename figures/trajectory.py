@@ -2,7 +2,7 @@
 answer position, the classifier report (pure plotly / pandas: no Streamlit, no model).
 
 Hidden-state rows ``0 … L``: row 0 is the embedding output (``emb``), row ℓ + 1 decoder layer ℓ
-(:mod:`components.layer_axes`).
+(:mod:`figures.layer_axes`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import RETRIEVAL_COLOR, bottom_legend, escape_label, line_trace, set_layout, token_label
-from components.layer_axes import FLAG_COLOR, lens_kl_rows, row_axis, row_label, token_ticks
+from figures.base import RETRIEVAL_COLOR, bottom_legend, escape_label, line_trace, set_layout, token_label
+from figures.layer_axes import FLAG_COLOR, lens_kl_rows, row_axis, row_label, token_ticks
 
 if TYPE_CHECKING:
     from core.methods.crm import CrmBasis

@@ -1,7 +1,7 @@
 """Pure figure and table builders for the Self-Critique and SMA pages (plotly / pandas; no Streamlit, no model).
 
 Every token, word or sentence placed in a plotly label, hover or cell text goes through
-:func:`components.figures.token_label` / :func:`components.figures.escape_label` (plotly renders a subset of
+:func:`figures.base.token_label` / :func:`figures.base.escape_label` (plotly renders a subset of
 HTML). Tables hold plain strings (the data grid shows them literally).
 """
 
@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import (
+from core.methods.selfcritique import K_CHOICES, SelfCritiqueResult, penalized_cosine
+from core.methods.sma import CONTEXT, LABELS, NON_MEMBER, PRETRAINED, RETRIEVED, ContextAblation, SMAResult, SMARun
+from figures.base import (
     PARAMETRIC_COLOR,
     RETRIEVAL_COLOR,
     cell_grid,
@@ -25,8 +27,6 @@ from components.figures import (
     top_legend,
     two_rows,
 )
-from core.methods.selfcritique import K_CHOICES, SelfCritiqueResult, penalized_cosine
-from core.methods.sma import CONTEXT, LABELS, NON_MEMBER, PRETRAINED, RETRIEVED, ContextAblation, SMAResult, SMARun
 
 FIRST_COLOR = "#2f5d8a"
 CRITIQUE_COLOR = "#b5462f"

@@ -1,6 +1,6 @@
 """Pure figure and table builders for the Ablations page (plotly / pandas only: no Streamlit, no model).
 
-Every token placed in a figure goes through :func:`components.figures.token_label` (visible whitespace,
+Every token placed in a figure goes through :func:`figures.base.token_label` (visible whitespace,
 then HTML-escaped) because plotly interprets a subset of HTML in labels, cell text and hovers.
 """
 
@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import (
+from core.methods.ablation import NoiseGrid
+from core.methods.ablation.degenerate import degeneracy
+from figures.base import (
     KL_COLOR,
     PARAMETRIC_COLOR,
     RETRIEVAL_COLOR,
@@ -26,8 +28,6 @@ from components.figures import (
     top_legend,
     two_rows,
 )
-from core.methods.ablation import NoiseGrid
-from core.methods.ablation.degenerate import degeneracy
 
 CLEAN_COLOR = "#4d4d4d"
 PERTURBED_COLOR = "#c0392b"

@@ -2,7 +2,7 @@
 answer length, and Z against L with the length-aware τ(L) (plotly / pandas only: no Streamlit, no model; the
 rates come from :mod:`core.evaluation.length_rates`, τ(L) from :class:`core.engine.threshold.LengthTau`).
 
-Row labels and names here are the app's own words; the colors are :data:`components.evaluate_figures.PALETTE`'s.
+Row labels and names here are the app's own words; the colors are :data:`figures.evaluate.PALETTE`'s.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.evaluate_figures import PALETTE, or_dash
-from components.figures import top_legend
+from figures.base import top_legend
+from figures.evaluate import PALETTE, or_dash
 
 
 def calibration_figure(

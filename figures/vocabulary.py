@@ -1,8 +1,8 @@
 """Figures and tables of the Vocabulary lens page: the logit lens per layer and the back-projection (pure
 plotly / pandas).
 
-Every token placed in a figure goes through :func:`components.figures.token_label` or
-:func:`components.figures.display_token` so it is drawn literally.
+Every token placed in a figure goes through :func:`figures.base.token_label` or
+:func:`figures.base.display_token` so it is drawn literally.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from components.figures import (
+from figures.base import (
     PARAMETRIC_COLOR,
     RETRIEVAL_COLOR,
     display_token,
@@ -23,7 +23,7 @@ from components.figures import (
     set_layout,
     token_label,
 )
-from components.layer_axes import lens_kl_rows, row_label
+from figures.layer_axes import lens_kl_rows, row_label
 
 if TYPE_CHECKING:
     from core.methods.internals import Internals
