@@ -316,12 +316,23 @@ def against_headline(verdict: DetectorVerdict, axis: Mapping[str, Any] | None) -
     return "agrees" if own == axis_side else "disagrees"
 
 
+def side_word(group: str | None, side: str) -> str:
+    """A side of a group's thresholds in one or two words (``"read"``, ``"recalled"``, ``"familiar"``, …)."""
+    words = GROUP_WORDS[group_of(group)]
+    return (words.memorized_token if side == MEMORIZED_HIGH else words.grounded_token).replace("-", " ")
+
+
 def _why(v: DetectorVerdict) -> str:
-    """Where the row's score lies against its own threshold (why it is on its side)."""
+    """Where the row's score lies against its own threshold, and what that side means (why it is on its side):
+    "above" alone read like agreement for a detector whose higher scores mean the other side."""
     if v.score is None or v.threshold is None:
         return short_name(v.name)
-    where = "above" if v.score > v.threshold else "below" if v.score < v.threshold else "at"
-    return f"{short_name(v.name)} {v.score:.3g} {where} its threshold {v.threshold:.3g}"
+    above = f"above means {side_word(v.group, v.higher_means)}"
+    side = side_of(v.verdict)
+    if v.score == v.threshold or side is None:
+        return f"{short_name(v.name)} {v.score:.3g}, at its threshold {v.threshold:.3g} ({above})"
+    where = f"on the “{side_word(v.group, side)}” side of its threshold"
+    return f"{short_name(v.name)} {v.score:.3g}, {where} {v.threshold:.3g} ({above})"
 
 
 def group_summary(group: str, verdicts: Sequence[DetectorVerdict], axis: Mapping[str, Any] | None = None) -> str:

@@ -172,11 +172,19 @@ def test_a_headline_group_names_who_disagrees_with_its_axis_and_why() -> None:
     against its own threshold."""
     line = group_summary(CONTEXT_RELIANCE, ROWS, NEEDED)
     assert "The headline's axis says the answer needed the context; RePCS, mean KL and max KL say so too." in line
-    assert "Disagreeing with it: CRM L2-norm 2.5 above its threshold 1.75." in line
+    # which side of its threshold the score is on, in words, and what "above" means for it (issue 45: "CRM LTS
+    # −0.13 above its threshold −0.369" read like agreement for a detector that disagrees)
+    assert (
+        "Disagreeing with it: CRM L2-norm 2.5, on the “recalled” side of its threshold 1.75 (above means recalled)."
+        in line
+    )
     assert "its own threshold" in line and "not outvoted" in line
     flipped = group_summary(CONTEXT_RELIANCE, ROWS, NOT_NEEDED)
     assert "axis says the answer did not need the context; CRM L2-norm says so too." in flipped
-    assert "Disagreeing with it: RePCS 9 above its threshold 4.3, mean KL 1 at its threshold 1 and max KL" in flipped
+    assert (
+        "Disagreeing with it: RePCS 9, on the “read” side of its threshold 4.3 (above means read), mean KL 1, at its "
+        in flipped
+    )
     agreeing = group_summary(CONTEXT_RELIANCE, ROWS[:3], NEEDED)
     assert agreeing.endswith("No detector of the group disagrees with it.")
     open_axis = group_summary(CONTEXT_RELIANCE, ROWS, MIXED)
@@ -224,3 +232,12 @@ def test_a_group_without_a_verdict_says_so_once() -> None:
         "(Self-Critique). No verdict here from ReDeEP PKS and Self-Critique (no score, no threshold or too close to "
         "call)."
     )
+
+
+def test_a_detector_whose_higher_scores_mean_read_says_so_below_its_threshold() -> None:
+    """A score below a threshold whose upper side means *read* is on the *recalled* side: the words say the side,
+    not only "below"."""
+    from core.detectors.wording import _why
+
+    row = _v("crm_l2", RECALLED, GROUNDED_HIGH, score=-0.369 - 0.5, threshold=-0.369)
+    assert _why(row) == "CRM L2-norm -0.869, on the “recalled” side of its threshold -0.369 (above means read)"
