@@ -29,6 +29,19 @@ def row_label(row: int) -> str:
     return "emb" if row == 0 else str(row - 1)
 
 
+def row_names(rows: Sequence[int]) -> str:
+    """Hidden-state rows in words, as layer indices (never read as a count): ``"layer 2"``, ``"layers 2, 5 and
+    7"``, ``"the embeddings and layer 0"``."""
+    emb = ["the embeddings"] if 0 in rows else []
+    layers = [str(r - 1) for r in rows if r != 0]
+    named = emb + ([f"layer {layers[0]}"] if len(layers) == 1 else [f"layers {_join(layers)}"] if layers else [])
+    return _join(named)
+
+
+def _join(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}" if words else ""
+
+
 def row_axis(n_rows: int) -> dict[str, Any]:
     """Axis settings that label ``n_rows`` hidden-state rows ``emb, 0, 1, …``."""
     return {"tickmode": "array", "tickvals": list(range(n_rows)), "ticktext": [row_label(r) for r in range(n_rows)]}

@@ -35,7 +35,7 @@ from core.engine.result import DualPathResult
 from core.methods.crm import DIRECTIONS, PC1, SUPERVISED, CrmBasis, crm_report, supervised_score
 from core.methods.internals import Internals
 from core.model.handle import ModelHandle
-from figures.layer_axes import row_label
+from figures.layer_axes import row_label, row_names
 from figures.trajectory import (
     DIRECTION_LABELS,
     QUANTITIES,
@@ -125,7 +125,7 @@ def draw_trajectory(internals: Internals, basis: CrmBasis, direction: str) -> No
         column.metric(label, value, help=help_text)
     st.plotly_chart(run_lts_figure(internals, basis, direction), key=keys.scoped(keys.TRAJ_LTS, direction))
     if flagged:
-        st.markdown("Flagged layers: " + ", ".join(row_label(r) for r in flagged))
+        st.markdown(f"Flagged (outside μ ± 2σ): {row_names(flagged)}")  # indices, not a count
     st.info(flag_meaning(lts, basis.mu[direction], flagged, len(basis.audited_layers)))
     st.caption(
         "Grey band: the calibration prompts' μ ± 2σ per layer; shaded columns: layers kept by the variance-ratio "
