@@ -141,12 +141,59 @@ class _Reader:
         )
 
 
+MAX_DIMS = 4
+"""ggml's ``GGML_MAX_DIMS``: a tensor of the table has at most this many dimensions."""
+_MAX_ELEMENTS = 2**63 - 1
+"""llama.cpp refuses a tensor of more elements than ``INT64_MAX``."""
+
+
+def _corrupt(path: Path, name: str, what: str) -> GgufError:
+    return GgufError(
+        f"{path.name} has a corrupt tensor table: tensor {name!r} has {what}. The header is damaged (not an "
+        "interrupted download: a cut file keeps its header); get the file again from its source, or re-convert it."
+    )
+
+
+def _tensor_bytes(
+    path: Path, name: str, dims: list[int], kind: tuple[str, int, int], offset: int, before: tuple[str, int]
+) -> int:
+    """Check one entry of the tensor table (``kind``: ggml type name, block size, bytes per block; ``before``: the
+    previous tensor's name and where this one must start) and return its size in bytes.
+
+    The entries must tile the data section in table order, each at the previous one's end rounded up to the
+    alignment (llama.cpp's ``gguf_init_from_file`` refuses anything else), so a dimension or an offset that was
+    damaged is told apart from a file that was cut short (that one keeps a consistent table: see
+    :attr:`GgufHeader.truncated`).
+
+    Raises:
+        GgufError: too many elements, a first dimension that is not a whole number of blocks, or an offset that is
+            not where the tensors before it end.
+    """
+    type_name, block, type_size = kind
+    n = 1
+    for d in dims:
+        n *= d
+    shape = " × ".join(f"{d:,}" for d in dims) or "no"
+    if n > _MAX_ELEMENTS:
+        raise _corrupt(path, name, f"the shape {shape}: more elements than any file can hold")
+    if dims and dims[0] % block:
+        blocks = f"a whole number of {type_name} blocks of {block}"
+        raise _corrupt(path, name, f"the shape {shape}: its first dimension is not {blocks}")
+    previous, expected = before
+    if offset != expected:
+        blame = f"its offset or the shape of the tensor before it, {previous!r}," if previous else "its offset"
+        where = f"data offset {offset:,} where {expected:,} was due: {blame} is damaged"
+        raise _corrupt(path, name, where)
+    return n // block * type_size
+
+
 def read_header(path: str | Path) -> GgufHeader:
     """Read a GGUF file's header and tensor table (no tensor data is read).
 
     Raises:
-        GgufError: not a GGUF file (no magic bytes), an unsupported version (GGUF v1), a header cut short, or a
-            tensor of a ggml type the ``gguf`` package does not know.
+        GgufError: not a GGUF file (no magic bytes), an unsupported version (GGUF v1), a header cut short, a
+            tensor of a ggml type the ``gguf`` package does not know, or a corrupt tensor table (a shape or an
+            offset that does not fit: :func:`_tensor_bytes`).
     """
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -169,21 +216,24 @@ def read_header(path: str | Path) -> GgufHeader:
             key = r.string()
             kind = int(r.unpack("<I"))
             meta[key] = r.value(kind, keep=False)
-        alignment = int(meta.get("general.alignment", 32) or 32)
-        end, counts = 0, {}
+        alignment = meta.get("general.alignment", 32)
+        if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
+            raise GgufError(f"{path.name} has a corrupt header: general.alignment is {alignment!r}, not a power of 2.")
+        end, next_at, previous, counts = 0, 0, "", {}
         for _ in range(n_tensors):
-            r.string()
-            dims = [int(r.unpack("<Q")) for _ in range(int(r.unpack("<I")))]
+            name = r.string()
+            n_dims = int(r.unpack("<I"))
+            if n_dims > MAX_DIMS:
+                raise _corrupt(path, name, f"{n_dims:,} dimensions (at most {MAX_DIMS})")
+            dims = [int(r.unpack("<Q")) for _ in range(n_dims)]
             kind, offset = int(r.unpack("<I")), int(r.unpack("<Q"))
             try:
                 qtype = GGMLQuantizationType(kind)
                 block, type_size = GGML_QUANT_SIZES[qtype]
             except (ValueError, KeyError):
                 raise GgufError(f"{path.name} holds a tensor of unknown ggml type {kind}.") from None
-            n = 1
-            for d in dims:
-                n *= d
-            end = max(end, offset + n // block * type_size)
+            end = offset + _tensor_bytes(path, name, dims, (qtype.name, block, type_size), offset, (previous, next_at))
+            next_at, previous = (end + alignment - 1) // alignment * alignment, name
             counts[qtype.name] = counts.get(qtype.name, 0) + 1
         data_start = (fh.tell() + alignment - 1) // alignment * alignment
     architecture = meta.get("general.architecture")

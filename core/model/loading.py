@@ -15,10 +15,12 @@ user cache, keyed by the file's sha256 (the embedded model keeps its own key), t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -83,7 +85,7 @@ def ensure_embedded_cache() -> Path:
         return target
     folder = _embedded_folder()
     logger.info("Converting the embedded GGUF model once to %s (about 20 s)", target)
-    return convert_gguf(folder / EMBEDDED_GGUF, target)
+    return convert_gguf(folder / EMBEDDED_GGUF, target, marker={"file": EMBEDDED_GGUF, "package": EMBEDDED_SOURCE})
 
 
 def gguf_cache_path(sha256: str) -> Path:
@@ -91,8 +93,44 @@ def gguf_cache_path(sha256: str) -> Path:
     return cache_dir() / "models" / f"gguf-{sha256}"
 
 
+COMPLETE_KEY = "weights_complete"
+"""The key of ``gguf.json`` that says a converted folder passed :func:`core.model.load_report.check_loading_info`
+(every weight read from the file) and its chat-template check: a folder without it (written before the check
+existed, possibly with random weights for a tensor the file lacked) is never used; it is converted again."""
+
+
 def _converted(target: Path) -> bool:
-    return (target / "model.safetensors").is_file() and (target / "config.json").is_file()
+    """A complete conversion: the weights, the config and a ``gguf.json`` saying :data:`COMPLETE_KEY`."""
+    if not ((target / "model.safetensors").is_file() and (target / "config.json").is_file()):
+        return False
+    try:
+        marker = json.loads((target / "gguf.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(marker, dict) and marker.get(COMPLETE_KEY) is True
+
+
+def _install(tmp: Path, target: Path) -> None:
+    """Rename a finished conversion into place; an earlier folder that is not a complete conversion (see
+    :func:`_converted`) is moved aside and removed first. Another process that installed a complete copy first
+    wins (the same bytes)."""
+    if target.exists() and not _converted(target):
+        stale = target.with_name(f".stale-{target.name}-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.replace(target, stale)
+        except OSError:  # another process moved it first
+            pass
+        else:
+            logger.warning("removed %s: an unchecked conversion (from an earlier version), converted again", target)
+            if stale.is_symlink():
+                stale.unlink()
+            else:
+                shutil.rmtree(stale, ignore_errors=True)
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        if not _converted(target):
+            raise
 
 
 def convert_gguf(gguf: Path, target: Path, *, marker: dict[str, Any] | None = None) -> Path:
@@ -104,23 +142,37 @@ def convert_gguf(gguf: Path, target: Path, *, marker: dict[str, Any] | None = No
     temporary folder that is renamed into place (safe against concurrent conversions). Peak memory: about twice
     the float32 weights (transformers' de-quantized state dict while it fills the model).
 
+    Nothing is written unless every weight of the model was read from the file (transformers' load report,
+    :func:`core.model.load_report.check_loading_info`: a missing, renamed or misshapen tensor would otherwise be
+    saved at its random initialization and loaded from the cache ever after) and the chat template renders
+    (:func:`core.model.prompts.check_chat_template`); ``gguf.json`` then says so (:data:`COMPLETE_KEY`).
+
     Args:
         gguf: the GGUF file.
         target: the folder to create (``config.json``, ``model.safetensors``, the tokenizer, ``gguf.json``).
         marker: written to ``gguf.json`` in the folder (what file it was converted from).
 
     Raises:
-        ModelLoadError: transformers cannot read the file (the message says why).
+        ModelLoadError: transformers cannot read the file, a weight is not in it, or its chat template is broken
+            (the message says which, naming the tensors).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from core.model.load_report import check_loading_info, gguf_namer
 
     start = time.perf_counter()
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        gguf_model, info = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, output_loading_info=True
+        )
     except Exception as exc:
         raise ModelLoadError(f"transformers could not read {gguf.name} as a causal language model: {exc}") from exc
     config = gguf_model.config
+    label = gguf_namer(_architecture(gguf), int(config.get_text_config().num_hidden_layers))
+    advice = "The file is damaged or was not written for this architecture: download or convert it again."
+    check_loading_info(info, gguf.name, label=label, advice=advice)
+    _check_template(tokenizer, gguf.name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     with torch.device("meta"):
@@ -132,17 +184,32 @@ def convert_gguf(gguf: Path, target: Path, *, marker: dict[str, Any] | None = No
     try:
         plain.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        if marker is not None:
-            atomic_write_json(tmp / "gguf.json", marker)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not _converted(target):
-                raise
+        atomic_write_json(tmp / "gguf.json", {**(marker or {}), COMPLETE_KEY: True})
+        _install(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("converted %s to %s in %.1f s", gguf.name, target, time.perf_counter() - start)
     return target
+
+
+def _architecture(gguf: Path) -> str:
+    """The file's ``general.architecture`` (``""`` when its header cannot be read: the namer then gives none)."""
+    from core.model.gguf_files import GgufError, read_header
+
+    try:
+        return read_header(gguf).architecture
+    except (GgufError, OSError):
+        return ""
+
+
+def _check_template(tokenizer: Any, what: str) -> None:
+    """:func:`core.model.prompts.check_chat_template`, its refusal as a :class:`ModelLoadError`."""
+    from core.model.prompts import check_chat_template
+
+    try:
+        check_chat_template(tokenizer, what)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
 
 
 def ensure_gguf_cache(path: Path, name: str | None = None) -> tuple[Path, str, str]:
@@ -279,6 +346,16 @@ def packaged_key(spec: str) -> str | None:
     return None
 
 
+def _file_kind(path: Path) -> str:
+    """What a path that is not a regular file is, in words (``"a FIFO (named pipe)"`` …)."""
+    mode = path.stat().st_mode
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"))
+    for test, word in (*kinds, (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return word
+    return "not a plain file"
+
+
 def _looks_like_path(spec: str) -> bool:
     """A spec written as a file-system path (``./m``, ``../m``, ``/m``, ``~/m``), never a hub id."""
     return spec.startswith((".", "/", "~", os.sep)) or "\\" in spec
@@ -350,6 +427,11 @@ def load_model(
     elif local.is_file() and _is_gguf(local):
         folder, name, source = ensure_gguf_cache(local, spec)
         path = str(folder)
+    elif local.exists() and not stat.S_ISREG(local.stat().st_mode):
+        raise ModelLoadError(
+            f"{spec!r} is not a regular file ({_file_kind(local)}): give a .gguf file, a model folder or a Hugging "
+            "Face id."
+        )
     elif local.exists():
         raise ModelLoadError(
             f"{spec!r} is a file, not a model folder or a GGUF file: give the folder that holds config.json, the "
@@ -377,13 +459,17 @@ def load_model(
                 ) from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, attn_implementation="eager", use_safetensors=True, **kwargs
+        model, report = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, attn_implementation="eager", use_safetensors=True, output_loading_info=True, **kwargs
         )
     except ModelLoadError:
         raise
     except Exception as exc:
         raise ModelLoadError(f"Could not load {spec!r} as a causal language model: {exc}") from exc
+    from core.model.load_report import check_loading_info
+
+    check_loading_info(report, repr(spec))
+    _check_template(tokenizer, repr(spec))
     model.to(device)
     model.eval()
     return handle_from_model(model, tokenizer, name=name, source=source, app_cap=app_cap)

@@ -81,6 +81,35 @@ def resolve_template(key: str, tokenizer: Any) -> PromptTemplate:
     return template
 
 
+def check_chat_template(tokenizer: Any, what: str) -> None:
+    """Refuse, at load, a tokenizer whose chat template cannot build a prompt.
+
+    The template is rendered once as :func:`build_prompt` renders it (one user turn, the generation prompt), so a
+    template that does not compile (a Jinja ``TemplateSyntaxError``) or fails while rendering is found when the
+    model loads, not at the first run. The load is refused rather than the template dropped: without it ``auto``
+    would quietly switch the model to the plain template A, a different prompt than the model's own.
+
+    Raises:
+        ValueError: the message names the model and the template's error (and its line, when Jinja gives one).
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return
+    try:
+        out = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Question: ?"}], tokenize=False, add_generation_prompt=True
+        )
+    except Exception as exc:  # noqa: BLE001 - jinja2's errors, or whatever the template raises
+        line = getattr(exc, "lineno", None)
+        where = f" (line {line} of the template)" if isinstance(line, int) else ""
+        raise ValueError(
+            f"The chat template of {what} is broken: {type(exc).__name__}: {exc}{where}. Its prompts cannot be "
+            "built, so the model was not loaded: fix the template (the tokenizer's chat_template, in a GGUF file "
+            "tokenizer.chat_template) or use a copy of the model with a working one."
+        ) from None
+    if not isinstance(out, str):
+        raise ValueError(f"The chat template of {what} does not render to text (it gave {type(out).__name__}).")
+
+
 SPECIAL_BREAK = "\u2060"
 """The invisible character (WORD JOINER) inserted after the first character of a special-token string found in
 user text, so the tokenizer no longer matches it as one control token."""
@@ -164,6 +193,21 @@ def has_visible_text(text: str) -> bool:
     return any(not c.isspace() and unicodedata.category(c) != "Cf" and not _noncharacter(c) for c in text)
 
 
+def _surrogate_message(name: str, text: str, at: int) -> str:
+    """What is wrong with a text that cannot be encoded as UTF-8: in Python only a lone surrogate (U+D800–U+DFFF,
+    one half of a UTF-16 pair without the other, e.g. JSON's ``"\\ud800"``) makes ``str.encode`` fail."""
+    code = ord(text[at])
+    byte = (
+        f" (Python's stand-in for the undecodable byte 0x{code - 0xDC00:02X} of a file or terminal that was not UTF-8)"
+        if 0xDC80 <= code <= 0xDCFF
+        else ""
+    )
+    return (
+        f"The {name} is not valid text: character {at} is a lone surrogate, U+{code:04X}{byte}: half of a UTF-16 "
+        "pair without its other half, which is not a character. Send the text as valid Unicode."
+    )
+
+
 def clean_inputs(query: str, context: str) -> tuple[str, str, int]:
     """The query and context cleaned (:func:`clean_text`) and stripped, and how many characters were removed.
 
@@ -179,9 +223,7 @@ def clean_inputs(query: str, context: str) -> tuple[str, str, int]:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise ValueError(
-                f"The {name} is not valid text: character {exc.start} is an undecodable byte (not UTF-8)."
-            ) from None
+            raise ValueError(_surrogate_message(name, text, exc.start)) from None
     query, removed_q = clean_text(query)
     context, removed_c = clean_text(context)
     query, context = query.strip(), context.strip()

@@ -81,13 +81,24 @@ LLAMA_GGUF_NAMES = {
 }
 
 
-def write_llama_gguf(path, model, tokenizer, *, quantize: bool = False, architecture: str = "llama"):
+def write_llama_gguf(
+    path,
+    model,
+    tokenizer,
+    *,
+    quantize: bool = False,
+    architecture: str = "llama",
+    rename: dict[str, str] | None = None,
+    chat_template: str | None = None,
+):
     """Write a transformers Llama and its byte-level tokenizer as a GGUF file, the way llama.cpp lays one out.
 
     Args:
         quantize: store every 2-D weight as Q8_0 blocks (else F32, which loads back bit for bit).
         architecture: ``general.architecture`` (another name writes a file of that architecture with Llama tensors,
             for the refusals).
+        rename: GGUF tensor name → the name written instead (a damaged file, for the refusals).
+        chat_template: written instead of the tokenizer's own.
 
     Returns:
         ``{hf parameter name: float32 array the file holds}`` (after Q8_0 round trip when ``quantize``; q/k in
@@ -121,7 +132,7 @@ def write_llama_gguf(path, model, tokenizer, *, quantize: bool = False, architec
     writer.add_eos_token_id(tokenizer.eos_token_id)
     writer.add_pad_token_id(tokenizer.pad_token_id)
     writer.add_add_bos_token(False)
-    writer.add_chat_template(tokenizer.chat_template)
+    writer.add_chat_template(chat_template or tokenizer.chat_template)
     names = {"model.embed_tokens.weight": "token_embd", "model.norm.weight": "output_norm", "lm_head.weight": "output"}
     for i in range(cfg.num_hidden_layers):
         names.update({f"model.layers.{i}.{k}.weight": f"blk.{i}.{v}" for k, v in LLAMA_GGUF_NAMES.items()})
@@ -136,11 +147,14 @@ def write_llama_gguf(path, model, tokenizer, *, quantize: bool = False, architec
         if quantize and a.ndim == 2:
             blocks = q8(a, gguf.GGMLQuantizationType.Q8_0)
             writer.add_tensor(
-                f"{name}.weight", blocks, raw_shape=blocks.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0
+                (rename or {}).get(f"{name}.weight", f"{name}.weight"),
+                blocks,
+                raw_shape=blocks.shape,
+                raw_dtype=gguf.GGMLQuantizationType.Q8_0,
             )
             back = dequantize(blocks, gguf.GGMLQuantizationType.Q8_0).reshape(a.shape)
         else:
-            writer.add_tensor(f"{name}.weight", a)
+            writer.add_tensor((rename or {}).get(f"{name}.weight", f"{name}.weight"), a)
             back = a
         if hf.endswith("q_proj.weight"):  # back to transformers' order (the permutation is an involution pair)
             back = state[hf] if not quantize else _unpermute(back, cfg.num_attention_heads)
