@@ -22,22 +22,45 @@ def examples() -> list[Example]:
         return []
 
 
+EDITED_FROM = "example_edited_from"
+"""The persistent name of the example the inputs were edited from (the picker then names none)."""
+
+
 def _apply_example(by_id: dict[str, Example]) -> None:
     """Callback: fill the shared inputs with the picked example (runs before the page is drawn)."""
     example = by_id.get(state.stored(keys.EXAMPLE) or "")
     if example is not None:
         state.set_inputs(example.query, example.context)
+        state.set_stored(EDITED_FROM, None)
+
+
+def _restore(by_id: dict[str, Example], example_id: str) -> None:
+    """Callback: pick ``example_id`` again and fill the inputs with it."""
+    state.set_stored(keys.EXAMPLE, example_id)
+    _apply_example(by_id)
+
+
+def _leave_edited_example(by_id: dict[str, Example]) -> None:
+    """Inputs typed over a picked example are the visitor's own: the picker names no example from now on, on
+    every page (it said the old example's name on the other pages), and the example is kept to restore."""
+    picked = by_id.get(state.stored(keys.EXAMPLE) or "")
+    if picked is not None and not is_example_input(picked, *state.current_inputs()):
+        state.set_stored(keys.EXAMPLE, None)
+        state.set_stored(EDITED_FROM, picked.id)
 
 
 def example_picker() -> Example | None:
     """A select box over the bundled examples; picking one fills the query and context boxes.
 
-    Shows what the example is and what to expect. Returns the picked example, or ``None``.
+    Shows what the example is and what to expect while the inputs are the example's own; once they are edited,
+    the box names no example and a caption says which one they were edited from (with a button to restore it).
+    Returns the picked example, or ``None``.
     """
     items = examples()
     by_id = {e.id: e for e in items}
     if state.stored(keys.EXAMPLE) not in by_id:
         state.set_stored(keys.EXAMPLE, None)
+    _leave_edited_example(by_id)
     choice = state.persistent(
         st.selectbox,
         "Example",
@@ -52,22 +75,23 @@ def example_picker() -> Example | None:
     )
     example = by_id.get(choice) if choice else None
     if example is not None:
-        kind = escape_markdown(KINDS.get(example.kind, example.kind))
-        if is_example_input(example, *state.current_inputs()):
-            st.info(f"**What to expect.** {escape_markdown(example.expect)}")
-            st.caption(kind)
-        else:
-            st.caption(
-                f"{kind} · the query or context has been edited, so the example's “what to expect” no longer applies."
-            )
-            st.button(
-                "Restore the example's query and context",
-                key=keys.EXAMPLE_RESTORE,
-                on_click=_apply_example,
-                args=(by_id,),
-                icon=":material/undo:",
-            )
-    return example
+        st.info(f"**What to expect.** {escape_markdown(example.expect)}")
+        st.caption(escape_markdown(KINDS.get(example.kind, example.kind)))
+        return example
+    edited = by_id.get(state.stored(EDITED_FROM) or "")
+    if edited is not None and any(state.current_inputs()):
+        st.caption(
+            f"Your own query and context, edited from the example “{escape_markdown(edited.label)}”: its “what to "
+            "expect” no longer applies."
+        )
+        st.button(
+            "Restore the example's query and context",
+            key=keys.EXAMPLE_RESTORE,
+            on_click=_restore,
+            args=(by_id, edited.id),
+            icon=":material/undo:",
+        )
+    return None
 
 
 def is_example_input(example: Example, query: str, context: str) -> bool:
