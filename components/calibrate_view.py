@@ -1,4 +1,4 @@
-"""“Calibrate this model”: the one-step calibration (:func:`core.evaluation.model_calibration.calibrate_model`) as a
+"""“Calibrate this model”: the one-step calibration (:func:`core.evaluation.calibrate.calibrate_model`) as a
 background job with progress and cancel, the notice of a model without calibration, and the calibration card next
 to the verdict.
 
@@ -20,9 +20,10 @@ import streamlit as st
 
 from components import keys
 from components.text import escape_markdown
+from core.engine.calibration_record import ModelCalibration, record_for, record_of_result
 from core.engine.estimate import describe_estimate
 from core.engine.result import DualPathResult
-from core.evaluation.model_calibration import (
+from core.evaluation.calibrate import (
     DEFAULT_MINUTES,
     DEFAULT_ROWS,
     Budget,
@@ -105,13 +106,22 @@ def start(handle: ModelHandle, budget: str | None) -> CalibrationJob:
 
 
 def calibrated(result: DualPathResult) -> dict[str, Any]:
-    """:func:`core.evaluation.model_card.calibration_status` of the result's model and template."""
-    return calibration_status(result.model, result.template, (result.model_info or {}).get("source"))
+    """:func:`core.evaluation.model_card.calibration_status` of the record that decided ``result`` (its
+    ``calibration_id``): the card and the verdict beside it come from the same record."""
+    return calibration_status(record_of_result(result))
+
+
+def handle_record(handle: ModelHandle) -> ModelCalibration:
+    """The calibration record of the loaded model with the sidebar's template (by its identity and template)."""
+    from components import state
+
+    template = state.stored(keys.TEMPLATE, "auto")
+    return record_for(handle, template if isinstance(template, str) else "auto")
 
 
 def sidebar_notice(handle: ModelHandle) -> None:
     """In the sidebar: a model without its own calibration says so and how to calibrate it."""
-    status = calibration_status(handle.info.name, source=handle.info.source)
+    status = calibration_status(handle_record(handle))
     if status["calibrated"]:
         return
     with st.sidebar:
@@ -124,12 +134,35 @@ def sidebar_notice(handle: ModelHandle) -> None:
         )
 
 
+def draw_owner(result: DualPathResult, handle: ModelHandle) -> bool:
+    """Above the verdict: which model it belongs to and the calibration record that decided it; a verdict of
+    another model than the one loaded now says so. Returns whether it is the loaded model's."""
+    own = result.model == handle.info.name
+    key = result.calibration_id or "no calibration record"
+    st.caption(escape_markdown(f"Verdict of {result.model} · calibration {key}"))
+    if not own:
+        st.warning(
+            escape_markdown(
+                f"This verdict belongs to {result.model}, not to the model loaded now ({handle.info.name}): press "
+                "**Run both paths** to run the loaded model."
+            ),
+            icon=":material/swap_horiz:",
+        )
+    return own
+
+
 def draw_card(result: DualPathResult) -> None:
-    """Next to the verdict: the model's calibration card (held-out figures), or that the bundled files calibrate
-    it, or nothing (the section below says it is not calibrated)."""
-    status = calibrated(result)
+    """Next to the verdict: the calibration card (held-out figures) of the record that decided it, or that the
+    bundled files calibrate it, or nothing (the section below says it is not calibrated)."""
+    record = record_of_result(result)
+    status = calibration_status(record)
     if status["origin"] == "bundled":
-        st.caption("Calibration: the bundled files of the embedded model (held-out figures in docs/validity.md).")
+        st.caption(
+            escape_markdown(
+                f"Calibration of {result.model}: the bundled files of the embedded model (held-out figures in "
+                "docs/validity.md)."
+            )
+        )
         return
     card = status["card"]
     if card is None:
@@ -146,7 +179,7 @@ def draw_card(result: DualPathResult) -> None:
         )
     )
     with st.expander("The whole calibration card"):
-        full = find_card(result.model, result.template)
+        full = find_card(record)
         st.code(card_text(full) if full else "", language=None)
 
 
@@ -158,7 +191,7 @@ def draw_section(handle: ModelHandle) -> None:
     """“Calibrate this model”: shown wherever a model without calibration is loaded. A budget, the start button
     with its estimate, then the job's progress (polled) with a cancel button, and its card when it finishes."""
     job = job_for(handle)
-    if job is None and calibration_status(handle.info.name, source=handle.info.source)["calibrated"]:
+    if job is None and calibration_status(handle_record(handle))["calibrated"]:
         return
     st.subheader("Calibrate this model")
     st.caption(
@@ -167,7 +200,7 @@ def draw_section(handle: ModelHandle) -> None:
             "and shows the raw axis scores, RePCS has no τ, and the detectors that need a per-model file say which. "
             "One calibration builds all of them from the bundled behavior rows (the model's own answers, knownness "
             "checked with it), and reports how well they hold on rows they never saw. Same as "
-            f"`{how_to_calibrate(handle.info.name)}`."
+            f"`{how_to_calibrate(handle.info.name, handle.info.source)}`."
         )
     )
     if job is None or job.finished:

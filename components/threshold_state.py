@@ -1,8 +1,10 @@
 """The session's RePCS threshold τ: "use this τ" on the Evaluate page sets it for the whole app.
 
-Which τ is in force is :func:`core.engine.threshold.resolve_tau` (the one resolver, the CLI's too): the τ the
-user chose in this browser session (``st.session_state``, per model name), else the bundled calibration of the
-embedded model, or its labeled fallback. :func:`active_threshold` asks it with this session's τ.
+Which τ is in force is :func:`core.engine.tau_resolution.resolve_tau` (the one resolver, the CLI's too): the τ
+the user chose in this browser session (``st.session_state``, per model name), else the τ of the model's
+calibration record (the embedded model's bundled one, or the model's own from ``calibrate-model``: by its identity
+and template, :mod:`core.engine.calibration_record`), else none. :func:`active_threshold` asks it with this
+session's τ; :func:`in_force` with the record that decided the stored run.
 
 **One τ in force, everywhere, at every moment.** A stored run is never shown with the τ it was run with when
 another is in force now: :func:`in_force` re-decides its verdict from the Z and L it already holds
@@ -23,9 +25,11 @@ from dataclasses import asdict
 import streamlit as st
 
 from components import keys
+from core.engine.calibration_record import ModelCalibration, record_of_result
 from core.engine.result import DualPathResult
 from core.engine.scoring import rejudge
-from core.engine.threshold import DEFAULT_TAU_MODE, TAU_MODES, Threshold, check_model, resolve_tau
+from core.engine.tau_resolution import resolve_tau
+from core.engine.threshold import DEFAULT_TAU_MODE, TAU_MODES, Threshold, check_model
 
 logger = logging.getLogger(__name__)
 
@@ -75,15 +79,17 @@ def session_threshold(model_name: str) -> tuple[Threshold | None, str | None]:
         return None, None
 
 
-def active_threshold(model_name: str) -> tuple[Threshold | None, str]:
-    """The τ in force for ``model_name``, as the session's τ setting applies it, and where it came from."""
+def active_threshold(model_name: str, calibration: ModelCalibration | None = None) -> tuple[Threshold | None, str]:
+    """The τ in force for ``model_name``, as the session's τ setting applies it, and where it came from: the
+    session's τ, else the τ of ``calibration`` (the model's record; without one, the embedded model's bundled τ or
+    none — a run then gets its own record's τ from the engine)."""
     own, source = session_threshold(model_name)
     session = None if own is None else (own, source or "set in this session")
-    return resolve_tau(model_name, session=session, mode=tau_mode()).pair()
+    return resolve_tau(model_name, calibration=calibration, session=session, mode=tau_mode()).pair()
 
 
 def in_force(result: DualPathResult | None) -> DualPathResult | None:
     """``result`` with its verdict under the τ in force now for its model (itself when that is the τ it has)."""
     if result is None:
         return None
-    return rejudge(result, *active_threshold(result.model))
+    return rejudge(result, *active_threshold(result.model, record_of_result(result)))

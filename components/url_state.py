@@ -11,9 +11,11 @@ shows the result again. When the restored inputs are a bundled example's, the ex
 its "what to expect" box).
 
 Parameters: ``q`` (query), ``c`` (context), ``T`` (score window), ``n`` (max new tokens), ``tpl`` (template),
-``k`` (top-k), ``split`` (early/late split). Values are checked by :class:`~core.engine.DualPathSettings`; a bad
-value is ignored (the default stays), never an error. Texts longer than :data:`MAX_URL_TEXT` characters in all
-are left out of the URL (browsers and servers limit URL length), and the page says so.
+``k`` (top-k), ``split`` (early/late split), ``m`` and ``rev`` (the model chosen in the sidebar — its ``--model``
+value and hub revision — written on every page run, with or without a run, so a reload keeps the model).
+Values are checked by :class:`~core.engine.DualPathSettings`; a bad value is ignored (the default stays), never an
+error. Texts longer than :data:`MAX_URL_TEXT` characters in all are left out of the URL (browsers and servers limit
+URL length), and the page says so.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def _settings_class() -> type[DualPathSettings]:
 
 
 QUERY, CONTEXT = "q", "c"
+MODEL, REVISION = "m", "rev"
+"""The sidebar's model (its spec: a hub id, a folder, a GGUF file or a packaged shortcut) and hub revision; absent
+for the embedded model."""
 SETTINGS = {"T": "score_window", "n": "max_new_tokens", "tpl": "template", "k": "top_k", "split": "kl_split"}
 """URL parameter → :class:`DualPathSettings` field (the persistent value of the same name in the sidebar)."""
 MAX_URL_TEXT = 6000
@@ -121,7 +126,36 @@ def restore() -> bool:
         if value is not None:
             state.set_stored(field, value)
             restored = True
-    return restored
+    return _restore_model(params.get(MODEL), params.get(REVISION)) or restored
+
+
+def _restore_model(spec: str | None, revision: str | None) -> bool:
+    """Put the URL's model into the sidebar's persistent values (the model picker reads them when drawn)."""
+    spec = (spec or "").strip()
+    if not spec or len(spec) > 1000:
+        return False
+    from core.model.loading import EMBEDDED_MODEL
+    from core.public import current_policy
+
+    if spec == EMBEDDED_MODEL:
+        state.set_stored(keys.MODEL_CHOICE, EMBEDDED_MODEL)
+        return True
+    if current_policy().public:  # the public picker's choice is the allow-listed id itself (checked when drawn)
+        state.set_stored(keys.MODEL_CHOICE, spec)
+        return True
+    state.set_stored(keys.MODEL_CHOICE, "custom")
+    state.set_stored(keys.MODEL_ID, spec)
+    state.set_stored(keys.MODEL_REVISION, (revision or "").strip())
+    return True
+
+
+def model_params(config: state.AppConfig) -> dict[str, str]:
+    """The URL parameters of the sidebar's model (none for the embedded model)."""
+    from core.model.loading import EMBEDDED_MODEL
+
+    if config.model_spec == EMBEDDED_MODEL:
+        return {}
+    return {MODEL: config.model_spec, **({REVISION: config.revision} if config.revision else {})}
 
 
 def _pick_example(query: str, context: str) -> None:
@@ -160,14 +194,22 @@ def desired(query: str, context: str, settings: dict[str, Any]) -> dict[str, str
     return out
 
 
-def sync() -> None:
-    """Write the last run's inputs and settings to the URL (only when they differ from what it holds)."""
+def sync(config: state.AppConfig | None = None) -> None:
+    """Write the last run's inputs and settings, and the sidebar's model of ``config``, to the URL (only when they
+    differ from what it holds). Without a run the URL's other parameters stay as they are (a restored link that
+    has not been run yet keeps its texts)."""
+    held = st.query_params.to_dict()
+    model = {k: v for k, v in held.items() if k in (MODEL, REVISION)} if config is None else model_params(config)
     result = state.current_result()
     if result is None:
-        return
-    shared_runs().put(run_key(result.model, result.query, result.context, result.settings), result)
-    wanted = desired(result.query, result.context, result.settings)
-    if QUERY not in wanted:
-        st.caption("The last run's texts are too long for the page's link: a reload keeps only its settings.")
-    if st.query_params.to_dict() != wanted:
+        if config is None:
+            return
+        kept = {k: v for k, v in held.items() if k not in (MODEL, REVISION)}
+        wanted = {**kept, **model}
+    else:
+        shared_runs().put(run_key(result.model, result.query, result.context, result.settings), result)
+        wanted = {**desired(result.query, result.context, result.settings), **model}
+        if QUERY not in wanted:
+            st.caption("The last run's texts are too long for the page's link: a reload keeps only its settings.")
+    if held != wanted:
         st.query_params.from_dict(wanted)

@@ -1,8 +1,9 @@
 """Dual Path: the same model answers with the context and without it; where do the two paths diverge?
 
 The page reads top to bottom like the UI: inputs, the two answers (streamed live while running), the headline
-verdict with the answer span it read (and the model's calibration card, or “Calibrate this model” for a model without
-one), the swap test (on request), the RePCS verdict, the per-token divergence
+verdict with the answer span it read (which model it belongs to and the calibration record that decided it, the
+model's calibration card, or “Calibrate this model” for a model without one; a verdict of another model than the one
+loaded now is labeled and not shown), the swap test (on request), the RePCS verdict, the per-token divergence
 chart, the top-k candidates at one position, the CRM statistics, warnings, and the export. All maths lives in
 ``core``; all drawing in ``components``.
 """
@@ -37,16 +38,16 @@ estimate_line = st.empty()  # the run's time estimate, once the model is loaded
 from components import agreement, calibrate_view, panels, prefetch, state, swap_view, url_state, widgets
 from components.page import PageContext, open_page
 from components.stored_runs import start_hint
-from core.engine.axes import headline
-from core.engine.estimate import DUAL_PATH, describe_estimate, dual_path_estimate, estimate_run, observe_run
+from core.engine.estimate import describe_estimate, dual_path_run_estimate, observe_dual_path
 from core.engine.result import DualPathResult, result_digest
 
 
-def run_estimate(page: PageContext) -> str:
+def run_estimate(page: PageContext, query: str = "", context: str = "") -> str:
     """The line under the button: the last Dual Path runs' whole wait (answers, scoring, the agreement view),
-    scaled to the token budget; before the first, the measured cost per token."""
+    scaled to this run's units of work; before the first, the unit costs (this model's, or its size at this
+    machine's pace)."""
     budget = page.config.settings.max_new_tokens
-    return describe_estimate(estimate_run(page.handle, DUAL_PATH, budget, dual_path_estimate(page.handle, budget)))
+    return describe_estimate(dual_path_run_estimate(page.handle, budget, query, context))
 
 
 def draw_answers(page: PageContext, query: str, context: str, run: bool) -> tuple[DualPathResult | None, bool]:
@@ -74,17 +75,20 @@ def draw_answers(page: PageContext, query: str, context: str, run: bool) -> tupl
 def main() -> None:
     page = open_page("Dual Path", early=early)
     query, context, run = early.query, early.context, clicked or state.pop_run_request()
-    estimate_line.caption(run_estimate(page))
+    estimate_line.caption(run_estimate(page, query, context))
     st.divider()
     started = time.monotonic()
     result, ran = draw_answers(page, query, context, run)
-    url_state.sync()  # the run just made goes into the page's link (a reload restores it)
+    url_state.sync(page.config)  # the run just made and the chosen model go into the page's link (a reload keeps them)
     if result is None:
         st.info(start_hint("Run both paths", query, context, needs_context=True))
         calibrate_view.draw_section(page.handle)
         return
     st.divider()
-    head = headline(result)
+    if not calibrate_view.draw_owner(result, page.handle):  # another model's verdict: labeled, not shown as this one's
+        calibrate_view.draw_section(page.handle)
+        return
+    head = result.head  # the headline decided once, when the result was built
     panels.draw_headline(head)
     calibrate_view.draw_card(result)
     calibrate_view.draw_section(page.handle)
@@ -98,8 +102,8 @@ def main() -> None:
     st.divider()
     panels.draw_export(result, swap)
     if ran:  # the whole wait of this run measures the next estimate, shown under the button at once
-        observe_run(page.handle, DUAL_PATH, time.monotonic() - started, page.config.settings.max_new_tokens)
-        estimate_line.caption(run_estimate(page))
+        observe_dual_path(page.handle, time.monotonic() - started, result)
+        estimate_line.caption(run_estimate(page, query, context))
     prefetch.after_run(page.handle, result)  # the views' passes, in the background once the result is drawn
 
 

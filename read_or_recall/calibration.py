@@ -2,14 +2,14 @@
 
 The headline's two axes are fitted per model (:mod:`core.engine.axes_calibration`); a model without its own axes
 calibration gets the verdict ``"uncalibrated"`` with its raw observations — never another model's cut. RePCS' τ is
-resolved per model too (:func:`core.engine.threshold.tau_in_force`).
+resolved per model too (:func:`core.engine.tau_resolution.tau_in_force`), from the same record.
 
 **The calibration hook** (:func:`calibrate`): the per-model calibration is made by the engine's ``calibrate-model``
 (``python -m core calibrate-model --model …``). :func:`calibrate` is the notebook's door to it: it calls
 :data:`CALIBRATE_MODEL` — ``core.evaluation.model_calibration.calibrate_model(handle, **options)`` — and says
 plainly, naming the command, when this version of the engine has no such function yet. Nothing else in this package
 changes when it arrives: :meth:`read_or_recall.Lab.calibration` reads the model's calibration through
-:func:`core.engine.axes_calibration.axes_for`, which finds whatever ``calibrate-model`` stores.
+:func:`status`, which reads the model's calibration record (:mod:`core.engine.calibration_record`).
 """
 
 from __future__ import annotations
@@ -18,36 +18,46 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from core.model.handle import ModelHandle
     from read_or_recall.lab import Lab
 
 CALIBRATE_MODEL = "core.evaluation.model_calibration:calibrate_model"
 """Where :func:`calibrate` finds the engine's per-model calibration (``module:function``; the function takes the
-model handle and keyword options and stores the calibration where :func:`core.engine.axes_calibration.axes_for`
-reads it)."""
+model handle and keyword options and stores the calibration where the model's calibration record
+(:func:`core.engine.calibration_record.record_for`) reads it)."""
 
 
-def status(model: str) -> dict[str, Any]:
-    """What ``model`` is calibrated with.
+def status(model: ModelHandle | str, template: str = "auto") -> dict[str, Any]:
+    """What ``model`` (a loaded model's handle) is calibrated with: its calibration record
+    (:func:`core.engine.calibration_record.record_for`, by the model's identity and the resolved ``template``) —
+    the same record its runs are decided under. A bare name finds no calibration file (only the embedded model's
+    bundled record).
 
     Returns:
-        ``{"model", "axes": {"calibrated", "source", "how"}, "tau": {"source", "in_force"}}``: the headline's axes
-        calibration (``calibrated`` false: the headline says ``"uncalibrated"``; ``how``: the command that makes
-        one) and RePCS' τ in force with where it comes from.
+        ``{"model", "id", "axes": {"calibrated", "source", "how"}, "tau": {"source", "in_force"}}``: the record's
+        key, the headline's axes calibration (``calibrated`` false: the headline says ``"uncalibrated"``; ``how``:
+        the command that makes one) and RePCS' τ in force with where it comes from.
     """
-    from core.engine.axes import HOW_TO_CALIBRATE
-    from core.engine.axes_calibration import axes_for
-    from core.engine.threshold import describe_in_force, tau_in_force
+    from core.engine.calibration_record import ModelCalibration, record_for
+    from core.engine.tau_resolution import default_record, tau_in_force
+    from core.engine.threshold import describe_in_force
+    from core.model.calibration_store import calibrate_command
 
-    cal = axes_for(model)
-    threshold, source = tau_in_force(model)
+    if isinstance(model, str):
+        name, source, record = model, "", default_record(model, None)  # the embedded model's bundled record
+    else:
+        name, source, record = model.info.name, model.info.source, record_for(model, template)
+    threshold, tau_source = tau_in_force(name, calibration=record)
+    cal = record.axes if isinstance(record, ModelCalibration) else None  # (None: not calibrated for this model)
     return {
-        "model": model,
+        "model": name,
+        "id": None if record is None else record.key,
         "axes": {
             "calibrated": cal is not None,
             "source": None if cal is None else cal.source,
-            "how": HOW_TO_CALIBRATE.replace("<this model>", repr(model)),
+            "how": calibrate_command(name, source),
         },
-        "tau": {"source": source, "in_force": describe_in_force(threshold)},
+        "tau": {"source": tau_source, "in_force": describe_in_force(threshold)},
     }
 
 

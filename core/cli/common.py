@@ -25,14 +25,14 @@ import torch
 from tqdm import tqdm
 
 from core.engine import DualPathResult, DualPathSettings, run_dual_path
+from core.engine.calibration_record import record_for
 from core.engine.settings import setting_defaults, setting_specs
+from core.engine.tau_resolution import resolve_tau, tau_in_force
 from core.engine.threshold import (
     DEFAULT_TAU_MODE,
     TAU_MODES,
     Threshold,
     load_threshold,
-    resolve_tau,
-    tau_in_force,
 )
 from core.maths.metrics import MAX_BOOTSTRAP, MIN_BOOTSTRAP
 from core.model.families import handle_support
@@ -195,14 +195,17 @@ def settings_from_args(args: argparse.Namespace) -> DualPathSettings:
     return settings
 
 
-def threshold_from_args(args: argparse.Namespace, model_name: str | None = None) -> tuple[Threshold | None, str | None]:
+def threshold_from_args(
+    args: argparse.Namespace, model_name: str | None = None, handle: ModelHandle | None = None
+) -> tuple[Threshold | None, str | None]:
     """The τ of ``--threshold-file`` as ``--tau-mode`` applies it and a sentence saying where it came from, or
     ``(None, None)`` (the engine's default τ); with ``--tau-mode paper`` and no file, the default τ made constant.
 
     The file is read by :func:`core.engine.threshold.load_threshold`, the loader the app's upload uses (one set
     of checks: τ a positive number of nats, T, α …). Given ``model_name`` (the loaded model's name), a τ of
     another model is refused; :func:`load_handle` makes that check as soon as the model is loaded, so no command
-    applies a τ calibrated for another model.
+    applies a τ calibrated for another model. Given the loaded ``handle``, the default τ of ``--tau-mode paper`` is
+    the τ of its calibration record (:func:`core.engine.calibration_record.record_for`, by identity + template).
 
     Raises:
         ValueError: the file cannot be read, is not a valid threshold, or belongs to another model.
@@ -211,7 +214,9 @@ def threshold_from_args(args: argparse.Namespace, model_name: str | None = None)
     if not args.threshold_file:
         if mode == DEFAULT_TAU_MODE:
             return None, None  # the engine applies tau_in_force(the loaded model) in the default setting
-        return tau_in_force(model_name or getattr(args, "model", None) or EMBEDDED_NAME, mode=mode)
+        record = None if handle is None else record_for(handle, getattr(args, "template", None) or "auto")
+        name = model_name or getattr(args, "model", None) or EMBEDDED_NAME
+        return tau_in_force(name, mode=mode, calibration=record)
     if model_name is not None:
         return resolve_tau(model_name, file=args.threshold_file, mode=mode).pair()
     return load_threshold(args.threshold_file).for_mode(mode), f"from {args.threshold_file}"
@@ -248,7 +253,7 @@ def run_from_args(
     """
     threshold_from_args(args)  # a bad file fails before the model loads
     handle = load_handle(args)
-    threshold, source = threshold_from_args(args, handle.info.name)
+    threshold, source = threshold_from_args(args, handle.info.name, handle)
     result = run_dual_path(
         handle, args.query, args.context, settings, threshold=threshold, threshold_source=source, record=record
     )
@@ -264,11 +269,12 @@ def write_result(result: DualPathResult, as_json: bool, details: list[str]) -> i
         0, the command's exit status.
     """
     if as_json:
+        from core.engine.calibration_record import record_of_result
         from core.evaluation.model_card import calibration_status
 
         data = result.to_dict()  # the calibration the verdicts come from, next to them (schema_version stays last)
         version = data.pop("schema_version")
-        data["calibration"] = calibration_status(result.model, result.template, result.model_info.get("source"))
+        data["calibration"] = calibration_status(record_of_result(result))  # the record that decided it
         data["schema_version"] = version
         sys.stdout.write(json.dumps(data, ensure_ascii=False, allow_nan=False) + "\n")
         return 0

@@ -168,7 +168,7 @@ def headline_axes(result: DualPathResult) -> dict[str, dict[str, Any]]:
     found = result.axes
     if found is None:
         try:
-            found = axes_module.headline(result).to_dict()
+            found = result.headline  # decided once per result (result.head)
         except Exception as exc:  # noqa: BLE001 - the detectors are still shown without the axes
             logger.info("headline axes unavailable: %s", exc)
             return {}

@@ -279,7 +279,7 @@ def load_model_for(handle: ModelHandle, template: str) -> CombinedModel | None:
 def _model(inp: DetectorInput) -> CombinedModel:
     model = load_model_for(inp.handle, inp.result.template)
     if model is None:
-        raise ValueError(missing_artifact("combined detector", inp.handle.info.name, inp.result.template))
+        raise ValueError(missing_artifact("combined detector", inp.handle, inp.result.template))
     return model
 
 

@@ -39,7 +39,7 @@ def basis_for(inp: DetectorInput) -> CrmBasis:
         basis = load_basis(inp.handle, inp.result.template)
         if basis is None:
             raise ValueError(
-                missing_artifact("CRM basis", inp.handle.info.name, inp.result.template)
+                missing_artifact("CRM basis", inp.handle, inp.result.template)
                 + " `python -m core crm-basis` (or the Layer trajectories page) computes the basis alone."
             )
         inp.cache[keys.CRM_BASIS] = basis

@@ -65,7 +65,7 @@ def classifier_for(inp: DetectorInput) -> LookbackModel:
     model = model_for(inp.handle, inp.result.template)
     if model is None:
         raise ValueError(
-            missing_artifact("Lookback Lens classifier", inp.handle.info.name, inp.result.template)
+            missing_artifact("Lookback Lens classifier", inp.handle, inp.result.template)
             + " lookback_cv and lookback_mean need none."
         )
     return model

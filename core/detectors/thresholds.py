@@ -20,7 +20,6 @@ it otherwise), else ``"read"`` (:func:`verdict_for`, the default :attr:`~core.de
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -35,10 +34,10 @@ from core.detectors.registry import (
     DetectorThreshold,
     ThresholdRule,
 )
-from core.engine import DualPathSettings
+from core.engine import DualPathSettings, calibration_record
 from core.engine.verdict import READ, RECALLED, UNCALIBRATED
 from core.io import asset_path
-from core.model import artifacts, calibration_store
+from core.model import calibration_store
 from core.model.handle import ModelHandle
 
 THRESHOLD_DIR = asset_path("thresholds")
@@ -47,23 +46,9 @@ DEFAULT_ALPHA = 0.05
 NO_THRESHOLD = "no threshold calibrated for this detector and model"
 
 
-def _read_bundled(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or not isinstance(data.get("detectors"), dict):
-        raise ValueError("not a per-detector calibration (no 'detectors' object)")
-    return data
-
-
-DETECTOR_THRESHOLDS = artifacts.ArtifactKind(
-    name="detector-thresholds",
-    read=_read_bundled,
-    bundled=lambda slug, variant: THRESHOLD_DIR / f"detectors-{slug}.json",
-    bundled_embedded_only=False,
-    cache=lambda slug, variant: Path(calibration_store.STORE, slug, variant or "-", calibration_store.DETECTORS_FILE),
-    fresh=lambda data, handle, variant: None if data.get("model") == handle.info.name else "another model's",
-)
-"""The per-detector calibration: bundled (``scripts/calibrate_detectors.py``) by the model's slug, else the model's
-own from ``calibrate-model`` in its calibration folder (per resolved template)."""
+DETECTOR_THRESHOLDS = calibration_record.DETECTOR_THRESHOLDS
+"""The per-detector calibration's artifact kind (:data:`core.engine.calibration_record.DETECTOR_THRESHOLDS`):
+bundled by the model's slug, else the model's own from ``calibrate-model`` in its calibration folder."""
 CALIBRATE_MODEL = "calibrate-model"
 """The ``origin`` of a per-detector calibration written by ``python -m core calibrate-model``."""
 
@@ -75,8 +60,9 @@ def bundled_path(handle: ModelHandle) -> Path:
 
 def bundled_thresholds(handle: ModelHandle, template: str = "") -> dict[str, Any] | None:
     """The per-detector calibration of the handle's model — bundled, else its own from ``calibrate-model`` for the
-    resolved ``template`` — or ``None`` (no file, or another model's)."""
-    return artifacts.find(DETECTOR_THRESHOLDS, handle, template)
+    resolved ``template`` — or ``None``: the ``detectors`` of the model's calibration record
+    (:func:`core.engine.calibration_record.record_for`, by its identity and template)."""
+    return calibration_record.record_for(handle, template or "auto").detectors
 
 
 def _bundled_source(data: dict[str, Any], entry: dict[str, Any], settings: DualPathSettings) -> str:
@@ -156,7 +142,7 @@ def no_threshold_words(detector: Detector, inp: DetectorInput) -> str:
         return NO_THRESHOLD
     what = getattr(detector.artifact, "name", None) or "per-detector calibration"
     return f"{NO_THRESHOLD}. " + calibration_store.missing_artifact(
-        what.replace("-", " "), inp.handle.info.name, inp.result.template
+        what.replace("-", " "), inp.handle, inp.result.template
     )
 
 

@@ -4,7 +4,10 @@ joint resolver of one model, as a small checked JSON file (no pickle). Fitting l
 
 Version 2 (the answer span): the axes read the run at the located answer span; the file names its features
 (keys of :data:`core.engine.axes.FEATURES`) and κ (``span_level``). A file of version 1 (features of the whole
-answer's first 16 tokens, the first content word) is refused with a message saying how to recalibrate."""
+answer's first 16 tokens, the first content word) is refused with a message saying how to recalibrate.
+
+Which axes calibration a model's headline uses is its calibration record's
+(:func:`core.engine.calibration_record.record_for`: by the model's identity and the resolved template)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from core.engine.threshold import THRESHOLD_DIR, finite_number, json_fields
+from core.engine.threshold import THRESHOLD_DIR
+from core.engine.threshold_checks import finite_number, json_fields
 from core.io import read_user_file
 
 logger = logging.getLogger(__name__)
@@ -261,7 +265,12 @@ class AxesCalibration(StandardizedLogistic):
 _LOADED: dict[str, tuple[float, AxesCalibration]] = {}
 
 
-def _cached(path: Path) -> AxesCalibration | None:
+def cached_axes(path: Path) -> AxesCalibration | None:
+    """The axes calibration in ``path`` (re-read when the file changes), ``None`` when there is no file.
+
+    Raises:
+        ValueError: the file is not a valid axes calibration.
+    """
     if not path.is_file():
         return None
     mtime = path.stat().st_mtime
@@ -273,25 +282,4 @@ def _cached(path: Path) -> AxesCalibration | None:
 
 def bundled_axes() -> AxesCalibration | None:
     """The embedded model's bundled axes calibration (re-read when the file changes), ``None`` without one."""
-    return _cached(AXES_FILE)
-
-
-def axes_for(model: str, template: str | None = None, source: str | None = None) -> AxesCalibration | None:
-    """The axes calibration made for ``model`` (by its name): the bundled one of the embedded model, else the
-    newest one ``calibrate-model`` stored for it (:func:`core.model.calibration_store.files_named`; narrowed to a
-    resolved ``template`` and the model's ``source`` when given), else ``None`` (:func:`core.engine.axes.headline`
-    then says the model is not calibrated). A file naming another model is never returned."""
-    cal = bundled_axes()
-    if cal is not None and cal.model == model:
-        return cal
-    from core.model import calibration_store
-
-    for path in calibration_store.files_named(model, calibration_store.AXES_FILE, template, source):
-        try:
-            found = _cached(path)
-        except ValueError as exc:
-            logger.warning("Ignoring the axes calibration %s: %s", path, exc)
-            continue
-        if found is not None and found.model == model:
-            return found
-    return None
+    return cached_axes(AXES_FILE)

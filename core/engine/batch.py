@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.engine.calibration_record import ModelCalibration, record_for, template_key
 from core.engine.generation import (
     SCORING,
     EventCallback,
@@ -143,6 +144,9 @@ class ScoreRequest:
             position, ``result.extras["first_token_logprob"] = {"token", "retrieval", "parametric"}`` (nats): the
             ablations compare a perturbed run with the clean answer's first token.
         first_token: that token (``None``: each row's own first answer token).
+        calibration: the model's calibration record (:class:`~core.engine.calibration_record.ModelCalibration`),
+            resolved once per call by :meth:`resolved` and handed to every result it scores (their headline and
+            ``calibration_id``): nothing reads a calibration file while scoring.
     """
 
     settings: DualPathSettings = field(default_factory=DualPathSettings)
@@ -154,6 +158,7 @@ class ScoreRequest:
     record: bool = False
     first_token_logprob: bool = False
     first_token: int | None = None
+    calibration: ModelCalibration | None = None
 
     @classmethod
     def of(cls, settings: DualPathSettings | ScoreRequest | None = None, **options: Any) -> ScoreRequest:
@@ -165,9 +170,15 @@ class ScoreRequest:
         return cls(settings=settings or DualPathSettings(), **options)
 
     def resolved(self, handle: ModelHandle) -> ScoreRequest:
-        """This request with τ and its source resolved (:func:`core.engine.scoring.resolve_threshold`)."""
-        threshold, source = resolve_threshold(handle, self.threshold, self.threshold_source)
-        return replace(self, threshold=threshold, threshold_source=source)
+        """This request with the model's calibration record (:func:`core.engine.calibration_record.record_for`:
+        by the model's identity and the resolved template) and τ with its source resolved from it
+        (:func:`core.engine.scoring.resolve_threshold`): once per call, before anything is scored."""
+        record = self.calibration
+        wanted = (handle.slug, template_key(handle, self.settings.template))
+        if record is None or (record.slug, record.template) != wanted:
+            record = record_for(handle, self.settings.template)
+        threshold, source = resolve_threshold(handle, self.threshold, self.threshold_source, record)
+        return replace(self, threshold=threshold, threshold_source=source, calibration=record)
 
 
 def _score_rows(
@@ -286,6 +297,7 @@ def score_prepared(
             threshold=request.threshold,
             threshold_source=request.threshold_source,
             timings=dict(timings),
+            calibration=request.calibration,
         )
         res.extras.update(extras)
         out.append(res)

@@ -21,6 +21,7 @@ from core.engine.threshold import TAU_PAPER
 from core.engine.verdict import normalize_verdict
 
 if TYPE_CHECKING:  # the recording holds torch tensors; this module stays importable without torch
+    from core.engine.axes import Headline
     from core.model.recording import Recording
 
 SCHEMA_VERSION = 4
@@ -96,6 +97,7 @@ _JSON_ORDER = (
     "verdict",
     *SCHEMA_KEYS[3],
     *SCHEMA_KEYS[4],
+    "calibration_id",
     "kl_stats",
     "max_abs_log_ratio",
     "max_abs_log_ratio_vocab",
@@ -181,8 +183,11 @@ class DualPathResult:
             bounds by γ; ``None`` in results written before it existed.
         axes: the two-axis headline (:meth:`core.engine.axes.Headline.to_dict`), attached by the engine to every
             result it makes (:func:`core.engine.scoring.build_result`); ``None`` in a result built by hand or read
-            from a file without one — :attr:`headline` then computes it from the result's own numbers (no model
-            call). :attr:`verdict` is its verdict.
+            from a file without one — :attr:`headline` then computes it once from the result's own numbers (no
+            model call). :attr:`verdict` is its verdict; :attr:`head` the same headline as an object.
+        calibration_id: the key of the calibration record that decided it (``"<slug>/<template>"``,
+            :class:`core.engine.calibration_record.ModelCalibration`): the page's card, ``run --json``'s
+            ``calibration`` and a re-read headline use that record; ``None`` in a result written before it.
         internals: the run's own internals for the detectors (:class:`RunInternals`), when recorded; never
             serialized or compared.
     """
@@ -212,18 +217,34 @@ class DualPathResult:
     n_scored: int = 0
     max_abs_log_ratio_vocab: float | None = None
     axes: dict[str, Any] | None = None
+    calibration_id: str | None = None
     schema_version: int = SCHEMA_VERSION
     internals: RunInternals | None = field(default=None, repr=False, compare=False)
+    _head: Headline | None = field(default=None, init=False, repr=False, compare=False)
+
+    def attach_headline(self, head: Headline) -> None:
+        """Attach the headline decided for this result (the engine's one computation of it): :attr:`axes` is its
+        JSON form and :attr:`head` the object itself, which every reader then uses."""
+        self._head = head
+        self.axes = head.to_dict()
+
+    @property
+    def head(self) -> Headline:
+        """The two-axis headline as one object (:class:`core.engine.axes.Headline`), computed at most once per
+        result: the engine attaches it (:meth:`attach_headline`); a result read from a file rebuilds it from its
+        stored ``axes`` (no decision is made again), and one without ``axes`` decides it once, under the record
+        that :attr:`calibration_id` (else its model's identity) names, and keeps it."""
+        if self._head is None:
+            from core.engine.axes import Headline, headline  # the headline reads the result: imported when needed
+
+            self._head = Headline.from_dict(self.axes) if self.axes is not None else headline(self)
+        return self._head
 
     @property
     def headline(self) -> dict[str, Any]:
-        """The two-axis headline (the JSON's ``axes``): :attr:`axes` when attached, else computed now from this
-        result's numbers by :func:`core.engine.axes.headline` (no model call; not stored)."""
-        if self.axes is not None:
-            return self.axes
-        from core.engine.axes import headline  # the headline reads the result: imported when first needed
-
-        return headline(self).to_dict()
+        """The two-axis headline (the JSON's ``axes``): :attr:`axes` when attached, else :attr:`head`'s JSON form
+        (decided once, no model call)."""
+        return self.axes if self.axes is not None else self.head.to_dict()
 
     @property
     def verdict(self) -> str:
@@ -303,6 +324,7 @@ class DualPathResult:
             "extras",
             "schema_version",
             "max_abs_log_ratio_vocab",
+            "calibration_id",
             *SCHEMA_KEYS[3],
             *SCHEMA_KEYS[4],
         }

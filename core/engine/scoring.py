@@ -23,10 +23,12 @@ import numpy as np
 import torch
 
 from core.engine.axes import headline
+from core.engine.calibration_record import ModelCalibration, record_for
 from core.engine.prepare import PreparedPrompts, Prompt
 from core.engine.result import DualPathResult, PathOutput
 from core.engine.settings import DualPathSettings
-from core.engine.threshold import TAU_PAPER, Threshold, repcs_score, tau_in_force
+from core.engine.tau_resolution import tau_in_force
+from core.engine.threshold import TAU_PAPER, Threshold, repcs_score
 from core.engine.verdict import UNCALIBRATED, decide
 from core.maths.divergence import entropy, kl_divergence, kl_statistics, log_probs
 from core.model.handle import ModelHandle
@@ -163,11 +165,17 @@ def calibration_mismatch(
 
 
 def resolve_threshold(
-    handle: ModelHandle, threshold: Threshold | None, threshold_source: str | None
+    handle: ModelHandle,
+    threshold: Threshold | None,
+    threshold_source: str | None,
+    calibration: ModelCalibration | None = None,
 ) -> tuple[Threshold | None, str | None]:
-    """The τ to apply to a run of ``handle``'s model: :func:`core.engine.threshold.tau_in_force` (the given one,
-    else the model's default τ)."""
-    return tau_in_force(handle.info.name, threshold, threshold_source)
+    """The τ to apply to a run of ``handle``'s model: :func:`core.engine.tau_resolution.tau_in_force` (the given
+    one, else the τ of the model's calibration record ``calibration``, by default the record of its ``auto``
+    template, :func:`core.engine.calibration_record.record_for`)."""
+    record = calibration if calibration is not None else record_for(handle, "auto")
+    given = threshold_source if threshold is not None else None  # no τ given: the record's τ says where it is from
+    return tau_in_force(handle.info.name, threshold, given, calibration=record)
 
 
 def _path_output(handle: ModelHandle, prompt: Prompt, answer: Answer, stats: PathStats) -> PathOutput:
@@ -199,6 +207,7 @@ def build_result(
     threshold: Threshold | None,
     threshold_source: str | None,
     timings: dict[str, float],
+    calibration: ModelCalibration | None = None,
 ) -> DualPathResult:
     """The :class:`DualPathResult` of one row from its parts, its two-axis headline attached (``axes``; the
     result's :attr:`~core.engine.result.DualPathResult.verdict`).
@@ -209,7 +218,11 @@ def build_result(
         parametric: the parametric path's free answer (:data:`NOT_GENERATED` when skipped).
         threshold: τ to apply (already resolved; ``None`` = uncalibrated); ``threshold_source`` says where from.
         timings: seconds per step, stored as they are.
+        calibration: the model's calibration record, resolved once with the handle
+            (:meth:`core.engine.batch.ScoreRequest.resolved`); the headline is decided under its axes and the
+            result carries its key (``calibration_id``). Default: the record of the handle and the row's template.
     """
+    record = calibration if calibration is not None else record_for(handle, prepared.template_key)
     window = min(settings.score_window, len(retrieval.token_ids))
     z = repcs_score(scores.token_kl, settings.score_window)
     warnings = list(prepared.warnings)
@@ -237,8 +250,9 @@ def build_result(
         ),
         warnings=warnings,
         timings=timings,
+        calibration_id=record.key,
     )
-    result.axes = headline(result).to_dict()  # every result the engine makes carries its headline
+    result.attach_headline(headline(result, record))  # every result the engine makes carries its headline, once
     return result
 
 

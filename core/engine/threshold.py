@@ -1,5 +1,5 @@
-"""RePCS' threshold τ as the engine applies it: Z, :class:`Threshold` (and its length-aware :class:`LengthTau`),
-the one loader with one set of checks, and the one τ resolver.
+"""RePCS' threshold τ as the engine applies it: Z, :class:`Threshold` (and its length-aware :class:`LengthTau`) and
+the one loader with one set of checks.
 
 * Z(q) = Σ_{t<T} KL(P_rag,t ‖ P_para,t) (RePCS eq. 2): :func:`repcs_score`;
 * a :class:`Threshold` is the constant τ (the α-quantile of Z over clean prompts, RePCS Alg. 1) and, when
@@ -7,22 +7,18 @@ the one loader with one set of checks, and the one τ resolver.
   read from Z and τ is :func:`core.engine.verdict.decide`;
 * every threshold that comes from outside the process — a file named on the command line, an upload on the
   Evaluate page, the session's stored τ, the bundled file — is read by :func:`load_threshold` /
-  :meth:`Threshold.from_dict` (field checks: τ a positive number of nats, T ≥ 1, α in (0, 1) …) and checked
-  against the model it is applied to by :func:`check_model` (a τ is specific to one model);
-* :func:`resolve_tau` is the one place that says which τ is in force: the session's (a τ chosen in the app),
-  else a file (``--threshold-file``), else a file saved for this model in a folder, else the bundled one of the
-  embedded model, else the model's own from ``calibrate-model``, else none (another model's τ is never
-  borrowed: the verdict is "uncalibrated", with the way to calibrate); :func:`tau_in_force` is the one
-  meaning of an unset τ (a given τ as the τ setting applies it, else the model's default).
+  :meth:`Threshold.from_dict` (field checks, :mod:`core.engine.threshold_checks`: τ a positive number of nats,
+  T ≥ 1, α in (0, 1) …) and checked against the model it is applied to by :func:`check_model` (a τ is specific to
+  one model).
 
-Fitting a τ (the α-quantile, the PAC sample size, the quantile regression behind τ(L)) is a method:
-:mod:`core.methods.repcs` and :mod:`core.methods.repcs_length`.
+Which τ is in force (session → file → a τ you saved → the model's calibration record → none) is
+:mod:`core.engine.tau_resolution`. Fitting a τ (the α-quantile, the PAC sample size, the quantile regression behind
+τ(L)) is a method: :mod:`core.methods.repcs` and :mod:`core.methods.repcs_length`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -30,107 +26,28 @@ from typing import Any
 
 import numpy as np
 
-from core.io import MAX_JSON_DEPTH, asset_path, atomic_write_text, check_json_depth, model_slug, read_user_file
+from core.engine.threshold_checks import (
+    MAX_SCORED_LENGTH,
+    check_log_tau,
+    count_field,
+    finite_number,
+    json_fields,
+    nesting,
+    shown,
+    text_field,
+)
+from core.io import MAX_JSON_DEPTH, asset_path, atomic_write_text, check_json_depth, read_user_file
 from core.model import artifacts
-from core.model.loading import EMBEDDED_NAME
 
 THRESHOLD_DIR = asset_path("thresholds")
 EMBEDDED_THRESHOLD = THRESHOLD_DIR / "embedded.json"
 """The embedded model's bundled τ (``scripts/calibrate_threshold.py``)."""
 MAX_THRESHOLD_BYTES = 64 * 1024
 """A threshold file is a few kilobytes; larger files are refused unread."""
-MAX_SCORED_LENGTH = 65_536
-"""The longest answer (scored tokens L) a τ must hold for: τ(L) must be a finite, positive number of nats for every
-L in 1 … this (far above any answer the engine scores: the score window is at most 4,096 tokens)."""
-MAX_COUNT = 10**9
-"""Largest row count, length or seed a threshold file may state."""
-MAX_TEXT_CHARS = 2_000
-"""Longest name, source or formula text a threshold file may hold."""
-_LOG_MAX = math.log(1.7976931348623157e308)  # ln of the largest float: e^x overflows above it
-_LOG_MIN = math.log(2.2250738585072014e-308)  # ln of the smallest normal float: e^x is 0 (or denormal) below it
 
 BAND_LEVEL = 0.90
 """Coverage of the bootstrap band around τ(L)."""
 BOOT_SEED = 0
-
-
-def finite_number(value: Any, name: str) -> float:
-    """``value`` as a float, for a threshold file's field ``name``.
-
-    Raises:
-        ValueError: not a finite int or float (a bool is refused too).
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ValueError(f"{name!r} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _count(value: Any, name: str, low: int = 0) -> int:
-    """A threshold file's integer field: an int (not a bool) in ``low`` … :data:`MAX_COUNT`."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
-        raise ValueError(f"{name!r} must be an integer between {low} and {MAX_COUNT:,}, got {_shown(value)}")
-    return value
-
-
-def _shown(value: Any) -> str:
-    """A field's value for a message: its repr, cut to 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _text(value: Any, name: str) -> str:
-    """A threshold file's text field: a non-empty string of at most :data:`MAX_TEXT_CHARS` characters."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{name!r} must be a non-empty string")
-    if len(value) > MAX_TEXT_CHARS:
-        raise ValueError(f"{name!r} is {len(value):,} characters long; at most {MAX_TEXT_CHARS:,}")
-    return value
-
-
-def _nesting(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
-    """How deep dicts and lists nest in ``value`` (iteratively: no recursion on a deep value), up to ``limit + 1``."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > limit:
-                return deepest
-            stack.extend((v, depth) for v in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
-def check_log_tau(intercept: Any, slope: Any, name: str) -> None:
-    """Refuse a τ(L) = exp(intercept + slope · ln L) that is not a finite, positive number of nats for every L in
-    1 … :data:`MAX_SCORED_LENGTH` (checked at both ends in log space: with 0 ≤ slope ≤ 1 it is monotone between).
-
-    Args:
-        intercept, slope: arrays (or numbers) of fits, checked together; ``name`` says which in the message.
-
-    Raises:
-        ValueError: τ(L) would be 0 (e.g. intercept −800: every answer would read as "read") or overflow (e.g.
-            intercept +800) somewhere in that range; the message gives the range of ln τ found.
-    """
-    a = np.asarray(intercept, dtype=np.float64)
-    b = np.asarray(slope, dtype=np.float64)
-    ends = np.concatenate([np.ravel(a), np.ravel(a + b * math.log(MAX_SCORED_LENGTH))])
-    if ends.size and not (np.all(np.isfinite(ends)) and ends.min() >= _LOG_MIN and ends.max() <= _LOG_MAX):
-        why = (
-            "τ would be 0 there, and every answer would read as read from the context"
-            if np.all(np.isfinite(ends)) and ends.min() < _LOG_MIN
-            else "τ would overflow to infinity there"
-        )
-        raise ValueError(
-            f"{name} gives τ(L) = exp({float(np.nanmin(ends)):.4g} … {float(np.nanmax(ends)):.4g}) nats for L = 1 … "
-            f"{MAX_SCORED_LENGTH:,}: τ(L) must be a finite, positive number of nats at every length (ln τ between "
-            f"{_LOG_MIN:.0f} and {_LOG_MAX:.0f}); {why}"
-        )
-
-
-def json_fields(record: Any) -> dict[str, Any]:
-    """A dataclass's fields as a JSON-ready dict: :func:`dataclasses.asdict` with its tuples as lists."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(record).items()}
 
 
 @dataclass(frozen=True)
@@ -207,7 +124,7 @@ class LengthTau:
         if not 0.0 <= values["slope"] <= 1.0:
             raise ValueError(f"'length_tau.slope' must lie in [0, 1] (τ(L) monotone), got {values['slope']}")
         for name in ("L_min", "L_max", "n", "seed"):
-            values[name] = _count(values.get(name, 0), f"length_tau.{name}")
+            values[name] = count_field(values.get(name, 0), f"length_tau.{name}")
         if not 1 <= values["L_min"] <= values["L_max"] <= MAX_SCORED_LENGTH:
             raise ValueError(
                 f"'length_tau' needs 1 <= L_min <= L_max <= {MAX_SCORED_LENGTH:,}, got {values['L_min']}, "
@@ -225,7 +142,7 @@ class LengthTau:
         if any(not 0.0 <= b <= 1.0 for b in values["boot_slope"]):
             raise ValueError("every 'length_tau.boot_slope' must lie in [0, 1] (each bootstrap fit is monotone)")
         if "form" in values:
-            values["form"] = _text(values["form"], "length_tau.form")
+            values["form"] = text_field(values["form"], "length_tau.form")
         check_log_tau(values["intercept"], values["slope"], "'length_tau'")
         check_log_tau(values["boot_intercept"], values["boot_slope"], "A bootstrap fit of 'length_tau'")
         return cls(**values)
@@ -343,10 +260,10 @@ class Threshold:
         ):
             raise ValueError(
                 f"'T' must be a positive integer (answer tokens, at most {MAX_SCORED_LENGTH:,}), got "
-                f"{_shown(values['T'])}"
+                f"{shown(values['T'])}"
             )
         for name in ("model", "source"):
-            values[name] = _text(values[name], name)
+            values[name] = text_field(values[name], name)
         for name in ("gamma", "delta", "epsilon", "fpr", "fnr", "mean_z_clean", "mean_z_memorized"):
             if values.get(name) is not None:
                 values[name] = finite_number(values[name], name)
@@ -357,11 +274,11 @@ class Threshold:
                 raise ValueError(f"{name!r} is a rate and must lie in [0, 1], got {values[name]}")
         for name in ("n_clean", "n_memorized", "n_required"):
             if values.get(name) is not None:
-                values[name] = _count(values[name], name)
+                values[name] = count_field(values[name], name)
         extra = values.get("extra", {})
         if not isinstance(extra, dict):
             raise ValueError("'extra' must be a JSON object")
-        if _nesting(extra) > MAX_JSON_DEPTH:
+        if nesting(extra) > MAX_JSON_DEPTH:
             raise ValueError(f"'extra' nests objects or arrays more than {MAX_JSON_DEPTH} levels deep")
         if values.get("length_tau") is not None and not isinstance(values["length_tau"], LengthTau):
             values["length_tau"] = LengthTau.from_dict(values["length_tau"])
@@ -463,116 +380,6 @@ def describe_in_force(threshold: Threshold | None, n_scored: int | None = None) 
     return text + ")"
 
 
-def user_threshold_path(user_dir: Path, model_name: str) -> Path:
-    """Where a τ saved for ``model_name`` lives in ``user_dir``: ``<model slug>.json``.
-
-    The slug is :func:`core.io.model_slug` of the name alone (a τ is keyed by the model's name, as in
-    :attr:`Threshold.model`): ``embedded.json`` for the embedded model, ``<name>-<sha1[:10]>.json`` otherwise.
-    """
-    slug = model_slug(model_name, "", embedded=model_name == EMBEDDED_NAME)
-    return Path(user_dir) / f"{slug}.json"
-
-
-ORIGIN_SESSION = "session"
-ORIGIN_FILE = "file"
-ORIGIN_USER = "user"
-ORIGIN_BUNDLED = "bundled"
-ORIGIN_CALIBRATED = "calibrated"
-ORIGIN_NONE = "none"
-HOW_TO_CALIBRATE_TAU = "python -m core calibrate-model --model <this model>"
-"""The one step that calibrates a model's τ (with every other per-model artifact)."""
-
-
-@dataclass(frozen=True)
-class TauInForce:
-    """The τ in force for one model and where it came from.
-
-    Attributes:
-        threshold: the τ as the τ setting applies it (``None``: no τ, verdicts are "uncalibrated").
-        source: one sentence for the page or the JSON (``threshold_source``).
-        origin: :data:`ORIGIN_SESSION`, :data:`ORIGIN_FILE`, :data:`ORIGIN_USER`, :data:`ORIGIN_BUNDLED`,
-            :data:`ORIGIN_CALIBRATED` (the model's own, from ``calibrate-model``) or :data:`ORIGIN_NONE` (no τ:
-            another model's τ is never borrowed).
-    """
-
-    threshold: Threshold | None
-    source: str
-    origin: str
-
-    def pair(self) -> tuple[Threshold | None, str]:
-        """``(threshold, source)``, the pair the engine's runs take."""
-        return self.threshold, self.source
-
-
-def resolve_tau(
-    model_name: str,
-    *,
-    session: tuple[Threshold, str] | None = None,
-    file: str | Path | None = None,
-    user_dir: Path | None = None,
-    mode: str = DEFAULT_TAU_MODE,
-) -> TauInForce:
-    """The τ in force for ``model_name``: session → file → user folder → bundled (the embedded model) → the model's
-    own calibration (``calibrate-model``, :mod:`core.model.calibration_store`) → none. A model without its own τ
-    gets none (its RePCS verdict is "uncalibrated", with the way to calibrate): never another model's τ.
-
-    Args:
-        session: a τ chosen in this session (the app's "use this τ") and its source sentence.
-        file: a threshold file (``--threshold-file``), read by :func:`load_threshold`.
-        user_dir: a folder of τ files saved per model (:func:`user_threshold_path`).
-        mode: the τ setting (:data:`TAU_LENGTH` or :data:`TAU_PAPER`, :meth:`Threshold.for_mode`).
-
-    Raises:
-        ValueError: an unknown ``mode``; a session τ or file of another model or a bad file (the message says
-            which).
-    """
-    if mode not in TAU_MODES:
-        raise ValueError(f"unknown τ setting {mode!r}; choose one of {', '.join(TAU_MODES)}")
-    if session is not None:
-        threshold, source = session
-        check_model(threshold, model_name)
-        return TauInForce(threshold.for_mode(mode), source or "set in this session", ORIGIN_SESSION)
-    if file is not None:
-        th = load_threshold(file, model_name).for_mode(mode)
-        return TauInForce(th, f"from {file}", ORIGIN_FILE)
-    if user_dir is not None:
-        path = user_threshold_path(user_dir, model_name)
-        if path.is_file():
-            th = load_threshold(path, model_name).for_mode(mode)
-            return TauInForce(th, f"calibrated by you ({path.name}; {describe_mode(th)})", ORIGIN_USER)
-    if model_name == EMBEDDED_NAME and EMBEDDED_THRESHOLD.is_file():
-        th = artifacts.read(BUNDLED_TAU, EMBEDDED_THRESHOLD).for_mode(mode)
-        return TauInForce(
-            th, f"bundled calibration: {describe_mode(th)} over {th.n_clean} clean prompts", ORIGIN_BUNDLED
-        )
-    own = calibrated_tau(model_name)
-    if own is not None:
-        th, path = own
-        return TauInForce(
-            th.for_mode(mode),
-            f"calibrated for this model by calibrate-model: {describe_mode(th)} over {th.n_clean} read rows",
-            ORIGIN_CALIBRATED,
-        )
-    how = HOW_TO_CALIBRATE_TAU.replace("<this model>", repr(model_name))
-    return TauInForce(None, f"not calibrated for this model: no τ (calibrate it: {how})", ORIGIN_NONE)
-
-
-def calibrated_tau(model_name: str) -> tuple[Threshold, Path] | None:
-    """The newest τ ``calibrate-model`` stored for ``model_name`` (:func:`core.model.calibration_store.files_named`)
-    and its path, or ``None``; unreadable files and files of another model are skipped."""
-    from core.model import calibration_store
-
-    for path in calibration_store.files_named(model_name, calibration_store.TAU_FILE):
-        try:
-            th = artifacts.read(BUNDLED_TAU, path)
-            check_model(th, model_name)
-        except (OSError, ValueError) as exc:
-            logging.getLogger(__name__).warning("Ignoring the calibrated τ %s: %s", path, exc)
-            continue
-        return th, path
-    return None
-
-
 BUNDLED_TAU = artifacts.ArtifactKind(
     name="repcs-tau",
     read=lambda path: Threshold.load(path),
@@ -580,36 +387,3 @@ BUNDLED_TAU = artifacts.ArtifactKind(
 )
 """A τ file: the embedded model's bundled one, or a model's own in its calibration folder (read once per
 modification time by the artifact store)."""
-
-
-def threshold_for(
-    model_name: str, user_dir: Path | None = None, mode: str = DEFAULT_TAU_MODE
-) -> tuple[Threshold | None, str]:
-    """``(threshold, source)`` of :func:`resolve_tau` without a session τ or a file (the model's default τ)."""
-    return resolve_tau(model_name, user_dir=user_dir, mode=mode).pair()
-
-
-def tau_in_force(
-    model_name: str,
-    threshold: Threshold | None = None,
-    source: str | None = None,
-    *,
-    mode: str = DEFAULT_TAU_MODE,
-) -> tuple[Threshold | None, str]:
-    """The one meaning of an unset τ: every caller that may be given no τ (the engine's runs, ``evaluate``, the
-    CLI, the Evaluate page) asks here.
-
-    A given ``threshold`` is applied as the τ setting ``mode`` applies it (:meth:`Threshold.for_mode`; the
-    default, length-aware setting leaves it as it is), with ``source`` (else ``"given"``). An unset one is the
-    model's default τ in force under ``mode`` (:func:`threshold_for`: the bundled τ of the embedded model, a
-    model's own from ``calibrate-model``, or none).
-
-    Raises:
-        ValueError: an unknown ``mode``.
-    """
-    if mode not in TAU_MODES:
-        raise ValueError(f"unknown τ setting {mode!r}; choose one of {', '.join(TAU_MODES)}")
-    if threshold is not None:
-        return threshold.for_mode(mode), source or "given"
-    default, default_source = threshold_for(model_name, mode=mode)
-    return default, source or default_source

@@ -22,7 +22,9 @@ from typing import Any
 
 from core.detectors.registry import Detector
 from core.engine import DEFAULT_BATCH_SIZE, DualPathSettings
-from core.engine.threshold import Threshold, tau_in_force
+from core.engine.calibration_record import record_for
+from core.engine.tau_resolution import tau_in_force
+from core.engine.threshold import Threshold
 from core.evaluation.data import LABELS, SEED, DataError, LabeledRow, prompt_lengths
 from core.evaluation.report import N_BOOT, build_report, summarize
 from core.evaluation.robustness import DEFAULT_SIGMAS
@@ -58,7 +60,8 @@ def plan_job(
             f"Evaluation needs rows of both labels ({', '.join(LABELS)}); this file only has "
             f"{', '.join(sorted(labels))}."
         )
-    threshold, source = tau_in_force(handle.info.name, options.threshold)
+    record = record_for(handle, settings.template)  # the model's calibration record: its identity + template
+    threshold, source = tau_in_force(handle.info.name, options.threshold, calibration=record)
     spec = JobSpec(
         dataset="",
         digest="",

@@ -23,16 +23,14 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.engine.axes import HOW_TO_CALIBRATE
-from core.engine.axes_calibration import axes_for
 from core.io import atomic_write_json, atomic_write_text
 from core.model import calibration_store
 from core.model.handle import ModelHandle
-from core.model.loading import EMBEDDED_NAME
 
 if TYPE_CHECKING:
-    from core.evaluation.model_calibration import Budget
-    from core.evaluation.model_fits import Fitted, RowRecord
+    from core.engine.calibration_record import ModelCalibration
+    from core.evaluation.calibrate.budget import Budget
+    from core.evaluation.calibrate.records import Fitted, RowRecord
 
 logger = logging.getLogger(__name__)
 
@@ -232,14 +230,11 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("version") == CARD_VERSION else None
 
 
-def find_card(model: str, template: str | None = None, source: str | None = None) -> dict[str, Any] | None:
-    """The newest card ``calibrate-model`` wrote for the model named ``model`` (and ``template`` / ``source`` when
-    given), or ``None``."""
-    for path in calibration_store.files_named(model, calibration_store.CARD_FILE, template, source):
-        card = _read(path)
-        if card is not None and card.get("model") == model:
-            return card
-    return None
+def find_card(calibration: ModelCalibration) -> dict[str, Any] | None:
+    """The card of a calibration record (:func:`core.engine.calibration_record.record_for`: the model's identity and
+    resolved template), or ``None``."""
+    card = calibration.card
+    return card if card is not None and card.get("version") == CARD_VERSION else None
 
 
 def card_summary(card: dict[str, Any]) -> dict[str, Any]:
@@ -265,26 +260,33 @@ def card_summary(card: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def how_to_calibrate(model: str) -> str:
-    """The one command that calibrates ``model``."""
-    return HOW_TO_CALIBRATE.replace("<this model>", repr(model))
+def how_to_calibrate(model: str, source: str = "") -> str:
+    """The one command that calibrates the model with this name (and source: the ``--model`` value ``--help``
+    documents, :func:`core.model.calibration_store.calibrate_command`)."""
+    return calibration_store.calibrate_command(model, source)
 
 
-def calibration_status(model: str, template: str | None = None, source: str | None = None) -> dict[str, Any]:
-    """What the verdicts of ``model`` are calibrated with, for ``run --json`` and the app.
+def calibration_status(calibration: ModelCalibration) -> dict[str, Any]:
+    """What the verdicts of a calibration record's model are calibrated with, for ``run --json`` and the app: the
+    record that decided a result (:func:`core.engine.calibration_record.record_of_result`) or the record of a loaded
+    model (:func:`~core.engine.calibration_record.record_for`), so the card, the verdict and the JSON agree.
 
     Returns:
-        ``{"calibrated", "origin", "card", "how"}``: ``origin`` is ``"bundled"`` (the embedded model's shipped
-        files), ``"calibrate-model"`` (``card`` holds :func:`card_summary` of the model's card) or ``"none"`` (no
-        calibration). ``calibrated`` is whether the headline has its axes: a ``calibrate-model`` run whose budget
-        was too small to fit them leaves its card and its other artifacts (τ …) but an "uncalibrated" headline.
-        ``how`` is the command that calibrates the model (``None`` once calibrated).
+        ``{"calibrated", "origin", "card", "how", "id", "model"}``: ``origin`` is ``"bundled"`` (the embedded model's
+        shipped files), ``"calibrate-model"`` (``card`` holds :func:`card_summary` of the model's card) or
+        ``"none"`` (no calibration for this model and template). ``calibrated`` is whether the headline has its
+        axes: a ``calibrate-model`` run whose budget was too small to fit them leaves its card and its other
+        artifacts (τ …) but an "uncalibrated" headline. ``how`` is the command that calibrates the model (``None``
+        once calibrated); ``id`` the record's key (``"<slug>/<template>"``).
     """
-    if model == EMBEDDED_NAME and axes_for(model) is not None:
-        return {"calibrated": True, "origin": BUNDLED, "card": None, "how": None}
-    card = find_card(model, template, source)
-    if card is not None:
-        calibrated = axes_for(model, template, source) is not None
-        how = None if calibrated else how_to_calibrate(model) + " (a larger budget: the axes were not fitted)"
-        return {"calibrated": calibrated, "origin": CALIBRATED, "card": card_summary(card), "how": how}
-    return {"calibrated": False, "origin": UNCALIBRATED, "card": None, "how": how_to_calibrate(model)}
+    base = {"id": calibration.key, "model": calibration.model}
+    how = how_to_calibrate(calibration.model, calibration.source)
+    if calibration.origin == BUNDLED and calibration.calibrated:
+        return {"calibrated": True, "origin": BUNDLED, "card": None, "how": None, **base}
+    card = find_card(calibration)
+    if calibration.origin == CALIBRATED and (card is not None or calibration.calibrated):
+        calibrated = calibration.calibrated
+        how_now = None if calibrated else how + " (a larger budget: the axes were not fitted)"
+        summary = None if card is None else card_summary(card)
+        return {"calibrated": calibrated, "origin": CALIBRATED, "card": summary, "how": how_now, **base}
+    return {"calibrated": False, "origin": UNCALIBRATED, "card": None, "how": how, **base}

@@ -19,7 +19,6 @@ import numpy as np
 from core.detectors import Detector, DetectorInput, resolve
 from core.detectors.shared import plan, reads_the_run
 from core.engine import DualPathResult, DualPathSettings, ScoreRequest, score_batch
-from core.engine.axes import headline
 from core.engine.swap import headline_span, run_swap_tests
 from core.evaluation.data import ConflictRow, LabeledRow, Row
 from core.evaluation.validity import axis1_verdict, text_only_verdict
@@ -90,7 +89,7 @@ def record_for(
             logger.warning("detector %s failed on row %s: %s", name, meta.get("row"), exc)
             scores[name] = None
             errors[name] = f"{type(exc).__name__}: {exc}"
-    head = headline(result)
+    head = result.head  # the headline decided when the result was built
     record: dict[str, Any] = {
         **{k: v for k, v in meta.items() if k != "extra"},
         "query": result.query,

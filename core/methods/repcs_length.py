@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from core.engine.threshold import BAND_LEVEL, BOOT_SEED, LengthTau, finite_number
+from core.engine.threshold import BAND_LEVEL, BOOT_SEED, LengthTau
+from core.engine.threshold_checks import finite_number
 
 N_BOOT_TAU = 200
 """Bootstrap refits behind the band (stored in the threshold file: the band is exact at any L)."""

@@ -1,11 +1,12 @@
-"""Where ``calibrate-model`` keeps a model's own calibration, and how a lookup by the model's name finds it.
+"""Where ``calibrate-model`` keeps a model's own calibration, and the one key that finds it (identity + template).
 
 One folder per (model + revision, resolved prompt template) in the user cache:
 ``<cache_dir>/calibrated/<slug>/<template>/`` (the slug, :attr:`core.model.handle.ModelHandle.slug`, is the
 model's name plus a digest of its source — the hub revision or the GGUF file's sha256 — so another revision or
 file gets another folder). It holds the small per-model files that have no other home in the artifact store:
 
-* ``model.json`` — which model and template the folder is for (written first, read by :func:`files_named`);
+* ``model.json`` — which model, source, slug and template the folder is for (written first, checked by
+  :func:`own_folder`);
 * ``tau.json`` — RePCS' τ and τ(L) (:class:`core.engine.threshold.Threshold`);
 * ``axes.json`` — the headline's axes calibration (:class:`core.engine.axes_calibration.AxesCalibration`);
 * ``detectors.json`` — the per-detector thresholds (:mod:`core.detectors.thresholds`);
@@ -13,9 +14,10 @@ file gets another folder). It holds the small per-model files that have no other
 * ``work/`` — the checkpoints of a run, so a killed run continues where it stopped.
 
 The other artifacts (CRM basis, Lookback Lens classifier, ReDeEP choice, combined detector, RADAR assets) keep the
-cache locations of their own :class:`~core.model.artifacts.ArtifactKind`. Lookups that know only a model's name
-(the τ resolver, :func:`core.engine.axes_calibration.axes_for`) go through :func:`files_named`, which reads each
-folder's ``model.json`` — newest calibration first.
+cache locations of their own :class:`~core.model.artifacts.ArtifactKind`. There is one key and one door: a folder
+is found by the model's identity (its slug) and the resolved template (:func:`own_folder`), never by a model's
+name alone, and read into one record by :func:`core.engine.calibration_record.record_for` — another file at the
+same path, another revision or another template is another folder, so *not calibrated for this model*.
 """
 
 from __future__ import annotations
@@ -93,27 +95,28 @@ def _read_record(path: Path) -> dict[str, str] | None:
     return record
 
 
-def files_named(model: str, file: str, template: str | None = None, source: str | None = None) -> list[Path]:
-    """Every stored ``file`` of a calibration folder made for the model named ``model`` (and ``template`` /
-    ``source`` when given), newest first. Nothing is read but the folders' ``model.json``."""
-    root = store_root()
-    if not root.is_dir():
-        return []
-    found: list[tuple[float, Path]] = []
-    for record_path in root.glob(f"*/*/{MODEL_FILE}"):
-        record = _read_record(record_path)
-        if record is None or record.get("model") != model:
-            continue
-        if template is not None and record.get("template") != template:
-            continue
-        if source is not None and record.get("source") != source:
-            continue
-        path = record_path.parent / file
-        try:
-            found.append((path.stat().st_mtime, path))
-        except OSError:
-            continue
-    return [p for _, p in sorted(found, key=lambda t: -t[0])]
+def identity_of(folder: Path) -> dict[str, str] | None:
+    """The ``model.json`` of a calibration folder (which model, source, slug and template it was made for), or
+    ``None`` when it is missing or unreadable (read once per modification time)."""
+    return _read_record(folder / MODEL_FILE)
+
+
+def own_folder(name: str, slug: str, template_key: str) -> Path | None:
+    """The calibration folder of the model with this identity — its ``slug`` (name + a digest of its source:
+    :func:`core.io.model_slug`) and the resolved ``template_key`` — when its ``model.json`` says it was made for
+    exactly that (name, slug and template), else ``None``. The one lookup of a calibration folder: by the model's
+    identity and template, never by its name alone."""
+    try:
+        folder = model_folder(slug, template_key)
+    except ValueError:
+        return None
+    record = identity_of(folder)
+    if record is None:
+        return None
+    if (record.get("model"), record.get("slug"), record.get("template")) != (name, slug, template_key):
+        logger.info("Ignoring the calibration folder %s: made for %s", folder, record)
+        return None
+    return folder
 
 
 def work_folder(handle: ModelHandle, template_key: str) -> Path:
@@ -121,10 +124,42 @@ def work_folder(handle: ModelHandle, template_key: str) -> Path:
     return folder_for(handle, template_key) / WORK
 
 
-def missing_artifact(what: str, model: str, template: str | None = None) -> str:
-    """The one sentence for a per-model artifact a model lacks: which, and the one step that builds it."""
+def model_argument(name: str, source: str = "") -> str:
+    """The ``--model`` value that loads the model with this name and source, as ``--help`` documents it: the
+    packaged shortcut (``gemma3-270m``), the GGUF file's or the folder's path, the hub id (with ``--revision``), or
+    ``embedded``; the name itself when the source says nothing more."""
+    from core.model.gguf_files import PACKAGED
+    from core.model.loading import EMBEDDED_MODEL, EMBEDDED_NAME
+
+    if name == EMBEDDED_NAME:
+        return EMBEDDED_MODEL
+    for key, packaged in PACKAGED.items():
+        if name == packaged.name:
+            return key
+    for opening in ("GGUF file ", "local folder "):
+        if source.startswith(opening):
+            path = source[len(opening) :]
+            return path.split(" (", 1)[0] if opening == "GGUF file " else path
+    if source.startswith("huggingface hub "):
+        spec, _, revision = source[len("huggingface hub ") :].partition("@")
+        return f"{spec} --revision {revision}" if revision else spec
+    return name
+
+
+def calibrate_command(name: str, source: str = "") -> str:
+    """The one command that calibrates the model with this name and source (:func:`model_argument`)."""
+    arg = model_argument(name, source)
+    spec, sep, revision = arg.partition(" --revision ")
+    quoted = spec if spec.replace("-", "").replace("_", "").replace("/", "").replace(".", "").isalnum() else repr(spec)
+    return f"python -m core calibrate-model --model {quoted}" + (f" --revision {revision}" if sep else "")
+
+
+def missing_artifact(what: str, model: ModelHandle | str, template: str | None = None) -> str:
+    """The one sentence for a per-model artifact a model lacks: which, and the one step that builds it (with the
+    ``--model`` value ``--help`` documents when given the handle, :func:`calibrate_command`)."""
+    name, source = (model.info.name, model.info.source) if isinstance(model, ModelHandle) else (model, "")
     where = f" with template {template!r}" if template else ""
     return (
-        f"No {what} for {model!r}{where}: build it, with every other per-model artifact, in one step with "
-        f"`python -m core calibrate-model --model {model!r}` (or “Calibrate this model” on the Dual Path page)."
+        f"No {what} for {name!r}{where}: build it, with every other per-model artifact, in one step with "
+        f"`{calibrate_command(name, source)}` (or “Calibrate this model” on the Dual Path page)."
     )

@@ -32,7 +32,8 @@ from core.cli.common import (
 )
 from core.detectors import available, resolve
 from core.engine import DEFAULT_BATCH_SIZE
-from core.engine.threshold import Threshold, tau_in_force
+from core.engine.tau_resolution import tau_in_force
+from core.engine.threshold import Threshold
 from core.evaluation import LABELS, evaluate_rows, read_labeled_csv, resolve_detectors, stratified_sample
 from core.evaluation.behavior import behavior_lines, behavior_report, select_split
 from core.evaluation.evaluate import EvaluateOptions

@@ -132,7 +132,7 @@ def analyze(handle: ModelHandle, result: DualPathResult, *, window: int = WINDOW
     model = model_for(handle, result.template)
     out = analyze_map(m.lr, m.answer_tokens, model, window=window)
     if model is None:
-        out.classifier = missing_artifact("Lookback Lens classifier", handle.info.name, result.template)
+        out.classifier = missing_artifact("Lookback Lens classifier", handle, result.template)
     else:
         out.classifier = (
             f"{out.classifier} ({', '.join(str(t.get('path')) for t in model.trained_on) or 'calibration data'}); "

@@ -30,7 +30,7 @@ import json, sys
 import core, figures, components             # somebody else's packages of those names
 import read_or_recall as rr
 from read_or_recall.core.io import ASSETS
-from read_or_recall.core.engine.axes_calibration import axes_for
+from read_or_recall.core.engine.calibration_record import record_for
 
 lab = rr.Lab()
 r = lab.run("What is the capital of France?", "Paris is the capital and largest city of France.")
@@ -46,7 +46,7 @@ print(json.dumps({
     "attention_traces": len(attention.data),
     "engine_core": sys.modules["read_or_recall.core"].__file__,
     "verdict": r.verdict, "repcs_verdict": r.repcs_verdict, "threshold_source": r.result.threshold_source,
-    "calibrated": axes_for(lab.model) is not None, "traces": len(fig.data),
+    "calibrated": record_for(lab.handle, "auto").axes is not None, "traces": len(fig.data),
     "streamlit": "streamlit" in sys.modules, "html": "read-or-recall-run" in r._repr_html_(),
 }))
 """

@@ -9,7 +9,8 @@ import pytest
 
 import core.cli.commands.evaluate as evaluate_command
 from core.cli import main
-from core.engine.threshold import Threshold, threshold_for
+from core.engine.tau_resolution import threshold_for
+from core.engine.threshold import Threshold
 from core.model.loading import EMBEDDED_NAME
 
 

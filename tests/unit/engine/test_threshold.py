@@ -9,19 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from core.engine.threshold import (
-    EMBEDDED_THRESHOLD,
+from core.engine.tau_resolution import (
     ORIGIN_BUNDLED,
     ORIGIN_FILE,
     ORIGIN_NONE,
     ORIGIN_SESSION,
     ORIGIN_USER,
+    resolve_tau,
+    user_threshold_path,
+)
+from core.engine.threshold import (
+    EMBEDDED_THRESHOLD,
     TAU_PAPER,
     Threshold,
     describe_in_force,
     load_threshold,
-    resolve_tau,
-    user_threshold_path,
 )
 from core.model.loading import EMBEDDED_NAME
 

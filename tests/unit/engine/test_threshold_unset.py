@@ -14,9 +14,8 @@ from core.engine.threshold import (
     TAU_PAPER,
     LengthTau,
     Threshold,
-    tau_in_force,
-    threshold_for,
 )
+from core.engine.tau_resolution import tau_in_force, threshold_for
 from core.model.loading import EMBEDDED_NAME
 
 

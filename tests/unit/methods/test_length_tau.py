@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from core.engine.threshold import EMBEDDED_THRESHOLD, TAU_LENGTH, TAU_PAPER, LengthTau, Threshold, threshold_for
+from core.engine.tau_resolution import threshold_for
+from core.engine.threshold import EMBEDDED_THRESHOLD, TAU_LENGTH, TAU_PAPER, LengthTau, Threshold
 from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, VERDICTS, decide
 from core.methods.repcs import fit_length_tau, fit_threshold
 from core.methods.repcs_length import check_length_calibration, fit_quantile_line, min_rows_per_bucket

@@ -9,7 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from core.engine.threshold import EMBEDDED_THRESHOLD, Threshold, repcs_score, threshold_for, user_threshold_path
+from core.engine.tau_resolution import threshold_for, user_threshold_path
+from core.engine.threshold import EMBEDDED_THRESHOLD, Threshold, repcs_score
 from core.engine.verdict import repcs_verdict as verdict
 from core.methods.repcs import calibrate_tau, fit_threshold, pac_sample_size
 
