@@ -65,6 +65,9 @@ class AuditLimits:
             is stopped at its next forward pass, nothing stored (503).
         body_timeout_s: longest the server waits for a request's body to arrive (408 after; a ``Content-Length``
             that promises more than the client sends cannot hold a connection forever).
+        header_timeout_s: longest a request's head (request line and headers) may take to arrive, from the
+            connection's opening or the first byte after the previous response (408 and the connection closed
+            after; :mod:`core.audit.protocol`).
     """
 
     max_body_bytes: int = 1_048_576
@@ -75,6 +78,7 @@ class AuditLimits:
     max_request_tokens: int = 65_536
     request_budget_s: float = 60.0
     body_timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_batch_items", "max_new_tokens", "max_page", "max_request_tokens"):
@@ -82,7 +86,7 @@ class AuditLimits:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 2:
             raise ValueError(f"max_prompt_tokens must be >= 2, got {self.max_prompt_tokens}")
-        for name in ("request_budget_s", "body_timeout_s"):
+        for name in ("request_budget_s", "body_timeout_s", "header_timeout_s"):
             value = float(getattr(self, name))
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
@@ -141,6 +145,11 @@ class GuardCounters:
     unauthorized: int = 0
     too_large: int = 0
     timed_out: int = 0
+    head_timed_out: int = 0
+
+    def head_timeout(self) -> None:
+        """Count one request head that did not arrive in time (the protocol's callback)."""
+        self.head_timed_out += 1
 
 
 class GuardMiddleware:

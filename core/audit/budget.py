@@ -6,9 +6,12 @@ limits"):
 * **prompt tokens** — the retrieval and parametric prompts of every item (plus the answer tokens asked for with
   ``generate``), summed over the request, at most ``AuditLimits.max_request_tokens``;
 * **time** — the model time the request would take on *this* server, estimated from what the server has
-  measured (:class:`WorkMeter`), at most ``AuditLimits.request_budget_s``. A request over either is refused up
-  front (413) with both figures; one that is accepted but then runs past its budget — queued behind other
-  clients, on a machine that slowed down — is stopped at the next forward pass, and nothing is stored (503).
+  measured (:class:`WorkMeter`), at most ``AuditLimits.request_budget_s``. A request over it is refused up front
+  (413) with both figures. A request that fits is accepted only when the model time it needs still fits beside
+  what the requests already accepted were promised (:meth:`ModelTurns.admit`; 503 up front otherwise), so the
+  sharing never makes an accepted request miss its deadline. One that runs past it all the same — the machine
+  slowed down after it was accepted, the estimate was low — is stopped at its next forward pass, and nothing is
+  stored (503).
 
 The estimate counts **units**: one forward pass of B rows padded to T tokens is ``B · T · (1 + T / T_attn)``
 units — each token costs its layers' matrix products (∝ d² for hidden size d), plus attention over the T
@@ -19,11 +22,12 @@ forward when the service starts, then from every forward it runs (an exponential
 
 **Sharing the model.** An audit takes the model for one forward pass at a time, and a batch's rows are grouped so
 that each pass is estimated to take at most :data:`FAIR_SLICE_S` (:meth:`WorkMeter.forward_tokens`; never less
-than one row). Between passes, :class:`ModelTurns` gives the model to the waiting audit with the **least work
-left** (its estimate, less the time it has waited: a large request that has waited as long as its remaining
-work goes first, so it is not starved; its deadline bounds the wait in any case). So a single audit that arrives
-while a batch runs waits for the one pass in flight, then runs both of its passes — not behind the rest of the
-batch, nor behind every other pass of it.
+than one row). Between passes, :class:`ModelTurns` gives the model to an accepted audit that has fallen more than
+:data:`LAG_S` behind its schedule (its work spread evenly from its arrival to its planned finish, 90 % of its
+budget), else to the waiting audit with the **least work left** (its estimate, less the time it has waited). So a
+single audit that arrives while a batch runs on schedule waits for the one pass in flight, then runs both of its
+passes; a batch that other clients' passes have pushed behind its schedule takes the model back until it is on
+it again, so it finishes within its budget.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -54,6 +58,11 @@ DECODE_STEP_UNITS = 4.0
 """Units of one generated token of one row besides its attention (a decode step is launch-bound)."""
 MAX_FORWARD_TOKENS = 8192
 """Most padded tokens of one forward pass, however fast the model (bounds the activations' memory)."""
+FINISH_MARGIN = 0.1
+"""Share of a request's time budget kept back when the service plans when it will finish (its last pass, the
+commit, the turns' granularity): an accepted request is planned to be done by 90 % of its budget."""
+LAG_S = FAIR_SLICE_S
+"""How far behind its schedule (seconds of model time) an accepted request may fall before its passes go first."""
 
 
 def forward_units(rows: int, width: int, attention_tokens: float = ATTENTION_TOKENS) -> float:
@@ -185,13 +194,39 @@ class WorkMeter:
         return WorkPlan(tokens, units, self.seconds(units), per_forward)
 
 
-class ModelTurns:
-    """Whose forward pass runs next, among the audits waiting for the model (thread-safe).
+class ModelBusy(Exception):
+    """A request refused before any model work: beside the requests already accepted, it would not finish within
+    its time budget (:meth:`ModelTurns.admit`).
 
-    Each waiting audit states the model time it still needs (``left_s``, its :class:`WorkPlan` estimate less the
-    passes it has run). When the model is free, the audit with the smallest ``left_s − waited_s`` runs its next
-    pass (ties: the first to ask). The model's own lock is still taken inside a turn (:mod:`core.model.handle`);
-    turns only order the service's audits among themselves.
+    Attributes:
+        promised: the share of the model the accepted requests need from now to their planned finish (0 … 1+).
+        own_s: the refused request's own estimated model time (seconds).
+        retry_after_s: roughly when the accepted requests will have finished (their estimated model time left).
+    """
+
+    def __init__(self, promised: float, own_s: float, retry_after_s: float) -> None:
+        super().__init__(f"the model is {promised:.0%} promised; {own_s:.1f} s more does not fit")
+        self.promised = promised
+        self.own_s = own_s
+        self.retry_after_s = retry_after_s
+
+
+class ModelTurns:
+    """The accepted audits' reservations of the model, and whose forward pass runs next (thread-safe).
+
+    **Admission** (:meth:`admit`). Each accepted audit is planned to finish by :data:`FINISH_MARGIN` short of its
+    deadline (arrival + time budget): from now until then it needs ``left_s / (finish − now)`` of the model — its
+    *density*. A new audit is accepted when the densities of those already accepted plus its own are at most 1
+    (it is accepted whatever its density when it would run alone); otherwise it is refused with
+    :class:`ModelBusy` before any model work. Sharing therefore never makes an accepted audit miss its deadline:
+    the model time it was promised was set aside when it was accepted.
+
+    **Turns** (:meth:`turn`). Each accepted audit has a schedule — its work done at an even pace from its arrival
+    to its planned finish. When the model is free, an audit more than :data:`LAG_S` of model time behind its
+    schedule goes first (the earliest planned finish among such); otherwise the audit with the smallest
+    ``left_s − waited_s`` runs its next pass (ties: the first to ask), so a single audit that arrives while a batch
+    is on schedule waits for the one pass in flight. The model's own lock is still taken inside a turn
+    (:mod:`core.model.handle`); turns only order the service's audits among themselves.
     """
 
     POLL_S = 0.25
@@ -199,7 +234,8 @@ class ModelTurns:
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._busy = False
-        self._waiting: dict[object, tuple[float, float, int]] = {}
+        self._waiting: dict[object, tuple[float, float, int, RunShare | None]] = {}
+        self._runs: set[RunShare] = set()
         self._order = itertools.count()
 
     def waiting(self) -> int:
@@ -207,18 +243,56 @@ class ModelTurns:
         with self._cond:
             return len(self._waiting)
 
+    def promised(self) -> float:
+        """The share of the model the accepted audits need from now to their planned finish (their densities)."""
+        with self._cond:
+            now = time.monotonic()
+            return sum(run.density(now) for run in self._runs)
+
+    def admit(self, meter: WorkMeter, plan: WorkPlan, arrived: float, budget_s: float) -> RunShare:
+        """Accept an audit (``plan``, arrived at ``arrived`` on :func:`time.monotonic`, due ``budget_s`` later):
+        its reservation, held until :meth:`release`.
+
+        Raises:
+            ModelBusy: beside the audits already accepted it would not finish in its budget (nothing reserved).
+        """
+        finish = arrived + (1.0 - FINISH_MARGIN) * float(budget_s)
+        share = RunShare(self, meter, plan.units, arrived=arrived, finish=finish)
+        with self._cond:
+            now = time.monotonic()
+            promised = sum(run.density(now) for run in self._runs)
+            if self._runs and promised + share.density(now) > 1.0:
+                left = sum(run.left_s for run in self._runs)
+                raise ModelBusy(promised, plan.seconds, left if math.isfinite(left) else budget_s)
+            self._runs.add(share)
+        return share
+
+    def release(self, share: RunShare) -> None:
+        """End an accepted audit's reservation (it finished, failed or was stopped)."""
+        with self._cond:
+            self._runs.discard(share)
+            self._cond.notify_all()
+
     def _next(self) -> object:
         now = time.monotonic()
+        behind = [
+            (share.finish, order, ticket)
+            for ticket, (_, _, order, share) in self._waiting.items()
+            if share is not None and share.lag_s(now) > LAG_S
+        ]
+        if behind:  # an accepted audit behind its schedule: the earliest planned finish first
+            return min(behind, key=lambda item: item[:2])[2]
 
         def key(ticket: object) -> tuple[float, int]:
-            left, since, order = self._waiting[ticket]
+            left, since, order, _ = self._waiting[ticket]
             return left - (now - since), order
 
         return min(self._waiting, key=key)
 
     @contextmanager
-    def turn(self, left_s: float) -> Iterator[None]:
-        """Wait for this audit's turn (it still needs ``left_s`` seconds of model time), hold it for the block.
+    def turn(self, left_s: float, share: RunShare | None = None) -> Iterator[None]:
+        """Wait for this audit's turn (it still needs ``left_s`` seconds of model time; ``share``: its
+        reservation, whose schedule may put it first), hold it for the block.
 
         The run's cancel token (:func:`core.model.handle.check_cancelled`: a deadline, a shutdown) is checked
         while it waits.
@@ -228,7 +302,7 @@ class ModelTurns:
         """
         ticket = object()
         with self._cond:
-            self._waiting[ticket] = (float(left_s), time.monotonic(), next(self._order))
+            self._waiting[ticket] = (float(left_s), time.monotonic(), next(self._order), share)
             try:
                 while self._busy or self._next() is not ticket:
                     check_cancelled()
@@ -245,29 +319,59 @@ class ModelTurns:
                 self._cond.notify_all()
 
 
-@dataclass
+@dataclass(eq=False)
 class RunShare:
-    """One audit's share of the model: its :class:`ModelTurns`, the meter, and the model time it still needs."""
+    """One accepted audit's share of the model (:meth:`ModelTurns.admit`): its turns, the meter, the work it still
+    needs (units) and its schedule — from ``arrived`` to its planned ``finish`` (:func:`time.monotonic`)."""
 
     turns: ModelTurns
     meter: WorkMeter
-    left_s: float
+    units_left: float
+    arrived: float = 0.0
+    finish: float = math.inf
+    units_total: float = field(default=-1.0)
+
+    def __post_init__(self) -> None:
+        if self.units_total < 0:
+            self.units_total = self.units_left
+
+    @property
+    def left_s(self) -> float:
+        """The model time it still needs, at the meter's current rate (seconds)."""
+        return self.meter.seconds(self.units_left)
+
+    def density(self, now: float) -> float:
+        """The share of the model it needs from ``now`` to its planned finish (``inf`` past it with work left)."""
+        if self.units_left <= 0:
+            return 0.0
+        return self.left_s / (self.finish - now) if self.finish > now else math.inf
+
+    def lag_s(self, now: float) -> float:
+        """How far behind its even-paced schedule it is, in model time (seconds; negative: ahead)."""
+        if not math.isfinite(self.finish) or self.finish <= self.arrived:
+            return 0.0
+        due = self.units_total * min((now - self.arrived) / (self.finish - self.arrived), 1.0)
+        return self.meter.seconds(due - (self.units_total - self.units_left))
+
+    def _spend(self, units: float) -> None:
+        self.units_left = max(self.units_left - units, 0.0)
 
     @contextmanager
     def forward(self, rows: int, width: int) -> Iterator[None]:
         """One forward pass of ``rows`` prompts padded to ``width`` tokens, in this audit's turn."""
-        cost = self.meter.seconds(self.meter.units(rows, width))
-        with self.turns.turn(self.left_s):
+        cost = self.meter.units(rows, width)
+        with self.turns.turn(self.left_s, self):
             try:
                 yield
             finally:
-                self.left_s = max(self.left_s - cost, 0.0)
+                self._spend(cost)
 
     @contextmanager
     def block(self, seconds: float) -> Iterator[None]:
         """A stretch of model work estimated at ``seconds`` (a generation), in this audit's turn."""
-        with self.turns.turn(self.left_s):
+        rate = self.meter.seconds_per_unit
+        with self.turns.turn(self.left_s, self):
             try:
                 yield
             finally:
-                self.left_s = max(self.left_s - seconds, 0.0)
+                self._spend(seconds / rate if rate > 0 else self.units_left)

@@ -3,8 +3,13 @@
 :class:`AuditRecorder` holds one service's state (the model, the log, the calibration in force, the limits, the
 work meter and this run's counters); :func:`core.audit.service.create_app` routes requests to it. Errors leave
 as FastAPI ``HTTPException`` with the service's status codes (409 request-id conflict, 413 token, work or time
-budget, 422 validation, 503 no calibration, a log that failed its integrity check, a request stopped at its
-deadline or by the server's shutdown).
+budget, 422 validation, 503 no calibration, a model whose time is already promised to the requests accepted
+(refused up front), a log that failed its integrity check, a request stopped at its deadline or by the server's
+shutdown).
+
+A request that passes its budgets is **accepted** only when the model time it needs fits beside what the
+requests already accepted were promised (:meth:`core.audit.budget.ModelTurns.admit`); the turns then keep every
+accepted request on a schedule that ends before its deadline, so another client's traffic never makes it miss.
 
 A request's model work runs under a :class:`~core.model.handle.CancelToken` that fires at its deadline (the time
 budget, counted from its arrival, queueing included) and when the server shuts down
@@ -17,6 +22,7 @@ recorded whole and answered, or not recorded.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -29,7 +35,7 @@ from typing import Any
 from fastapi import HTTPException, Response
 
 from core.audit.auth import AuditLimits, GuardCounters
-from core.audit.budget import ModelTurns, RunShare, WorkMeter, WorkPlan
+from core.audit.budget import ModelBusy, ModelTurns, RunShare, WorkMeter, WorkPlan
 from core.audit.calibration import AuditCalibration
 from core.audit.chain import ChainHeadError
 from core.audit.scoring import AuditInputError, AuditOptions, audit_pairs, prepare_pairs
@@ -102,7 +108,14 @@ class AuditRecorder:
     counters: GuardCounters = field(default_factory=GuardCounters)
     started: float = field(default_factory=time.time)
     served: dict[str, int] = field(
-        default_factory=lambda: {"audits": 0, "replays": 0, "over_budget": 0, "past_deadline": 0, "stopped": 0}
+        default_factory=lambda: {
+            "audits": 0,
+            "replays": 0,
+            "over_budget": 0,
+            "busy": 0,
+            "past_deadline": 0,
+            "stopped": 0,
+        }
     )
     meter: WorkMeter = field(default_factory=WorkMeter)
     turns: ModelTurns = field(default_factory=ModelTurns)
@@ -283,9 +296,9 @@ class AuditRecorder:
         deadline = started + self.limits.request_budget_s
         token = CancelToken(check=lambda: time.monotonic() > deadline)
         with self._running(token):
+            share = self._admit(plan, started, batch)
             try:
                 with run_control(cancel=token):
-                    share = RunShare(self.turns, self.meter, plan.seconds)
                     results = audit_pairs(
                         self.handle, calib, texts, opts, prepared=prepared, meter=self.meter, share=share
                     )
@@ -293,6 +306,8 @@ class AuditRecorder:
                 raise input_error(exc, batch) from None
             except RunCancelled:
                 raise self._stopped(plan, time.monotonic() - started) from None
+            finally:
+                self.turns.release(share)
         latency = (time.perf_counter() - t0) * 1000.0
         batch_id = uuid.uuid4().hex if batch else None
         ids: list[str | None] = [None] * len(pairs)
@@ -303,6 +318,22 @@ class AuditRecorder:
             self.entry(calib, p, r, latency, (rid, batch_id, len(pairs)), fp) for p, r, rid in zip(pairs, results, ids)
         ]
         return self._append(entries, request_id, request_fp, response)
+
+    def _admit(self, plan: WorkPlan, started: float, batch: bool) -> RunShare:
+        """The request's reservation of the model (:meth:`ModelTurns.admit`); 503 up front when the model time it
+        needs does not fit beside what the requests already accepted were promised."""
+        try:
+            return self.turns.admit(self.meter, plan, started, self.limits.request_budget_s)
+        except ModelBusy as busy:
+            self.served["busy"] += 1
+            what = "these items" if batch else "this pair"
+            raise unavailable(
+                f"The model is busy: the requests already accepted need {busy.promised:.0%} of its time until they "
+                f"are due, and {what} (about {busy.own_s:.1f} s of model time) would not finish within the time "
+                f"budget of {self.limits.request_budget_s:g} s beside them. It was refused before any model work: "
+                "nothing was run or stored. Retry after the Retry-After seconds, or send less per request.",
+                max(1, math.ceil(busy.retry_after_s)),
+            ) from None
 
     def _stopped(self, plan: WorkPlan, elapsed: float) -> HTTPException:
         """The 503 of a run its cancel token stopped: the server's shutdown, else its deadline."""
@@ -317,9 +348,10 @@ class AuditRecorder:
             plan.seconds,
         )
         return unavailable(
-            f"This request ran past its time budget of {self.limits.request_budget_s:g} s ({elapsed:.1f} s, queueing "
-            f"behind other requests included; its own model time was estimated at {plan.seconds:.1f} s) and was "
-            "stopped before it was recorded: nothing was stored. Retry later, or send less per request.",
+            f"This request ran past its time budget of {self.limits.request_budget_s:g} s ({elapsed:.1f} s, waiting "
+            f"for the model included; its own model time was estimated at {plan.seconds:.1f} s, so the machine ran "
+            "slower than this server measured, or the model was held longer than planned) and was stopped before "
+            "it was recorded: nothing was stored. Retry later, or send less per request.",
             5,
         )
 
@@ -365,11 +397,14 @@ class AuditRecorder:
                 "rejected_unauthorized": self.counters.unauthorized,
                 "rejected_too_large": self.counters.too_large,
                 "rejected_body_timeout": self.counters.timed_out,
+                "rejected_header_timeout": self.counters.head_timed_out,
                 "rejected_over_budget": self.served["over_budget"],
+                "rejected_busy": self.served["busy"],
                 "stopped_past_deadline": self.served["past_deadline"],
                 "stopped_by_shutdown": self.served["stopped"],
                 "model_busy": self.handle.is_busy(),
                 "waiting_for_the_model": self.turns.waiting(),
+                "model_promised": round(self.turns.promised(), 4),
             },
             "budget": {
                 "max_request_tokens": self.limits.max_request_tokens,

@@ -87,6 +87,12 @@ def register(subparsers: Any) -> None:
         help="seconds a request body may take to arrive (408 after)",
     )
     p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=AuditLimits.header_timeout_s,
+        help="seconds a request's head (request line and headers) may take to arrive (408 and closed after)",
+    )
+    p.add_argument(
         "--db-timeout",
         type=float,
         default=BUSY_TIMEOUT_S,
@@ -122,6 +128,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         "max_request_tokens": ("--max-request-tokens", args.max_request_tokens),
         "request_budget_s": ("--request-budget", args.request_budget),
         "body_timeout_s": ("--body-timeout", args.body_timeout),
+        "header_timeout_s": ("--header-timeout", args.header_timeout),
     }
     try:
         limits = AuditLimits(**{name: value for name, (_, value) in flags.items()})
@@ -164,19 +171,34 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             port=args.port,
             on_stop=_stopper(app.state.recorder, store, args.shutdown_timeout),
             graceful_s=max(args.shutdown_timeout - 1.0, 0.5),
+            header_timeout_s=limits.header_timeout_s,
+            on_head_timeout=app.state.recorder.counters.head_timeout,
         )
     finally:
         store.close()
     return 0
 
 
-def run_server(app: Any, *, host: str, port: int, on_stop: Callable[[], None], graceful_s: float) -> None:
+def run_server(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    on_stop: Callable[[], None],
+    graceful_s: float,
+    header_timeout_s: float = AuditLimits.header_timeout_s,
+    on_head_timeout: Callable[[], None] | None = None,
+) -> None:
     """Serve ``app`` with uvicorn until SIGTERM or SIGINT; ``on_stop()`` runs at the first signal (before uvicorn
-    starts its graceful shutdown, which waits at most ``graceful_s`` seconds for requests in flight).
+    starts its graceful shutdown, which waits at most ``graceful_s`` seconds for requests in flight). Each request
+    head must arrive within ``header_timeout_s`` (:func:`core.audit.protocol.head_timeout_protocol`; 408 and the
+    connection closed after, ``on_head_timeout()`` called).
 
     The seam tests replace (``core.cli.commands.serve.run_server``) to talk to the app without a socket.
     """
     import uvicorn
+
+    from core.audit.protocol import head_timeout_protocol
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -185,6 +207,7 @@ def run_server(app: Any, *, host: str, port: int, on_stop: Callable[[], None], g
 
     config = uvicorn.Config(
         app,
+        http=head_timeout_protocol(header_timeout_s, on_head_timeout),
         host=host,
         port=port,
         log_level="warning",

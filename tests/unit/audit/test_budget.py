@@ -99,7 +99,7 @@ def test_a_long_wait_counts_against_the_work_left_so_nothing_starves():
 
     turns = ModelTurns()
     now = time.monotonic()
-    turns._waiting = {"old": (5.0, now - 10.0, 0), "new": (0.5, now, 1)}  # waited 10 s with 5 s left
+    turns._waiting = {"old": (5.0, now - 10.0, 0, None), "new": (0.5, now, 1, None)}  # waited 10 s, 5 s left
     assert turns._next() == "old"
 
 
@@ -130,3 +130,51 @@ def test_a_cancelled_audit_gives_up_its_place_in_the_queue():
     assert box == {"cancelled": True} and turns.waiting() == 0
     with turns.turn(1.0):  # the model is free again
         pass
+
+
+# -- issue 43 C: an accepted request is never pushed past its deadline by the sharing ------------------------------
+
+
+def _plan(seconds: float):
+    from core.audit.budget import WorkPlan
+
+    return WorkPlan(tokens=1, units=seconds * 1000.0, seconds=seconds, forward_tokens=1)  # at 1 ms per unit
+
+
+def test_admission_sets_the_model_time_aside_and_refuses_what_would_not_fit():
+    import time
+
+    from core.audit.budget import ModelBusy, ModelTurns
+
+    turns, meter, now = ModelTurns(), WorkMeter(seconds_per_unit=1e-3), time.monotonic()
+    batch = turns.admit(meter, _plan(36.0), now, 60.0)  # 36 s by 54 s (90 % of 60): two thirds of the model
+    assert turns.promised() == pytest.approx(36.0 / 54.0, rel=0.01)
+    single = turns.admit(meter, _plan(0.2), now, 60.0)  # a single audit still fits beside it
+    with pytest.raises(ModelBusy) as refused:  # another 36 s batch does not: the first would miss its deadline
+        turns.admit(meter, _plan(36.0), now, 60.0)
+    assert refused.value.promised > 0.6 and refused.value.retry_after_s == pytest.approx(36.2, rel=0.01)
+    turns.release(batch)
+    turns.release(single)
+    assert turns.promised() == 0.0
+    alone = turns.admit(meter, _plan(58.0), now, 60.0)  # over 90 % of the budget, but alone: accepted
+    assert alone.density(now) > 1.0
+    turns.release(alone)
+
+
+def test_a_batch_behind_its_schedule_goes_before_a_single_with_less_work_left():
+    import time
+
+    from core.audit.budget import ModelTurns
+
+    turns, meter = ModelTurns(), WorkMeter(seconds_per_unit=1e-3)
+    now = time.monotonic()
+    on_time = turns.admit(meter, _plan(10.0), now, 60.0)
+    late = turns.admit(meter, _plan(10.0), now - 30.0, 60.0)  # arrived 30 s ago, nothing done: 5.6 s behind
+    turns._waiting = {"single": (0.2, now, 0, None), "batch": (10.0, now, 1, late)}
+    assert late.lag_s(now) == pytest.approx(10.0 * 30.0 / 54.0, rel=0.01)
+    assert turns._next() == "batch"
+    turns._waiting = {"single": (0.2, now, 0, None), "batch": (10.0, now, 1, on_time)}
+    assert on_time.lag_s(now) < 0.25 and turns._next() == "single"  # on schedule: least work left first
+    late.units_left = 10.0 * 1000.0 * (1 - 30.0 / 54.0)  # caught up with its schedule
+    turns._waiting = {"single": (0.2, now, 0, None), "batch": (10.0, now, 1, late)}
+    assert turns._next() == "single"

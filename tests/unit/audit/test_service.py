@@ -477,3 +477,39 @@ def test_noncharacters_alone_are_not_text(client, store):
     r = client.post("/audit", json={"query": "\uffff\ufffe", "context": "c"}, headers=AUTH)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "query"]
     assert client.post("/audit", json={"query": "Who? \uffff", "context": "Nobody."}, headers=AUTH).status_code == 200
+
+
+def test_a_request_that_would_not_fit_beside_an_accepted_one_is_503_up_front(tiny_handle, tiny_calibration, store):
+    """Issue 43 C: admission counts the model time already promised, so the second of two requests that cannot
+    both finish in their budget is refused before any model work (503, Retry-After), and the first finishes."""
+    import re
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from core.audit.budget import WorkMeter
+
+    limits = AuditLimits(request_budget_s=10.0)
+    trial = TestClient(create_app(tiny_handle, store, tiny_calibration, TOKEN, limits, meter=WorkMeter(1.0)))
+    msg = trial.post("/audit", json=PAIR, headers=AUTH).json()["detail"]["msg"]  # one unit per second: 413
+    units = float(re.search(r"about ([\d,.]+) s", msg).group(1).replace(",", ""))
+    app = create_app(tiny_handle, store, tiny_calibration, TOKEN, limits, meter=WorkMeter(6.0 / units))  # 6 s each
+    client, out = TestClient(app), {}
+    release = _holding_the_model(tiny_handle)  # the first request is accepted, then waits for the model
+    try:
+        first = threading.Thread(target=lambda: out.update(a=client.post("/audit", json=PAIR, headers=AUTH)))
+        first.start()
+        for _ in range(200):
+            if app.state.recorder.turns.promised() > 0:
+                break
+            threading.Event().wait(0.05)
+        second = client.post("/audit", json={**PAIR, "request_id": "second"}, headers=AUTH)
+    finally:
+        release.set()
+    first.join(60)
+    assert second.status_code == 503 and "busy" in second.json()["detail"], second.text
+    assert "nothing was run or stored" in second.json()["detail"] and int(second.headers["retry-after"]) >= 6
+    assert out["a"].status_code == 200 and _count(store) == 1
+    retry = client.post("/audit", json={**PAIR, "request_id": "second"}, headers=AUTH)  # the model is free again
+    assert retry.status_code == 200 and _count(store) == 2
+    assert client.get("/stats", headers=AUTH).json()["since_start"]["rejected_busy"] == 1
