@@ -22,7 +22,7 @@ from typing import Any
 from core.detectors import get
 from core.detectors.agreement import DetectorVerdict, judge
 from core.detectors.registry import Detector, DetectorInput
-from core.engine.estimate import Estimate, answer_steps, describe_estimate, estimate_run, observe_run
+from core.engine.estimate import Estimate, Work, answer_steps, describe_estimate, estimate_run, observe_run
 from core.model.handle import on_each_step
 
 
@@ -48,10 +48,13 @@ def detector_estimate(inp: DetectorInput, name: str, fallback: Estimate | float 
     return estimate_text(inp.handle, detector_kind(name), work, fallback)
 
 
-def estimate_text(handle: Any, kind: str, work: float, fallback: Estimate | float | None = None) -> str:
-    """The sentence under a run button: from the last runs of ``kind`` scaled to ``work`` (in the kind's own
-    unit), else ``fallback`` (the unit-cost estimate), else "not measured yet"."""
-    return describe_estimate(estimate_run(handle, kind, max(float(work), 1e-9), fallback))
+def estimate_text(handle: Any, kind: str, work: float | Work, fallback: Estimate | float | None = None) -> str:
+    """The sentence under a run button: from the last runs of ``kind`` scaled to ``work`` (a
+    :class:`~core.engine.estimate.Work`: its units of work; a number: the kind's own unit), else ``fallback``
+    (the unit-cost estimate), else the unit costs alone (a :class:`~core.engine.estimate.Work`)."""
+    return describe_estimate(
+        estimate_run(handle, kind, work if isinstance(work, Work) else max(float(work), 1e-9), fallback)
+    )
 
 
 def judge_measured(detector: Detector, inp: DetectorInput) -> DetectorVerdict:

@@ -13,14 +13,24 @@ from components.progress import estimate_text
 from components.run import run_cached
 from components.text import escape_markdown
 from core.engine.axes import Headline
-from core.engine.estimate import estimate, observe_run
+from core.engine.estimate import Work, observe_run, prompt_tokens
 from core.engine.result import DualPathResult, result_digest
-from core.engine.swap import FOLLOWED, KEPT, MAX_CANDIDATES, MAX_WORD_TOKENS, NOT_APPLICABLE, SwapTest, swap_test
+from core.engine.swap import (
+    FOLLOWED,
+    KEPT,
+    MAX_CANDIDATES,
+    MAX_WORD_TOKENS,
+    NEITHER_OUTCOME,
+    NOT_APPLICABLE,
+    SwapTest,
+    planned_work,
+    swap_test,
+)
 from core.engine.verdict import READ, RECALLED, display
 from core.model.handle import ModelHandle
 
 RUN_KIND = "swap_test"
-"""The estimate's kind of a swap test (work: the run's token budget)."""
+"""The estimate's kind of a swap test (work: a :class:`~core.engine.estimate.Work`, :func:`planned`)."""
 MAX_TESTS = 12
 EXPLAIN = (
     "Replace the answer span where it occurs in the context by a plausible alternative the model itself proposes, "
@@ -30,9 +40,47 @@ EXPLAIN = (
 )
 
 
-def _estimate(handle: ModelHandle, budget: int) -> str:
-    fallback = estimate(handle, generated_tokens=budget + MAX_CANDIDATES * MAX_WORD_TOKENS, forwards=1)
-    return estimate_text(handle, RUN_KIND, budget, fallback)
+def planned(handle: ModelHandle, result: DualPathResult) -> tuple[int, int, int]:
+    """:func:`core.engine.swap.planned_work` (the candidates to complete, their prompt's tokens, the answers it
+    may generate); at most everything when it cannot tell."""
+    try:
+        return planned_work(handle, result)
+    except (ValueError, TypeError, AttributeError, IndexError):
+        return MAX_CANDIDATES, prompt_tokens(handle, result.query), MAX_CANDIDATES
+
+
+def work(
+    result: DualPathResult, plan: tuple[int, int, int], answers: int | None = None, steps: int | None = None,
+    read: int | None = None,
+) -> Work:  # fmt: skip
+    """A swap test's units of work: the candidates' completions (:data:`MAX_WORD_TOKENS` batched steps, each
+    candidate's prompt read), then its answers to the swapped contexts, decoded in one batch — as long as the run's
+    own retrieval answer before the test; ``answers``, their longest ``steps`` and the tokens ``read`` after it."""
+    candidates, prompt, planned_answers = plan
+    answers = planned_answers if answers is None else answers
+    total = MAX_WORD_TOKENS if candidates else 0
+    tokens = candidates * prompt
+    if answers:
+        total += len(result.retrieval.token_ids) if steps is None else steps
+        tokens += answers * result.retrieval.prompt_len if read is None else read
+    return Work(steps=float(total), prompt_tokens=float(tokens))
+
+
+def done_work(handle: ModelHandle, result: DualPathResult, plan: tuple[int, int, int], test: SwapTest) -> Work:
+    """The units of work a finished swap test did: the completions, and the answers it generated (none when it
+    found no alternative or had nothing to swap)."""
+    tried = [(t.answer, t.swapped_context) for t in getattr(test, "trials", ())]
+    if not tried and test.outcome in (FOLLOWED, KEPT, NEITHER_OUTCOME):
+        tried = [(test.answer, test.swapped_context)]
+    if not tried:
+        return work(result, plan, answers=0)
+    longest = max(max(1, prompt_tokens(handle, answer, template=1)) for answer, _ in tried)
+    read = sum(prompt_tokens(handle, result.query, context) for _, context in tried)
+    return work(result, plan, answers=len(tried), steps=longest, read=read)
+
+
+def _estimate(handle: ModelHandle, result: DualPathResult, plan: tuple[int, int, int]) -> str:
+    return estimate_text(handle, RUN_KIND, work(result, plan))
 
 
 def stored(result: DualPathResult) -> SwapTest | None:
@@ -54,7 +102,8 @@ def draw(handle: ModelHandle, result: DualPathResult, head: Headline) -> SwapTes
     test = stored(result)
     if test is None:
         clicked = st.button("Run the swap test", key=keys.SWAP_RUN, icon=":material/swap_horiz:")
-        line = st.caption(_estimate(handle, result.settings.get("max_new_tokens", 64)))
+        plan = planned(handle, result)
+        line = st.caption(_estimate(handle, result, plan))
         if not clicked:
             return None
         started = time.monotonic()
@@ -69,7 +118,7 @@ def draw(handle: ModelHandle, result: DualPathResult, head: Headline) -> SwapTes
         )
         if test is None:
             return None
-        observe_run(handle, RUN_KIND, time.monotonic() - started, result.settings.get("max_new_tokens", 64))
+        observe_run(handle, RUN_KIND, time.monotonic() - started, done_work(handle, result, plan, test))
         line.empty()
     words = escape_markdown(test.reason)
     if test.outcome == FOLLOWED:

@@ -1,190 +1,58 @@
-"""Time estimates from measured costs: "≈ 2 min on this machine" before a long run starts.
+"""Time estimates from measured costs per unit of work: "≈ 2 min on this machine" before a long run starts.
 
-Every run that times itself reports here (:func:`observe`): seconds spent and the units of work done —
-generated tokens (``GENERATED_TOKEN``: one decoding step of one sequence) or forward passes over a prompt
-(``FORWARD``). A :class:`CostMeter` keeps, per model handle (its :attr:`~core.model.handle.ModelHandle.slug`
-plus its device), the last :data:`WINDOW` measurements of the seconds per unit, and estimates use their
-median, so they follow the machine's current load and a first, warming-up run (0.68 s per step against 0.20 and
-0.16 s for the next two on the embedded model) does not weigh on them. Before a run, :func:`estimate_seconds`
-multiplies the work it will do by those medians.
+The model of cost. A run's work is counted in units (:class:`Work`): decoding steps (``GENERATED_TOKEN``: one
+greedy step of a batch), prompt tokens read by forward passes (``PROMPT_TOKEN``) and whole forward passes
+(``FORWARD``). Every run that times itself reports seconds and units (:func:`observe`, :func:`observe_result`); a
+:class:`CostMeter` keeps, per model handle (its ``slug`` and device), the last :data:`WINDOW` seconds per unit and
+uses their median (a warming-up first run does not weigh). A model with no measurement of a unit borrows another
+model's, scaled by the two parameter counts (the cost of a step grows about with the weights read), and before any
+model ran at all, this machine's pace per parameter (:func:`core.engine.pace.machine_pace`, a tiny timed product):
+a model's first run is estimated from its size and the machine's pace, never "not measured yet".
 
-Token budgets, not token counts: callers pass the most decoding steps a run may make (``max_new_tokens`` per
-generation), but most answers stop early at the end-of-sequence token. Each dual-path result therefore also
-reports the share of its budget it used (:meth:`CostMeter.observe_fill`), and an estimate multiplies the budget
-by the median share of the last runs (the whole budget until one is measured). Without this, a Self-Critique
-of 3 × 64 budgeted tokens was estimated at ≈ 6 min and took 24 s.
+Runs of a kind (``"dual_path"``, ``"swap_test"``, ``"detector:sma"``, …) also miss what the unit costs do not see
+(the agreement view, page drawing, a detector's own arithmetic), so each kind records its wall time with the work
+it did (:func:`observe_run`, :func:`measured_run`). With a :class:`Work`, the run is kept as the ratio of its wall
+time to what the unit costs predicted for that work, and :func:`estimate_run` multiplies the prediction for the
+work asked for by the median ratio of the last runs of the kind (their fastest and slowest: the range) — of this
+model, else of the kind on other models; the work of a run whose length is only known afterwards (an answer's
+steps) is the budget × the share of it recent answers used, with the smallest and largest share as the range. A
+plain number as work (rows, a token budget) scales the last runs of the kind linearly, as before.
 
-How sure: the meter also keeps the last :data:`WINDOW` measurements of each unit (with the time they were
-taken, from an injectable clock), and :func:`estimate` returns an :class:`Estimate` with a likely range: the median
-cost per unit times the smallest and the largest share of the budget recent answers used — the answer's length is
-what a run's time mostly depends on. (The fastest and slowest costs are not used: the slowest is the first,
-warming-up run, and multiplying both spreads gave ranges such as "1 s – 2 min" that said nothing.)
-
-Runs of a kind: the unit costs miss what a run does besides decoding — the agreement view after a Dual Path run,
-SMA's perturbations and batches, Self-Critique's two generations of different lengths, page drawing — so a
-2-unit model was off by 2–6× on some kinds (SMA estimated at 20 s took 45 s; Self-Critique 40 s took 15 s). Each
-kind of run a page offers (``"dual_path"``, ``"detector:sma"``, …) therefore records its own wall time and the
-size of its work in the kind's own unit (its token budget, its rows) when it ends (:func:`observe_run`,
-:func:`measured_run`); :func:`estimate_run` then scales the last :data:`WINDOW` runs of that kind to the work
-asked for (their median seconds per unit of work), with their fastest and slowest as the likely range, and falls
-back to the unit model only before the first run of the kind (a run under a second did no real generation and
-counts as a fixed cost, not scaled). After one run, the next estimate of that kind is
-that run's time, scaled: within 2× of the actual on the bundled examples (``bench/estimates_page.py``;
-docs/performance.md#estimates).
-
-What an estimate can and cannot say: it extrapolates from the runs this process has seen on this handle; a
-batch generates several sequences per step (``batch_factor`` is a rough allowance for that), and a busy CPU
-shared with other users can be several times slower or faster than the last runs. It is an order of
-magnitude, shown with "≈", never a promise.
+What an estimate can and cannot say: it extrapolates from the runs this process has seen; a busy CPU shared with
+other users can be several times slower or faster than the last runs. It is an order of magnitude, shown with
+"≈", never a promise. Measured against actual times: docs/performance.md#estimates.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-GENERATED_TOKEN = "generated_token"
-"""Unit: one greedy decoding step of one sequence."""
-FORWARD = "forward"
-"""Unit: one forward pass over one prompt (teacher-forced scoring, a hooked trace, a context pass)."""
-UNITS = (GENERATED_TOKEN, FORWARD)
-
-SMOOTHING = 0.3
-"""Accepted by :class:`CostMeter` for callers of its former moving average; the median replaced it."""
-WINDOW = 8
-"""How many recent measurements per unit (and recent budget shares) the likely range is taken from."""
-FILL = "fill"
-"""The meter's record of the share of a token budget that runs used (not a unit of work)."""
-FIXED_S = 1.0
-"""A run of a kind that took less than this is taken as a fixed cost (not scaled by the work) by
-:func:`estimate_run`."""
-UNIT_BASIS = "units"
-"""An :class:`Estimate` from the measured cost per generated token and per forward pass."""
-RUN_BASIS = "runs"
-"""An :class:`Estimate` from the measured wall time of earlier runs of the same kind."""
-DUAL_PATH = "dual_path"
-"""The kind of a Dual Path page run (both answers, scoring, the agreement view); work: its token budget."""
-
-
-def _key(handle: Any) -> str:
-    """The meter's key for a handle (or a string key given directly)."""
-    if isinstance(handle, str):
-        return handle
-    info = getattr(handle, "info", None)
-    return f"{getattr(handle, 'slug', getattr(info, 'name', 'model'))}@{getattr(info, 'device', '')}"
-
-
-@dataclass
-class CostMeter:
-    """The last :attr:`window` measurements of seconds per unit of work, per handle key and unit; the cost
-    of a unit is their median.
-
-    A small lock guards the table (a bookkeeping lock: it never wraps a model call). ``smoothing`` is accepted
-    and unused (the median replaced a moving average).
-    """
-
-    smoothing: float = SMOOTHING
-    clock: Callable[[], float] = time.monotonic
-    window: int = WINDOW
-    _counts: dict[tuple[str, str], int] = field(default_factory=dict)
-    _recent: dict[tuple[str, str], deque[tuple[float, float]]] = field(default_factory=dict)
-    _runs: dict[tuple[str, str], deque[tuple[float, float, float]]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def _remember(self, key: tuple[str, str], value: float) -> None:
-        """Keep ``value`` among the last :attr:`window` of ``key``, with the clock's time (under the lock)."""
-        self._recent.setdefault(key, deque(maxlen=self.window)).append((float(self.clock()), value))
-
-    def observe(self, handle: Any, unit: str, seconds: float, units: float) -> None:
-        """Record that ``units`` of ``unit`` took ``seconds`` (ignored when either is not positive and finite).
-
-        Raises:
-            ValueError: for an unknown unit.
-        """
-        if unit not in UNITS:
-            raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}")
-        if not (math.isfinite(seconds) and math.isfinite(units)) or seconds <= 0 or units <= 0:
-            return
-        per_unit = float(seconds) / float(units)
-        key = (_key(handle), unit)
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
-            self._remember(key, per_unit)
-
-    def observe_fill(self, handle: Any, used: float, budget: float) -> None:
-        """Record that a run generated ``used`` of the ``budget`` tokens it was allowed (ignored unless
-        ``0 < budget`` and ``0 ≤ used``; the share is capped at 1)."""
-        if not (math.isfinite(used) and math.isfinite(budget)) or budget <= 0 or used < 0:
-            return
-        with self._lock:
-            self._remember((_key(handle), FILL), min(1.0, float(used) / float(budget)))
-
-    def observe_run(self, handle: Any, kind: str, seconds: float, work: float) -> None:
-        """Record that a whole run of ``kind`` did ``work`` (in the kind's own unit: a token budget, rows) in
-        ``seconds`` of wall time (ignored unless both are positive and finite).
-
-        Raises:
-            ValueError: for an empty kind.
-        """
-        if not kind:
-            raise ValueError("a run needs a kind (e.g. 'dual_path', 'detector:sma')")
-        if not (math.isfinite(seconds) and math.isfinite(work)) or seconds <= 0 or work <= 0:
-            return
-        with self._lock:
-            runs = self._runs.setdefault((_key(handle), kind), deque(maxlen=self.window))
-            runs.append((float(self.clock()), float(seconds), float(work)))
-
-    def runs(self, handle: Any, kind: str) -> list[tuple[float, float, float]]:
-        """The last :attr:`window` runs of ``kind`` as ``(clock time, seconds, work)``, oldest first."""
-        with self._lock:
-            return list(self._runs.get((_key(handle), kind), ()))
-
-    def recent(self, handle: Any, unit: str) -> list[tuple[float, float]]:
-        """The last :attr:`window` measurements of ``unit`` (or :data:`FILL`) as ``(clock time, value)``,
-        oldest first."""
-        with self._lock:
-            return list(self._recent.get((_key(handle), unit), ()))
-
-    def fill(self, handle: Any) -> float | None:
-        """The median share of their token budget the last runs used, or ``None`` before any was measured."""
-        shares = [v for _, v in self.recent(handle, FILL)]
-        return statistics.median(shares) if shares else None
-
-    @contextmanager
-    def timed(self, handle: Any, unit: str, units: float) -> Iterator[None]:
-        """Measure the block with :attr:`clock` and record it as ``units`` of ``unit`` (only if it succeeds)."""
-        start = self.clock()
-        yield
-        self.observe(handle, unit, self.clock() - start, units)
-
-    def per_unit(self, handle: Any, unit: str) -> float | None:
-        """The median seconds per ``unit`` of this handle's last :attr:`window` measurements, or ``None``
-        before any."""
-        values = [v for _, v in self.recent(handle, unit)]
-        return statistics.median(values) if values else None
-
-    def measurements(self, handle: Any, unit: str) -> int:
-        """How many runs the average of ``unit`` is built from."""
-        with self._lock:
-            return self._counts.get((_key(handle), unit), 0)
-
-    def clear(self) -> None:
-        """Forget every measurement (tests)."""
-        with self._lock:
-            self._counts.clear()
-            self._recent.clear()
-            self._runs.clear()
-
-
-METER = CostMeter()
-"""The process-wide meter every run reports to."""
+from core.engine.cost_meter import (  # noqa: F401 (re-exported: callers import every estimate name from here)
+    DUAL_PATH,
+    FILL,
+    FIXED_S,
+    FORWARD,
+    GENERATED_TOKEN,
+    MEASURED,
+    METER,
+    PACE,
+    PROMPT_TOKEN,
+    RUN_BASIS,
+    SCALED,
+    SMOOTHING,
+    UNIT_BASIS,
+    UNITS,
+    WINDOW,
+    CostMeter,
+    Work,
+    predict,
+    unit_cost,
+)
 
 
 def observe(handle: Any, unit: str, seconds: float, units: float) -> None:
@@ -192,11 +60,20 @@ def observe(handle: Any, unit: str, seconds: float, units: float) -> None:
     METER.observe(handle, unit, seconds, units)
 
 
+def result_work(result: Any) -> Work:
+    """The units of work of a dual-path result: its decoding steps (the longer answer), the prompts' tokens read
+    by the batch's prefill and the teacher-forced pass over the parametric prompt and the retrieval answer."""
+    retrieval, parametric = getattr(result, "retrieval", None), getattr(result, "parametric", None)
+    r_len, p_len = int(getattr(retrieval, "prompt_len", 0) or 0), int(getattr(parametric, "prompt_len", 0) or 0)
+    n = int(getattr(result, "n_tokens", 0) or 0)
+    return Work(steps=answer_steps(result), prompt_tokens=r_len + 2 * p_len + n)
+
+
 def observe_result(handle: Any, result: Any) -> None:
     """Record a dual-path result's own timings: its greedy generation (``timings["generate_s"]``: both paths
     decode in one batch of two, so the steps are the longer answer's tokens) and its scoring forward
-    (``timings["score_s"]``, one teacher-forced pass). The prompt's forward pass counts as one more step, so a
-    short answer does not inflate the per-token cost."""
+    (``timings["score_s"]``, one teacher-forced pass, also per token read). The prompt's forward pass counts as
+    one more step, so a short answer does not inflate the per-token cost."""
     timings = getattr(result, "timings", None) or {}
     parametric = getattr(result, "parametric", None)
     steps = max(int(getattr(result, "n_tokens", 0) or 0), len(getattr(parametric, "token_ids", ()) or ()))
@@ -207,6 +84,9 @@ def observe_result(handle: Any, result: Any) -> None:
             METER.observe_fill(handle, steps, float(budget))
     if "score_s" in timings:
         observe(handle, FORWARD, float(timings["score_s"]), 1)
+        read = int(getattr(parametric, "prompt_len", 0) or 0) + int(getattr(result, "n_tokens", 0) or 0)
+        if read > 0:
+            observe(handle, PROMPT_TOKEN, float(timings["score_s"]), read)
 
 
 @dataclass(frozen=True)
@@ -225,6 +105,11 @@ class Estimate:
             true for :data:`RUN_BASIS`, whose runs include their answers' lengths).
         basis: :data:`RUN_BASIS` or :data:`UNIT_BASIS`.
         last_s: the wall time of the last run of the kind (:data:`RUN_BASIS`), as measured.
+        source: where the unit costs came from (:data:`MEASURED`, :data:`SCALED` from another model,
+            :data:`PACE`: this machine's pace per parameter).
+        own: whether the runs of the kind were this model's (else other models', scaled).
+        params: the model's parameter count, when the costs came from it.
+        scaled: whether earlier runs of a :class:`Work` were scaled to this run's units of work.
     """
 
     seconds: float
@@ -234,6 +119,10 @@ class Estimate:
     measured_fill: bool
     basis: str = UNIT_BASIS
     last_s: float | None = None
+    source: str = MEASURED
+    own: bool = True
+    params: float | None = None
+    scaled: bool = False
 
     @property
     def confidence(self) -> str:
@@ -250,10 +139,19 @@ class Estimate:
         4 runs)"``."""
         head = f"{format_seconds(self.seconds)} on this machine"
         if self.basis == RUN_BASIS:
+            if not self.own:
+                runs = "one run" if self.runs < 2 else f"{self.runs} runs"
+                spread = _range(self.low, self.high)
+                return f"{head} ({spread}: no run of this model yet; {runs} like it on another model, {_source(self)})"
             if self.runs < 2:
                 took = "" if self.last_s is None else f" took {self.last_s:.1f} s"
-                return f"{head} (the last run like it{took})"
-            return f"{head} (likely {_range(self.low, self.high)}: the last {self.runs} runs like it)"
+                return f"{head} (the last run like it{took}{'; scaled to this run' if self.scaled else ''})"
+            spread = _range(self.low, self.high)
+            scaled = ", scaled to this run's work" if self.scaled else ""
+            return f"{head} (likely {spread}: the last {self.runs} runs like it{scaled})"
+        if self.source != MEASURED:
+            spread = f"likely {_range(self.low, self.high)}; " if self.high > self.low * 1.2 else ""
+            return f"{head} ({spread}no run of this model yet: {_source(self)})"
         if self.runs < 1:
             return f"{head} (no run like it measured yet: from the cost per token)"
         source = "one run" if self.runs < 2 else f"{self.runs} runs"
@@ -263,6 +161,16 @@ class Estimate:
         if self.high > self.low:
             spread = f"likely {_range(self.low, self.high)}, depending on the answers' length; "
         return f"{head} ({spread}from the cost per token of {source})"
+
+
+def _source(est: Estimate) -> str:
+    """Where a first run's unit costs came from, in words."""
+    size = "" if est.params is None else f"{est.params / 1e6:,.0f} M parameters"
+    if est.source == PACE:
+        return f"its {size or 'size'} at this machine's measured pace (a timed matrix product)"
+    if est.source == SCALED:
+        return f"another model's measured cost per token, scaled to its {size or 'size'}"
+    return "this model's measured cost per token"
 
 
 def _range(low: float, high: float) -> str:
@@ -306,27 +214,39 @@ def estimate(
     if batch_factor < 1.0:
         raise ValueError(f"batch_factor must be >= 1, got {batch_factor}")
     meter = meter or METER
-    shares = [v for _, v in meter.recent(handle, FILL)]
+    shares = _shares(handle, meter)
+    share = statistics.median(shares) if shares else 1.0
     central = low = high = 0.0
-    runs = []
+    sources = []
     for unit, amount, factor in ((GENERATED_TOKEN, generated_tokens, batch_factor), (FORWARD, forwards, 1.0)):
         if amount <= 0:
             continue
-        # A forward over a prompt costs about one decoding step when nothing else is known.
-        costs = [v for _, v in meter.recent(handle, unit)] or [
-            v for _, v in meter.recent(handle, GENERATED_TOKEN if unit == FORWARD else FORWARD)
-        ]
-        if not costs:
+        found = unit_cost(handle, unit, meter)
+        if found is None:
             return None
-        share = (meter.fill(handle) or 1.0) if unit == GENERATED_TOKEN else 1.0
-        small, large = (min(shares), max(shares)) if unit == GENERATED_TOKEN and shares else (1.0, 1.0)
-        cost = statistics.median(costs)
-        central += amount * share * cost * factor
+        cost, source = found
+        small, large, mid = (min(shares), max(shares), share) if unit == GENERATED_TOKEN and shares else (1, 1, 1)
+        central += amount * mid * cost * factor
         low += amount * factor * cost * small
         high += amount * factor * cost * large
-        runs.append(len(costs))
+        sources.append(source)
     low, high = min(low, central), max(high, central)
-    return Estimate(central, low, high, min(runs, default=0), bool(shares) and generated_tokens > 0)
+    runs = min(
+        (meter.measurements(handle, u) for u in (GENERATED_TOKEN, FORWARD) if meter.per_unit(handle, u)), default=0
+    )
+    source = max(sources, key=(MEASURED, SCALED, PACE).index, default=MEASURED)
+    return Estimate(central, low, high, min(runs, WINDOW), bool(shares) and generated_tokens > 0, source=source,
+                    params=meter.params(handle) if source != MEASURED else None)  # fmt: skip
+
+
+def _shares(handle: Any, meter: CostMeter) -> list[float]:
+    """The budget shares recent answers of this model used, else those of any model (a first run's prior)."""
+    own = [v for _, v in meter.recent(handle, FILL)]
+    if own:
+        return own
+    with meter._lock:
+        rows = [v for (_, unit), q in meter._recent.items() if unit == FILL for _, v in q]
+    return rows[-meter.window :]
 
 
 def estimate_seconds(handle: Any, **work: Any) -> float | None:
@@ -365,6 +285,26 @@ def dual_path_estimate(handle: Any, max_new_tokens: int) -> Estimate | None:
     return estimate(handle, generated_tokens=max_new_tokens, forwards=1)
 
 
+def dual_path_work(handle: Any, max_new_tokens: int, query: str = "", context: str = "") -> Work:
+    """A Dual Path run's units of work before it runs: ``max_new_tokens`` × the share of their budget recent
+    answers used (:func:`budget_work`), the prompts' prefill (query + context, and the query alone) and the
+    scoring pass over the parametric prompt and the answer (:func:`result_work` counts the same afterwards)."""
+    with_context, alone = prompt_tokens(handle, query, context), prompt_tokens(handle, query)
+    work = budget_work(handle, max_new_tokens)
+    return Work(work.steps, with_context + 2 * alone + work.steps, steps_low=work.steps_low, steps_high=work.steps_high)
+
+
+def dual_path_run_estimate(handle: Any, max_new_tokens: int, query: str = "", context: str = "") -> Estimate | None:
+    """The estimate under the Dual Path page's Run button: :func:`dual_path_work` × the ratio of the last Dual
+    Path runs' whole wait (answers, scoring, the agreement view, drawing) to their own units of work."""
+    return estimate_run(handle, DUAL_PATH, dual_path_work(handle, max_new_tokens, query, context))
+
+
+def observe_dual_path(handle: Any, seconds: float, result: Any) -> None:
+    """Record a Dual Path page run's whole wait with the units of work it did (:func:`result_work`)."""
+    observe_run(handle, DUAL_PATH, seconds, result_work(result))
+
+
 def answer_steps(result: Any) -> int:
     """The decoding steps a dual-path run's longer answer took (≥ 1; both paths decode in one batch).
 
@@ -395,13 +335,17 @@ def measured_run(handle: Any, kind: str, work: float, meter: CostMeter | None = 
 def estimate_run(
     handle: Any,
     kind: str,
-    work: float,
+    work: float | Work,
     fallback: Estimate | float | None = None,
     *,
     meter: CostMeter | None = None,
 ) -> Estimate | None:
     """How long a run of ``kind`` doing ``work`` will take: from the last runs of that kind when there are some,
     else ``fallback`` (a unit-cost :func:`estimate`, a number of seconds, or ``None``).
+
+    With a :class:`Work`: the unit costs' prediction for it × the median ratio of actual to predicted seconds of
+    the last runs of the kind on this model (else on other models; else 1, the unit costs alone, unless a
+    ``fallback`` is given), the range from the fastest and slowest ratios and the work's range of steps.
 
     From runs: each of the last :data:`WINDOW` runs of the kind scaled to ``work`` (its seconds × ``work`` / its
     work; a run under :data:`FIXED_S` as it is: no generation to scale), central = their median, likely range =
@@ -415,6 +359,8 @@ def estimate_run(
     Raises:
         ValueError: when ``work`` is not positive.
     """
+    if isinstance(work, Work):
+        return _estimate_work(handle, kind, work, fallback, meter or METER)
     if not work > 0:
         raise ValueError(f"work must be positive, got {work}")
     runs = (meter or METER).runs(handle, kind)
@@ -435,3 +381,63 @@ def estimate_run(
         basis=RUN_BASIS,
         last_s=runs[-1][1],
     )
+
+
+def _as_estimate(fallback: Estimate | float | None) -> Estimate | None:
+    """A fallback as an :class:`Estimate` (a number of seconds: a point estimate)."""
+    if fallback is None or isinstance(fallback, Estimate):
+        return fallback
+    seconds = float(fallback)
+    return Estimate(seconds, seconds, seconds, 0, False)
+
+
+def _estimate_work(
+    handle: Any, kind: str, work: Work, fallback: Estimate | float | None, meter: CostMeter
+) -> Estimate | None:
+    """:func:`estimate_run` for a :class:`Work` (see there)."""
+    found = predict(handle, work, meter)
+    if found is None:
+        return _as_estimate(fallback)
+    predicted, source = found
+    lows = predict(handle, work, meter, steps=work.steps_low if work.steps_low is not None else work.steps)
+    highs = predict(handle, work, meter, steps=work.steps_high if work.steps_high is not None else work.steps)
+    low, high = min(predicted, lows[0] if lows else predicted), max(predicted, highs[0] if highs else predicted)
+    found_pairs, own = meter.ratios(handle, kind)
+    params = meter.params(handle) if source != MEASURED or not own else None
+    if predicted <= 0:  # nothing the unit costs see: what such runs of the kind took (a fixed cost)
+        fixed = [s for s, p in found_pairs if p <= 0]
+        if not fixed:
+            return Estimate(0.0, 0.0, 0.0, 0, True, source=source, params=params)
+        mid = statistics.median(fixed)
+        return Estimate(mid, min(fixed), max(fixed), len(fixed), True, basis=RUN_BASIS, last_s=fixed[-1])
+    pairs = [(s, p) for s, p in found_pairs if p > 0]
+    if not pairs:
+        if fallback is not None:
+            return _as_estimate(fallback)
+        return Estimate(predicted, low, high, 0, work.steps_low is not None, source=source, params=params)
+    ratios = [s / p for s, p in pairs]
+    mid = statistics.median(ratios)
+    return Estimate(mid * predicted, min(ratios) * low, max(ratios) * high, len(pairs), True, basis=RUN_BASIS,
+                    last_s=pairs[-1][0], source=source, own=own, params=params, scaled=True)  # fmt: skip
+
+
+def budget_work(handle: Any, budget: float, prompt_tokens: float = 0.0, meter: CostMeter | None = None) -> Work:
+    """A run that decodes up to ``budget`` steps whose length is not known yet: ``budget`` × the median share of
+    it recent answers used (their smallest and largest share: the range; the whole budget before any)."""
+    shares = _shares(handle, meter or METER)
+    if not shares:
+        return Work(float(budget), float(prompt_tokens), steps_low=float(budget), steps_high=float(budget))
+    mid, low, high = statistics.median(shares), min(shares), max(shares)
+    return Work(budget * mid, float(prompt_tokens), steps_low=budget * low, steps_high=budget * high)
+
+
+def prompt_tokens(handle: Any, *texts: str, template: int = 24) -> int:
+    """About how many tokens a prompt of ``texts`` has (its tokenizer's count plus ``template`` for the chat
+    template; 0 for a handle without a tokenizer)."""
+    tok = getattr(handle, "tokenizer", None)
+    if tok is None:
+        return 0
+    try:
+        return sum(len(tok.encode(t, add_special_tokens=False)) for t in texts if t) + template
+    except (TypeError, ValueError, AttributeError):  # an estimate: an odd tokenizer only costs the prompt
+        return 0

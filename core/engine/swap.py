@@ -338,6 +338,16 @@ def swap_test(handle: ModelHandle, result: DualPathResult, calibration: Any = No
     return run_swap_test(handle, result, headline_span(result, calibration))
 
 
+def planned_work(handle: ModelHandle, result: DualPathResult, calibration: Any = None) -> tuple[int, int, int]:
+    """What :func:`swap_test` will run, before it runs (its time estimate; tokenizer only, no model call): the
+    candidates it completes (each up to :data:`MAX_WORD_TOKENS` steps, batched), their prompt's tokens, and the
+    most answers to swapped contexts it generates (0: it ends without the model, nothing to swap)."""
+    plan = _plan(handle, result, headline_span(result, calibration), DualPathSettings(**_run_settings(result)))
+    if plan.test is not None:
+        return 0, 0, 0
+    return len(plan.candidates or []), len(plan.prompt or []), 1
+
+
 def with_swap_test(result: DualPathResult, test: SwapTest) -> DualPathResult:
     """``result`` (a copy) whose ``axes`` carry ``swap_test`` (the JSON's ``axes.swap_test``); the headline is
     computed first when the result has none."""

@@ -23,14 +23,17 @@ def _estimate_caption(at) -> str:
 def test_the_run_button_has_an_estimate_that_learns_from_each_run(tiny_app, monkeypatch) -> None:
     monkeypatch.setattr(estimate, "METER", estimate.CostMeter())
     at = _open()
-    assert _estimate_caption(at).startswith("time not measured yet on this machine")
+    # before any run of the model: its size at this machine's pace (issue 45), never "not measured yet"
+    assert "no run of this model yet" in _estimate_caption(at) and "parameters" in _estimate_caption(at)
     at.number_input(key=keys.widget_key(keys.MAX_NEW_TOKENS)).set_value(4).run()
     at.text_area(key=keys.widget_key(keys.QUERY)).input("Where is the tower?")
     at.text_area(key=keys.widget_key(keys.CONTEXT)).input("The tower stands in Quillmere.")
     ok(at.button(key=keys.RUN).click().run())
     # the run's own script run redraws the line under the button: never "not measured yet" after a run
     (run,) = estimate.METER.runs(tiny_app, estimate.DUAL_PATH)
-    assert f"(the last run like it took {run[1]:.1f} s)" in _estimate_caption(at), _estimate_caption(at)
+    assert f"(the last run like it took {run[1]:.1f} s; scaled to this run)" in _estimate_caption(at), (
+        _estimate_caption(at)
+    )
     ok(at.run())  # the next page run draws the same
     assert "(the last run like it took" in _estimate_caption(at)
     at.text_area(key=keys.widget_key(keys.QUERY)).input("Where is the bridge?")

@@ -206,3 +206,86 @@ def test_answer_steps_is_the_longer_answer_of_a_run() -> None:
     assert answer_steps(run) == 64, "both paths decode in one batch: the longer answer sets the steps"
     assert answer_steps(SimpleNamespace(n_tokens=9, parametric=SimpleNamespace(token_ids=[]))) == 9
     assert answer_steps(SimpleNamespace(n_tokens=0, parametric=None)) == 1, "never zero work"
+
+
+# --- issue 45: a cost per unit of work, scaled by the parameter count, and a first run from the machine's pace ---
+
+
+def test_a_models_first_run_is_estimated_from_its_size_and_the_machines_pace() -> None:
+    from core.engine.estimate import PACE, SCALED
+
+    meter = CostMeter(clock=FakeClock(), pace=lambda: 1e-9)  # 1 ns per decoding step per parameter
+    meter.set_params("gemma", 270e6)
+    first = estimate("gemma", generated_tokens=100, meter=meter)
+    assert first is not None, "never 'not measured yet' when the model's size is known"
+    assert first.seconds == pytest.approx(100 * 270e6 * 1e-9) and first.source == PACE
+    assert "no run of this model yet" in first.describe() and "270 M parameters" in first.describe()
+    # another model measured 0.2 s per step at 135 M parameters: Gemma's first run borrows it, scaled by size
+    meter.set_params("smol", 135e6)
+    meter.observe("smol", GENERATED_TOKEN, 2.0, 10)
+    scaled = estimate("gemma", generated_tokens=100, meter=meter)
+    assert scaled.seconds == pytest.approx(100 * 0.2 * 2) and scaled.source == SCALED
+    assert estimate("nameless", generated_tokens=10, meter=meter) is None, "no size, no measurement: unknown"
+
+
+def test_a_kind_is_the_ratio_of_its_wall_time_to_its_units_of_work() -> None:
+    from core.engine.estimate import PROMPT_TOKEN, Work
+
+    meter = _meter()
+    meter.observe("h", GENERATED_TOKEN, 1.0, 10)  # 0.1 s per step
+    meter.observe("h", PROMPT_TOKEN, 0.5, 100)  # 5 ms per prompt token
+    short = Work(steps=8, prompt_tokens=100)  # the unit costs predict 0.8 + 0.5 = 1.3 s
+    meter.observe_run("h", "swap_test", 2.6, short)  # it took twice that (page drawing, tokenizing, …)
+    long = Work(steps=64, prompt_tokens=100)  # 6.4 + 0.5 = 6.9 s predicted
+    est = estimate_run("h", "swap_test", long, meter=meter)
+    assert est.basis == RUN_BASIS and est.seconds == pytest.approx(2 * 6.9), "the ratio, times the new work"
+    assert "scaled to this run" in est.describe()
+    # a test that ended before the model (nothing to swap) predicts no work: it is its kind's fixed cost
+    meter.observe_run("h", "swap_test", 0.3, Work())
+    assert estimate_run("h", "swap_test", Work(), meter=meter).seconds == pytest.approx(0.3)
+    assert estimate_run("h", "swap_test", long, meter=meter).seconds == pytest.approx(2 * 6.9), "ratios unmoved"
+
+
+def test_the_ratio_of_a_kind_carries_to_a_model_without_runs_of_it() -> None:
+    from core.engine.estimate import Work
+
+    meter = CostMeter(clock=FakeClock(), pace=lambda: 1e-9)
+    meter.set_params("smol", 100e6)
+    meter.set_params("gemma", 300e6)
+    meter.observe("smol", GENERATED_TOKEN, 1.0, 10)  # 0.1 s per step on smol: 1e-9 s per step per parameter
+    meter.observe_run("smol", "dual_path", 3.0, Work(steps=10))  # 1 s predicted, 3 s actual: ratio 3
+    est = estimate_run("gemma", "dual_path", Work(steps=10), meter=meter)
+    assert est.seconds == pytest.approx(3 * 10 * 0.3) and not est.own, "smol's ratio × gemma's scaled units"
+    assert "no run of this model yet" in est.describe()
+
+
+def test_a_dual_path_estimate_follows_the_answers_length_once_known() -> None:
+    from core.engine.estimate import budget_work, result_work
+
+    meter = _meter()
+    assert budget_work("h", 64, meter=meter).steps == 64, "the whole budget before any answer"
+    for used in (8, 12, 64):
+        meter.observe_fill("h", used, 64)
+    work = budget_work("h", 64, meter=meter)
+    assert (work.steps, work.steps_low, work.steps_high) == (12, 8, 64)
+    run = SimpleNamespace(
+        n_tokens=42,
+        parametric=SimpleNamespace(token_ids=list(range(42)), prompt_len=30),
+        retrieval=SimpleNamespace(prompt_len=50),
+    )
+    done = result_work(run)
+    assert done.steps == 42 and done.prompt_tokens == 50 + 2 * 30 + 42, "prefill of both prompts, then scoring"
+
+
+def test_the_machine_pace_is_measured_once_per_process() -> None:
+    from core.engine import pace
+
+    pace.reset()
+    calls = []
+    try:
+        assert pace.machine_pace(lambda: calls.append(1) or 2e-10) == pytest.approx(2e-10 * pace.STEP_PER_MATVEC)
+        assert pace.machine_pace(lambda: calls.append(1) or 1.0) == pytest.approx(2e-10 * pace.STEP_PER_MATVEC)
+        assert calls == [1]
+    finally:
+        pace.reset()
+    assert pace.parameter_count("a string key") is None
