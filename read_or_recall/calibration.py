@@ -6,25 +6,18 @@ resolved per model too (:func:`core.engine.tau_resolution.tau_in_force`), from t
 
 **The calibration hook** (:func:`calibrate`): the per-model calibration is made by the engine's ``calibrate-model``
 (``python -m core calibrate-model --model …``). :func:`calibrate` is the notebook's door to it: it calls
-:data:`CALIBRATE_MODEL` — ``core.evaluation.model_calibration.calibrate_model(handle, **options)`` — and says
-plainly, naming the command, when this version of the engine has no such function yet. Nothing else in this package
-changes when it arrives: :meth:`read_or_recall.Lab.calibration` reads the model's calibration through
-:func:`status`, which reads the model's calibration record (:mod:`core.engine.calibration_record`).
+:func:`core.evaluation.calibrate.calibrate_model` directly (``calibrate_model(handle, **options)``).
+:meth:`read_or_recall.Lab.calibration` then reads the model's calibration through :func:`status`, which reads the
+model's calibration record (:mod:`core.engine.calibration_record`).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core.model.handle import ModelHandle
     from read_or_recall.lab import Lab
-
-CALIBRATE_MODEL = "core.evaluation.model_calibration:calibrate_model"
-"""Where :func:`calibrate` finds the engine's per-model calibration (``module:function``; the function takes the
-model handle and keyword options and stores the calibration where the model's calibration record
-(:func:`core.engine.calibration_record.record_for`) reads it)."""
 
 
 def status(model: ModelHandle | str, template: str = "auto") -> dict[str, Any]:
@@ -71,18 +64,7 @@ def calibrate(lab: Lab, **options: Any) -> Any:
     Returns:
         What the engine's calibration returns; :meth:`read_or_recall.Lab.calibration` then reports it, and every
         new run of the model gets a calibrated headline.
-
-    Raises:
-        NotImplementedError: this engine has no ``calibrate-model`` yet (the message names :data:`CALIBRATE_MODEL`).
     """
-    module_name, _, function = CALIBRATE_MODEL.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not module_name.startswith(exc.name):
-            raise
-        raise NotImplementedError(
-            f"This version has no per-model calibration yet ({CALIBRATE_MODEL} is missing); "
-            f"{lab.model} keeps the verdict 'uncalibrated' until one exists."
-        ) from exc
-    return getattr(module, function)(lab.handle, **options)
+    from core.evaluation.calibrate import calibrate_model
+
+    return calibrate_model(lab.handle, **options)

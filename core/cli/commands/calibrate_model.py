@@ -11,7 +11,7 @@ scores them with the app's default settings, runs the swap test on rows whose co
 τ(L), the headline's axes calibration, the per-detector thresholds, the CRM basis, the Lookback Lens classifier,
 ReDeEP's heads and layers, the combined detector and RADAR's assets, writes them where the app, the CLI and the audit
 service find them (model + revision + template), and prints the calibration card: held-out figures on the report
-rows, never fitted on (:mod:`core.evaluation.model_calibration`). A killed or interrupted run continues where it
+rows, never fitted on (:mod:`core.evaluation.calibrate`). A killed or interrupted run continues where it
 stopped when run again (``--restart`` starts over).
 """
 
@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from core.cli.common import DTYPES, load_handle, parse_device
-from core.evaluation.model_calibration import DEFAULT_MINUTES, DEFAULT_ROWS, Budget, calibrate_model
+from core.evaluation.calibrate import DEFAULT_MINUTES, DEFAULT_ROWS, Budget, calibrate_model
 from core.evaluation.model_card import card_text
 from core.io import check_output_path
 
@@ -69,18 +69,21 @@ def _progress(done: int, total: int, text: str = "") -> None:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    budget = Budget.parse(args.budget)
+    budget = Budget.parse(args.budget)  # an empty, blank or out-of-range budget is refused here
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
-    if args.out:
+    if args.out is not None:
+        if not args.out.strip():
+            raise ValueError("--out is empty: give the folder for the run's checkpoints and the card, or leave it out")
         check_output_path(f"{args.out}/card.json", "--out folder")
     handle = load_handle(args)
     try:
         card = calibrate_model(
             handle, budget=budget, out=args.out, progress=_progress, batch_size=args.batch_size, restart=args.restart
         )
-    except KeyboardInterrupt:
-        sys.stderr.write("\ninterrupted: what was scored is kept; run the same command again to continue\n")
+    except KeyboardInterrupt as exc:
+        kept = " ".join(getattr(exc, "__notes__", [])) or "what was scored is kept; run the command again to continue"
+        sys.stderr.write(f"\ninterrupted: {kept}\n")
         return 130
     sys.stdout.write(json.dumps(card, indent=2) + "\n" if args.json else card_text(card))
     return 0

@@ -14,17 +14,19 @@ from pathlib import Path
 import pytest
 
 from core.engine import DualPathSettings
-from core.evaluation import headline_fit, model_fits
-from core.evaluation.constructions import AGREEING, CALIBRATION, CONFLICT, REPORT, ValidationRow
-from core.evaluation.model_calibration import (
+from core.evaluation import headline_fit
+from core.evaluation.calibrate import (
     DEFAULT_MINUTES,
     Budget,
     Work,
     calibrate_model,
+    fits,
     order_units,
     read_rows,
+    records,
     units_of,
 )
+from core.evaluation.constructions import AGREEING, CALIBRATION, CONFLICT, REPORT, ValidationRow
 from core.model.handle import CancelToken, RunCancelled
 
 SETTINGS = DualPathSettings(max_new_tokens=6, score_window=6)
@@ -125,8 +127,8 @@ def calibrated(tiny_handle, tmp_path_factory, one_thread):
     mp.setenv("READ_OR_RECALL_CACHE", str(tmp / "cache"))
     _fewer_prompts(mp)
     mp.setattr(headline_fit, "behavior_of", _label)
-    mp.setattr(model_fits, "behavior_of", _label)
-    mp.setattr(model_fits, "fit_calibration", _stand_in_axes)
+    mp.setattr(records, "behavior_of", _label)
+    mp.setattr(fits, "fit_calibration", _stand_in_axes)
     rows = _write(_rows(), tmp / "rows.csv")
     card = calibrate_model(tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp / "run")
     yield card, rows, tmp
@@ -151,16 +153,17 @@ def test_the_calibrated_artifacts_are_found_by_every_lookup(calibrated, tiny_han
     from core.audit.calibration import resolve_calibration
     from core.detectors.combined import load_model_for
     from core.detectors.thresholds import bundled_thresholds
-    from core.engine.axes_calibration import axes_for
-    from core.engine.threshold import ORIGIN_CALIBRATED, resolve_tau
+    from core.engine.calibration_record import record_for
+    from core.engine.tau_resolution import ORIGIN_CALIBRATED, resolve_tau
     from core.methods.crm import load_basis
     from core.methods.lookback import model_for
     from core.methods.radar import feature_table_for
     from core.methods.redeep import is_fitted, load_choice_for
 
     name, template = tiny_handle.info.name, calibrated[0]["template"]
-    assert axes_for(name).source.startswith("python -m core calibrate-model")
-    tau = resolve_tau(name)
+    record = record_for(tiny_handle, template)  # the one door: the model's identity + the resolved template
+    assert record.axes is not None and record.axes.source.startswith("python -m core calibrate-model")
+    tau = resolve_tau(name, calibration=record)
     assert tau.origin == ORIGIN_CALIBRATED and tau.threshold is not None and "calibrate-model" in tau.source
     assert bundled_thresholds(tiny_handle, template)["origin"] == "calibrate-model"
     assert load_basis(tiny_handle, template) is not None
@@ -278,7 +281,8 @@ def test_the_estimate_before_a_start_never_fails(tiny_handle, tmp_path, monkeypa
     """The page asks for it on every rerun: from the budget (minutes), the unit costs (or nothing measured yet), or
     the paces a stopped run left in the model's work folder."""
     from core.engine.estimate import Estimate
-    from core.evaluation.model_calibration import SCORED, STATE, estimate_calibration
+    from core.evaluation.calibrate import estimate_calibration
+    from core.evaluation.calibrate.checkpoints import SCORED, STATE
     from core.model import calibration_store
 
     monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path))
@@ -297,7 +301,7 @@ def test_the_estimate_before_a_start_never_fails(tiny_handle, tmp_path, monkeypa
 def test_the_batch_keeps_a_large_vocabulary_s_logits_in_bounds(tiny_handle):
     from dataclasses import replace
 
-    from core.evaluation.model_calibration import MAX_BATCH_ROWS, batch_size_for
+    from core.evaluation.calibrate import MAX_BATCH_ROWS, batch_size_for
 
     assert batch_size_for(tiny_handle, DualPathSettings()) == MAX_BATCH_ROWS
     gemma = type("H", (), {"info": replace(tiny_handle.info, vocab_size=262_144)})()

@@ -1,0 +1,217 @@
+"""The scoring stages of a calibration: the rows (knownness checked with the model, scored in batches, every
+detector's score and the fitted detectors' per-row features read from each row's one recording) and the swap tests
+of the rows whose context agrees with memory. Each batch is appended to the work folder before the next starts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from core.detectors import keys
+from core.detectors.agreement import cheap_detectors
+from core.detectors.combined import FEATURES, raw_features
+from core.detectors.lookback import features as lookback_features
+from core.detectors.registry import DetectorInput
+from core.detectors.shared import plan, redeep_trace_for, release
+from core.engine import DualPathSettings, ScoreRequest, score_batch
+from core.engine.axes import observe
+from core.engine.matching import find_spans
+from core.engine.prepare import prepare_prompts
+from core.engine.swap import run_swap_tests
+from core.evaluation.calibrate.budget import FIT_RESERVE_S, SWAP_COST
+from core.evaluation.calibrate.checkpoints import KNOWN, SCORED, SWAPS, Work
+from core.evaluation.calibrate.fits import every_layer
+from core.evaluation.calibrate.records import LATE_FEATURES, LIVE_EXCLUDED, RowRecord
+from core.evaluation.calibrate.rows import SEED, Unit
+from core.evaluation.conflict import AnswerCache, BuildOptions, generate_answers
+from core.evaluation.constructions import AGREEING, ValidationRow
+from core.evaluation.headline_fit import row_key
+from core.methods.redeep import row_means
+from core.model.handle import ModelHandle, check_cancelled
+from core.model.memory import release_freed
+
+if TYPE_CHECKING:
+    from core.evaluation.calibrate.stages import Run
+
+KNOWN_TOKENS = 16
+"""Knownness: the greedy no-context answer's length (tokens), as the bundled rows were built."""
+SWAP_LEVEL = 1.0
+"""κ (nats) at which the swap test locates the span to swap, before κ is fitted (as the bundled pipeline)."""
+
+
+def _known(answer: str | None, unit: Unit) -> bool:
+    if unit.probe is None:
+        return True
+    return bool(answer) and bool(find_spans(answer or "", unit.probe.answer_memory))
+
+
+def unit_stream(
+    handle: ModelHandle, order: Sequence[Unit], work: Work, batch_size: int, known_log: dict[str, int]
+) -> Iterator[Unit]:
+    """The units in order, those whose fact the model does not know left out (knownness asked in batches, cached
+    in the work folder)."""
+    cache = AnswerCache(work.folder / KNOWN, handle.info.name, KNOWN_TOKENS)
+    options = BuildOptions(max_new_tokens=KNOWN_TOKENS, batch_size=batch_size, seed=SEED)
+    step = max(batch_size * 2, 8)
+    for start in range(0, len(order), step):
+        chunk = order[start : start + step]
+        probes = [(u.probe.query, None) for u in chunk if u.probe is not None]
+        answers = iter(generate_answers(handle, probes, options, stage="knownness", cache=cache) if probes else [])
+        for unit in chunk:
+            known = _known(next(answers) if unit.probe is not None else None, unit)
+            if unit.probe is not None:
+                known_log["known" if known else "unknown"] = known_log.get("known" if known else "unknown", 0) + 1
+            if known:
+                yield unit
+
+
+def fits_budget(handle: ModelHandle, row: ValidationRow, settings: DualPathSettings) -> bool:
+    """Whether the row's prompts and answer fit the model's token budget (a row that does not is left out)."""
+    try:
+        prepare_prompts(handle, row.query, row.context, settings)
+    except ValueError:
+        return False
+    return True
+
+
+def _features(rec: RowRecord, inp: DetectorInput, n_layers: int, T: int) -> None:
+    """The fitted detectors' per-row features of one row into ``rec`` (a refusal noted in ``rec.errors``)."""
+    try:
+        rec.lookback = [float(v) for v in lookback_features(inp)]
+    except ValueError as exc:
+        rec.errors["lookback_features"] = str(exc)
+    try:
+        ecs, pks = row_means(redeep_trace_for(inp, every_layer(n_layers)))
+        rec.ecs, rec.pks = ecs.tolist(), None if pks is None else pks.tolist()
+    except ValueError as exc:
+        rec.errors["redeep_features"] = str(exc)
+    for name in FEATURES:
+        if name in LATE_FEATURES:
+            continue
+        try:
+            rec.combined[name] = float(raw_features(inp, (name,), T)[0])
+        except ValueError as exc:
+            rec.combined[name] = None
+            rec.errors.setdefault(f"combined:{name}", str(exc))
+
+
+def score_rows(
+    handle: ModelHandle, rows: Sequence[ValidationRow], settings: DualPathSettings, basis: Any
+) -> list[RowRecord]:
+    """One batch: the runs (recorded while they generate), then per row every live detector's score and the
+    per-row features of the fitted detectors, from the row's shared pass."""
+    request = ScoreRequest(settings=settings, free_parametric=True, record=True)
+    results = score_batch(handle, [(r.query, r.context) for r in rows], request)
+    detectors = [d for d in cheap_detectors() if d.name not in LIVE_EXCLUDED]
+    out = []
+    for row, res in zip(rows, results):
+        inp = DetectorInput(handle=handle, result=res, settings=settings)
+        if basis is not None:
+            inp.cache[keys.CRM_BASIS] = basis  # this run's own basis (the embedded model's bundled one is the same)
+        plan(inp, detectors)
+        rec = RowRecord(row_key(row), row, res)
+        for d in detectors:
+            try:
+                value = float(d.score(inp))
+                rec.scores[d.name] = value if np.isfinite(value) else None
+            except Exception as exc:  # noqa: BLE001 - one detector failing on one row must not lose the run
+                rec.scores[d.name] = None
+                rec.errors[d.name] = f"{type(exc).__name__}: {exc}"
+        _features(rec, inp, handle.info.n_layers, settings.score_window)
+        release(inp)
+        res.internals = None
+        out.append(rec)
+    return out
+
+
+def _flush(run: Run, records: dict[str, RowRecord], batch: list[ValidationRow]) -> None:
+    """Score one batch and append it to ``scored.jsonl``."""
+    t0 = time.monotonic()
+    new = score_rows(run.handle, batch, run.settings, run.basis)
+    run.work.append(SCORED, [r.to_dict() for r in new])
+    for r in new:
+        records[r.key] = r
+    seconds = time.monotonic() - t0
+    run.work.add_seconds("rows", seconds)
+    run.tracker.measured("rows", seconds, len(batch))
+    run.work.save()
+    run.count(records)
+    cap = run.budget.row_cap
+    run.tracker.total = max(cap, len(records)) if run.budget.minutes is None else len(records) + run.batch_size
+    run.tracker.report(len(records))
+    release_freed()  # the batch's blocks back to the system before the next batch
+
+
+def rows_stage(run: Run) -> float:
+    """Score the units in order until the budget is spent (a number of rows, or the time the stages after the rows
+    need); records what stopped it in the state's ``rows``."""
+    work, tracker, budget, batch_size = run.work, run.tracker, run.budget, run.batch_size
+    records = work.records()
+    cap = budget.row_cap
+    known_log: dict[str, int] = {}
+    chosen = 0
+    pending: list[ValidationRow] = []
+    swap_pace = tracker.pace.get("rows", 0.0) * SWAP_COST
+    tracker.begin("rows", cap if budget.minutes is None else max(cap, len(records)))
+    if budget.minutes is not None:
+        tracker.total = len(records) + 1
+    stopped = None
+    too_long = 0
+    for unit in unit_stream(run.handle, run.order, work, batch_size, known_log):
+        if chosen >= cap:
+            break
+        fitting = [r for r in unit.rows if fits_budget(run.handle, r, run.settings)]
+        too_long += len(unit.rows) - len(fitting)
+        chosen += len(fitting)
+        pending += [r for r in fitting if row_key(r) not in records]
+        while len(pending) >= batch_size:
+            check_cancelled()
+            agreeing = sum(r.row.relation == AGREEING for r in records.values() if r.swap is None)
+            reserve = FIT_RESERVE_S + agreeing * swap_pace
+            if run.over_deadline(tracker.pace.get("rows", 0.0) * batch_size + reserve):
+                stopped = "the minutes budget" if budget.minutes is not None else "the default's time cap"
+                break
+            batch, pending = pending[:batch_size], pending[batch_size:]
+            _flush(run, records, batch)
+        if stopped:
+            break
+    if pending and not stopped:
+        check_cancelled()
+        _flush(run, records, pending)
+    work.state["rows"] = {
+        "chosen": chosen,
+        "knownness": known_log,
+        "too_long": too_long,
+        "stopped_by": stopped or "the row budget",
+    }
+    work.save()
+    return 0.0
+
+
+def swap_stage(run: Run) -> float:
+    """Swap-test the scored rows whose context agrees with memory and have no swap test yet, batch by batch."""
+    work, tracker, batch_size = run.work, run.tracker, run.batch_size
+    records = work.records()
+    done = work.swaps()
+    todo = [r for r in records.values() if r.row.relation == AGREEING and r.key not in done]
+    total = len(todo)
+    if "swap" not in tracker.pace and "rows" in tracker.pace:
+        tracker.pace["swap"] = tracker.pace["rows"] * SWAP_COST
+    tracker.begin("swap", total)
+    for start in range(0, total, batch_size):
+        check_cancelled()
+        part = todo[start : start + batch_size]
+        t0 = time.monotonic()
+        spans = [observe(r.result, SWAP_LEVEL).span for r in part]
+        tests = run_swap_tests(run.handle, [r.result for r in part], spans, batch_size=batch_size)
+        work.append(SWAPS, [{"key": r.key, "swap": t.to_dict()} for r, t in zip(part, tests)])
+        seconds = time.monotonic() - t0
+        work.add_seconds("swap", seconds)
+        tracker.measured("swap", seconds, len(part))
+        work.save()
+        run.counts["swapped"] += len(part)
+        tracker.report(start + len(part))
+    return 0.0
