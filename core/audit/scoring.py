@@ -224,4 +224,6 @@ def _generation(result: Any) -> dict[str, Any]:
         "repcs_score": round(float(result.repcs_score), 6),
         "threshold": None if result.threshold is None else round(float(result.threshold), 6),
         "verdict": result.repcs_verdict,  # RePCS' (the result's `verdict` is the headline's)
+        "threshold_source": result.threshold_source,  # e.g. "not calibrated for this model: no τ …"
+        "model_calibration_id": result.calibration_id,  # the record that decided it: "<slug>/<template>"
     }
