@@ -85,8 +85,9 @@ def job_for(handle: ModelHandle) -> CalibrationJob | None:
 def _run(handle: ModelHandle, job: CalibrationJob) -> None:
     try:
         job.card = calibrate_model(handle, budget=job.budget, progress=job.progress, cancel=job.cancel)
-    except RunCancelled:
-        job.error = "cancelled: the rows scored so far are kept; start again to continue from them"
+    except RunCancelled as exc:  # its note says what was kept (rows scored, swap tests, artifacts)
+        kept = " ".join(getattr(exc, "__notes__", [])) or "the rows scored so far are kept; start again to continue"
+        job.error = f"cancelled: {kept}"
     except Exception as exc:  # noqa: BLE001 - a failed job reports on the page instead of killing the thread
         job.error = f"{type(exc).__name__}: {exc}"
     finally:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from core.evaluation.calibrate.budget import Budget
 from core.evaluation.calibrate.checkpoints import Work
+from core.model.handle import check_cancelled
 from core.model.progress import Progress
 
 
@@ -54,8 +55,10 @@ class Tracker:
             self.pace[stage] = new if old is None else 0.5 * old + 0.5 * new
 
     def begin(self, stage: str, total: int) -> None:
+        """A stage starts: reported, and a cancel asked for so far ends the run here."""
         self.stage, self.total = stage, total
         self.report(0)
+        check_cancelled()
 
     def left(self, done: int) -> float | None:
         """The whole job's seconds left (``None`` before this stage's pace is measured)."""

@@ -221,12 +221,14 @@ def test_a_cancelled_run_continues_where_it_stopped(calibrated, tiny_handle, tmp
         if text.startswith("rows") and done >= 8:
             token.cancel("test")
 
-    with pytest.raises(RunCancelled):
+    with pytest.raises(RunCancelled) as info:
         calibrate_model(
             tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp_path, cancel=token, progress=progress
         )
     kept = (tmp_path / "work" / "scored.jsonl").read_text().splitlines()
     assert 8 <= len(kept) < 24
+    (note,) = info.value.__notes__  # what the cancel kept, for the page and the command line
+    assert f"kept {len(kept)} rows scored, 0 swap tests and crm-basis, radar" in note, note
     card = calibrate_model(tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp_path)
     lines = (tmp_path / "work" / "scored.jsonl").read_text().splitlines()
     keys = [json.loads(line)["key"] for line in lines]
@@ -307,3 +309,42 @@ def test_the_batch_keeps_a_large_vocabulary_s_logits_in_bounds(tiny_handle):
     gemma = type("H", (), {"info": replace(tiny_handle.info, vocab_size=262_144)})()
     assert batch_size_for(gemma, DualPathSettings()) == 4
     assert batch_size_for(gemma, DualPathSettings(max_new_tokens=1024)) == 1
+
+
+def test_the_headline_s_artifacts_come_first_and_the_card_marks_the_rest_pending(calibrated, tiny_handle, tmp_path):
+    """Cancelled as the detectors' fits begin: τ and the axes are written and on a card, the detectors' artifacts
+    on it pending; run again, the card has them all."""
+    _, rows, _ = calibrated
+    token = CancelToken()
+    texts: list[str] = []
+
+    def progress(done: int, total: int, text: str = "") -> None:
+        texts.append(text)
+        if text.startswith("detectors"):
+            token.cancel("test")
+
+    with pytest.raises(RunCancelled) as info:
+        calibrate_model(
+            tiny_handle, budget="8", rows_path=rows, settings=SETTINGS, out=tmp_path, cancel=token, progress=progress
+        )
+    card = json.loads((tmp_path / "card.json").read_text())
+    status = {name: a["status"] for name, a in card["artifacts"].items()}
+    assert status["tau"] == "fitted" and status["axes"] == "fitted", status
+    for name in ("detector-thresholds", "lookback-lens", "redeep-choice", "combined-detector"):
+        assert status[name] == "pending", status
+    assert "pending" in (tmp_path / "card.txt").read_text()
+    assert "tau, axes" in info.value.__notes__[0]
+    assert any(t.startswith("rows ") and "(stage 3 of 7)" in t and "left in all" in t for t in texts), texts
+    card = calibrate_model(tiny_handle, budget="8", rows_path=rows, settings=SETTINGS, out=tmp_path)
+    assert "pending" not in {a["status"] for a in card["artifacts"].values()}
+
+
+def test_a_state_of_every_stage_done_over_empty_checkpoints_scores_the_rows_again(calibrated, tiny_handle, tmp_path):
+    _, rows, tmp = calibrated
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "state.json").write_text((tmp / "run" / "work" / "state.json").read_text())
+    (work / "scored.jsonl").write_text("")
+    (work / "swap.jsonl").write_text("")
+    card = calibrate_model(tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp_path)
+    assert card["budget"]["scored_rows"] == 24 and card["held_out"]["rows"] == 12  # never a card of 0 rows

@@ -1,0 +1,197 @@
+"""``calibrate-model``'s input and work folder (issue 43 B, E, F): an empty ``--out`` or budget and an absurd
+budget are refused before the model loads; a second run of one work folder is refused while the first holds its
+lock (released when that process dies); every damaged checkpoint names its file and what is wrong — skipped (and
+scored again) where it can be, ``--restart`` where it cannot — and nothing blocks on a named pipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.evaluation.calibrate import Budget, DamagedCheckpoint, FolderInUse, Work, calibrate_model
+from core.evaluation.calibrate.checkpoints import LOCK, SCORED, STATE, SWAPS, hold_lock
+from core.evaluation.calibrate.score import score_rows
+from tests.unit.evaluation.test_model_calibration import SETTINGS, _rows, _write
+
+TEMPLATE = "chat"
+
+
+@pytest.fixture(scope="module")
+def one_record(tiny_handle, one_thread) -> dict:
+    """One real scored row as ``scored.jsonl`` holds it (the tiny model, six tokens)."""
+    (record,) = score_rows(tiny_handle, [_rows(1)[0]], SETTINGS, None)
+    return record.to_dict()
+
+
+def _work(folder: Path, handle, state: dict | None = None, **lines: list[str]) -> Path:
+    """A work folder of ``handle`` with ``state`` (default: valid, the rows stage done) and checkpoint lines."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ident = {"model": handle.info.name, "slug": handle.slug, "template": TEMPLATE}
+    state = {"identity": ident, "done": ["rows"], "pace": {}, "elapsed": 0.0} if state is None else state
+    (folder / STATE).write_text(json.dumps(state), encoding="utf-8")
+    for name, content in lines.items():
+        (folder / {"scored": SCORED, "swaps": SWAPS}[name]).write_text("".join(content), encoding="utf-8")
+    return folder
+
+
+# -- issue 43 B: refused before the model loads ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--out", ""], "--out is empty"),
+        (["--out", "   "], "--out is empty"),
+        (["--budget", ""], "--budget is empty"),
+        (["--budget", " "], "--budget is empty"),
+        (["--budget", "99999999999999999999999"], "from 8 to 100000"),
+        (["--budget", "99999999999m"], "from 1 to 10080"),
+    ],
+)
+def test_an_empty_out_or_budget_and_an_absurd_budget_are_refused_before_the_model_loads(
+    argv, words, monkeypatch, capsys, tmp_path
+):
+    import core.cli.commands.calibrate_model as command
+    from core.cli import main
+
+    def never(*_a, **_k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(command, "load_handle", never)
+    assert main(["calibrate-model", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "unexpected" not in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing written into the current folder
+
+
+def test_the_library_refuses_them_too(tiny_handle, tmp_path):
+    for bad in ("", "  "):
+        with pytest.raises(ValueError, match="empty"):
+            Budget.parse(bad)
+        with pytest.raises(ValueError, match="--out is empty"):
+            calibrate_model(tiny_handle, out=bad)
+    with pytest.raises(ValueError, match="from 8 to 100000"):
+        Budget.parse(10**23)
+
+
+# -- issue 43 E: one run per work folder ----------------------------------------------------------------------------
+
+
+def test_a_second_calibration_of_one_work_folder_is_refused_naming_it(tiny_handle, tmp_path, monkeypatch):
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path / "cache"))
+    rows = _write(_rows(), tmp_path / "rows.csv")
+    work = tmp_path / "run" / "work"
+    refused = re.escape(f"{work} is in use by another calibration (process {os.getpid()})")
+    with hold_lock(work), pytest.raises(FolderInUse, match=refused):
+        calibrate_model(tiny_handle, budget="8", rows_path=rows, settings=SETTINGS, out=tmp_path / "run")
+    with hold_lock(work):  # released at the end of the block
+        pass
+
+
+def test_the_lock_of_a_process_that_died_is_released(tmp_path):
+    code = (
+        "import sys, time\nfrom pathlib import Path\n"
+        "from core.evaluation.calibrate.checkpoints import hold_lock\n"
+        "with hold_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        with pytest.raises(FolderInUse, match=f"process {child.pid}"), hold_lock(tmp_path):
+            pass
+    finally:
+        child.kill()  # like a crash: no cleanup runs in the child
+        child.wait()
+    with hold_lock(tmp_path):
+        assert (tmp_path / LOCK).read_text() == str(os.getpid())
+
+
+# -- issue 43 F: damaged checkpoints ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("", "it is empty"), ("   \n", "it is empty"), ("{nope", "not JSON"), ("[1, 2]", "holds a JSON list")],
+)
+def test_a_damaged_state_names_its_file_and_suggests_restart(tiny_handle, tmp_path, text, words):
+    (tmp_path / STATE).write_text(text, encoding="utf-8")
+    with pytest.raises(DamagedCheckpoint) as info:
+        Work(tmp_path, tiny_handle, TEMPLATE)
+    message = str(info.value)
+    assert str(tmp_path / STATE) in message and words in message and "--restart" in message, message
+
+
+def test_a_state_with_fields_of_the_wrong_kind_is_damaged(tiny_handle, tmp_path):
+    ident = {"model": tiny_handle.info.name, "slug": tiny_handle.slug, "template": TEMPLATE}
+    for bad in ({"done": "rows"}, {"done": [1]}, {"pace": [1]}, {"elapsed": "x"}):
+        (tmp_path / STATE).write_text(json.dumps({"identity": ident, **bad}), encoding="utf-8")
+        with pytest.raises(DamagedCheckpoint, match=f"damaged '{next(iter(bad))}'.*--restart"):
+            Work(tmp_path, tiny_handle, TEMPLATE)
+
+
+def test_damaged_lines_of_scored_rows_are_skipped_counted_and_scored_again(tiny_handle, tmp_path, one_record):
+    good = json.dumps(one_record) + "\n"
+    torn = json.dumps(one_record)[:50]
+    folder = _work(tmp_path, tiny_handle, scored=[good, "1\n", '{"key": "zzz"}\n', "\n", '"x"\n', torn])
+    work = Work(folder, tiny_handle, TEMPLATE)
+    (notice,) = work.notices
+    assert str(folder / SCORED) in notice and "skipped 4 damaged lines" in notice, notice
+    assert "line 2: TypeError" in notice and "KeyError" in notice and "their rows are scored again" in notice
+    assert work.reopen_from == "rows"  # the skipped rows are scored again
+    assert list(work.records()) == [one_record["key"]]
+    assert (folder / SCORED).read_text() == good  # rewritten without them: the next append starts a fresh line
+    assert Work(folder, tiny_handle, TEMPLATE).notices == []
+
+
+def test_a_damaged_swap_line_is_skipped_and_the_swap_tests_run_again(tiny_handle, tmp_path, one_record):
+    scored = [json.dumps(one_record) + "\n"]
+    bad = ['{"key": "a", "swap": 5}\n', "[1]\n", '{"swap": {}}\n']
+    folder = _work(tmp_path, tiny_handle, scored=scored, swaps=bad)
+    work = Work(folder, tiny_handle, TEMPLATE)
+    (notice,) = work.notices
+    assert str(folder / SWAPS) in notice and "skipped 3 damaged lines" in notice and "run again" in notice
+    assert work.reopen_from == "swap" and work.swaps() == {}
+    assert (folder / SWAPS).read_text() == ""
+
+
+def test_a_named_pipe_as_a_checkpoint_is_refused_without_blocking(tiny_handle, tmp_path):
+    for name in (SCORED, SWAPS, STATE):
+        folder = tmp_path / name.replace(".", "_")
+        folder.mkdir()
+        os.mkfifo(folder / name)
+        with pytest.raises(DamagedCheckpoint, match=r"is a named pipe.*--restart"):  # refused, never opened
+            Work(folder, tiny_handle, TEMPLATE)
+
+
+def test_every_stage_done_over_empty_checkpoints_scores_the_rows_again(tiny_handle, tmp_path):
+    stages = ["crm-basis", "radar", "rows", "swap", "headline", "detectors", "card"]
+    ident = {"model": tiny_handle.info.name, "slug": tiny_handle.slug, "template": TEMPLATE}
+    folder = _work(tmp_path, tiny_handle, {"identity": ident, "done": stages, "pace": {}}, scored=[], swaps=[])
+    work = Work(folder, tiny_handle, TEMPLATE)
+    (notice,) = work.notices
+    assert "says the rows were scored" in notice and str(folder / SCORED) in notice and "holds no scored row" in notice
+    assert work.reopen_from == "rows"
+
+
+def test_the_page_says_what_a_cancel_kept(tiny_handle, monkeypatch):
+    from components import calibrate_view
+    from core.model.handle import RunCancelled
+
+    def stopped(*_a, **_k):
+        exc = RunCancelled("cancelled on the page")
+        exc.add_note("kept 16 rows scored, 5 swap tests and crm-basis, radar, tau, axes (in /x/work); run it again")
+        raise exc
+
+    monkeypatch.setattr(calibrate_view, "calibrate_model", stopped)
+    job = calibrate_view.CalibrationJob(tiny_handle.info.name, None)
+    calibrate_view._run(tiny_handle, job)
+    assert job.finished and job.error == (
+        "cancelled: kept 16 rows scored, 5 swap tests and crm-basis, radar, tau, axes (in /x/work); run it again"
+    )
