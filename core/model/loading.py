@@ -43,6 +43,11 @@ APP_TOKEN_CAP = 4096
 """Upper bound on prompt + answer tokens the app accepts, whatever the model allows."""
 
 
+LOAD_REPORT: dict[str, bool] = {"output_loading_info": True, "ignore_mismatched_sizes": True}
+"""``from_pretrained`` returns its load report, and a weight of another shape is reported there (not raised as
+"look at the above report"), so :func:`core.model.load_report.check_loading_info` refuses it by name."""
+
+
 def default_device() -> tuple[str, torch.dtype]:
     """CUDA in fp16 when available, else CPU in fp32 (maths is always done in float32)."""
     if torch.cuda.is_available():
@@ -164,7 +169,7 @@ def convert_gguf(gguf: Path, target: Path, *, marker: dict[str, Any] | None = No
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         gguf_model, info = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, output_loading_info=True
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, **LOAD_REPORT
         )
     except Exception as exc:
         raise ModelLoadError(f"transformers could not read {gguf.name} as a causal language model: {exc}") from exc
@@ -460,7 +465,7 @@ def load_model(
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
         model, report = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, attn_implementation="eager", use_safetensors=True, output_loading_info=True, **kwargs
+            path, dtype=dtype, attn_implementation="eager", use_safetensors=True, **LOAD_REPORT, **kwargs
         )
     except ModelLoadError:
         raise

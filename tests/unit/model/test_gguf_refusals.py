@@ -141,6 +141,20 @@ def test_a_folder_with_a_renamed_weight_is_refused_naming_both_names(tmp_path, t
     assert "not weights of this model" in message and "k_proj.renamed" in message, message
 
 
+def test_a_folder_with_a_weight_of_another_shape_is_refused_naming_it_and_both_shapes(tmp_path, tiny_llama_parts):
+    model, tokenizer = tiny_llama_parts
+    folder = tmp_path / "saved"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    state = load_file(folder / "model.safetensors")
+    rows, cols = state[K_PROJ].shape
+    state[K_PROJ] = state[K_PROJ].t().contiguous()
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    shapes = rf"{re.escape(K_PROJ)} \(file \({cols}, {rows}\), model \({rows}, {cols}\)\)"
+    with pytest.raises(ModelLoadError, match=rf"1 weight\(s\) have another shape than the model's config: {shapes}"):
+        load_model(str(folder), device="cpu")
+
+
 # ---------------------------------------------------------------------------------------------------------- H
 
 
