@@ -1,8 +1,17 @@
 """One analysed run in a notebook: its headline, both answers, every detector and every chart of its pages.
 
 A :class:`Run` wraps the engine's :class:`~core.engine.result.DualPathResult` (``run.result``) and the
-:class:`~read_or_recall.lab.Lab` that made it (the model, for the analyses that need it). What it computes on request
-(the internals, the detectors, RADAR, ReDeEP, a Self-Critique or SMA run, the swap test) is remembered on it.
+:class:`~read_or_recall.lab.Lab` that made it (the model, for the analyses that need it).
+
+**The rule for verbs** (docs/notebook.md): a verb belongs to what it studies. Everything about *this run's inputs* is
+a method of the run — its detectors, its charts, the swap test, Self-Critique, SMA, the ablations, the dose–response
+and the single-layer sweep (whatever they sweep: ε, layers, seeds) —; the lab's methods are about the model over
+many inputs (``run``, ``run_many``, ``evaluate``) or the model itself (``calibration``, ``calibrate``). No lab method
+takes a run.
+
+What a run computes on request is remembered on it and listed by :meth:`Run.computed`; :meth:`Run.estimate` says
+before a call what it will compute and roughly how long. No call changes the run or an earlier result: each verb
+returns its own named result (:mod:`read_or_recall.results`).
 
 In Jupyter a run shows itself: the headline and why, both answers and the KL chart (``_repr_mimebundle_``; every
 user and model text is HTML-escaped).
@@ -14,14 +23,17 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from read_or_recall import registry as figure_catalog
+from read_or_recall.memo import Memo, Plan, plan
+from read_or_recall.results import SwapTest
+from read_or_recall.verbs import RunVerbs
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     import plotly.graph_objects as go
 
     from core.detectors.verdicts import Agreement
     from core.engine.result import DualPathResult
-    from core.engine.swap import SwapTest
     from core.methods.crm import CrmBasis
     from core.methods.internals import Internals
     from core.methods.lookback import LookbackAnalysis
@@ -52,7 +64,7 @@ def figure_html(fig: go.Figure) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=_plotlyjs(), default_height=420)
 
 
-class Run:
+class Run(RunVerbs):
     """One dual-path run of a :class:`~read_or_recall.lab.Lab`: ``lab.run(query, context)``.
 
     Attributes:
@@ -64,7 +76,25 @@ class Run:
     def __init__(self, lab: Lab, result: DualPathResult) -> None:
         self.lab = lab
         self.result = result
-        self._cache: dict[Any, Any] = {}
+        self._memo = Memo()
+
+    def computed(self) -> pd.DataFrame:
+        """What this run holds: one row per analysis computed on it (``analysis``, ``settings``, ``seconds`` it
+        took); asking for it again computes nothing."""
+        return self._memo.frame()
+
+    def estimate(self, verb: str, **settings: Any) -> Plan:
+        """What ``run.<verb>(**settings)`` will compute and roughly how long, before it runs: held already (nothing
+        to compute), else its generations and forward passes and their time from this machine's measured unit
+        costs (the estimate the pages show).
+
+        Raises:
+            ValueError: an unknown verb (the message lists them).
+        """
+        from read_or_recall.costs import work_of
+
+        analysis, key, (generations, tokens, forwards) = work_of(self, verb, settings)
+        return plan(self.lab.handle, verb, self._memo.holds(analysis, key), generations, tokens, forwards)
 
     # ---------------------------------------------------------------------------------------------------------
     # The headline
@@ -73,8 +103,9 @@ class Run:
     def axes(self) -> dict[str, Any]:
         """The two-axis headline as ``run --json`` writes it under ``axes``: ``verdict``, ``qualifier``, ``title``,
         ``reason``, ``calibration``, ``span`` (the located answer span and its observations), ``context_reliance``
-        and ``parametric_support`` (each: state, score, threshold, band, direction, evidence), ``joint``; with
-        ``swap_test`` once :meth:`swap_test` ran."""
+        and ``parametric_support`` (each: state, score, threshold, band, direction, evidence), ``joint``. A swap
+        test does not change it: its own result carries the headline with the test joined
+        (:attr:`SwapTest.axes <read_or_recall.results.SwapTest.axes>`)."""
         return self.result.headline
 
     @property
@@ -106,6 +137,7 @@ class Run:
 
     @property
     def repcs_reason(self) -> str:
+        """Why RePCS said :attr:`repcs_verdict` (Z, τ and its source)."""
         return self.result.repcs_verdict_reason
 
     @property
@@ -128,28 +160,39 @@ class Run:
         return self.result.to_dict()
 
     def to_json(self, indent: int | None = None) -> str:
+        """:meth:`to_dict` as JSON text."""
         return self.result.to_json(indent=indent)
 
     # ---------------------------------------------------------------------------------------------------------
     # Detectors, swap test
 
     def agreement(self, names: list[str] | None = None) -> Agreement:
-        """Every cheap detector on this run (the Dual Path page's agreement view), plus ``names`` (costly ones too;
-        scored once each and remembered)."""
-        from core.detectors import resolve
-        from core.detectors.agreement import assess, detector_input, judge
+        """Every registered cheap detector on this run (the Dual Path page's agreement view), plus ``names`` (costly
+        ones too). Each detector is scored once and remembered; one registered after the run is scored at the next
+        call (and one registered again under its name — a built-in replaced with ``overwrite=True`` — scored
+        again). A new :class:`Agreement` every call: an earlier one is never changed."""
+        from core.detectors import available, resolve
+        from core.detectors.agreement import Agreement, assess, cheap_detectors, detector_input
 
-        if "agreement" not in self._cache:
-            inp = detector_input(self.lab.handle, self.result)
-            self._cache["agreement_input"] = inp
-            self._cache["agreement"] = assess(self.lab.handle, self.result, inp=inp)
-        agreement: Agreement = self._cache["agreement"]
-        scored = {v.name for v in agreement.verdicts}
-        for detector in resolve(list(names or [])):
-            if detector.name not in scored:
-                agreement.verdicts.append(judge(detector, self._cache["agreement_input"]))
-                scored.add(detector.name)
-        return agreement
+        def first() -> tuple[Agreement, dict[str, Any]]:
+            return assess(self.lab.handle, self.result), available()
+
+        base, at_first = self._memo.get("agreement", "", first)
+        wanted = list(cheap_detectors()) + [d for d in resolve(list(names or [])) if not d.is_cheap]
+        inp = None
+        verdicts = []
+        for detector in {d.name: d for d in wanted}.values():
+            held = next((v for v in base.verdicts if v.name == detector.name), None)
+            if held is not None and at_first.get(detector.name) is detector:
+                verdicts.append(held)
+                continue
+            inp = inp or self._memo.get("detector_input", "", lambda: detector_input(self.lab.handle, self.result))
+            key = f"{detector.name} #{id(detector)}"
+            verdicts.append(self._memo.get("detector", key, lambda d=detector, i=inp: _judge(d, i)))
+        scored = {v.name for v in verdicts}
+        registered = available()
+        costly = [c for c in base.costly if c.name not in scored and c.name in registered]
+        return Agreement(verdicts=verdicts, costly=costly, axes=dict(base.axes))
 
     def detectors(self, names: list[str] | None = None) -> pd.DataFrame:
         """Every cheap detector's reading of this run — and the detectors ``names`` (costly ones included) — as a
@@ -158,10 +201,13 @@ class Run:
         Columns: ``label``, ``score`` (raw), ``direction`` ("higher = …"), ``threshold``, ``source`` (where the
         threshold comes from), ``verdict`` (the engine's word), ``says`` (in the group's own words),
         ``vs_headline`` ("agrees" / "disagrees" / ``None``: only the two groups that feed the headline), ``cost``,
-        ``error``. A detector you registered (:func:`read_or_recall.register_detector`) is one more row.
+        ``error``, ``replaces`` (the built-in's label where a registered detector replaced it with
+        ``overwrite=True``, else ``None``). A detector you registered (:func:`read_or_recall.register_detector`) is
+        one more row, also when it was registered after the run.
         """
         import pandas as pd
 
+        from core.detectors.registry import replaced_builtin
         from core.detectors.verdicts import GROUP_ORDER
 
         agreement = self.agreement(names)
@@ -179,6 +225,7 @@ class Run:
                 "vs_headline": agreement.against_headline(v),
                 "cost": v.cost,
                 "error": v.error,
+                "replaces": getattr(replaced_builtin(v.name), "label", None),
             }
             for v in agreement.verdicts
         ]
@@ -191,14 +238,20 @@ class Run:
 
     def swap_test(self) -> SwapTest:
         """The swap test at the headline's answer span (:func:`core.engine.swap.swap_test`: one more generation
-        with the span replaced in the context); its outcome joins :attr:`axes` as ``swap_test``."""
+        with the span replaced in the context). The run is not changed: the result carries the headline with the
+        test joined, and :attr:`swap_tests` lists the tests made on this run."""
         from core.engine.swap import swap_test, with_swap_test
 
-        if "swap" not in self._cache:
+        def compute() -> SwapTest:
             test = swap_test(self.lab.handle, self.result)
-            self._cache["swap"] = test
-            self.result = with_swap_test(self.result, test)
-        return self._cache["swap"]
+            return SwapTest(test, with_swap_test(self.result, test))
+
+        return self._memo.get("swap_test", "", compute)
+
+    @property
+    def swap_tests(self) -> tuple[SwapTest, ...]:
+        """Every swap test made on this run, in order (empty before :meth:`swap_test`)."""
+        return tuple(self._memo.values("swap_test"))
 
     # ---------------------------------------------------------------------------------------------------------
     # Figures and the analyses behind them
@@ -217,17 +270,13 @@ class Run:
         trajectories and Vocabulary lens pages' analysis)."""
         from core.methods.internals import LENS_TOP_K, analyze
 
-        if "internals" not in self._cache:
-            self._cache["internals"] = analyze(self.lab.handle, self.result, top_k=LENS_TOP_K)
-        return self._cache["internals"]
+        return self._memo.get("internals", "", lambda: analyze(self.lab.handle, self.result, top_k=LENS_TOP_K))
 
     def lookback(self) -> LookbackAnalysis:
         """The Lookback Lens map of the retrieval path (one traced forward)."""
         from core.methods.lookback import analyze
 
-        if "lookback" not in self._cache:
-            self._cache["lookback"] = analyze(self.lab.handle, self.result)
-        return self._cache["lookback"]
+        return self._memo.get("lookback", "", lambda: analyze(self.lab.handle, self.result))
 
     def crm_basis(self, *, required: bool = False) -> CrmBasis | None:
         """The model's stored CRM basis for this run's template (bundled for the embedded model), else ``None``.
@@ -238,9 +287,7 @@ class Run:
         """
         from core.methods.crm import load_basis
 
-        if "crm_basis" not in self._cache:
-            self._cache["crm_basis"] = load_basis(self.lab.handle, self.result.template)
-        basis = self._cache["crm_basis"]
+        basis = self._memo.get("crm_basis", "", lambda: load_basis(self.lab.handle, self.result.template))
         if basis is None and required:
             raise ValueError(
                 f"No CRM basis is stored for {self.lab.model} with template {self.result.template!r}: compute it on "
@@ -253,10 +300,10 @@ class Run:
         from core.methods.redeep.analysis import decompose
         from core.methods.redeep.choice import choice_for
 
-        if "redeep" not in self._cache:
-            choice = choice_for(self.lab.handle, self.result.template)
-            self._cache["redeep"] = decompose(self.lab.handle, self.result, choice)
-        return self._cache["redeep"]
+        def compute() -> ReDeEPView:
+            return decompose(self.lab.handle, self.result, choice_for(self.lab.handle, self.result.template))
+
+        return self._memo.get("redeep", "", compute)
 
     def radar(self, source: str = "query") -> RadarAnalysis:
         """RADAR on the query alone (``source="query"``, the page's default) or on context + query."""
@@ -264,12 +311,12 @@ class Run:
 
         if source not in ("query", "context"):
             raise ValueError(f"source must be 'query' or 'context', got {source!r}")
-        key = ("radar", source)
-        if key not in self._cache:
+
+        def compute() -> RadarAnalysis:
             text = radar.radar_prompt(self.result.query, self.result.context if source == "context" else None)
-            table = radar.cached_feature_table(self.lab.handle)
-            self._cache[key] = radar.analyze_with_table(self.lab.handle, text, table)
-        return self._cache[key]
+            return radar.analyze_with_table(self.lab.handle, text, radar.cached_feature_table(self.lab.handle))
+
+        return self._memo.get("radar", f"source={source!r}", compute)
 
     def radar_report(self) -> dict[str, Any]:
         """RADAR's test-set report for this model (bundled for the embedded model).
@@ -279,46 +326,29 @@ class Run:
         """
         from core.methods import radar
 
-        if "radar_report" not in self._cache:
-            table = radar.cached_feature_table(self.lab.handle)
-            if table is None:
-                raise ValueError(f"RADAR's features of the bundled sets are not extracted for {self.lab.model} yet.")
-            self._cache["radar_report"] = radar.evaluation_for(self.lab.handle, table)
-        return self._cache["radar_report"]
+        table = radar.cached_feature_table(self.lab.handle)
+        if table is None:
+            raise ValueError(f"RADAR's features of the bundled sets are not extracted for {self.lab.model} yet.")
+        return self._memo.get("radar_report", "", lambda: radar.evaluation_for(self.lab.handle, table))
 
-    def self_critique(self, **settings: Any) -> Any:
-        """A Self-Critique run on this run's query and context (new generations; ``settings``: the fields of
-        :class:`core.methods.selfcritique.SelfCritiqueSettings`), remembered per settings."""
-        from core.methods.selfcritique import SelfCritiqueSettings, run_self_critique
+    def attention_pattern(self, layer: int, head: int, path: str = "retrieval") -> tuple[np.ndarray, list[str]]:
+        """One head's attention pattern on one path (one forward) and the path's tokens (the ``attention_head``
+        chart's data).
 
-        chosen = SelfCritiqueSettings(**settings)
-        chosen.validate()
-        key = ("self_critique", repr(chosen))
-        if key not in self._cache:
-            self._cache[key] = run_self_critique(self.lab.handle, self.result.query, self.result.context, chosen)
-        return self._cache[key]
+        Raises:
+            ValueError: a layer or head out of range.
+        """
+        from core.methods.internals import attention_pattern, path_sequence
 
-    def sma(self, **settings: Any) -> Any:
-        """An SMA run (source attribution with the context on and off; ``settings``: the fields of
-        :class:`core.methods.sma.SMASettings`), remembered per settings."""
-        from core.methods.sma import SMASettings, run_sma
+        info = self.lab.handle.info
+        if not (0 <= layer < info.n_layers and 0 <= head < info.n_heads):
+            raise ValueError(f"layer must be 0…{info.n_layers - 1} and head 0…{info.n_heads - 1}, got {layer}, {head}")
 
-        chosen = SMASettings(**settings)
-        key = ("sma", repr(chosen))
-        if key not in self._cache:
-            self._cache[key] = run_sma(self.lab.handle, self.result.query, self.result.context, chosen)
-        return self._cache[key]
+        def compute() -> tuple[np.ndarray, list[str]]:
+            ids, tokens, _ = path_sequence(self.lab.handle, self.result, path)
+            return attention_pattern(self.lab.handle, ids, layer, head), tokens
 
-    def context_ablation(self, **settings: Any) -> Any:
-        """SMA's context ablation: each context sentence left out in turn (one generation each)."""
-        from core.methods.sma import SMASettings
-        from core.methods.sma.run import run_context_ablation
-
-        chosen = SMASettings(**settings)
-        key = ("context_ablation", repr(chosen))
-        if key not in self._cache:
-            self._cache[key] = run_context_ablation(self.lab.handle, self.result.query, self.result.context, chosen)
-        return self._cache[key]
+        return self._memo.get("attention_pattern", f"layer={layer}, head={head}, path={path!r}", compute)
 
     # ---------------------------------------------------------------------------------------------------------
     # How a run shows itself
@@ -365,3 +395,17 @@ class Run:
 
 def _num(value: float | None) -> str:
     return "none" if value is None else f"{value:.3f}"
+
+
+def _judge(detector: Any, inp: Any) -> Any:
+    """One detector's verdict on a run, its shared passes planned first (as :func:`core.detectors.agreement.assess`
+    plans them for every cheap detector) and released after."""
+    from core.detectors.agreement import judge
+    from core.detectors.shared import plan as plan_passes
+    from core.detectors.shared import release
+
+    plan_passes(inp, [detector])
+    try:
+        return judge(detector, inp)
+    finally:
+        release(inp)

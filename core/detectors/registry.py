@@ -253,6 +253,7 @@ class Detector:
             "page": self.page,
             "note": self.note,
             "combine": self.combine,
+            "replaces": getattr(REPLACED.get(self.name), "label", None) if REGISTRY.get(self.name) is self else None,
         }
 
 
@@ -263,20 +264,53 @@ FAMILIES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], Detector], list[
 """Parametric detectors: (full-match pattern, factory from the match, names listed by default)."""
 
 
-def register(detector: Detector) -> Detector:
-    """Add a detector to the registry (re-registering the same name replaces it).
+REPLACED: dict[str, Detector] = {}
+"""Built-in detectors replaced with ``overwrite=True`` (by name): the original, back on :func:`unregister`."""
+
+
+def is_builtin(detector: Detector) -> bool:
+    """Whether ``detector`` is one the engine declares (its score function lives in ``core``), not a plugin's."""
+    score = getattr(detector.score, "func", detector.score)  # a functools.partial: its function
+    return str(getattr(score, "__module__", "") or "").startswith("core.")
+
+
+def replaced_builtin(name: str) -> Detector | None:
+    """The built-in detector that the detector registered as ``name`` replaced (``overwrite=True``), else ``None``."""
+    return REPLACED.get(name)
+
+
+def register(detector: Detector, *, overwrite: bool = False) -> Detector:
+    """Add a detector to the registry. Registering a plugin's name again replaces it; a built-in's name is refused
+    unless ``overwrite=True`` (as Inseq's ``register_step_function``), and the replacement is then marked
+    (:func:`replaced_builtin`, ``replaces`` in :meth:`Detector.describe`) until :func:`unregister` brings the built-in
+    back.
 
     Raises:
-        ValueError: the declaration is not usable (:meth:`Detector.check`).
+        ValueError: the declaration is not usable (:meth:`Detector.check`), or it takes a built-in's name without
+            ``overwrite=True``.
     """
     detector.check()
+    current = REGISTRY.get(detector.name) or (None if is_builtin(detector) else get(detector.name))
+    builtin = REPLACED.get(detector.name) or (current if current is not None and is_builtin(current) else None)
+    if builtin is not None and not is_builtin(detector):
+        if not overwrite:
+            raise ValueError(
+                f"{detector.name!r} is a built-in detector ({builtin.label}); give yours another name, or pass "
+                "overwrite=True to replace it everywhere (its rows are then marked as replacing the built-in)."
+            )
+        REPLACED[detector.name] = builtin
     REGISTRY[detector.name] = detector
     return detector
 
 
 def unregister(name: str) -> Detector | None:
-    """Remove a registered detector (a notebook's, a test's); returns it, or ``None`` when none had that name."""
-    return REGISTRY.pop(name, None)
+    """Remove a registered detector (a notebook's, a test's); returns it, or ``None`` when none had that name. A
+    built-in it replaced (``overwrite=True``) is registered again."""
+    removed = REGISTRY.pop(name, None)
+    builtin = REPLACED.pop(name, None)
+    if builtin is not None:
+        REGISTRY[name] = builtin
+    return removed
 
 
 def declare(*rows: Mapping[str, Any], **shared: Any) -> list[Detector]:

@@ -160,8 +160,9 @@ def test_a_registered_detector_is_scored_by_the_run_and_by_evaluate(lab, run):
 
 
 def test_calibration_status_and_the_hook(lab):
-    status = lab.calibration()
-    assert status["axes"]["calibrated"] is False and lab.model in status["axes"]["how"]
+    cal = lab.calibration()
+    assert isinstance(cal, rr.Calibration) and cal.calibrated is False and lab.model in cal.how
+    status = cal.to_dict()
     assert "tau" in status and status["model"] == lab.model
 
 

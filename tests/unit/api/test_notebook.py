@@ -1,9 +1,10 @@
 """docs/notebook.ipynb in a real Jupyter kernel (nbclient + ipykernel, nothing from the network): its outputs checked.
 
 The notebook runs the public API on the embedded model. Its cells tagged ``check`` print one JSON line each; this
-test reads them: the headline equals ``python -m core run --json``'s for the same inputs, every figure of a run (and of
-an ablation and an evaluation) renders, the detector the notebook registers is scored by ``evaluate``, and nothing
-imported Streamlit. Slow: one kernel, one model, every analysis once (see docs/notebook.md for the time it takes).
+test reads them: the headline equals ``python -m core run --json``'s for the same inputs, every figure of a run and of
+every other result (an ablation, a sweep, Self-Critique, SMA, an evaluation) renders, the detector the notebook
+registers is scored by ``evaluate`` and by the run made before it, no warning is printed, and nothing imported
+Streamlit. Slow: one kernel, one model, every analysis once (see docs/notebook.md for the time it takes).
 """
 
 from __future__ import annotations
@@ -98,13 +99,23 @@ def test_every_figure_of_the_notebook_renders(executed: Any) -> None:
 
     checks = _checks(executed)
     figures = checks["figures"]["figures"]
-    assert list(figures) == rr.figure_names(), "every figure of a run, in the catalog's order"
+    assert list(figures) == rr.figure_names("Run"), "every figure of a run, in the catalog's order"
     empty = {name: f for name, f in figures.items() if f["traces"] < 1 or f["html"] < 500}
     assert not empty, f"figures without data: {empty}"
-    assert all(n >= 1 for n in checks["ablation"]["ablation_figures"].values()), checks["ablation"]
-    assert set(checks["ablation"]["ablation_figures"]) == {"kl_compare", "token_diff", "trajectory", "dose_response",
-                                                           "layer_sweep"}  # fmt: skip
+    results = checks["results"]["result_figures"]
+    want = {f"{spec.of}.{spec.name}" for spec in rr.FIGURES.values() if spec.of not in ("Run", "Evaluation")}
+    assert set(results) == want, (sorted(results), sorted(want))
+    assert all(n >= 1 for n in results.values()), results
+    held = set(checks["results"]["held"])
+    assert {"internals", "swap_test", "self_critique", "sma", "context_ablation", "ablate", "dose_response",
+            "layer_sweep"} <= held, held  # fmt: skip
     assert checks["figures"]["streamlit"] is False
+
+
+def test_the_notebook_prints_no_warning_on_import(executed: Any) -> None:
+    """Issue 45: the import printed a TqdmWarning ("IProgress not found") in a kernel without ipywidgets."""
+    errors = [o.get("text", "") for c in executed.cells for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert not [e for e in errors if "IProgress" in e or "TqdmWarning" in e], errors
 
 
 def test_a_detector_registered_in_the_notebook_is_scored_by_evaluate(executed: Any) -> None:
@@ -115,6 +126,7 @@ def test_a_detector_registered_in_the_notebook_is_scored_by_evaluate(executed: A
     assert plugin["auc"] is not None and 0.0 <= plugin["auc"] <= 1.0
     assert set(plugin["verdicts"]) <= {"read", "recalled", "neither", "inconclusive"}
     assert plugin["roc_traces"] >= 2
+    assert "kl_share" in _checks(executed)["plugin"]["run_rows"], "a detector registered after a run is one of its rows"
 
 
 def test_the_notebook_shows_a_run_as_escaped_html(executed: Any) -> None:
