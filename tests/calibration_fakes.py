@@ -20,9 +20,9 @@ FAKE_AXES_SOURCE = "python -m core calibrate-model (a fake folder written by tes
 GGUF_PATH = "/models/model.gguf"
 
 
-def gguf_source(sha: str) -> str:
-    """The source of a GGUF file at :data:`GGUF_PATH` with this sha256 (as :mod:`core.model.loading` writes it)."""
-    return f"GGUF file {GGUF_PATH} (llama, F32; sha256 {sha})"
+def gguf_source(sha: str, path: str = GGUF_PATH) -> str:
+    """The source of a GGUF file at ``path`` with this sha256 (as :mod:`core.model.loading` writes it)."""
+    return f"GGUF file {path} (llama, F32; sha256 {sha})"
 
 
 def write_fake_calibration(handle: ModelHandle, template: str, *, axes: bool = True) -> Path:
