@@ -263,11 +263,13 @@ def test_a_dual_path_estimate_follows_the_answers_length_once_known() -> None:
     from core.engine.estimate import budget_work, result_work
 
     meter = _meter()
-    assert budget_work("h", 64, meter=meter).steps == 64, "the whole budget before any answer"
+    first = budget_work("h", 64, meter=meter)
+    assert (first.steps_low, first.steps_high) == (8, 64), "before any answer: the prior shortest share to the budget"
     for used in (8, 12, 64):
         meter.observe_fill("h", used, 64)
     work = budget_work("h", 64, meter=meter)
-    assert (work.steps, work.steps_low, work.steps_high) == (12, 8, 64)
+    # from the shortest answer to the whole budget, centred where the worst factor is smallest: √(8 × 64) steps
+    assert (work.steps, work.steps_low, work.steps_high) == (pytest.approx((8 * 64) ** 0.5), 8, 64)
     run = SimpleNamespace(
         n_tokens=42,
         parametric=SimpleNamespace(token_ids=list(range(42)), prompt_len=30),
