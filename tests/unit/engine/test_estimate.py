@@ -291,3 +291,16 @@ def test_the_machine_pace_is_measured_once_per_process() -> None:
     finally:
         pace.reset()
     assert pace.parameter_count("a string key") is None
+
+
+def test_a_real_models_first_estimate_needs_no_earlier_run(tiny_handle) -> None:
+    """Calibrate this model said "time not measured yet" for every budget before any run of the model: the unit
+    costs now come from the model's own parameter count at this machine's pace."""
+    from core.engine.estimate import PACE
+    from core.engine.pace import parameter_count
+
+    meter = CostMeter()
+    found = estimate(tiny_handle, generated_tokens=240 * 64, forwards=960, meter=meter)
+    assert found is not None and found.seconds > 0 and found.source == PACE
+    assert meter.params(tiny_handle) == parameter_count(tiny_handle) > 0
+    assert describe_estimate(found).startswith(("≈", "< 1 s")) and "not measured" not in describe_estimate(found)
