@@ -8,14 +8,26 @@ random weights while looking like the real one, so every load of this tool (a GG
 converted copy, a folder, a hub id) passes its report through :func:`check_loading_info`, which refuses it naming
 the tensors. Weights the model ties to another one (an unembedding tied to the embedding) are not missing:
 transformers already leaves them out of the report.
+
+A GGUF file's conversion keeps the verdict: :func:`install_conversion` puts a converted folder in place only after
+the check passed, its ``gguf.json`` saying :data:`COMPLETE_KEY`, and :func:`complete_conversion` is the one test of
+whether a cached folder may be used (one written without the mark is converted again, never used as it is).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import shutil
+import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from core.model.handle import ModelLoadError
+
+logger = logging.getLogger(__name__)
 
 SHOWN = 6
 """At most this many tensor names are listed per kind; the message gives the count of the rest."""
@@ -82,3 +94,47 @@ def check_loading_info(
     if problems:
         advice = advice or "The files are damaged or incomplete: download or convert the model again."
         raise ModelLoadError(f"{what} cannot be used: " + "; ".join(problems) + f". It was not loaded. {advice}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the verdict kept with a conversion
+
+
+COMPLETE_KEY = "weights_complete"
+"""The key of ``gguf.json`` that says a converted folder passed :func:`check_loading_info`
+(every weight read from the file) and its chat-template check: a folder without it (written before the check
+existed, possibly with random weights for a tensor the file lacked) is never used; it is converted again."""
+
+
+def complete_conversion(target: Path) -> bool:
+    """A complete conversion: the weights, the config and a ``gguf.json`` saying :data:`COMPLETE_KEY`."""
+    if not ((target / "model.safetensors").is_file() and (target / "config.json").is_file()):
+        return False
+    try:
+        marker = json.loads((target / "gguf.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(marker, dict) and marker.get(COMPLETE_KEY) is True
+
+
+def install_conversion(tmp: Path, target: Path) -> None:
+    """Rename a finished conversion into place; an earlier folder that is not a complete conversion (see
+    :func:`complete_conversion`) is moved aside and removed first. Another process that installed a complete copy first
+    wins (the same bytes)."""
+    if target.exists() and not complete_conversion(target):
+        stale = target.with_name(f".stale-{target.name}-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.replace(target, stale)
+        except OSError:  # another process moved it first
+            pass
+        else:
+            logger.warning("removed %s: an unchecked conversion (from an earlier version), converted again", target)
+            if stale.is_symlink():
+                stale.unlink()
+            else:
+                shutil.rmtree(stale, ignore_errors=True)
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        if not complete_conversion(target):
+            raise

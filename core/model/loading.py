@@ -15,7 +15,6 @@ user cache, keyed by the file's sha256 (the embedded model keeps its own key), t
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -30,6 +29,7 @@ import torch
 
 from core.io import atomic_write_json, cache_dir, package_files
 from core.model.handle import ModelHandle, ModelInfo, ModelLoadError
+from core.model.load_report import COMPLETE_KEY, check_loading_info, complete_conversion, install_conversion
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def embedded_cache_path() -> Path:
 def ensure_embedded_cache() -> Path:
     """Convert the embedded GGUF to a safetensors folder once (about 20 s) and return its path."""
     target = embedded_cache_path()
-    if _converted(target):
+    if complete_conversion(target):
         return target
     folder = _embedded_folder()
     logger.info("Converting the embedded GGUF model once to %s (about 20 s)", target)
@@ -96,46 +96,6 @@ def ensure_embedded_cache() -> Path:
 def gguf_cache_path(sha256: str) -> Path:
     """Where the de-quantized safetensors copy of the GGUF file with this sha256 lives (one folder per file hash)."""
     return cache_dir() / "models" / f"gguf-{sha256}"
-
-
-COMPLETE_KEY = "weights_complete"
-"""The key of ``gguf.json`` that says a converted folder passed :func:`core.model.load_report.check_loading_info`
-(every weight read from the file) and its chat-template check: a folder without it (written before the check
-existed, possibly with random weights for a tensor the file lacked) is never used; it is converted again."""
-
-
-def _converted(target: Path) -> bool:
-    """A complete conversion: the weights, the config and a ``gguf.json`` saying :data:`COMPLETE_KEY`."""
-    if not ((target / "model.safetensors").is_file() and (target / "config.json").is_file()):
-        return False
-    try:
-        marker = json.loads((target / "gguf.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(marker, dict) and marker.get(COMPLETE_KEY) is True
-
-
-def _install(tmp: Path, target: Path) -> None:
-    """Rename a finished conversion into place; an earlier folder that is not a complete conversion (see
-    :func:`_converted`) is moved aside and removed first. Another process that installed a complete copy first
-    wins (the same bytes)."""
-    if target.exists() and not _converted(target):
-        stale = target.with_name(f".stale-{target.name}-{os.getpid()}-{time.monotonic_ns()}")
-        try:
-            os.replace(target, stale)
-        except OSError:  # another process moved it first
-            pass
-        else:
-            logger.warning("removed %s: an unchecked conversion (from an earlier version), converted again", target)
-            if stale.is_symlink():
-                stale.unlink()
-            else:
-                shutil.rmtree(stale, ignore_errors=True)
-    try:
-        os.replace(tmp, target)
-    except OSError:
-        if not _converted(target):
-            raise
 
 
 def convert_gguf(gguf: Path, target: Path, *, marker: dict[str, Any] | None = None) -> Path:
@@ -163,7 +123,7 @@ def convert_gguf(gguf: Path, target: Path, *, marker: dict[str, Any] | None = No
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.model.load_report import check_loading_info, gguf_namer
+    from core.model.load_report import gguf_namer
 
     start = time.perf_counter()
     try:
@@ -190,7 +150,7 @@ def convert_gguf(gguf: Path, target: Path, *, marker: dict[str, Any] | None = No
         plain.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         atomic_write_json(tmp / "gguf.json", {**(marker or {}), COMPLETE_KEY: True})
-        _install(tmp, target)
+        install_conversion(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("converted %s to %s in %.1f s", gguf.name, target, time.perf_counter() - start)
@@ -245,7 +205,7 @@ def ensure_gguf_cache(path: Path, name: str | None = None) -> tuple[Path, str, s
         return ensure_embedded_cache(), EMBEDDED_NAME, EMBEDDED_SOURCE
     packaged = BY_SHA256.get(sha)
     target = gguf_cache_path(sha)
-    if not _converted(target):
+    if not complete_conversion(target):
         logger.info("Converting %s (%s) once to %s", path.name, header.architecture, target)
         marker = {"file": path.name, "sha256": sha, "architecture": header.architecture, "name": header.name}
         convert_gguf(path, target, marker=marker)
@@ -271,7 +231,7 @@ def ensure_packaged_cache(key: str) -> tuple[Path, str, str]:
 
     packaged = PACKAGED[key]
     target = gguf_cache_path(packaged.sha256)
-    if not _converted(target):
+    if not complete_conversion(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".assemble-", dir=target.parent))
         try:
@@ -378,6 +338,38 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _local_source(spec: str, local: Path) -> tuple[str, str, str] | None:
+    """``(path to load, name, source)`` for a spec naming a local folder or GGUF file (``None``: not local).
+
+    Raises:
+        ModelLoadError: a path that is neither a model folder nor a GGUF file (a FIFO or device is "not a regular
+            file"), or one that does not exist but is written as a path.
+    """
+    if local.is_dir():
+        gguf = None if _saved_model(local) else _folder_gguf(local, spec)
+        if gguf is not None:
+            folder, name, source = ensure_gguf_cache(gguf, spec)
+            return str(folder), name, source
+        check_model_folder(local, spec)
+        return str(local), spec, f"local folder {local}"
+    if local.is_file() and _is_gguf(local):
+        folder, name, source = ensure_gguf_cache(local, spec)
+        return str(folder), name, source
+    if local.exists() and not stat.S_ISREG(local.stat().st_mode):
+        raise ModelLoadError(
+            f"{spec!r} is not a regular file ({_file_kind(local)}): give a .gguf file, a model folder or a Hugging "
+            "Face id."
+        )
+    if local.exists():
+        raise ModelLoadError(
+            f"{spec!r} is a file, not a model folder or a GGUF file: give the folder that holds config.json, the "
+            "tokenizer and the *.safetensors weights, or a .gguf file."
+        )
+    if _looks_like_path(spec):
+        raise ModelLoadError(f"{spec!r} is not a model folder: there is no such folder or GGUF file.")
+    return None
+
+
 def load_model(
     spec: str | None = None,
     *,
@@ -420,30 +412,8 @@ def load_model(
     if spec == EMBEDDED_MODEL:
         path: str = str(ensure_embedded_cache())
         name, source = EMBEDDED_NAME, EMBEDDED_SOURCE
-    elif local.is_dir():
-        gguf = None if _saved_model(local) else _folder_gguf(local, spec)
-        if gguf is not None:
-            folder, name, source = ensure_gguf_cache(gguf, spec)
-            path = str(folder)
-        else:
-            path = str(local)
-            check_model_folder(path, spec)
-            name, source = spec, f"local folder {path}"
-    elif local.is_file() and _is_gguf(local):
-        folder, name, source = ensure_gguf_cache(local, spec)
-        path = str(folder)
-    elif local.exists() and not stat.S_ISREG(local.stat().st_mode):
-        raise ModelLoadError(
-            f"{spec!r} is not a regular file ({_file_kind(local)}): give a .gguf file, a model folder or a Hugging "
-            "Face id."
-        )
-    elif local.exists():
-        raise ModelLoadError(
-            f"{spec!r} is a file, not a model folder or a GGUF file: give the folder that holds config.json, the "
-            "tokenizer and the *.safetensors weights, or a .gguf file."
-        )
-    elif _looks_like_path(spec):
-        raise ModelLoadError(f"{spec!r} is not a model folder: there is no such folder or GGUF file.")
+    elif (found := _local_source(spec, local)) is not None:
+        path, name, source = found
     elif packaged is not None:
         folder, name, source = ensure_packaged_cache(packaged)
         path = str(folder)
@@ -471,8 +441,6 @@ def load_model(
         raise
     except Exception as exc:
         raise ModelLoadError(f"Could not load {spec!r} as a causal language model: {exc}") from exc
-    from core.model.load_report import check_loading_info
-
     check_loading_info(report, repr(spec))
     _check_template(tokenizer, repr(spec))
     model.to(device)
