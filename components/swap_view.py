@@ -23,6 +23,7 @@ from core.engine.swap import (
     NEITHER_OUTCOME,
     NOT_APPLICABLE,
     SwapTest,
+    Trial,
     planned_work,
     swap_test,
 )
@@ -110,9 +111,9 @@ def draw(handle: ModelHandle, result: DualPathResult, head: Headline) -> SwapTes
         test = run_cached(
             session_lru(keys.SWAP_TESTS, MAX_TESTS),
             result_digest(result),
-            lambda _progress: swap_test(handle, result),
-            start="Answering again with the swapped context…",
-            describe=lambda done, total, text: text,
+            lambda progress: swap_test(handle, result, progress=progress),
+            start="Completing the model's alternatives to whole words…",
+            describe=lambda done, total, text: f"Answering again with the swapped context: {text}",
             what="swap test",
             log="swap test failed",
         )
@@ -130,12 +131,24 @@ def draw(handle: ModelHandle, result: DualPathResult, head: Headline) -> SwapTes
     else:
         st.info(f"**Undecided.** {words}.")
     if test.outcome != NOT_APPLICABLE:
-        st.caption(f"Alternative: {escape_markdown(test.source)} · {test.seconds:.1f} s")
-        left, right = st.columns(2)
-        with left:
-            st.caption("Context with the swap")
-            widgets.show_answer(st, test.swapped_context)
-        with right:
-            st.caption("Answer with the swapped context")
-            widgets.show_answer(st, test.answer)
+        _draw_trials(test)
     return test
+
+
+def _draw_trials(test: SwapTest) -> None:
+    """Each alternative tried: where it came from, what the answer did, the swapped context and the answer."""
+    trials = test.trials or (Trial(test.alternative, test.source, test.swapped_context, test.answer, test.outcome),)
+    st.caption(f"{len(trials)} alternative{'s' if len(trials) != 1 else ''} of the span's kind · {test.seconds:.1f} s")
+    for i, trial in enumerate(trials):
+        outcome = {FOLLOWED: "the answer follows it", KEPT: "the answer keeps the original"}.get(
+            trial.outcome, "the answer names neither"
+        )
+        with st.expander(f"“{escape_markdown(trial.alternative)}”: {outcome}", expanded=i == 0 and len(trials) == 1):
+            st.caption(f"Alternative: {escape_markdown(trial.source)}")
+            left, right = st.columns(2)
+            with left:
+                st.caption("Context with the swap")
+                widgets.show_answer(st, trial.swapped_context)
+            with right:
+                st.caption("Answer with the swapped context")
+                widgets.show_answer(st, trial.answer)

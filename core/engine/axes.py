@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from core.engine.axes_calibration import AxesCalibration, JointModel, axes_for
-from core.engine.span import AnswerSpan, contains, locate_span, span_logprob
+from core.engine.span import AnswerSpan, locate_span, said_conflicts, span_logprob, unanswered
 from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, display
 
 if TYPE_CHECKING:
@@ -151,8 +151,8 @@ def observe(result: DualPathResult, level: float | None) -> Observations:
         lp_parametric=lp_p,
         lp_retrieval=lp_r,
         entropy_parametric=float(entropy[head[0]]) if head[0] < entropy.size else None,
-        in_context=contains(result.context, span.word),
-        in_parametric=contains(result.parametric.answer, span.word) if generated else None,
+        in_context=span.context_form is not None,  # the head word, or a near form of it ("Rome" for "Roma")
+        in_parametric=(span.parametric_form is not None) if generated else None,
         window=window,
         max_kl=max_kl,
         mean_kl=mean_kl,
@@ -218,10 +218,15 @@ class Headline:
     ``threshold``, ``band`` and whether it ``decided``; ``None`` otherwise."""
     span: dict[str, Any] | None = None
     """The located answer span (:meth:`core.engine.span.AnswerSpan.to_dict`) and its observations."""
+    title_words: str | None = None
+    """The whole title where the span cannot be judged as read or recalled (:func:`core.engine.span.unanswered`:
+    "Neither: the answer names “Elio Vance”, found in neither …", "Inconclusive: the answer names no author")."""
 
     @property
     def title(self) -> str:
         """E.g. "Read from the context, and it overrode what the model says without it"."""
+        if self.title_words:
+            return self.title_words
         words = NOT_CALIBRATED if self.verdict == UNCALIBRATED else display(self.verdict)
         return f"{words}, {self.qualifier}" if self.qualifier else words
 
@@ -237,6 +242,7 @@ class Headline:
             RELIANCE: self.reliance.to_dict(),
             SUPPORT: self.support.to_dict(),
             "joint": self.joint,
+            "title_words": self.title_words,
         }
 
 
@@ -377,12 +383,19 @@ def headline(result: DualPathResult, calibration: AxesCalibration | None = None)
             "there is no answer span to read the two paths at."
         )
         return Headline(INCONCLUSIVE, None, reason, rel, sup, cal.source, None, obs.to_dict())
+    generated = result.parametric.finish != "not generated" and bool(result.parametric.answer)
+    special = unanswered(obs.span, parametric_generated=generated, parametric_supported=sup.state == SUPPORTED,
+                         lp_parametric=obs.lp_parametric)  # fmt: skip
+    if special is not None:
+        return Headline(special[0], None, special[2], rel, sup, cal.source, None, obs.to_dict(), special[1])
     verdict, qualifier, reason = decide_headline(obs, rel, sup)
+    reason += said_conflicts(obs.span)
     joint = None
     agreeing = cal.agreement is not None and obs.in_context and obs.in_parametric and rel.state != NEEDED
     feats = feature_values(obs, cal.agreement.features) if agreeing and cal.agreement is not None else None
     if feats is not None and cal.agreement is not None:
         verdict, qualifier, reason, joint = resolve_agreement(cal.agreement, feats, obs, rel)
+        reason += said_conflicts(obs.span)
         return Headline(verdict, qualifier, reason, rel, sup, cal.source, joint, obs.to_dict())
     feats = feature_values(obs, cal.joint.features) if verdict == INCONCLUSIVE and cal.joint is not None else None
     if feats is not None and cal.joint is not None:

@@ -1,25 +1,35 @@
-"""Where the answer's content is, located by the model: the context-sensitive answer span.
+"""Where the answer's content is, located by the model: the answer span that answers the question.
 
 PECoRe (Sarti et al., "Quantifying the Plausibility of Context Reliance in Neural Machine Translation", ICLR
 2024, §3.1 "context-sensitive token identification") marks the generated tokens whose next-token distribution the
 context moved: the contrastive metric m_t = KL(P(· | y<t, x, C) ‖ P(· | y<t, x)) — exactly the per-token KL of the
-dual-path run — above a selection level. The answer's content is where the context acted, not the first word a
-word list lets through.
+dual-path run — above a selection level. The answer's content is where the context acted, among the words that
+answer the question — not the first word a word list lets through.
 
 :func:`locate_span` works on words, not tokens (a word is a run of letters or digits in the answer's text, with the
 answer positions whose tokens overlap it):
 
-1. candidates: the words of the scored answer that carry content — not a function word or answer boilerplate
-   (:data:`STOPWORDS`), not a word of the query (nor sharing its stem with one: the answer repeating the
-   question is not its content);
-2. the span's head is the **first candidate whose largest per-token KL reaches the level κ** (the first
-   context-sensitive content word; κ is fitted per model with the axes, ``AxesCalibration.span_level``); when
-   no candidate reaches κ the context moved no content word strongly and the head is the candidate of largest
-   KL (``sensitive`` is then false);
-3. a capitalized head grows over the capitalized candidates right after it (a name: "George Washington").
+1. content words: the words of the scored answer that are not a function word of the answer's language or answer
+   boilerplate (:mod:`core.engine.stopwords`), nor a word of the query (nor sharing its stem with one: the answer
+   repeating the question is not its content);
+2. the words that answer the question: of those, the ones of the question's kind (:mod:`core.engine.answer_kind`:
+   *who* → a name, *when* → a date or year, *how many* → a number, *where* → a place; any content word for other
+   questions). When the question asks for a kind the answer has no word of, the answer does not answer it
+   (``answers`` false) and the span falls back to every content word;
+3. its sources: a word is found in the context or in the model's own no-context answer as it is written there or
+   written slightly otherwise ("Roma" for "Rome"; :func:`~core.engine.answer_kind.near_form`). The words found in
+   a source are preferred (a word from neither cannot tell the two apart); when none is, the span is still the
+   word that answers the question, found in neither (``sourced`` false: a made-up answer);
+4. the span's head is the **first such word whose largest per-token KL reaches the level κ** (the first
+   context-sensitive one; κ is fitted per model with the axes, ``AxesCalibration.span_level``); when none
+   reaches κ, the one of largest KL (``sensitive`` is then false) — or, for a word of the question's kind found
+   in neither source, the first of them (the KL of a made-up word says little; the first completes the answer);
+5. a name grows over the capitalized words of its kind right before and after the head ("George Washington").
 
 The head word is what the text comparisons use (is it in the context, in the no-context answer); the span's
 tokens are what the axes read (their KL, their log-probability on both paths) and what the swap test replaces.
+Where the context states other values of the span's kind in sentences that say the same thing ("completed in
+1612" / "completed in 1634"), the span records them as ``conflicts``: the context disagrees with itself.
 """
 
 from __future__ import annotations
@@ -31,17 +41,12 @@ from typing import Any
 
 import numpy as np
 
+from core.engine.answer_kind import NAMED, PERSON, PHRASE, QuestionKind, fits, near_form, question_kind, word_kind
 from core.engine.matching import find_spans, normalize_words
+from core.engine.stopwords import ENGLISH, stopwords_for
 
-_STOP_TEXT = """a an the is are was were be been being am of in on at to for from by with as and or but not no nor
-    it its this that these those there here he she they them his her their him we you i me my our your which who
-    whom whose what when where why how do does did done has have had having will would shall should can could may
-    might must also than then so such very just only about into onto over under after before between during
-    s t called named known one some any all most more much many yes answer answers question questions based
-    according context text following given located situated belongs belong owned developed written spoken made
-    born founded created produced released affiliated associated headquartered sentence complete passage full"""
-STOPWORDS = frozenset(_STOP_TEXT.split())
-"""Words never taken as an answer's content (function words and answer boilerplate)."""
+STOPWORDS = ENGLISH
+"""English function words and answer boilerplate (:data:`core.engine.stopwords.ENGLISH`)."""
 _WORD = re.compile(r"\d{1,3}(?:[,\u00a0]\d{3})+(?![\d])|[^\W_]+")
 """A word: a number written with thousands separators ("8,200", one word, as the behavior matcher reads it) or a
 run of letters and digits."""
@@ -58,6 +63,14 @@ def normalize(text: str) -> str:
 def contains(haystack: str, phrase: str) -> bool:
     """Whether ``phrase`` occurs as whole normalized words in ``haystack`` (:func:`.matching.find_spans`)."""
     return bool(phrase) and bool(find_spans(haystack, [phrase]))
+
+
+def found_as(haystack: str, word: str) -> str | None:
+    """How ``haystack`` writes ``word``: the word itself when it occurs there whole, else a near form of it
+    ("Rome" for "Roma", :func:`~core.engine.answer_kind.near_form`), else ``None``."""
+    if not haystack or not word:
+        return None
+    return word if contains(haystack, word) else near_form(word, haystack)
 
 
 def _stem(word: str) -> str:
@@ -99,10 +112,12 @@ def answer_words(tokens: list[str], n: int | None = None) -> list[Word]:
     return out
 
 
-def content_words(words: list[Word], query: str) -> list[Word]:
-    """The words that can carry the answer's content: not a stop word, not the query's."""
-    query_words = set(normalize(query).split()) - STOPWORDS
-    return [w for w in words if w.norm and w.norm not in STOPWORDS and not from_query(w.norm, query_words)]
+def content_words(words: list[Word], query: str, stopwords: frozenset[str] | None = None) -> list[Word]:
+    """The words that can carry the answer's content: not a function word (``stopwords``, default: those of the
+    languages the query and the words are written in), not the query's."""
+    stop = stopwords if stopwords is not None else stopwords_for(query, " ".join(w.text for w in words))
+    query_words = set(normalize(query).split()) - stop
+    return [w for w in words if w.norm and w.norm not in stop and not from_query(w.norm, query_words)]
 
 
 @dataclass(frozen=True)
@@ -118,7 +133,17 @@ class AnswerSpan:
         sensitive: the head reaches κ (the context moved this word).
         why: one sentence: how the span was chosen.
         candidates: up to five content words with their largest KL, in answer order (for display).
-        sourced: the head is found in the context or in the no-context answer (else no content word is).
+        sourced: the span is found in the context or in the no-context answer.
+        kind, noun: what the question asks for (:mod:`core.engine.answer_kind`: ``person`` / "author", ``date`` /
+            "year" …; ``phrase`` / "answer" for any other question).
+        answers: the answer has a word of that kind (false: it does not answer the question; the span is then
+            its most moved content word).
+        of_kind: the candidates of the question's kind (the words that answer it).
+        context_form, parametric_form: how the context and the no-context answer write the head word (itself,
+            or a near form: "Rome" for "Roma"); ``None`` where it is not found.
+        conflicts: other values of the span's kind the context states in a sentence that says the same thing
+            ("1634" beside "1612"): the context disagrees with itself.
+        cue: the query's words that said what kind of word answers it ("who", "how many"; "" for a phrase).
     """
 
     text: str
@@ -131,12 +156,26 @@ class AnswerSpan:
     why: str
     candidates: tuple[tuple[str, float], ...] = ()
     sourced: bool = True
+    kind: str = PHRASE
+    noun: str = "answer"
+    answers: bool = True
+    of_kind: tuple[str, ...] = ()
+    context_form: str | None = None
+    parametric_form: str | None = None
+    conflicts: tuple[str, ...] = ()
+    cue: str = ""
+
+    def cue_or_kind(self) -> str:
+        """The query's words that set the kind ("who"), else the kind's name."""
+        return self.cue or self.kind
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["positions"] = list(self.positions)
         out["head_positions"] = list(self.head_positions)
         out["candidates"] = [[w, round(float(k), 6)] for w, k in self.candidates]
+        out["of_kind"] = list(self.of_kind)
+        out["conflicts"] = list(self.conflicts)
         out["kl"] = round(float(self.kl), 6)
         return out
 
@@ -146,19 +185,129 @@ def _word_kl(word: Word, kl: np.ndarray) -> float:
     return float(kl[inside].max()) if inside else 0.0
 
 
-def _grow(head: Word, words: list[Word], text: str, candidates: list[Word]) -> list[Word]:
-    """``[head]`` and, when the head is capitalized, the capitalized candidates right after it (a name)."""
+def _sentence_initial(word: Word, text: str) -> bool:
+    lead = text[: word.start].rstrip(" \t\"'“‘(*")
+    return not lead or lead[-1] in ".!?:\n"
+
+
+def _of_kind(qk: QuestionKind, cands: list[Word], words: list[Word], text: str, refs: str) -> list[Word]:
+    """The candidates of the question's kind; a sentence-initial capitalized word is a name when the sources write
+    it so elsewhere or a capitalized candidate follows it ("Elio Vance founded …")."""
+    if qk.kind == PHRASE:
+        return list(cands)
+    out = []
+    ids = {id(w) for w in cands}
+    for w in cands:
+        initial = _sentence_initial(w, text)
+        ok = fits(qk.kind, w.text, sentence_initial=initial, references=refs + " " + text)
+        if not ok and initial and qk.kind in NAMED and fits(qk.kind, w.text):
+            i = words.index(w)
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            ok = nxt is not None and id(nxt) in ids and text[w.end : nxt.start] == " " and fits(qk.kind, nxt.text)
+        if ok and qk.kind == PERSON and _after_a_place_word(w, words, text):
+            ok = False  # "set in Elizabethan England": a place, not the person the question asks for
+        if ok:
+            out.append(w)
+    return out
+
+
+_LOCATIVE = frozenset(
+    """in at near into across throughout within dans en au aux im nach bei em nel""".split()  # noqa: SIM905
+)
+
+
+def _after_a_place_word(word: Word, words: list[Word], text: str) -> bool:
+    """``word`` follows a locative preposition, past the capitalized words before it ("in Elizabethan England")."""
+    i = words.index(word)
+    while i > 0 and words[i - 1].text[:1].isupper() and not _sentence_initial(words[i], text):
+        i -= 1
+    return i > 0 and words[i - 1].text.lower() in _LOCATIVE and not _sentence_initial(words[i], text)
+
+
+def _grow(head: Word, words: list[Word], text: str, allowed: list[Word]) -> list[Word]:
+    """``[head]`` and, when the head is capitalized, the capitalized ``allowed`` words right before and after it
+    (a name), at most :data:`MAX_SPAN_WORDS` in all."""
     span = [head]
     if not head.text[:1].isupper():
         return span
-    ids = {id(w) for w in candidates}
+    ids = {id(w) for w in allowed}
+
+    def joins(a: Word, b: Word, new: Word) -> bool:
+        gap = text[a.end : b.start]
+        return id(new) in ids and new.text[:1].isupper() and not gap.strip(" -") and "\n" not in gap
+
     i = words.index(head)
     for nxt in words[i + 1 : i + MAX_SPAN_WORDS]:
-        gap = text[span[-1].end : nxt.start]
-        if id(nxt) not in ids or not nxt.text[:1].isupper() or gap.strip(" -") or "\n" in gap:
+        if not joins(span[-1], nxt, nxt):
             break
         span.append(nxt)
+    for prev in reversed(words[max(0, i - MAX_SPAN_WORDS + 1) : i]):
+        if len(span) >= MAX_SPAN_WORDS or not joins(prev, span[0], prev):
+            break
+        span.insert(0, prev)
     return span
+
+
+_SENTENCE = re.compile(r"[^.!?\n]+")
+
+
+def _before(sentence: str, value: str, stop: frozenset[str]) -> tuple[str | None, set[str]]:
+    """The content word right before ``value`` in ``sentence`` (its predicate: "completed" in "completed in
+    1612") and the sentence's other content words."""
+    words = normalize_words(sentence)
+    target = normalize_words(value)
+    at = next((i for i in range(len(words)) if words[i : i + len(target)] == target), None)
+    rest = {w for w in words if w not in stop and w not in target and not w.isdigit()}
+    if at is None:
+        return None, rest
+    lead = [w for w in words[:at] if w not in stop and not w.isdigit()]
+    return (lead[-1] if lead else None), rest
+
+
+def context_conflicts(context: str, value: str) -> tuple[str, ...]:
+    """Other values of ``value``'s kind (a year, a number, a name) that ``context`` states in another sentence in
+    the same words as ``value`` (the same content word right before it and at least one more content word shared):
+    the passages disagree ("the bridge was completed in 1612" / "… the bridge was completed in 1634")."""
+    target = normalize(value)
+    want = word_kind(value)
+    if not target or want == PHRASE:
+        return ()
+    sentences = [s for s in _SENTENCE.findall(context) if s.strip()]
+    stop = stopwords_for(context)
+    holding = [(s, *_before(s, value, stop)) for s in sentences if contains(s, target)]
+    out: list[str] = []
+    for s in sentences:
+        for m in _WORD.finditer(s):
+            other = m.group()
+            norm = normalize(other)
+            if norm == target or any(normalize(o) == norm for o in out) or word_kind(other) != want:
+                continue
+            lead, rest = _before(s, other, stop)
+            if lead and any(h is not s and lead == hl and (rest & hr) - {lead} for h, hl, hr in holding):
+                out.append(other)
+    return tuple(out)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+def _why(qk: QuestionKind, answers: bool, sourced: bool, sensitive: bool, kl: float, level: float | None) -> str:
+    """How the head was chosen, in one sentence."""
+    if qk.kind == PHRASE:
+        words = "of the content words"
+    elif answers:
+        words = f"of the answer's words that name {_a(qk.noun)} (what “{qk.cue}” asks for)"
+    else:
+        words = f"of the content words (none names {_a(qk.noun)}, what “{qk.cue}” asks for)"
+    where = "found in the context or in the answer without it" if sourced else "(none is found in the context or in "
+    where += "" if sourced else "the answer without it)"
+    if sensitive:
+        return f"the first {words} {where} whose largest per-token KL ({kl:.2f} nats) reaches κ = {level:.2f}"
+    if answers and not sourced and qk.kind != PHRASE:
+        return f"the first {words} {where}: none reaches κ, and the first is the one that answers (KL {kl:.2f} nats)"
+    why = f"the one {words} {where} that the context moved most (largest per-token KL {kl:.2f} nats"
+    return why + (")" if level is None else f"; none reaches κ = {level:.2f})")
 
 
 def locate_span(
@@ -171,53 +320,61 @@ def locate_span(
     window: int | None = None,
     level: float | None = None,
 ) -> AnswerSpan | None:
-    """The context-sensitive answer span (see the module docstring); ``None`` when the answer has no content word.
+    """The answer span (see the module docstring); ``None`` when the answer has no content word.
 
     Args:
         tokens: the retrieval answer's tokens (texts, without a final end-of-sequence token); token_kl: ``(n,)``
             per-token KL in nats.
-        query: the user's query (its words are not the answer's content).
+        query: the user's query (its words are not the answer's content; its wh-word says what kind of word
+            answers it).
         context, parametric_answer: the words a span can be attributed to (its sources).
         window: only words that start within the first ``window`` tokens (the run's score window).
         level: κ in nats; ``None`` takes the candidate of largest KL.
     """
     kl = np.asarray(token_kl, dtype=np.float64)
     n = min(len(tokens), kl.size if window is None else min(window, kl.size))
+    text = "".join(tokens)
     words = answer_words(list(tokens), n)
-    cands = content_words(words, query)
+    cands = content_words(words, query, stopwords_for(query, text))
     if not cands:
         return None
-    scores = [_word_kl(w, kl) for w in cands]
-    sourced = [i for i, w in enumerate(cands) if contains(context, w.norm) or contains(parametric_answer, w.norm)]
-    pool = sourced or list(range(len(cands)))
-    first = next((i for i in pool if level is not None and scores[i] >= level), None)
-    head_i = first if first is not None else max(pool, key=lambda i: (scores[i], -i))
-    head, sensitive = cands[head_i], first is not None
-    where = (
-        "of the content words found in the context or in the answer without it"
-        if sourced
-        else ("of the content words (none is found in the context or in the answer without it)")
-    )
-    if sensitive:
-        why = f"the first {where} whose largest per-token KL ({scores[head_i]:.2f} nats) reaches κ = {level:.2f}"
+    qk = question_kind(query)
+    typed = _of_kind(qk, cands, words, text, f"{query} {context} {parametric_answer}")
+    pool = typed or cands
+    scores = {id(w): _word_kl(w, kl) for w in cands}
+    forms = {id(w): (found_as(context, w.norm), found_as(parametric_answer, w.norm)) for w in pool}
+    sourced = [w for w in pool if any(forms[id(w)])]
+    choose = sourced or pool
+    first = next((w for w in choose if level is not None and scores[id(w)] >= level), None)
+    if first is None and typed and not sourced and qk.kind != PHRASE:
+        head = choose[0]  # of the question's kind but from neither source: the first, the one that completes it
     else:
-        why = f"the one {where} that the context moved most (largest per-token KL {scores[head_i]:.2f} nats"
-        why += ")" if level is None else f"; none reaches κ = {level:.2f})"
-    text = "".join(tokens)
-    span = _grow(head, words, text, cands)
+        head = first if first is not None else max(choose, key=lambda w: (scores[id(w)], -cands.index(w)))
+    span = _grow(head, words, text, pool if qk.kind in NAMED and typed else cands)
     positions = tuple(sorted({p for w in span for p in w.positions}))
-    top = sorted(range(len(cands)), key=lambda i: -scores[i])[:5]
+    top = sorted(cands, key=lambda w: -scores[id(w)])[:5]
+    top += [w for w in typed if w not in top][: max(0, 8 - len(top))]
+    in_context, in_parametric = forms[id(head)]
+    span_text = text[span[0].start : span[-1].end]
     return AnswerSpan(
-        text=text[span[0].start : span[-1].end],
+        text=span_text,
         word=head.norm,
         positions=positions,
         head_positions=head.positions,
-        kl=scores[head_i],
+        kl=scores[id(head)],
         level=level,
-        sensitive=sensitive,
-        why=why,
-        candidates=tuple((cands[i].text, scores[i]) for i in sorted(top)),
+        sensitive=first is not None,
+        why=_why(qk, bool(typed), bool(sourced), first is not None, scores[id(head)], level),
+        candidates=tuple((w.text, scores[id(w)]) for w in cands if w in top),
         sourced=bool(sourced),
+        kind=qk.kind,
+        noun=qk.noun,
+        cue=qk.cue,
+        answers=bool(typed) or qk.kind == PHRASE,
+        of_kind=tuple(w.text for w in typed) if qk.kind != PHRASE else (),
+        context_form=in_context,
+        parametric_form=in_parametric,
+        conflicts=context_conflicts(context, head.text) if in_context else (),
     )
 
 
@@ -226,3 +383,43 @@ def span_logprob(logprob: np.ndarray, positions: tuple[int, ...]) -> float:
     lp = np.asarray(logprob, dtype=np.float64)
     inside = [p for p in positions if p < lp.size]
     return float(lp[inside].sum()) if inside else math.nan
+
+
+def said_conflicts(span: AnswerSpan | None) -> str:
+    """The sentence that says the context disagrees with itself ("" when it does not)."""
+    if span is None or not span.conflicts:
+        return ""
+    others = " and ".join(f"“{c}”" for c in span.conflicts)
+    return f" The context disagrees with itself: besides “{span.text}” it also says {others} in the same words."
+
+
+def unanswered(
+    span: AnswerSpan, *, parametric_generated: bool, parametric_supported: bool, lp_parametric: float | None
+) -> tuple[str, str, str] | None:
+    """``(verdict, title, reason)`` where the span cannot be judged as read or recalled, else ``None``:
+
+    * the question asks for a kind of word the answer has none of → *Inconclusive: the answer names no author*;
+    * the words that answer it are in neither the context nor the model's own no-context answer, and the model
+      does not give them without the context either (its log-probability is not on the supported side) → *Neither:
+      the answer names “Elio Vance”, found in neither the context nor what the model says without it* (made up).
+    """
+    from core.engine.verdict import INCONCLUSIVE, NEITHER
+
+    if not span.answers:
+        title = f"Inconclusive: the answer names no {span.noun}"
+        reason = (
+            f"The question asks “{span.cue_or_kind()}”, for {_a(span.noun)}, and the answer names none: it does not "
+            f"answer the question, so there is nothing to call read or recalled. The two paths are read at "
+            f"“{span.text}”, its most moved content word, for the figures below."
+        )
+        return INCONCLUSIVE, title, reason
+    if span.sourced or not parametric_generated or parametric_supported:
+        return None
+    title = f"Neither: the answer names “{span.text}”, found in neither the context nor what the model says without it"
+    lp = "—" if lp_parametric is None or not math.isfinite(lp_parametric) else f"{lp_parametric:.2f}"
+    reason = (
+        f"The answer's {span.noun} “{span.text}” is in neither the context nor the model's own answer without it, "
+        f"and without the context the model gives it log-probability {lp} nats (not on the supported side): made "
+        "up, neither read from the context nor recalled."
+    )
+    return NEITHER, title, reason

@@ -79,12 +79,20 @@ def _agreement(handle: Any, result: Any, args: argparse.Namespace) -> Agreement 
     return agreement
 
 
+def _swap_progress(done: int, total: int, text: str = "") -> None:
+    """The swap test's progress on stderr, one line rewritten in place ("swap test: alternative 1 of 3 · step 9 of
+    64"), so a long context never runs silent."""
+    sys.stderr.write(f"\rswap test: {text or f'{done} of {total}'}\033[K")
+    sys.stderr.flush()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     resolve([n.strip() for n in (args.detectors or "").split(",") if n.strip()])  # before the model loads
     handle, result = run_from_args(args, settings_from_args(args), record=bool(args.all_detectors or args.detectors))
     result = with_headline(result)
     if args.swap_test:
-        result = with_swap_test(result, swap_test(handle, result))
+        result = with_swap_test(result, swap_test(handle, result, progress=_swap_progress))
+        sys.stderr.write("\n")
     agreement = _agreement(handle, result, args)
     if args.json and agreement is not None:
         data = result.to_dict()

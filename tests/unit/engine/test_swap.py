@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -18,6 +20,7 @@ from core.engine.swap import (
     SwapTest,
     _fits,
     _outcome,
+    _words,
     occurrences,
     run_swap_tests,
     shifted_number,
@@ -25,6 +28,7 @@ from core.engine.swap import (
     target_phrase,
     with_swap_test,
 )
+from core.engine.swap_words import majority, summary, targets, truncated
 
 
 def _span(text: str, word: str) -> AnswerSpan:
@@ -91,3 +95,102 @@ def test_on_the_tiny_model(tiny_handle):
         assert first.outcome in (FOLLOWED, KEPT, NEITHER_OUTCOME) and first.occurrences == 1
     data = with_swap_test(res, first).to_dict()
     assert data["axes"]["swap_test"]["outcome"] == first.outcome and data["verdict"] == data["axes"]["verdict"]
+
+
+def test_an_alternative_is_of_the_span_s_kind_and_no_near_copy():
+    banned = ("What is the capital of France?", "Paris is the capital and largest city of France.", "Paris.", "Paris.")
+    near = banned[:2]
+    assert not _fits("Le", "Paris", banned, near) and not _fits("Der", "Lyon", ())  # a function word of a language
+    assert not _fits("Dutch", "Rembrandt", ())  # a nationality is not a name
+    veltria = ("What is the capital of Veltria?", "The capital of the Republic of Veltria is Marrowgate.")
+    assert not _fits("Veltra", "Marrowgate", veltria, veltria)  # one letter from the query's "Veltria"
+    assert _fits("Dunmore", "Marrowgate", veltria, veltria)
+    assert _fits("1634", "1612", ()) and not _fits("two", "1612", ()) and not _fits("Lyon", "1612", ())  # a year
+    assert _fits("three", "two", ()) and _fits("5", "two", ()) and not _fits("2", "two", ())  # a number
+    assert not _fits("small", "two", ()) and not _fits("Roma", "Rome", ())  # a near copy of the original
+
+
+@pytest.mark.parametrize("text", ["²", "①", "3.5", "٣", "", "12,34"])
+def test_no_shifted_number_for_what_is_not_a_plain_number(text):
+    assert shifted_number(text) is None
+
+
+def test_shifted_numbers_of_any_length():
+    big = "9" * 400
+    shifted = shifted_number(big)
+    assert shifted is not None and shifted.isdigit() and shifted != big and len(shifted) >= 400
+    assert shifted_number("8,200") == "9,111" and shifted_number("1612") == "1619" and shifted_number("1999") == "1992"
+
+
+def test_the_swap_sentences_start_with_a_capital():
+    for outcome in (FOLLOWED, KEPT, NEITHER_OUTCOME):
+        assert _words(outcome, "Marrowgate", "Veltra")[0].isupper()
+    many = summary([FOLLOWED, FOLLOWED, NEITHER_OUTCOME], ["Dunmore", "Calder", "Ashby"], "Marrowgate", FOLLOWED)
+    assert many.startswith("With 3 alternatives") and "for 2 of the 2 that decided" in many
+
+
+def test_the_majority_of_the_alternatives_that_decided():
+    assert majority([FOLLOWED, FOLLOWED, KEPT]) == FOLLOWED and majority([KEPT, NEITHER_OUTCOME]) == KEPT
+    assert majority([FOLLOWED, KEPT]) == NEITHER_OUTCOME and majority([NEITHER_OUTCOME] * 3) == NEITHER_OUTCOME
+
+
+def test_outcome_reads_a_near_form_of_the_original():
+    assert _outcome("La capitale de l'Italie est Roma.", ["Rome", "Roma"], "Milano") == KEPT
+    assert _outcome("La capitale de l'Italie est Milan.", ["Rome", "Roma"], "Milano") == FOLLOWED
+
+
+def test_every_passage_s_value_is_replaced_where_they_disagree():
+    context = "The bridge was completed in 1612 by masons.\n\nA chronicle says the bridge was completed in 1634."
+    span = AnswerSpan("1612", "1612", (0,), (0,), 2.0, 1.0, True, "t", context_form="1612", conflicts=("1634",))
+    assert targets(span, context) == ["1612", "1634"]
+    assert swap_in(context, ["1612", "1634"], "1650").count("1650") == 2
+
+
+def test_a_span_cut_by_the_token_budget_is_said_to_be_cut():
+    span = AnswerSpan("Mar", "mar", (5,), (5,), 2.0, 1.0, True, "t")
+    tokens = ["The", " capital", " of", " Veltria", " is", " Mar"]
+    context = "The capital of the Republic of Veltria is Marrowgate."
+    assert truncated(span, tokens, "length", context) == "Marrowgate"
+    assert truncated(span, tokens, "eos", context) is None  # it ended by itself: not cut
+    assert truncated(span, [*tokens, "."], "length", context) is None  # the span is not at the end
+
+
+def test_a_cut_span_is_not_called_not_in_the_context(tiny_handle):
+    settings = DualPathSettings(max_new_tokens=4, score_window=4)
+    res = run_dual_path(tiny_handle, "Where is Qzx?", "Qzx is in Blorbville.", settings)
+    res = replace(res, retrieval=replace(res.retrieval, finish="length"))
+    n = len(res.retrieval.tokens)
+    text = "".join(res.retrieval.tokens)
+    cut = "Blorb" if text.rstrip()[-1:].isalnum() else None
+    span = AnswerSpan("Blorb", "blorb", (n - 1,), (n - 1,), 2.0, 1.0, True, "forced")
+    test = run_swap_tests(tiny_handle, [res], [span], settings)[0]
+    assert test.outcome == NOT_APPLICABLE
+    if cut:  # the random model's answer ends inside a word: the test says it was cut, not "not in the context"
+        assert "token budget" in test.reason and "Blorbville" in test.reason and "not in the context" not in test.reason
+    else:
+        assert "not in the context" in test.reason
+    assert test.reason[:1].isupper() or test.reason[:1] == "“"
+
+
+def test_progress_hears_every_alternative_and_step(tiny_handle, monkeypatch):
+    import core.engine.swap as swap
+
+    def two_alternatives(_handle, plans, _batch_size, _limit):
+        for p in plans:
+            p.alternatives = [("Zarnow", MODEL_ALTERNATIVE), ("Quelby", MODEL_ALTERNATIVE_RAG)]
+
+    monkeypatch.setattr(swap, "_completions", two_alternatives)
+    settings = DualPathSettings(max_new_tokens=4, score_window=4)
+    res = run_dual_path(tiny_handle, "Where is Qzx?", "Qzx is in Blorbville near the river.", settings)
+    forced = AnswerSpan("Blorbville", "blorbville", (0,), (0,), 1.0, 0.0, True, "forced")
+    heard: list[tuple[int, int, str]] = []
+    test = run_swap_tests(tiny_handle, [res], [forced], settings, batch_size=1, progress=lambda *a: heard.append(a))[0]
+    assert [t.alternative for t in test.trials] == ["Zarnow", "Quelby"]
+    assert [t.swapped_context for t in test.trials] == [
+        "Qzx is in Zarnow near the river.",
+        "Qzx is in Quelby near the river.",
+    ]
+    assert heard[0] == (0, 2, "2 alternatives to try") and heard[-1] == (2, 2, "alternative 2 of 2")
+    assert (1, 2, "alternative 1 of 2") in heard and any(x.startswith("alternative 2 of 2 · step") for *_, x in heard)
+    assert test.outcome == majority([t.outcome for t in test.trials]) and test.reason[:1].isupper()
+    assert SwapTest.from_dict(test.to_dict()) == replace(test, seconds=round(test.seconds, 3))
