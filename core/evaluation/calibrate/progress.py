@@ -60,17 +60,20 @@ class Tracker:
         self.report(0)
         check_cancelled()
 
-    def left(self, done: int) -> float | None:
-        """The whole job's seconds left (``None`` before this stage's pace is measured)."""
+    def left(self, done: int) -> tuple[float | None, bool]:
+        """The seconds left and whether they are the whole job's: this stage's rest plus the stages after it, or
+        this stage's alone while a later one is not measured yet (``None``: this stage's pace is not measured)."""
         pace = self.pace.get(self.stage)
+        if pace is None:
+            return None, False
+        left = pace * max(0, self.total - done)
         later = self.later()
-        if pace is None or later is None:
-            return None
-        left = pace * max(0, self.total - done) + later
+        if later is not None:
+            left += later
         cap = self.budget.time_cap
         if cap is not None:  # the time cap ends the rows; the stages after them are reserved within it
             left = min(left, max(0.0, cap * 60 - self.elapsed()))
-        return left
+        return left, later is not None
 
     def report(self, done: int, text: str = "") -> None:
         if self.progress is None:
@@ -81,9 +84,10 @@ class Tracker:
             words += f" (stage {index} of {count})"
         if text:
             words += f" · {text}"
-        left = self.left(done)
+        left, whole = self.left(done)
         if left is not None:
-            words += f" · about {duration(left)} left in all"
+            scope = "in all" if whole else "in this stage (the next not measured yet)"
+            words += f" · about {duration(left)} left {scope}"
         self.progress(done, max(self.total, 1), words)
 
     def say(self, text: str) -> None:

@@ -195,3 +195,40 @@ def test_the_page_says_what_a_cancel_kept(tiny_handle, monkeypatch):
     assert job.finished and job.error == (
         "cancelled: kept 16 rows scored, 5 swap tests and crm-basis, radar, tau, axes (in /x/work); run it again"
     )
+
+
+def test_progress_says_the_stage_and_the_whole_job_s_time_left():
+    from types import SimpleNamespace
+
+    from core.evaluation.calibrate.progress import Tracker
+
+    said: list[tuple[int, int, str]] = []
+    work = SimpleNamespace(state={"pace": {"rows": 10.0}})
+    tracker = Tracker(lambda d, t, text="": said.append((d, t, text)), work, Budget.parse("40"))
+    tracker.position = (3, 7)
+    tracker.later = lambda: 600.0  # the swap tests, the fits and the card, as the stage table estimates them
+    tracker.begin("rows", 40)
+    tracker.report(10)
+    assert said[-1] == (10, 40, "rows 10/40 (stage 3 of 7) · about 15 min left in all")  # 30 rows × 10 s + 600 s
+    tracker.later = lambda: None  # a later stage not measured yet: this stage's time, said to be only that
+    tracker.report(34)
+    assert said[-1][2] == "rows 34/40 (stage 3 of 7) · about 60 s left in this stage (the next not measured yet)"
+    capped = Tracker(lambda d, t, text="": said.append((d, t, text)), work, Budget.parse("2m"))
+    capped.later, capped.elapsed = (lambda: 600.0), (lambda: 40.0)
+    capped.begin("rows", 40)
+    assert said[-1][2] == "rows 0/40 · about 80 s left in all"  # within the budget's 2 minutes
+
+
+def test_ctrl_c_on_the_command_line_says_what_was_kept(tiny_handle, monkeypatch, capsys):
+    import core.cli.commands.calibrate_model as command
+    from core.cli import main
+
+    def interrupted(*_a, **_k):
+        exc = KeyboardInterrupt()
+        exc.add_note("kept 8 rows scored, 0 swap tests and no artifact yet (in /x/work); run it again")
+        raise exc
+
+    monkeypatch.setattr(command, "load_handle", lambda _args: tiny_handle)
+    monkeypatch.setattr(command, "calibrate_model", interrupted)
+    assert main(["calibrate-model", "--budget", "8"]) == 130
+    assert "interrupted: kept 8 rows scored, 0 swap tests and no artifact yet" in capsys.readouterr().err
