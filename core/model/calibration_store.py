@@ -148,10 +148,11 @@ def model_argument(name: str, source: str = "") -> str:
 
 def calibrate_command(name: str, source: str = "") -> str:
     """The one command that calibrates the model with this name and source (:func:`model_argument`)."""
-    arg = model_argument(name, source)
-    spec, sep, revision = arg.partition(" --revision ")
-    quoted = spec if spec.replace("-", "").replace("_", "").replace("/", "").replace(".", "").isalnum() else repr(spec)
-    return f"python -m core calibrate-model --model {quoted}" + (f" --revision {revision}" if sep else "")
+    import shlex
+
+    spec, sep, revision = model_argument(name, source).partition(" --revision ")
+    command = f"python -m core calibrate-model --model {shlex.quote(spec)}"
+    return command + (f" --revision {shlex.quote(revision)}" if sep else "")
 
 
 def missing_artifact(what: str, model: ModelHandle | str, template: str | None = None) -> str:

@@ -22,7 +22,7 @@ from core.detectors.agreement import (
     verdict_for,
 )
 from core.detectors.registry import GROUNDED_HIGH, MEMORIZED_HIGH, REGISTRY, Detector, register
-from core.engine import DualPathSettings, run_dual_path
+from core.engine import DualPathSettings, calibration_record, run_dual_path
 from core.engine.estimate import CostMeter, estimate_seconds, format_seconds
 from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, UNCALIBRATED, VERDICTS
 
@@ -132,7 +132,7 @@ def test_a_bundled_calibration_file_gives_thresholds_and_their_source(tiny_handl
         "detectors": {"ppl": {"threshold": 1e9, "fpr": 0.1, "fnr": 0.25}},
     }
     (tmp_path / f"detectors-{tiny_handle.slug}.json").write_text(json.dumps(document), encoding="utf-8")
-    monkeypatch.setattr(thresholds, "THRESHOLD_DIR", tmp_path)
+    monkeypatch.setattr(calibration_record, "THRESHOLD_DIR", tmp_path)  # where bundled files are looked for
     (ppl,) = assess(tiny_handle, tiny_result, names=["ppl"]).verdicts
     assert ppl.threshold == 1e9 and ppl.verdict == RECALLED, "perplexity below τ: a familiar text, memorized side"
     assert "5%-quantile over 10 clean prompts" in ppl.source and "FPR 10% / FNR 25%" in ppl.source

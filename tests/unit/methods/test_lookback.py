@@ -155,7 +155,7 @@ def test_analyze_on_the_tiny_model_says_it_has_no_classifier(tiny_handle, result
     view = analyze(tiny_handle, results[0])
     assert view.lr.shape[-1] == results[0].n_tokens and view.p_recalled is None
     assert "No Lookback Lens classifier for 'tiny-random-llama'" in view.classifier
-    assert "python -m core calibrate-model --model 'tiny-random-llama'" in view.classifier  # the one step
+    assert "python -m core calibrate-model --model tiny-random-llama" in view.classifier  # the one step
 
 
 def test_a_result_of_another_model_is_refused(tiny_handle, results) -> None:
