@@ -21,13 +21,13 @@ from components.threshold_state import (
     set_active_threshold,
     tau_mode,
 )
+from core.engine.tau_resolution import tau_in_force
 from core.engine.threshold import (
     DEFAULT_TAU_MODE,
     TAU_LENGTH,
     TAU_MODE_LABELS,
     TAU_PAPER,
     describe_in_force,
-    tau_in_force,
 )
 from core.evaluation import (
     DEFAULT_ALPHA,

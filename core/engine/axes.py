@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.engine.axes_calibration import AxesCalibration, JointModel, axes_for
+from core.engine.axes_calibration import AxesCalibration, JointModel
+from core.engine.calibration_record import ModelCalibration, record_of_result
 from core.engine.span import AnswerSpan, locate_span, said_conflicts, span_logprob, unanswered
 from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, display
+from core.model.calibration_store import calibrate_command
 
 if TYPE_CHECKING:
     from core.engine.result import DualPathResult
@@ -201,6 +203,21 @@ class Axis:
         out["band"] = None if self.band is None else [float(v) for v in self.band]
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Axis:
+        """An axis from its JSON form (:meth:`to_dict`)."""
+        band = data.get("band")
+        return cls(
+            name=str(data.get("name", "")),
+            state=str(data.get("state", MIXED)),
+            score=data.get("score"),
+            threshold=data.get("threshold"),
+            band=None if band is None else (float(band[0]), float(band[1])),
+            direction=str(data.get("direction", "")),
+            evidence=dict(data.get("evidence") or {}),
+            decided_by=str(data.get("decided_by", BY_SCORE)),
+        )
+
 
 @dataclass(frozen=True)
 class Headline:
@@ -244,6 +261,21 @@ class Headline:
             "joint": self.joint,
             "title_words": self.title_words,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Headline:
+        """The headline a result's stored ``axes`` hold (:meth:`to_dict`), rebuilt without deciding it again."""
+        return cls(
+            verdict=str(data["verdict"]),
+            qualifier=data.get("qualifier"),
+            reason=str(data.get("reason", "")),
+            reliance=Axis.from_dict(data.get(RELIANCE) or {"name": RELIANCE}),
+            support=Axis.from_dict(data.get(SUPPORT) or {"name": SUPPORT}),
+            calibration=str(data.get("calibration", "")),
+            joint=data.get("joint"),
+            span=data.get("span"),
+            title_words=data.get("title_words"),
+        )
 
 
 def _state(score: float | None, cut: float, band: tuple[float, float], high: str, low: str) -> str:
@@ -362,17 +394,24 @@ def uncalibrated(result: DualPathResult, calibration: AxesCalibration | None = N
     reason = (
         f"{NOT_CALIBRATED}{other}: the context moved {w} by per-token KL {_num(obs.kl)} nats and raised "
         f"its log-probability by {_num(obs.llr)} nats, but what those numbers mean for {result.model} is not known "
-        f"until it is calibrated ({HOW_TO_CALIBRATE}, or “Calibrate this model” in the app)."
+        f"until it is calibrated ({calibrate_command(result.model, str((result.model_info or {}).get('source', '')))}, "
+        "or “Calibrate this model” in the app)."
     )
     span = None if obs.span is None else {**obs.to_dict()}
     return Headline(UNCALIBRATED, None, reason, rel, sup, "none", None, span)
 
 
-def headline(result: DualPathResult, calibration: AxesCalibration | None = None) -> Headline:
-    """The two-axis headline of ``result`` (no model call). ``calibration`` defaults to the model's own
-    (:func:`core.engine.axes_calibration.axes_for`); a calibration made for another model is refused
-    (:func:`uncalibrated`)."""
-    cal = calibration if calibration is not None else axes_for(result.model)
+def headline(result: DualPathResult, calibration: AxesCalibration | ModelCalibration | None = None) -> Headline:
+    """The two-axis headline of ``result`` (no model call), decided under an axes calibration: ``calibration``
+    itself, the axes of a calibration record (:class:`~core.engine.calibration_record.ModelCalibration`, what the
+    engine hands in while scoring), or by default the record that decided the result
+    (:func:`~core.engine.calibration_record.record_of_result`). A calibration made for another model, or a record
+    without axes, gives :func:`uncalibrated`."""
+    if calibration is None or isinstance(calibration, ModelCalibration):
+        record = calibration if calibration is not None else record_of_result(result)
+        cal = record.axes
+    else:
+        cal = calibration
     if cal is None or cal.model != result.model:
         return uncalibrated(result, cal)
     obs = observe(result, cal.span_level)
@@ -448,6 +487,12 @@ def resolve_jointly(
 
 
 def with_headline(result: DualPathResult, calibration: AxesCalibration | None = None) -> DualPathResult:
-    """``result`` with :attr:`~core.engine.result.DualPathResult.axes` set to its :func:`headline` (a copy; in
-    its JSON the headline becomes the top-level ``verdict`` and RePCS' own moves to ``repcs_verdict``)."""
-    return replace(result, axes=headline(result, calibration).to_dict())
+    """``result`` with :attr:`~core.engine.result.DualPathResult.axes` set (in its JSON the headline becomes the
+    top-level ``verdict`` and RePCS' own moves to ``repcs_verdict``): ``result`` itself when it carries its
+    headline and no other ``calibration`` is asked for (the headline is decided once per result), else a copy
+    with the headline decided under ``calibration``."""
+    if calibration is None and result.axes is not None:
+        return result
+    copy = replace(result)
+    copy.attach_headline(headline(result, calibration) if calibration is not None else result.head)
+    return copy
