@@ -67,6 +67,25 @@ def test_serve_wires_model_calibration_store_and_token(cli_model, tiny_calibrati
     assert main(["audit", "verify", "--db", str(db)]) == 0
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_serve_rejects_a_bad_header_timeout_naming_the_flag(monkeypatch, value, tmp_path, capsys):
+    monkeypatch.setenv("READ_OR_RECALL_TOKEN", TOKEN)
+    assert main(["serve", "--header-timeout", value, "--db", str(tmp_path / "a.sqlite3")]) == 2
+    assert "--header-timeout must be a positive number of seconds" in capsys.readouterr().err
+
+
+def test_serve_passes_the_header_timeout_to_the_server(cli_model, tiny_calibration, tmp_path, monkeypatch):
+    from core.cli.commands import serve
+
+    served = {}
+    monkeypatch.setattr(serve, "run_server", lambda app, **kwargs: served.update(kwargs))
+    monkeypatch.setenv("READ_OR_RECALL_TOKEN", TOKEN)
+    calib = tiny_calibration.save(tmp_path / "c.npz")
+    args = ["serve", "--db", str(tmp_path / "a.sqlite3"), "--calibration", str(calib), "--header-timeout", "2.5"]
+    assert main(args) == 0
+    assert served["header_timeout_s"] == 2.5 and callable(served["on_head_timeout"])
+
+
 @pytest.mark.parametrize("port", ["0", "70000"])
 def test_serve_rejects_a_bad_port(cli_model, monkeypatch, port, tmp_path):
     monkeypatch.setenv("READ_OR_RECALL_TOKEN", TOKEN)

@@ -179,3 +179,12 @@ def test_a_silent_connection_is_closed_too_and_a_prompt_head_with_a_slow_body_is
         first = client.get(f"{live.url}/health")
         time.sleep(HEAD_TIMEOUT_S * 0.75)
         assert first.status_code == 200 and client.get(f"{live.url}/health").status_code == 200
+
+
+@pytest.mark.parametrize("seconds", [0, -2, float("nan"), float("inf")])
+def test_the_head_timeout_protocol_refuses_a_bound_that_is_not_a_positive_time(seconds):
+    from core.audit.protocol import head_timeout_protocol
+
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        head_timeout_protocol(seconds)
+    assert head_timeout_protocol(1.5).head_timeout_s == 1.5
