@@ -150,6 +150,11 @@ ATTN_LOOKBACK_MAP = "ror.attn.lookback_map"
 ATTN_LOOKBACK_CURVE = "ror.attn.lookback_curve"
 ATTN_LOOKBACK_CSV = "ror.attn.lookback_csv"
 ATTN_LOOKBACK_WINDOWS_CSV = "ror.attn.lookback_windows_csv"
+ATTN_COPY = "ror.attn.copy"
+"""Session cache of the copying heads (:class:`core.methods.copying.CopyingHeads`), by result digest."""
+ATTN_COPY_RUN = "ror.attn.copy_run"
+ATTN_COPY_MAP = "ror.attn.copy_map"
+ATTN_COPY_JSON = "ror.attn.copy_json"
 
 # ----------------------------------------------------------------------------------------------------------
 # Layer trajectories (page 3)

@@ -8,7 +8,8 @@ functions, from the same analyses in ``core``; this package sits below both, so 
   (one line series, escaped labels, legends, colored text cells).
 * :mod:`figures.layer_axes` — axes, marks and a figure frame shared by the internals figures.
 * :mod:`figures.attention`, :mod:`figures.trajectory`, :mod:`figures.vocabulary`, :mod:`figures.redeep` — the
-  Attention, Layer trajectories (with ReDeEP) and Vocabulary lens pages.
+  Attention, Layer trajectories (with ReDeEP) and Vocabulary lens pages; :mod:`figures.copying` the Attention
+  page's heads that copied the answer.
 * :mod:`figures.ablation`, :mod:`figures.detectors` (Self-Critique, SMA), :mod:`figures.radar` — the Ablations,
   Self-Critique / Source attribution and RADAR pages.
 * :mod:`figures.evaluate`, :mod:`figures.calibration`, :mod:`figures.audit` — the Evaluate page (its calibration

@@ -3,8 +3,9 @@
 The page opens on the last dual-path run: the position to inspect, the attention-entropy maps (layer × head)
 of both paths and their difference, the count of specialized heads (RADAR appendix D.2.1), the attention
 mass the answer puts on the context, one head's pattern over the prompt tokens (click a cell), the Lookback
-Lens (per head × answer token, on request: one more forward) and the export. The analysis (one instrumented
-forward per path) is computed once per run and cached.
+Lens (per head × answer token, on request: one more forward) and the export. The heads that copied the
+answer (attention from the step that generates the answer span to the span in the context) come on request (one
+more forward). The analysis (one instrumented forward per path) is computed once per run and cached.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from components.lru import session_lru
 from components.run import run_cached
 from components.text import plain_message
 from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult, result_digest
+from core.methods.copying import CopyingHeads, copying_heads
 from core.methods.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialization, specialized_heads
 from core.methods.lookback import WINDOW, LookbackAnalysis
 from core.methods.lookback import analyze as lookback_analysis
@@ -50,6 +52,7 @@ from figures.attention import (
     selected_cell,
 )
 from figures.base import PATH_TITLES, position_label
+from figures.copying import copying_figure, top_heads_rows
 
 FIRST, ONE, MEAN = "first", "one", "mean"
 WHERE_LABELS = {
@@ -276,6 +279,58 @@ def draw_lookback_view(view: LookbackAnalysis, digest: str) -> None:
         widgets.download(column, label, pd.DataFrame(rows).to_csv(index=False), name, key=key)
 
 
+COPY_CAPTION = (
+    "Per head, the attention weight from the position that generates the answer span's first token (the token "
+    "before it, with the context) on the context tokens where the span occurs (summed over them); the dots mark "
+    "the heads of largest weight. Attention is not attribution: a head that attends to the span's occurrence is a "
+    "copying candidate, not proof that it wrote the answer (its output may be ignored downstream, and a model can "
+    "attend to a fact it also knows)."
+)
+
+
+def draw_copying(handle: ModelHandle, result: DualPathResult) -> None:
+    st.subheader("The heads that copied the answer")
+    st.caption(COPY_CAPTION)
+    cache = session_lru(keys.ATTN_COPY, MAX_LOOKBACKS)
+    digest = result_digest(result)
+    view = cache.get(digest)
+    if view is None:
+        label = "Find the heads that copied the answer (one forward of the retrieval path, up to the span)"
+        if not st.button(label, key=keys.ATTN_COPY_RUN):
+            return
+        view = run_cached(
+            cache,
+            digest,
+            lambda progress: copying_heads(handle, result),
+            start="Reading the attention at the answer span…",
+            describe=lambda done, total, text="": text or "copying heads",
+            what="The copying heads",
+        )
+        if view is None:
+            return
+    draw_copying_view(view, digest)
+
+
+def draw_copying_view(view: CopyingHeads, digest: str) -> None:
+    if not view.available or view.copy is None or view.context is None:
+        st.info(plain_message(view.note))
+        return
+    layer, head, weight = view.top[0]
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Strongest copying head", f"layer {layer} · head {head}", f"{weight:.1%} on the span", "off")
+    c2.metric("Mean attention on the span (all heads)", f"{view.copy.mean():.1%}")
+    c3.metric("Span tokens in the context", f"{len(view.occurrence_tokens)} of {view.context_tokens}")
+    st.caption(plain_message(view.note))
+    st.plotly_chart(copying_figure(view), key=keys.scoped(keys.ATTN_COPY_MAP, digest))
+    st.dataframe(
+        pd.DataFrame(top_heads_rows(view)),
+        hide_index=True,
+        column_config={c: st.column_config.NumberColumn(c, format="%.3f") for c in ("on the span", "on the context")},
+    )
+    payload = json.dumps(view.to_dict(), indent=1)
+    widgets.download(st, "Download the copying heads (JSON)", payload, "copying_heads.json", key=keys.ATTN_COPY_JSON)
+
+
 def _per_path(internals: Internals, where: int | str) -> Iterator[tuple[str, np.ndarray, dict[str, np.ndarray]]]:
     """Each path, its entropy map and its attention mass on each segment at ``where`` (all ``(layers, heads)``)."""
     for path in (RETRIEVAL, PARAMETRIC):
@@ -332,6 +387,8 @@ def draw_view(handle: ModelHandle, result: DualPathResult, internals: Internals)
     draw_head_pattern(handle, internals, result)
     st.divider()
     draw_lookback(handle, result)
+    st.divider()
+    draw_copying(handle, result)
     st.divider()
     draw_export(internals, where, tau)
 
