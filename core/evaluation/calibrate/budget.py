@@ -31,6 +31,9 @@ FIT_RESERVE_S = 60.0
 SWAP_COST = 0.7
 """A swap test's cost in scored rows (one retrieval-path generation and a few completion steps), before it is
 measured."""
+CRM_COST = 0.35
+"""A CRM calibration prompt's cost in scored rows (two forwards over the prompt pair and the logit lens), before it
+is measured: 9.8 s against 29 s a row on Gemma 3 270M (docs/calibration.md)."""
 MAX_BATCH_ROWS = 8
 """The most rows per batch (:func:`batch_size_for`)."""
 BATCH_LOGITS_BYTES = 768 << 20

@@ -1,16 +1,17 @@
 """A calibration's work folder: its checkpoints, read back with every damage named, and its lock.
 
 The folder (``work/`` in the model's calibration folder, or ``--out``/work) holds ``state.json`` (stages done,
-measured paces, elapsed time), ``known_answers.json`` (knownness answers), ``scored.jsonl`` and ``swap.jsonl`` (one
-JSON line per row, appended after each batch), and ``.lock``: one run holds it (:func:`hold_lock`, ``flock``, which
+measured paces, elapsed time), ``known_answers.json`` (knownness answers), ``scored.jsonl``, ``swap.jsonl`` and
+``crm.jsonl`` (one JSON line per row, appended after each batch; the last: CRM scores read after the rows, once the
+basis exists), and ``.lock``: one run holds it (:func:`hold_lock`, ``flock``, which
 the system releases when the process ends, however it ends), so a second run of the same folder is refused instead
 of scoring every row again.
 
 Damage is named, file by file (:class:`DamagedCheckpoint`, a ``ValueError``): a state that is not the run's JSON
 object, or a checkpoint that is not a regular file (a named pipe would hang the run), cannot be repaired and the
-message says ``--restart``; a line of ``scored.jsonl`` or ``swap.jsonl`` that is not a row's record (a torn last line
+message says ``--restart``; a line of a ``.jsonl`` checkpoint that is not a row's record (a torn last line
 of a killed run, or anything else) is skipped, the file is rewritten without it, and its row is scored (or
-swap-tested) again — :attr:`Work.notices` says how many lines of which file.
+swap-tested, or its CRM scores read) again — :attr:`Work.notices` says how many lines of which file.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ STATE = "state.json"
 SCORED = "scored.jsonl"
 SWAPS = "swap.jsonl"
 KNOWN = "known_answers.json"
+CRM_SCORES = "crm.jsonl"
 LOCK = ".lock"
-CHECKPOINTS = (STATE, SCORED, SWAPS, KNOWN)
+CHECKPOINTS = (STATE, SCORED, SWAPS, KNOWN, CRM_SCORES)
 RESTART = "run the same command again with --restart to start over (what was scored is lost)"
 STATE_FIELDS: dict[str, tuple[type, ...]] = {
     "identity": (dict,),
@@ -56,6 +58,7 @@ STATE_FIELDS: dict[str, tuple[type, ...]] = {
 }
 """The fields of ``state.json`` and the JSON types each may hold."""
 _PARSE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+_AGAIN = {"rows": "their rows are scored", "swap": "those swap tests are run", "crm-basis": "their CRM scores are read"}
 
 
 class DamagedCheckpoint(ValueError):
@@ -179,14 +182,15 @@ class Work:
     def _verify(self) -> None:
         """Skip the damaged lines of ``scored.jsonl`` / ``swap.jsonl`` (rewriting each without them) and reopen the
         stage that wrote them; a state whose rows stage is done over no scored row reopens it too."""
-        for name, stage, parse in ((SCORED, "rows", _parse_record), (SWAPS, "swap", _parse_swap)):
+        checked = ((SCORED, "rows", _parse_record), (SWAPS, "swap", _parse_swap), (CRM_SCORES, "crm-basis", _parse_crm))
+        for name, stage, parse in checked:
             good, bad = _read_lines(self.folder / name, parse)
             if bad:
                 atomic_write_text(self.folder / name, "".join(line + "\n" for line, _ in good))
                 why = "; ".join(f"line {n}: {reason}" for n, reason in bad[:3]) + (" …" if len(bad) > 3 else "")
                 self._notice(
                     f"{self.folder / name}: skipped {len(bad)} damaged line{'s' * (len(bad) != 1)} ({why}); "
-                    f"{'their rows are scored' if stage == 'rows' else 'those swap tests are run'} again",
+                    f"{_AGAIN[stage]} again",
                     stage,
                 )
         if self.done("rows") and not self.records():
@@ -199,6 +203,8 @@ class Work:
     def _notice(self, text: str, stage: str) -> None:
         logger.warning("%s", text)
         self.notices.append(text)
+        if stage == "crm-basis":
+            return  # the CRM stage always reads the missing scores again
         if self.reopen_from is None or stage == "rows":
             self.reopen_from = stage
 
@@ -225,11 +231,18 @@ class Work:
     def swaps(self) -> dict[str, SwapTest]:
         return dict(item for _, item in _read_lines(self.folder / SWAPS, _parse_swap)[0])
 
+    def crm_scores(self) -> dict[str, dict[str, Any]]:
+        """The CRM scores read later for rows scored before the CRM basis existed (``crm.jsonl``), by row key."""
+        return {entry["key"]: entry for _, entry in _read_lines(self.folder / CRM_SCORES, _parse_crm)[0]}
+
     def records(self) -> dict[str, RowRecord]:
-        swaps = self.swaps()
+        """Every scored row with its swap test and the CRM scores read for it later."""
+        swaps, late = self.swaps(), self.crm_scores()
         out: dict[str, RowRecord] = {}
         for _, record in _read_lines(self.folder / SCORED, _parse_record)[0]:
             record.swap = swaps.get(record.key)
+            if record.key in late:
+                merge_crm(record, late[record.key])
             out[record.key] = record
         return out
 
@@ -249,6 +262,26 @@ def _parse_record(data: Any) -> RowRecord:
     if not isinstance(data.get("key"), str):
         raise ValueError("no row key")
     return RowRecord.from_dict(data)
+
+
+def _parse_crm(data: Any) -> dict[str, Any]:
+    if not isinstance(data.get("key"), str):
+        raise ValueError("no row key")
+    for part in ("scores", "combined", "errors"):
+        if not isinstance(data.get(part), dict):
+            raise ValueError(f"no {part!r} object")
+    return data
+
+
+def merge_crm(record: RowRecord, entry: dict[str, Any]) -> None:
+    """A row's CRM scores read after it was scored, into ``record`` (the missing-basis errors replaced)."""
+    for name in entry["scores"]:
+        record.errors.pop(name, None)
+    for name in entry["combined"]:
+        record.errors.pop(f"combined:{name}", None)
+    record.scores.update(entry["scores"])
+    record.combined.update(entry["combined"])
+    record.errors.update(entry["errors"])
 
 
 def _parse_swap(data: Any) -> tuple[str, SwapTest]:

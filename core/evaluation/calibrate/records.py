@@ -44,6 +44,8 @@ class RowRecord:
         ecs, pks: ReDeEP's mean ECS ``(L, H)`` and mean PKS ``(L,)`` over the answer (``None`` where refused).
         combined: the combined detector's features computable before any fit (name → value, ``None`` missing).
         swap: the swap test (rows whose context agrees with memory), ``None`` when not run.
+        crm_displacement: CRM's per-layer displacement ``(L + 1, d)`` of a row scored before the model's CRM basis
+            existed: its CRM scores are read from it once the basis is computed (``None``: scored with the basis).
     """
 
     key: str
@@ -56,6 +58,7 @@ class RowRecord:
     pks: list[float] | None = None
     combined: dict[str, float | None] = field(default_factory=dict)
     swap: SwapTest | None = None
+    crm_displacement: list[list[float]] | None = None
 
     @property
     def scored(self) -> Scored:
@@ -78,6 +81,7 @@ class RowRecord:
             "ecs": self.ecs,
             "pks": self.pks,
             "combined": self.combined,
+            **({} if self.crm_displacement is None else {"crm_displacement": self.crm_displacement}),
         }
 
     @classmethod
@@ -92,6 +96,7 @@ class RowRecord:
             ecs=data.get("ecs"),
             pks=data.get("pks"),
             combined=dict(data.get("combined") or {}),
+            crm_displacement=data.get("crm_displacement"),
             swap=swap,
         )
 

@@ -13,6 +13,7 @@ import numpy as np
 from core.detectors import keys
 from core.detectors.agreement import cheap_detectors
 from core.detectors.combined import FEATURES, raw_features
+from core.detectors.crm import displacement_for
 from core.detectors.lookback import features as lookback_features
 from core.detectors.registry import DetectorInput
 from core.detectors.shared import plan, redeep_trace_for, release
@@ -22,13 +23,15 @@ from core.engine.matching import find_spans
 from core.engine.prepare import prepare_prompts
 from core.engine.swap import run_swap_tests
 from core.evaluation.calibrate.budget import FIT_RESERVE_S, SWAP_COST
-from core.evaluation.calibrate.checkpoints import KNOWN, SCORED, SWAPS, Work
+from core.evaluation.calibrate.checkpoints import CRM_SCORES, KNOWN, SCORED, SWAPS, Work
 from core.evaluation.calibrate.fits import every_layer
 from core.evaluation.calibrate.records import LATE_FEATURES, LIVE_EXCLUDED, RowRecord
 from core.evaluation.calibrate.rows import SEED, Unit
 from core.evaluation.conflict import AnswerCache, BuildOptions, generate_answers
 from core.evaluation.constructions import AGREEING, ValidationRow
 from core.evaluation.headline_fit import row_key
+from core.methods.crm import load_basis
+from core.methods.crm.store import CRM_BASIS
 from core.methods.redeep import row_means
 from core.model.handle import ModelHandle, check_cancelled
 from core.model.memory import release_freed
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
 
 KNOWN_TOKENS = 16
 """Knownness: the greedy no-context answer's length (tokens), as the bundled rows were built."""
+CRM_FEATURES = ("crm_lts",)
+"""The combined detector's features read from the CRM basis (computed later for rows scored before it existed)."""
 SWAP_LEVEL = 1.0
 """κ (nats) at which the swap test locates the span to swap, before κ is fitted (as the bundled pipeline)."""
 
@@ -121,10 +126,48 @@ def score_rows(
                 rec.scores[d.name] = None
                 rec.errors[d.name] = f"{type(exc).__name__}: {exc}"
         _features(rec, inp, handle.info.n_layers, settings.score_window)
+        if basis is None:  # the CRM scores are read from it once the basis exists (read_crm_scores)
+            try:
+                rec.crm_displacement = np.asarray(displacement_for(inp), dtype=np.float32).tolist()
+            except ValueError as exc:
+                rec.errors["crm_displacement"] = str(exc)
         release(inp)
         res.internals = None
         out.append(rec)
     return out
+
+
+def read_crm_scores(run: Run) -> int:
+    """The CRM detectors' scores and the combined detector's CRM features of the rows scored before the CRM basis
+    existed, from each row's stored displacement and the basis (:attr:`Run.basis`), appended to ``crm.jsonl``;
+    returns how many rows."""
+    late = run.work.crm_scores()
+    todo = [r for r in run.work.records().values() if r.crm_displacement is not None and r.key not in late]
+    detectors = [d for d in cheap_detectors() if d.name not in LIVE_EXCLUDED and d.artifact is CRM_BASIS]
+    for start in range(0, len(todo), run.batch_size):
+        check_cancelled()
+        entries = []
+        for r in todo[start : start + run.batch_size]:
+            inp = DetectorInput(handle=run.handle, result=r.result, settings=run.settings)
+            inp.cache[keys.CRM_BASIS] = run.basis
+            inp.cache[keys.CRM_DISPLACEMENT] = np.asarray(r.crm_displacement, dtype=np.float32)
+            entry: dict[str, Any] = {"key": r.key, "scores": {}, "combined": {}, "errors": {}}
+            for d in detectors:
+                try:
+                    value = float(d.score(inp))
+                    entry["scores"][d.name] = value if np.isfinite(value) else None
+                except Exception as exc:  # noqa: BLE001 - as in score_rows
+                    entry["scores"][d.name] = None
+                    entry["errors"][d.name] = f"{type(exc).__name__}: {exc}"
+            for name in CRM_FEATURES:
+                try:
+                    entry["combined"][name] = float(raw_features(inp, (name,), run.settings.score_window)[0])
+                except ValueError as exc:
+                    entry["combined"][name] = None
+                    entry["errors"][f"combined:{name}"] = str(exc)
+            entries.append(entry)
+        run.work.append(CRM_SCORES, entries)
+    return len(todo)
 
 
 def _flush(run: Run, records: dict[str, RowRecord], batch: list[ValidationRow]) -> None:
@@ -149,6 +192,7 @@ def rows_stage(run: Run) -> float:
     """Score the units in order until the budget is spent (a number of rows, or the time the stages after the rows
     need); records what stopped it in the state's ``rows``."""
     work, tracker, budget, batch_size = run.work, run.tracker, run.budget, run.batch_size
+    run.basis = load_basis(run.handle, run.template)  # None: the CRM scores are read after the basis is computed
     records = work.records()
     cap = budget.row_cap
     known_log: dict[str, int] = {}
@@ -170,7 +214,7 @@ def rows_stage(run: Run) -> float:
         while len(pending) >= batch_size:
             check_cancelled()
             agreeing = sum(r.row.relation == AGREEING for r in records.values() if r.swap is None)
-            reserve = FIT_RESERVE_S + agreeing * swap_pace
+            reserve = FIT_RESERVE_S + agreeing * swap_pace + run.crm_seconds()
             if run.over_deadline(tracker.pace.get("rows", 0.0) * batch_size + reserve):
                 stopped = "the minutes budget" if budget.minutes is not None else "the default's time cap"
                 break

@@ -7,8 +7,11 @@ and swap tests are in (``headline``): the verdict is usable from then on, while 
 artifacts *pending* until ``detectors`` fits them (the Lookback Lens classifier, ReDeEP's choice, the combined
 detector, the per-detector thresholds) and ``card`` writes the final card.
 
-The CRM basis and RADAR's assets still come first: the rows' CRM and RADAR scores (and the combined detector's
-``crm_lts`` and ``radar`` features) are read from each row's recording while it is scored, so they need both.
+The CRM basis (18 minutes on Gemma 3 270M) comes after the headline's artifacts: rows scored before it exists keep
+their CRM displacement, and ``crm-basis`` reads their CRM scores (and the combined detector's ``crm_lts``) from it
+once the basis is computed — the same numbers as scoring them with the basis. RADAR's assets (under a minute) still
+come first: with them, a row's context statistics and RADAR's trace come from one shared forward, so the rows'
+``ppl`` / ``min_k`` scores and their RADAR score need them at scoring time.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 from core.engine import DualPathSettings
 from core.engine.axes_calibration import bundled_axes
-from core.evaluation.calibrate.budget import FIT_RESERVE_S, SWAP_COST, Budget
+from core.evaluation.calibrate.budget import CRM_COST, FIT_RESERVE_S, SWAP_COST, Budget
 from core.evaluation.calibrate.checkpoints import Work
 from core.evaluation.calibrate.fits import fit_detectors, fit_headline
 from core.evaluation.calibrate.heldout import held_out
@@ -32,7 +35,7 @@ from core.evaluation.calibrate.progress import Tracker
 from core.evaluation.calibrate.records import Fitted, ModelIdentity, RowRecord
 from core.evaluation.calibrate.rows import Unit
 from core.evaluation.calibrate.save import DETECTOR_FITS, HEADLINE_FITS, describe, save_card, save_fitted
-from core.evaluation.calibrate.score import rows_stage, swap_stage
+from core.evaluation.calibrate.score import read_crm_scores, rows_stage, swap_stage
 from core.evaluation.constructions import AGREEING, CALIBRATION
 from core.evaluation.model_card import build_card
 from core.methods.crm import compute_basis, load_basis
@@ -67,6 +70,16 @@ class Run:
     fitted: Fitted = field(default_factory=Fitted)
     paths: dict[str, str] = field(default_factory=dict)
     card: dict[str, Any] | None = None
+
+    def crm_seconds(self) -> float:
+        """The CRM basis' seconds still to come: none once it exists, else its prompts at the measured pace (or
+        :data:`~core.evaluation.calibrate.budget.CRM_COST` rows each)."""
+        if self.basis is not None or self.work.done("crm-basis"):
+            return 0.0
+        from core.methods.crm.prompts import load_calibration_prompts
+
+        pace = self.tracker.pace.get("crm-basis") or CRM_COST * self.tracker.pace.get("rows", 0.0)
+        return len(load_calibration_prompts()) * pace
 
     def over_deadline(self, needed_s: float) -> bool:
         cap = self.budget.time_cap
@@ -118,6 +131,8 @@ def crm_stage(run: Run) -> float | None:
         basis = compute_basis(run.handle, progress=on, template=run.template)
         note = f"computed: {cache_basis_path(run.handle, run.template)}"
     run.basis = basis
+    if read_crm_scores(run):  # the rows scored before the basis existed
+        run.records = list(run.work.records().values())
     return _first_note(run, "crm-basis", note, t0)
 
 
@@ -202,6 +217,8 @@ def artifacts_of(run: Run, pending: tuple[str, ...]) -> dict[str, dict[str, Any]
         note = run.notes.get(stage)
         if note is not None:
             out[stage] = {"path": str(path), "status": note.split(":")[0], "note": note}
+        else:
+            out[stage] = {"path": None, "status": "pending", "note": "a later stage of this run makes it"}
     return {**out, **describe(run.handle, run.fitted, run.paths, pending)}
 
 
@@ -271,11 +288,11 @@ class Stage:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("crm-basis", crm_stage, False, lambda run: 0.0),
     Stage("radar", radar_stage, False, lambda run: 0.0),
     Stage("rows", rows_stage, True, _rows_left),
     Stage("swap", swap_stage, True, _swaps_left),
     Stage("headline", headline_stage, False, _fixed("headline", FIT_RESERVE_S / 4), HEADLINE_FITS),
+    Stage("crm-basis", crm_stage, False, lambda run: run.crm_seconds()),
     Stage("detectors", detectors_stage, False, _fixed("detectors", FIT_RESERVE_S / 2), DETECTOR_FITS),
     Stage("card", card_stage, False, _fixed("card", FIT_RESERVE_S / 4)),
 )

@@ -228,7 +228,7 @@ def test_a_cancelled_run_continues_where_it_stopped(calibrated, tiny_handle, tmp
     kept = (tmp_path / "work" / "scored.jsonl").read_text().splitlines()
     assert 8 <= len(kept) < 24
     (note,) = info.value.__notes__  # what the cancel kept, for the page and the command line
-    assert f"kept {len(kept)} rows scored, 0 swap tests and crm-basis, radar" in note, note
+    assert f"kept {len(kept)} rows scored, 0 swap tests and radar (in {tmp_path / 'work'})" in note, note
     card = calibrate_model(tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp_path)
     lines = (tmp_path / "work" / "scored.jsonl").read_text().splitlines()
     keys = [json.loads(line)["key"] for line in lines]
@@ -312,8 +312,8 @@ def test_the_batch_keeps_a_large_vocabulary_s_logits_in_bounds(tiny_handle):
 
 
 def test_the_headline_s_artifacts_come_first_and_the_card_marks_the_rest_pending(calibrated, tiny_handle, tmp_path):
-    """Cancelled as the detectors' fits begin: τ and the axes are written and on a card, the detectors' artifacts
-    on it pending; run again, the card has them all."""
+    """Cancelled as the detectors' fits begin: τ and the axes are written and on a card, the CRM basis and the
+    detectors' artifacts on it pending; run again, the card has them all."""
     _, rows, _ = calibrated
     token = CancelToken()
     texts: list[str] = []
@@ -330,11 +330,11 @@ def test_the_headline_s_artifacts_come_first_and_the_card_marks_the_rest_pending
     card = json.loads((tmp_path / "card.json").read_text())
     status = {name: a["status"] for name, a in card["artifacts"].items()}
     assert status["tau"] == "fitted" and status["axes"] == "fitted", status
-    for name in ("detector-thresholds", "lookback-lens", "redeep-choice", "combined-detector"):
-        assert status[name] == "pending", status
+    for name in ("crm-basis", "detector-thresholds", "lookback-lens", "redeep-choice", "combined-detector"):
+        assert status[name] == "pending", status  # the CRM basis and the detectors' fits come after the headline
     assert "pending" in (tmp_path / "card.txt").read_text()
     assert "tau, axes" in info.value.__notes__[0]
-    assert any(t.startswith("rows ") and "(stage 3 of 7)" in t and "left in all" in t for t in texts), texts
+    assert any(t.startswith("rows ") and "(stage 2 of 7)" in t and "left in all" in t for t in texts), texts
     card = calibrate_model(tiny_handle, budget="8", rows_path=rows, settings=SETTINGS, out=tmp_path)
     assert "pending" not in {a["status"] for a in card["artifacts"].values()}
 
@@ -348,3 +348,19 @@ def test_a_state_of_every_stage_done_over_empty_checkpoints_scores_the_rows_agai
     (work / "swap.jsonl").write_text("")
     card = calibrate_model(tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp_path)
     assert card["budget"]["scored_rows"] == 24 and card["held_out"]["rows"] == 12  # never a card of 0 rows
+
+
+def test_rows_scored_before_the_crm_basis_get_their_crm_scores_from_it(calibrated, tiny_handle):
+    """The module's calibration started in a fresh cache: its rows were scored before the CRM basis existed, kept
+    their displacement, and got every CRM score once the basis was computed after the headline's fits."""
+    from core.evaluation.calibrate.checkpoints import CRM_SCORES
+
+    card, _, tmp = calibrated
+    work = Work(tmp / "run" / "work", tiny_handle, card["template"])
+    assert work.state["done"].index("headline") < work.state["done"].index("crm-basis")
+    records = work.records().values()
+    assert len(work.crm_scores()) == len(records) == 24 and (tmp / "run" / "work" / CRM_SCORES).is_file()
+    for r in records:
+        assert r.crm_displacement is not None
+        assert all(isinstance(r.scores[name], float) for name in ("crm_lts", "crm_lr", "crm_l2")), r.scores
+        assert isinstance(r.combined["crm_lts"], float) and not any("crm" in e for e in r.errors), r.errors
