@@ -3,9 +3,12 @@
 Use: ``headline(result)`` → :class:`Headline` (``.verdict``, ``.title``, ``.reason``, ``.reliance``, ``.support``,
 ``.span``; ``.to_dict()`` is the ``axes`` object of ``run --json``). No model call.
 
-1. **The answer span** (:func:`core.engine.span.locate_span`): where the context moved the answer — the first
-   content word (found in the context or in the no-context answer) whose per-token KL reaches the calibrated
-   level κ (PECoRe's context-sensitive token identification). Everything below is read *at that span*.
+1. **The answer span** (:func:`core.engine.span.locate_span`): where the context moved the answer — among the
+   words of the question's kind (a name for *who*, a number for *how many* …), the first found in the context or
+   in the no-context answer whose per-token KL reaches the calibrated level κ (PECoRe's context-sensitive token
+   identification). Everything below is read *at that span*; an answer that names no word of the question's kind,
+   or names one found in neither source that the model does not give without the context, is said to be so
+   (:func:`core.engine.span.unanswered`).
 2. **Axis 1, context reliance** — did the answer need the context? A logistic regression on what the run measured
    at the span (:data:`FEATURES`: the log-likelihood ratio ``log P(span | context) − log P(span | no context)`` in
    nats, the KL there …), fitted on behavior-labeled calibration rows (``scripts/validate_headline.py fit``;
@@ -137,6 +140,7 @@ def observe(result: DualPathResult, level: float | None) -> Observations:
         parametric_answer=result.parametric.answer if generated else "",
         window=window,
         level=level,
+        cut=result.retrieval.finish == "length" and window == len(tokens),
     )
     max_kl = float(kl.max()) if kl.size else None
     mean_kl = float(kl.mean()) if kl.size else None
@@ -423,7 +427,7 @@ def headline(result: DualPathResult, calibration: AxesCalibration | ModelCalibra
         )
         return Headline(INCONCLUSIVE, None, reason, rel, sup, cal.source, None, obs.to_dict())
     generated = result.parametric.finish != "not generated" and bool(result.parametric.answer)
-    special = unanswered(obs.span, parametric_generated=generated, parametric_supported=sup.state == SUPPORTED,
+    special = unanswered(obs.span, parametric_generated=generated, parametric_unsupported=sup.state == UNSUPPORTED,
                          lp_parametric=obs.lp_parametric)  # fmt: skip
     if special is not None:
         return Headline(special[0], None, special[2], rel, sup, cal.source, None, obs.to_dict(), special[1])

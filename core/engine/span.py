@@ -292,6 +292,18 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
+def _cut_word(words: list[Word], text: str, context: str, forms: dict[int, tuple[str | None, str | None]]) -> None:
+    """Where the token budget cut the answer's last word, the context word it begins is its context form."""
+    last = words[-1] if words else None
+    if last is None or id(last) not in forms or any(forms[id(last)]) or text.rstrip()[-1:] != last.text[-1:]:
+        return
+    for word in re.findall(r"[^\W_]+", context):
+        norm = normalize(word)
+        if len(norm) > len(last.norm) and norm.startswith(last.norm):
+            forms[id(last)] = (word, None)
+            return
+
+
 def _why(qk: QuestionKind, answers: bool, sourced: bool, sensitive: bool, kl: float, level: float | None) -> str:
     """How the head was chosen, in one sentence."""
     if qk.kind == PHRASE:
@@ -319,6 +331,7 @@ def locate_span(
     parametric_answer: str = "",
     window: int | None = None,
     level: float | None = None,
+    cut: bool = False,
 ) -> AnswerSpan | None:
     """The answer span (see the module docstring); ``None`` when the answer has no content word.
 
@@ -330,6 +343,8 @@ def locate_span(
         context, parametric_answer: the words a span can be attributed to (its sources).
         window: only words that start within the first ``window`` tokens (the run's score window).
         level: κ in nats; ``None`` takes the candidate of largest KL.
+        cut: the answer stopped at its token budget; its last word, when it begins a longer word of the context
+            ("Mar" of "Marrowgate"), is found there as that word (the budget cut it, the context wrote it).
     """
     kl = np.asarray(token_kl, dtype=np.float64)
     n = min(len(tokens), kl.size if window is None else min(window, kl.size))
@@ -343,6 +358,8 @@ def locate_span(
     pool = typed or cands
     scores = {id(w): _word_kl(w, kl) for w in cands}
     forms = {id(w): (found_as(context, w.norm), found_as(parametric_answer, w.norm)) for w in pool}
+    if cut:
+        _cut_word(words, text, context, forms)
     sourced = [w for w in pool if any(forms[id(w)])]
     choose = sourced or pool
     first = next((w for w in choose if level is not None and scores[id(w)] >= level), None)
@@ -394,13 +411,14 @@ def said_conflicts(span: AnswerSpan | None) -> str:
 
 
 def unanswered(
-    span: AnswerSpan, *, parametric_generated: bool, parametric_supported: bool, lp_parametric: float | None
+    span: AnswerSpan, *, parametric_generated: bool, parametric_unsupported: bool, lp_parametric: float | None
 ) -> tuple[str, str, str] | None:
     """``(verdict, title, reason)`` where the span cannot be judged as read or recalled, else ``None``:
 
     * the question asks for a kind of word the answer has none of → *Inconclusive: the answer names no author*;
     * the words that answer it are in neither the context nor the model's own no-context answer, and the model
-      does not give them without the context either (its log-probability is not on the supported side) → *Neither:
+      does not give them without the context either (axis 2 says *unsupported*: its log-probability is below the
+      band) → *Neither:
       the answer names “Elio Vance”, found in neither the context nor what the model says without it* (made up).
     """
     from core.engine.verdict import INCONCLUSIVE, NEITHER
@@ -413,13 +431,13 @@ def unanswered(
             f"“{span.text}”, its most moved content word, for the figures below."
         )
         return INCONCLUSIVE, title, reason
-    if span.sourced or not parametric_generated or parametric_supported:
+    if span.sourced or not parametric_generated or not parametric_unsupported:
         return None
     title = f"Neither: the answer names “{span.text}”, found in neither the context nor what the model says without it"
     lp = "—" if lp_parametric is None or not math.isfinite(lp_parametric) else f"{lp_parametric:.2f}"
     reason = (
         f"The answer's {span.noun} “{span.text}” is in neither the context nor the model's own answer without it, "
-        f"and without the context the model gives it log-probability {lp} nats (not on the supported side): made "
-        "up, neither read from the context nor recalled."
+        f"and without the context the model gives it log-probability {lp} nats (below the support band): made "
+        "up — a guess, neither read from the context nor recalled."
     )
     return NEITHER, title, reason

@@ -102,9 +102,9 @@ def test_a_name_in_neither_source_is_the_span_and_is_called_made_up():
     span = _span(tokens, kl, "Who founded Vantrell Systems?", context, "It was founded by John Vantrell.")
     assert span.text == "Elio Vance" and span.word == "elio" and not span.sourced and span.answers
     assert span.kind == PERSON and "British" not in span.of_kind  # "1987" is in the context, but no name
-    verdict, title, _ = unanswered(span, parametric_generated=True, parametric_supported=False, lp_parametric=-9.0)
+    verdict, title, _ = unanswered(span, parametric_generated=True, parametric_unsupported=True, lp_parametric=-9.0)
     assert verdict == NEITHER and title.startswith("Neither: the answer names “Elio Vance”, found in neither")
-    assert unanswered(span, parametric_generated=True, parametric_supported=True, lp_parametric=-1.0) is None
+    assert unanswered(span, parametric_generated=True, parametric_unsupported=False, lp_parametric=-1.0) is None
 
 
 def test_an_answer_that_names_no_author_does_not_answer():
@@ -112,7 +112,9 @@ def test_an_answer_that_names_no_author_does_not_answer():
     kl = [0.1, 0.1, 0.1, 2.0, 0.3, 0.1, 0.5, 0.6, 0.1]
     span = _span(tokens, kl, "Who wrote Hamlet?", "Hamlet is a tragedy written by William Shakespeare.", "")
     assert not span.answers and span.noun == "author" and span.text == "tragedy"
-    verdict, title, reason = unanswered(span, parametric_generated=True, parametric_supported=False, lp_parametric=None)
+    verdict, title, reason = unanswered(
+        span, parametric_generated=True, parametric_unsupported=True, lp_parametric=None
+    )
     assert verdict == INCONCLUSIVE and title == "Inconclusive: the answer names no author" and "“who”" in reason
 
 
@@ -128,3 +130,13 @@ def test_two_passages_that_disagree():
     assert context_conflicts(context, "1612") == ("1634",)
     assert context_conflicts("It was built in 1857 and restored in 1923.", "1857") == ()
     assert context_conflicts("The tower was built in 1857. It was restored in 1923.", "1857") == ()
+
+
+def test_a_word_cut_by_the_token_budget_is_found_as_the_context_word_it_begins():
+    tokens = ["The", " capital", " of", " Veltria", " is", " Mar"]
+    kl = [0.1, 0.1, 0.1, 0.1, 0.1, 6.0]
+    query, context = "What is the capital of Veltria?", "The capital of the Republic of Veltria is Marrowgate."
+    cut = locate_span(tokens, np.array(kl), query, context=context, parametric_answer="Nova.", level=4.0, cut=True)
+    assert cut.text == "Mar" and cut.sourced and cut.context_form == "Marrowgate"
+    whole = locate_span(tokens, np.array(kl), query, context=context, parametric_answer="Nova.", level=4.0)
+    assert not whole.sourced and whole.context_form is None  # an answer that ended by itself: "Mar" is its word

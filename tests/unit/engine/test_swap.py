@@ -194,3 +194,10 @@ def test_progress_hears_every_alternative_and_step(tiny_handle, monkeypatch):
     assert (1, 2, "alternative 1 of 2") in heard and any(x.startswith("alternative 2 of 2 · step") for *_, x in heard)
     assert test.outcome == majority([t.outcome for t in test.trials]) and test.reason[:1].isupper()
     assert SwapTest.from_dict(test.to_dict()) == replace(test, seconds=round(test.seconds, 3))
+
+
+def test_a_swap_test_stored_before_trials_existed_still_loads():
+    old = {"outcome": "read", "original": "Paris", "alternative": "Lyon", "source": MODEL_ALTERNATIVE}
+    old |= {"occurrences": 1, "swapped_context": "Lyon.", "answer": "Lyon.", "reason": "follows", "seconds": 0.5}
+    test = SwapTest.from_dict(old)
+    assert test.trials == () and test.replaced == () and test.alternative == "Lyon" and test.decided
