@@ -87,8 +87,9 @@ test: lint browser
 test-fast: $(DEVSTAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow and not browser" $(PYTEST_ARGS)
 
-# Refresh the README images docs/screenshot.png and docs/evaluate.png: the two browser flows that take them
-# write into $(SHOTS) (READ_OR_RECALL_ARTIFACTS), and only then are the two files copied into docs/.
+# Refresh the README images docs/screenshot.png (with docs/screenshot.json, the text it shows: a test compares it
+# with the current code, tests/unit/test_readme_images.py) and the docs' evaluate.png and agreement.png: the
+# browser flows that take them write into $(SHOTS) (READ_OR_RECALL_ARTIFACTS), then the files are copied into docs/.
 screenshots: $(DEVSTAMP) browser
 	@command -v chromium >/dev/null 2>&1 || { echo "error: make screenshots needs Debian's chromium"; exit 1; }
 	rm -rf $(SHOTS)
@@ -97,9 +98,10 @@ screenshots: $(DEVSTAMP) browser
 	  tests/e2e/test_browser.py::test_evaluate_upload_run_and_screenshot \
 	  tests/e2e/test_agreement_browser.py::test_agreement_view_and_screenshot
 	cp $(SHOTS)/screenshot.png docs/screenshot.png
+	cp $(SHOTS)/screenshot.json docs/screenshot.json
 	cp $(SHOTS)/evaluate.png docs/evaluate.png
 	cp $(SHOTS)/agreement.png docs/agreement.png
-	@echo "docs/screenshot.png, docs/evaluate.png and docs/agreement.png refreshed (review and commit them)"
+	@echo "docs/screenshot.png (+ .json, the text it shows), docs/evaluate.png and docs/agreement.png refreshed (review and commit them)"
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) bench/overhead.py

@@ -1,8 +1,9 @@
 """The main flows in a real browser: `streamlit run app.py` driven by Playwright with Debian's chromium
 (fixtures and the waiting interactions are in ``conftest.py``).
 
-The two flows that end in a whole-page screenshot write ``screenshot.png`` and ``evaluate.png`` into the
-``artifacts`` folder; ``make screenshots`` runs just those two and copies them to the README's ``docs/``.
+The two flows that end in a screenshot write ``screenshot.png`` (the README's picture: the answers, the headline
+and the KL chart at 1280 px, :mod:`tests.e2e.readme_image`, with ``screenshot.json``, the text it shows) and
+``evaluate.png`` into the ``artifacts`` folder; ``make screenshots`` runs just those and copies them to ``docs/``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import readme_image
 from tests.e2e.conftest import ROOT, RUN_TIMEOUT_MS, AppPage
 
 SCREENSHOT = "screenshot.png"  # docs/screenshot.png after `make screenshots`
+SCREENSHOT_TEXT = "screenshot.json"  # docs/screenshot.json: the text it shows (tests/unit/test_readme_images.py)
+README_QUERY = "What is the capital of Veltria?"
+README_CONTEXT = "The capital of the Republic of Veltria is Marrowgate."
+README_TOKENS = 32
 EVAL_SCREENSHOT = "evaluate.png"  # docs/evaluate.png after `make screenshots`
 VERDICT = re.compile("Recalled from memory|Read from the context|Inconclusive|No threshold")
 SCRIPT = "<script>alert(1)</script>"
@@ -32,9 +38,7 @@ def _answers(app: AppPage) -> list[str]:
 
 
 def test_dual_path_flow_and_screenshot(app: AppPage, artifacts: Path) -> None:
-    app.dual_path_run(
-        "What is the capital of Veltria?", "The capital of the Republic of Veltria is Marrowgate.", max_new_tokens=32
-    )
+    app.dual_path_run(README_QUERY, README_CONTEXT, max_new_tokens=README_TOKENS)
 
     page = app.page
     page.get_by_text(VERDICT).first.wait_for()
@@ -49,8 +53,11 @@ def test_dual_path_flow_and_screenshot(app: AppPage, artifacts: Path) -> None:
     assert page.get_by_text("Z = Σ KL over the window").first.is_visible()
     page.locator(".js-plotly-plot").first.wait_for()
     shot = artifacts / SCREENSHOT
-    app.screenshot_whole_page(shot)
-    assert shot.stat().st_size > 10_000
+    width, height = readme_image.first_view(app, shot)  # what a reader sees first, at a readable size
+    assert width <= readme_image.WIDTH and height <= readme_image.MAX_HEIGHT and shot.stat().st_size > 10_000
+    text = readme_image.depicted(app, README_QUERY, README_CONTEXT, README_TOKENS)
+    assert text["title"] and text["reason"] and text["span_line"].startswith("Answer span: “"), text
+    readme_image.write_depicted(artifacts / SCREENSHOT_TEXT, text)
 
 
 def test_script_input_is_inert(app: AppPage) -> None:
