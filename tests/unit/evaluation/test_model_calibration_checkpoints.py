@@ -232,3 +232,33 @@ def test_ctrl_c_on_the_command_line_says_what_was_kept(tiny_handle, monkeypatch,
     monkeypatch.setattr(command, "calibrate_model", interrupted)
     assert main(["calibrate-model", "--budget", "8"]) == 130
     assert "interrupted: kept 8 rows scored, 0 swap tests and no artifact yet" in capsys.readouterr().err
+
+
+def test_a_damaged_line_of_the_late_crm_scores_is_skipped_and_read_again(tiny_handle, tmp_path, one_record):
+    from core.evaluation.calibrate.checkpoints import CRM_SCORES
+
+    folder = _work(tmp_path, tiny_handle, scored=[json.dumps(one_record) + "\n"])
+    (folder / CRM_SCORES).write_text('{"key": "k", "scores": 3}\n7\n', encoding="utf-8")
+    work = Work(folder, tiny_handle, TEMPLATE)
+    (notice,) = work.notices
+    assert str(folder / CRM_SCORES) in notice and "skipped 2 damaged lines" in notice
+    assert "their CRM scores are read again" in notice and work.crm_scores() == {}
+    assert work.reopen_from is None  # the crm-basis stage always reads what is missing
+
+
+def test_a_time_capped_run_leaves_the_crm_basis_its_time(tiny_handle):
+    from types import SimpleNamespace
+
+    from core.evaluation.calibrate.budget import CRM_COST
+    from core.evaluation.calibrate.stages import Run
+    from core.methods.crm.prompts import load_calibration_prompts
+
+    n = len(load_calibration_prompts())
+
+    def run(basis=None, done=False, pace=None):
+        work = SimpleNamespace(done=lambda stage: done and stage == "crm-basis")
+        return SimpleNamespace(basis=basis, work=work, tracker=SimpleNamespace(pace=pace or {"rows": 10.0}))
+
+    assert Run.crm_seconds(run()) == pytest.approx(n * CRM_COST * 10.0)  # before the basis' pace is measured
+    assert Run.crm_seconds(run(pace={"rows": 10.0, "crm-basis": 2.0})) == pytest.approx(n * 2.0)
+    assert Run.crm_seconds(run(basis=object())) == 0.0 and Run.crm_seconds(run(done=True)) == 0.0
