@@ -8,7 +8,9 @@ ratio. The first run of a kind has only the unit-cost estimate (the cost per tok
 the second on, the estimate is the kind's own measured runs (core.engine.estimate.estimate_run): the issue's target
 is that those are within 2× of the actual.
 
-Kinds: ``dual_path`` (the Dual Path page's run, agreement view included), ``agreement`` (the agreement view's costly
+Kinds: ``dual_path`` (the Dual Path page's run, agreement view included), ``swap`` (a Dual Path run on each
+example, then its swap test: both rows; in a fresh process the first Dual Path row is the model's first run, estimated
+from its size and this machine's pace), ``agreement`` (the agreement view's costly
 detectors: Self-Critique, CRM L1 and SMA, each run on two examples), ``selfcritique`` (the Self-Critique page),
 ``sma`` (the Source attribution page) and ``evaluate`` (the Evaluate page's default run: its first click on the
 bundled probe set, then the same default on the unscreened set). The background prefetch is off. Nothing is
@@ -30,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 TIMEOUT = 1800.0
-KINDS = ("dual_path", "agreement", "selfcritique", "sma", "evaluate")
+KINDS = ("dual_path", "swap", "agreement", "selfcritique", "sma", "evaluate")
 COSTLY = ("selfcritique", "crm_l1", "sma")
 _ESTIMATE = re.compile(r"(≈ (\d+(?:\.\d+)?) (s|min|h)|< 1 s) on this machine")
 
@@ -97,6 +99,28 @@ def dual_path(examples: list[Any], rows: list[tuple[str, str, str, float]]) -> A
         at.button(key=keys.RUN).click()
         rows.append(("dual_path", ex.id, text, timed_run(at)))
     return at
+
+
+def swap(examples: list[Any], rows: list[tuple[str, str, str, float]]) -> None:
+    """A Dual Path run on each example, then its swap test (each row: the estimate shown before its click)."""
+    from components import keys
+
+    at = open_page("pages/1_Dual_Path.py")
+    for ex in examples:
+        type_example(at, ex)
+        text = estimate_caption(at)
+        at.button(key=keys.RUN).click()
+        rows.append(("dual_path", ex.id, text, timed_run(at)))
+        button = next((b for b in at.button if b.key == keys.SWAP_RUN), None)
+        if button is None:
+            continue
+        from components.swap_view import EXPLAIN
+
+        captions = [c.value for c in at.caption]
+        after = captions[captions.index(EXPLAIN) + 1 :] if EXPLAIN in captions else []
+        column = next((c for c in after if "on this machine" in c), "")
+        button.click()
+        rows.append(("swap test", ex.id, column, timed_run(at)))
 
 
 def agreement(examples: list[Any], rows: list[tuple[str, str, str, float]], costly: list[str]) -> None:
@@ -179,6 +203,7 @@ def main() -> int:
     few = [examples[i] for i in args.costly_examples]
     runs = {
         "dual_path": lambda: dual_path([examples[i] for i in args.examples], rows),
+        "swap": lambda: swap([examples[i] for i in args.examples], rows),
         "agreement": lambda: agreement(few, rows, args.costly),
         "selfcritique": lambda: selfcritique(few, rows),
         "sma": lambda: sma(few, rows),
@@ -194,7 +219,11 @@ def main() -> int:
         shown = shown_seconds(text)
         if shown is not None and seen[base] > 1:  # after one run of the kind
             worst = max(worst, shown / actual, actual / shown)
+    first = [(shown_seconds(text), actual) for kind, _, text, actual in rows if "no run of this model yet" in text]
+    first_worst = max((max(e / a, a / e) for e, a in first if e), default=float("nan"))
     print(f"\nworst factor after one run of the kind: {worst:.2f}× (target: within 2×)")
+    print(f"worst factor of a model's first run (its size × this machine's pace): {first_worst:.2f}×")
+    print(f"load average at the end: {os.getloadavg()}")
     print(f"threads={os.environ.get('OMP_NUM_THREADS', 'default')} · {time.perf_counter() - started:.0f} s in all")
     return 0
 
