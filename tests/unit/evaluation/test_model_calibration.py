@@ -364,3 +364,26 @@ def test_rows_scored_before_the_crm_basis_get_their_crm_scores_from_it(calibrate
         assert r.crm_displacement is not None
         assert all(isinstance(r.scores[name], float) for name in ("crm_lts", "crm_lr", "crm_l2")), r.scores
         assert isinstance(r.combined["crm_lts"], float) and not any("crm" in e for e in r.errors), r.errors
+
+
+def test_damaged_checkpoint_lines_are_skipped_and_the_run_ends_with_every_row(calibrated, tiny_handle, tmp_path):
+    import shutil
+
+    _, rows, tmp = calibrated
+    work = tmp_path / "work"
+    shutil.copytree(tmp / "run" / "work", work)
+    (work / ".lock").unlink()
+    with (work / "scored.jsonl").open("a") as fh:
+        fh.write('1\n{"key": "zzz"}\n')
+    with (work / "swap.jsonl").open("a") as fh:
+        fh.write('{"key": "a", "swap": 1}\n')
+    said: list[str] = []
+
+    def progress(done: int, total: int, text: str = "") -> None:
+        said.append(text)
+
+    card = calibrate_model(tiny_handle, budget="40", rows_path=rows, settings=SETTINGS, out=tmp_path, progress=progress)
+    assert card["budget"]["scored_rows"] == 24 and card["held_out"]["rows"] == 12
+    assert any(f"{work / 'scored.jsonl'}: skipped 2 damaged lines" in s for s in said), said
+    assert any(f"{work / 'swap.jsonl'}: skipped 1 damaged line " in s for s in said), said
+    assert len((work / "scored.jsonl").read_text().splitlines()) == 24  # nothing scored twice
