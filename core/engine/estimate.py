@@ -142,7 +142,7 @@ class Estimate:
             if not self.own:
                 runs = "one run" if self.runs < 2 else f"{self.runs} runs"
                 spread = _range(self.low, self.high)
-                return f"{head} ({spread}: no run of this model yet; {runs} like it on another model, {_source(self)})"
+                return f"{head} (likely {spread}: none like it on this model yet; {runs} on another, {_source(self)})"
             if self.runs < 2:
                 took = "" if self.last_s is None else f" took {self.last_s:.1f} s"
                 return f"{head} (the last run like it{took}{'; scaled to this run' if self.scaled else ''})"
@@ -166,6 +166,8 @@ class Estimate:
 def _source(est: Estimate) -> str:
     """Where a first run's unit costs came from, in words."""
     size = "" if est.params is None else f"{est.params / 1e6:,.0f} M parameters"
+    if est.params is not None and est.params < 1e6:
+        size = f"{est.params:,.0f} parameters"
     if est.source == PACE:
         return f"its {size or 'size'} at this machine's pace, measured by a timed matrix product"
     if est.source == SCALED:

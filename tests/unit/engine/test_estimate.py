@@ -256,7 +256,7 @@ def test_the_ratio_of_a_kind_carries_to_a_model_without_runs_of_it() -> None:
     meter.observe_run("smol", "dual_path", 3.0, Work(steps=10))  # 1 s predicted, 3 s actual: ratio 3
     est = estimate_run("gemma", "dual_path", Work(steps=10), meter=meter)
     assert est.seconds == pytest.approx(3 * 10 * 0.3) and not est.own, "smol's ratio × gemma's scaled units"
-    assert "no run of this model yet" in est.describe()
+    assert "none like it on this model yet; one run on another" in est.describe()
 
 
 def test_a_dual_path_estimate_follows_the_answers_length_once_known() -> None:
