@@ -190,6 +190,42 @@ class GuardMiddleware:
             return False, "wrong token"
         return True, ""
 
+    async def _read_body(
+        self, scope: Scope, receive: Receive, send: Send, length: int | None, too_big: dict[str, Any]
+    ) -> bytes | None:
+        """The whole request body, bounded in size (413) and time (408); ``None`` when it was refused (the
+        response sent) or the client went away."""
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
+        while more:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(left, 0.0))
+            except TimeoutError:
+                self.counters.timed_out += 1
+                promised = f" of the {length:,} bytes its Content-Length announced" if length is not None else ""
+                logger.warning("Timed out %s %s: %d bytes%s in %.0f s", scope.get("method"), scope.get("path"), size,
+                               promised, self.body_timeout_s)  # fmt: skip
+                detail = (
+                    f"The request body did not arrive within {self.body_timeout_s:g} s (got {size:,} bytes"
+                    f"{promised}); the connection is closed."
+                )
+                await _json_response(send, 408, {"detail": detail, "field": "body"}, [(b"connection", b"close")])
+                return None
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                self.counters.too_large += 1
+                await _json_response(send, 413, too_big, [(b"connection", b"close")])
+                return None
+            chunks.append(chunk)
+            more = bool(message.get("more_body"))
+        return b"".join(chunks)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
             await self.app(scope, receive, send)
@@ -216,36 +252,9 @@ class GuardMiddleware:
             await _json_response(send, 413, too_big, [(b"connection", b"close")])
             return
         # Read the whole body (bounded in size and time) before the app sees it, then hand it over in one message.
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
-        while more:
-            left = deadline - asyncio.get_running_loop().time()
-            try:
-                message = await asyncio.wait_for(receive(), timeout=max(left, 0.0))
-            except TimeoutError:
-                self.counters.timed_out += 1
-                promised = f" of the {length:,} bytes its Content-Length announced" if length is not None else ""
-                logger.warning("Timed out %s %s: %d bytes%s in %.0f s", scope.get("method"), scope.get("path"), size,
-                               promised, self.body_timeout_s)  # fmt: skip
-                detail = (
-                    f"The request body did not arrive within {self.body_timeout_s:g} s (got {size:,} bytes"
-                    f"{promised}); the connection is closed."
-                )
-                await _json_response(send, 408, {"detail": detail, "field": "body"}, [(b"connection", b"close")])
-                return
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                self.counters.too_large += 1
-                await _json_response(send, 413, too_big, [(b"connection", b"close")])
-                return
-            chunks.append(chunk)
-            more = bool(message.get("more_body"))
-        body = b"".join(chunks)
+        body = await self._read_body(scope, receive, send, length, too_big)
+        if body is None:
+            return
         if json_depth(body.decode("utf-8", "replace"), stop_above=self.max_json_depth) > self.max_json_depth:
             error = {
                 "loc": ["body"],
