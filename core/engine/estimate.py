@@ -302,6 +302,14 @@ def dual_path_run_estimate(handle: Any, max_new_tokens: int, query: str = "", co
     return estimate_run(handle, DUAL_PATH, dual_path_work(handle, max_new_tokens, query, context))
 
 
+def dual_path_rest(handle: Any, steps: float, prompt_tokens: float, elapsed: float) -> float | None:
+    """The second estimate of a Dual Path run, once its answers are generated and their length is known: what the
+    last Dual Path runs' ratio says the whole run takes for that work, less the ``elapsed`` seconds already spent
+    (the scoring pass, the agreement view and the drawing are what is left); ``None`` when nothing is known."""
+    found = estimate_run(handle, DUAL_PATH, Work(steps=float(steps), prompt_tokens=float(prompt_tokens)))
+    return None if found is None else max(0.0, found.seconds - float(elapsed))
+
+
 def observe_dual_path(handle: Any, seconds: float, result: Any) -> None:
     """Record a Dual Path page run's whole wait with the units of work it did (:func:`result_work`)."""
     observe_run(handle, DUAL_PATH, seconds, result_work(result))

@@ -304,3 +304,17 @@ def test_a_real_models_first_estimate_needs_no_earlier_run(tiny_handle) -> None:
     assert found is not None and found.seconds > 0 and found.source == PACE
     assert meter.params(tiny_handle) == parameter_count(tiny_handle) > 0
     assert describe_estimate(found).startswith(("≈", "< 1 s")) and "not measured" not in describe_estimate(found)
+
+
+def test_the_second_estimate_of_a_dual_path_run_is_what_is_left_once_the_answers_are_known(monkeypatch) -> None:
+    from core.engine import estimate as module
+    from core.engine.estimate import Work, dual_path_rest
+
+    meter = _meter()
+    monkeypatch.setattr(module, "METER", meter)
+    assert dual_path_rest("h", 12, 100, 3.0) is None, "nothing measured, no size: no second estimate"
+    meter.observe("h", GENERATED_TOKEN, 1.0, 10)  # 0.1 s per step
+    meter.observe_run("h", DUAL_PATH, 4.0, Work(steps=10))  # 1 s predicted, 4 s taken: ratio 4
+    # a 64-step run: 4 × 6.4 s in all; 20 s spent generating, so about 5.6 s are left (scoring, the agreement view)
+    assert dual_path_rest("h", 64, 0, 20.0) == pytest.approx(4 * 6.4 - 20.0)
+    assert dual_path_rest("h", 64, 0, 60.0) == 0.0, "never negative"
