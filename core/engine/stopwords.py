@@ -49,12 +49,20 @@ BY_LANGUAGE: dict[str, frozenset[str]] = {lang: frozenset(words.split()) for lan
 them: "était" → "etait")."""
 OPENERS = frozenset(
     """sure well certainly great hello hi indeed absolutely okay ok yes no of course bien oui non voici voila alors
-    claro bueno si hola ja nein genau ecco certo sim ola both either neither each every other another""".split()  # noqa: SIM905
+    claro bueno si hola ja nein genau ecco certo sim ola both either neither each every other another bonjour
+    bonsoir salut merci hallo danke buongiorno ciao grazie buenos buenas gracias obrigado obrigada thanks
+    thank""".split()  # noqa: SIM905
 )
-"""Words a chat answer opens a sentence with ("Sure", "Bien") and determiners ("both"): never a name or an
+"""Words a chat answer opens a sentence with ("Sure", "Bien", "Bonjour") and determiners ("both"): never a name
+or an alternative."""
+TITLES = frozenset(
+    """mr mrs ms miss dr sir lord lady dame saint st madame monsieur mademoiselle herr frau senor senora signor
+    signora professor prof king queen prince princess""".split()  # noqa: SIM905
+)
+"""Titles before a name ("Dr", "Sir", "Madame"): part of a name, never a name of their own."""
+ANY_LANGUAGE = ENGLISH | OPENERS | TITLES | frozenset().union(*BY_LANGUAGE.values())
+"""Function words of any listed language, the openers and the titles: what is never a name or a swap
 alternative."""
-ANY_LANGUAGE = ENGLISH | OPENERS | frozenset().union(*BY_LANGUAGE.values())
-"""Function words of any listed language, and the openers: what is never a name or a swap alternative."""
 
 
 def languages_of(text: str) -> list[str]:

@@ -102,6 +102,10 @@ def test_an_alternative_is_of_the_span_s_kind_and_no_near_copy():
     near = banned[:2]
     assert not _fits("Le", "Paris", banned, near) and not _fits("Der", "Lyon", ())  # a function word of a language
     assert not _fits("Dutch", "Rembrandt", ())  # a nationality is not a name
+    # nor is a greeting or a title that opens a sentence ("Bonjour" for "Paris", "Dr" for "Edda Kvarnström")
+    assert (
+        not _fits("Bonjour", "Paris", ()) and not _fits("Madame", "Lyon", ()) and not _fits("Dr", "Edda Kvarnström", ())
+    )
     veltria = ("What is the capital of Veltria?", "The capital of the Republic of Veltria is Marrowgate.")
     assert not _fits("Veltra", "Marrowgate", veltria, veltria)  # one letter from the query's "Veltria"
     assert _fits("Dunmore", "Marrowgate", veltria, veltria)
