@@ -21,6 +21,7 @@ from components.threshold_state import (
     set_active_threshold,
     tau_mode,
 )
+from core.engine.calibration_record import ModelCalibration, record_for
 from core.engine.tau_resolution import tau_in_force
 from core.engine.threshold import (
     DEFAULT_TAU_MODE,
@@ -93,7 +94,7 @@ def draw_calibration_tab(handle: ModelHandle, main_job: EvaluationJob, records: 
         st.error(escape_markdown(str(exc)))
         return
     _draw_report(report, records, alpha, epsilon, settings.score_window)
-    _draw_adoption(handle.info.name, spec.model, report, alpha)
+    _draw_adoption(handle.info.name, spec.model, report, alpha, record_for(handle, settings.template))
 
 
 def _draw_choice(grounded: list[int]) -> tuple[float, float, set[int] | None, float] | None:
@@ -193,10 +194,11 @@ def _draw_report(report: Any, records: list[dict[str, Any]], alpha: float, epsil
         )
 
 
-def _draw_adoption(model: str, job_model: str, report: Any, alpha: float) -> None:
+def _draw_adoption(model: str, job_model: str, report: Any, alpha: float, record: ModelCalibration) -> None:
     """The button that makes this τ the app's (behind an explicit "use anyway" with the reasons when
-    :func:`adoption_problems` finds any), the download, the reset, and which τ is in force now."""
-    current, source = active_threshold(model)
+    :func:`adoption_problems` finds any), the download, the reset, and which τ is in force now (the session's τ,
+    else the one of ``record``, the model's calibration record: the same door a run's τ comes through)."""
+    current, source = active_threshold(model, record)
     problems = adoption_problems(report, alpha)
     confirmed = True
     if problems:
@@ -256,13 +258,15 @@ def draw_length_rates(rows: list[dict[str, Any]], alpha: float, *, key: str) -> 
     st.dataframe(cf.length_rates_frame(rows), hide_index=True, key=f"{key}.table")
 
 
-def draw_length_rates_in_force(records: list[dict[str, Any]], model: str, T: int) -> None:
+def draw_length_rates_in_force(records: list[dict[str, Any]], handle: ModelHandle, template: str, T: int) -> None:
     """The τ in force (both calibrations: its τ(L) and its constant τ) on the scored rows, by answer length.
 
     The τ is the engine's one meaning of "the τ in force" (:func:`core.engine.threshold.tau_in_force`: this
     session's τ, else the model's default) taken whole, so both its calibrations can be compared; the caption
     says which one the session's τ setting applies (:func:`components.threshold_state.tau_mode`)."""
-    full, _ = tau_in_force(model, *session_threshold(model), mode=TAU_LENGTH)
+    model = handle.info.name
+    record = record_for(handle, template)  # the model's default τ: its calibration record's (the one door)
+    full, _ = tau_in_force(model, *session_threshold(model), mode=TAU_LENGTH, calibration=record)
     report = length_report(records, full, T)
     if report is None:
         return

@@ -336,7 +336,9 @@ def draw_results(handle: ModelHandle) -> None:
             st.warning("The scored rows have only one label so far; ROC metrics need both.")
         else:
             et.draw_detectors_tab(main_job, summary, rows)
-            ec.draw_length_rates_in_force(records, handle.info.name, main_job.spec.settings.score_window)
+            ec.draw_length_rates_in_force(
+                records, handle, main_job.spec.settings.template, main_job.spec.settings.score_window
+            )
     with tabs[1]:
         if records:
             et.draw_rows_tab(main_job, rows)
