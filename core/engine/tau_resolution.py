@@ -79,16 +79,14 @@ def default_record(model_name: str, calibration: ModelCalibration | None) -> Mod
 def record_tau(model_name: str, calibration: ModelCalibration | None, mode: str) -> TauInForce:
     """The τ of the model's calibration record (:func:`default_record`) as ``mode`` applies it, or none."""
     record = default_record(model_name, calibration)
-    th = None if record is None else record.tau
+    th = None if record is None or record.tau is None else record.tau.for_mode(mode)  # described as applied
     if th is not None and record is not None and record.origin == BUNDLED:
         return TauInForce(
-            th.for_mode(mode),
-            f"bundled calibration: {describe_mode(th)} over {th.n_clean} clean prompts",
-            ORIGIN_BUNDLED,
+            th, f"bundled calibration: {describe_mode(th)} over {th.n_clean} clean prompts", ORIGIN_BUNDLED
         )
     if th is not None and record is not None and record.origin == CALIBRATE_MODEL:
         return TauInForce(
-            th.for_mode(mode),
+            th,
             f"calibrated for this model by calibrate-model: {describe_mode(th)} over {th.n_clean} read rows",
             ORIGIN_CALIBRATED,
         )

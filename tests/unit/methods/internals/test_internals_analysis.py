@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -106,7 +107,7 @@ def test_analyze_last_layer_lens_is_the_models_own_output(tiny_handle, tiny_resu
 
 
 def test_analysis_input_errors_are_value_errors(tiny_handle, tiny_result):
-    other = type(tiny_result)(**{**tiny_result.__dict__, "model": "another-model"})
+    other = dataclasses.replace(tiny_result, model="another-model")  # its headline is decided again, not copied
     with pytest.raises(ValueError, match="another-model"):
         analyze(tiny_handle, other)
     result = analyze(tiny_handle, tiny_result)
