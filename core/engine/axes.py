@@ -491,10 +491,8 @@ def resolve_jointly(
 
 
 def with_headline(result: DualPathResult, calibration: AxesCalibration | None = None) -> DualPathResult:
-    """``result`` with :attr:`~core.engine.result.DualPathResult.axes` set (in its JSON the headline becomes the
-    top-level ``verdict`` and RePCS' own moves to ``repcs_verdict``): ``result`` itself when it carries its
-    headline and no other ``calibration`` is asked for (the headline is decided once per result), else a copy
-    with the headline decided under ``calibration``."""
+    """``result`` with its headline (``axes``; the JSON's ``verdict``, RePCS' own in ``repcs_verdict``): itself when
+    it has one and no other ``calibration`` is asked for (decided once per result), else a copy decided under it."""
     if calibration is None and result.axes is not None:
         return result
     copy = replace(result)

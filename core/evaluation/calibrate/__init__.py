@@ -12,8 +12,9 @@ a verdict for it. The package is the pipeline's stages, one module each:
 * :mod:`~core.evaluation.calibrate.checkpoints` — the work folder (:class:`Work`): checkpoints read back with every
   damage named, and the lock that refuses a second run of the same folder;
 * :mod:`~core.evaluation.calibrate.stages` — the stage table that drives the run (RADAR, rows, swap tests, the
-  headline's fits — τ and the axes, usable at once — the CRM basis, the detectors' fits, the card), with :mod:`~core.evaluation.calibrate.score` (the rows
-  and swap tests) and :mod:`~core.evaluation.calibrate.progress` (the stage and the whole job's time left);
+  headline's fits — τ and the axes, usable at once — the CRM basis, the detectors' fits, the card), with
+  :mod:`~core.evaluation.calibrate.score` (the rows and swap tests)
+  and :mod:`~core.evaluation.calibrate.progress` (the stage and the whole job's time left);
 * :mod:`~core.evaluation.calibrate.records`, :mod:`~core.evaluation.calibrate.fits`,
   :mod:`~core.evaluation.calibrate.heldout` — what a scored row holds, the fits on the calibration rows, the
   figures on the report rows;

@@ -9,13 +9,13 @@ import pytest
 
 from core.cli.common import threshold_from_args
 from core.engine.scoring import resolve_threshold
+from core.engine.tau_resolution import tau_in_force, threshold_for
 from core.engine.threshold import (
     TAU_LENGTH,
     TAU_PAPER,
     LengthTau,
     Threshold,
 )
-from core.engine.tau_resolution import tau_in_force, threshold_for
 from core.model.loading import EMBEDDED_NAME
 
 
