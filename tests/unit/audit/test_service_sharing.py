@@ -81,7 +81,6 @@ def _singles(live: LiveServer, stop: threading.Event, out: list[tuple[float, int
 
 def test_an_accepted_batch_finishes_while_other_clients_send_single_audits(live):
     """Issue 43 C: 503 "ran past its time budget … nothing stored" at the deadline, under another client's singles."""
-    k = _sized(live, 0.4)
     stop, answers = threading.Event(), [[] for _ in range(SINGLE_CLIENTS)]
     clients = [threading.Thread(target=_singles, args=(live, stop, out), daemon=True) for out in answers]
     for t in clients:
@@ -90,6 +89,10 @@ def test_an_accepted_batch_finishes_while_other_clients_send_single_audits(live)
         deadline = time.monotonic() + 120
         while not all(answers) and time.monotonic() < deadline:  # every client is sending
             time.sleep(0.05)
+        # Sized while the singles run, from the pace the server measures under them: an estimate of 35 % of the
+        # budget leaves the batch room for the machine to run well below that pace (the CI run on record: sized
+        # before the singles started, the estimate had doubled by the time the batch was sent, 8.5 s of 10 s).
+        k = _sized(live, 0.35)
         batch = None
         while k >= 2:
             started = time.monotonic()
