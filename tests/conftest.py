@@ -79,6 +79,34 @@ def tiny_handle():
 
 
 @pytest.fixture(scope="session")
+def bundled_examples_report(embedded_handle):
+    """``evaluate`` (RePCS only) on the ten bundled examples, embedded model, the app's default settings, one torch
+    thread: one batched run read by the test of the examples' expected headlines and by the test that evaluate's
+    headline is the page's (each row's ``verdict`` is the run's two-axis headline, ``axes`` its axes)."""
+    import json
+
+    from core.engine import DualPathSettings
+    from core.evaluation import evaluate_rows
+    from core.evaluation.data import LabeledRow
+    from core.io import asset_path
+
+    examples = json.loads(asset_path("examples", "examples.json").read_text(encoding="utf-8"))
+    rows = [
+        LabeledRow(i + 1, e["query"], e["context"], "memorized" if e["expected"] == "recalled" else "grounded")
+        for i, e in enumerate(examples)
+    ]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        report = evaluate_rows(
+            embedded_handle, rows, DualPathSettings(), detectors=["repcs"], noise_sigmas=(), n_boot=10
+        )
+    finally:
+        torch.set_num_threads(before)
+    return examples, rows, report
+
+
+@pytest.fixture(scope="session")
 def embedded_handle():
     """The embedded SmolLM2-135M-Instruct on the CPU in float32 (converted once to the user cache, then ~0.2 s to
     load). Pinned to CPU fp32 so the stored reference numbers hold on a machine with a GPU too (fp16 on CUDA

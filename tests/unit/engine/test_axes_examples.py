@@ -9,8 +9,6 @@ import json
 
 import pytest
 
-from core.engine import DualPathSettings, ScoreRequest, score_rows
-from core.engine.axes import headline
 from core.engine.verdict import READ, RECALLED
 from core.io import asset_path
 
@@ -32,22 +30,28 @@ earlier calibration left Zorvath Inconclusive). Any new one is kept visible here
 
 
 @pytest.fixture(scope="module")
-def example_headlines(embedded_handle):
-    request = ScoreRequest(settings=DualPathSettings(), free_parametric=True)
-    results = score_rows(embedded_handle, [(e["query"], e["context"]) for e in EXAMPLES], request)
-    return {e["id"]: (e["expected"], headline(res)) for e, res in zip(EXAMPLES, results)}
+def example_headlines(bundled_examples_report):
+    """Each example's expected verdict beside its headline (verdict, reason), read from evaluate's batched run of
+    the ten examples (tests/conftest.py; evaluate's headline is the page's: tests/unit/evaluation/
+    test_evaluate_headline.py)."""
+    examples, rows, report = bundled_examples_report
+    by_row = {r["row"]: r for r in report["rows"]}
+    return {
+        e["id"]: (e["expected"], by_row[row.row]["verdict"], by_row[row.row]["axes"]["reason"])
+        for e, row in zip(examples, rows)
+    }
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_bundled_examples_headline_matches_expected(example_headlines):
-    wrong = {i: (h.verdict, h.reason) for i, (want, h) in example_headlines.items() if h.verdict != want}
+    wrong = {i: (verdict, reason) for i, (want, verdict, reason) in example_headlines.items() if verdict != want}
     assert set(wrong) <= KNOWN_MISMATCH, wrong
-    for _, h in example_headlines.values():  # one computed sentence of why, with numbers of this run
-        assert h.reason and any(ch.isdigit() for ch in h.reason)
+    for _, _, reason in example_headlines.values():  # one computed sentence of why, with numbers of this run
+        assert reason and any(ch.isdigit() for ch in reason)
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_every_bundled_example_matches(example_headlines):
-    assert all(h.verdict == want for want, h in example_headlines.values())
+    assert all(verdict == want for want, verdict, _ in example_headlines.values())

@@ -9,24 +9,15 @@ import pytest
 
 from core.engine import DualPathSettings, run_dual_path
 from core.engine.axes import with_headline
-from core.evaluation import evaluate_rows
-from core.evaluation.data import LabeledRow
-from core.io import asset_path
-
-EXAMPLES = json.loads(asset_path("examples", "examples.json").read_text(encoding="utf-8"))
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
-def test_evaluate_headline_equals_run_json_on_every_bundled_example(embedded_handle):
+def test_evaluate_headline_equals_run_json_on_every_bundled_example(embedded_handle, bundled_examples_report):
+    examples, rows, report = bundled_examples_report  # evaluate's batched run (tests/conftest.py)
     settings = DualPathSettings()
-    rows = [
-        LabeledRow(i + 1, e["query"], e["context"], "memorized" if e["expected"] == "recalled" else "grounded")
-        for i, e in enumerate(EXAMPLES)
-    ]
-    report = evaluate_rows(embedded_handle, rows, settings, detectors=["repcs"], noise_sigmas=(), n_boot=10)
     by_row = {r["row"]: r for r in report["rows"]}
-    for row, example in zip(rows, EXAMPLES):
+    for row, example in zip(rows, examples):
         page = json.loads(with_headline(run_dual_path(embedded_handle, row.query, row.context, settings)).to_json())
         got = by_row[row.row]
         assert got["verdict"] == page["verdict"], (example["id"], got["axes"]["reason"], page["axes"]["reason"])
