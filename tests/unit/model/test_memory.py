@@ -22,7 +22,10 @@ def test_the_threshold_is_fixed_once_and_later_calls_say_the_same(monkeypatch):
     monkeypatch.setattr(memory, "_libc", lambda: Libc())
     assert memory.fix_mmap_threshold() is True
     assert memory.fix_mmap_threshold(1 << 22) is True
-    assert calls == [(memory.M_MMAP_THRESHOLD, memory.MMAP_THRESHOLD_BYTES)]  # once per process
+    assert calls == [  # once per process
+        (memory.M_MMAP_THRESHOLD, memory.MMAP_THRESHOLD_BYTES),
+        (memory.M_TRIM_THRESHOLD, memory.TRIM_THRESHOLD_BYTES),
+    ]
     assert memory.release_freed() is True
 
 

@@ -35,6 +35,22 @@ def test_jsd_zero_for_equal_and_ln2_for_disjoint_distributions():
     assert float(jsd(lp, lp)) == pytest.approx(0.0, abs=1e-7)
 
 
+def test_jsd_in_slices_is_scipys_on_every_row_along_any_dim():
+    """Rows wider than one slice (a 70,000-word vocabulary: 2 rows per 768 KiB slice) and 7 × 3 of them: each row's
+    JSD is scipy's (float64), the sum over the vocabulary untouched by the slicing, ``dim`` honoured."""
+    gen = torch.Generator().manual_seed(1)
+    lp = torch.log_softmax(3 * torch.randn(7, 3, 70_000, generator=gen), -1)
+    lq = torch.log_softmax(3 * torch.randn(7, 3, 70_000, generator=gen), -1)
+    got = jsd(lp, lq)
+    assert got.shape == (7, 3) and got.dtype == torch.float32
+    p, q = lp.double().exp().numpy(), lq.double().exp().numpy()
+    want = np.array([[jensenshannon(p[i, j], q[i, j]) ** 2 for j in range(3)] for i in range(7)])
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(jsd(lp.transpose(1, 2), lq.transpose(1, 2), dim=1).numpy(), got.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="one shape"):
+        jsd(lp, lq[:, :2])
+
+
 def test_cosine_matches_numpy_and_is_zero_for_a_zero_vector():
     rng = np.random.default_rng(1)
     a, b = rng.normal(size=(4, 7)), rng.normal(size=(4, 7))
