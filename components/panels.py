@@ -15,7 +15,7 @@ from core.engine.axes import Axis, Headline, with_headline
 from core.engine.result import DualPathResult, result_digest
 from core.engine.swap import SwapTest, with_swap_test
 from core.engine.threshold import TAU_LENGTH
-from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, display, normalize_verdict
+from core.engine.verdict import INCONCLUSIVE, READ, RECALLED, display, normalize_verdict, repcs_question
 from figures import base as figures
 
 RESULT_FILE_NAME = "read_or_recall_result.json"
@@ -178,6 +178,9 @@ def draw_verdict(result: DualPathResult) -> None:
             f"**{words}** — no threshold τ is available for this model, so Z is shown without a verdict. "
             "Calibrate τ on clean (context-dependent) prompts to get one."
         )
+    question = repcs_question(result.repcs_verdict, result.verdict)  # never side by side with the headline unexplained
+    if question is not None:
+        st.caption(escape_markdown(question))
     st.caption("τ source: " + escape_markdown(result.threshold_source))
     if result.tau_band is not None and verdict in (RECALLED, READ):
         st.caption(escape_markdown(result.repcs_verdict_reason))  # τ(L) at this answer's length and its band

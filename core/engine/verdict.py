@@ -169,3 +169,23 @@ def decide(z: float, n_scored: int, threshold: Threshold | None) -> Decision:
         mode,
         L,
     )
+
+
+def repcs_question(repcs: str | None, headline: str | None) -> str | None:
+    """What RePCS' own verdict answers, said where it decides and disagrees with the headline (``None`` otherwise).
+
+    RePCS (Z against τ) asks whether the answer's distribution as a whole moved with the context: Z sums the
+    per-token KL over the first T answer tokens. The headline asks whether the words that answer the question came
+    from the context (axis 1 at the answer span, axis 2 for what the model knows without it, a decided swap test).
+    An answer can read its one fact from a context that barely moves the rest of its tokens (a low Z, RePCS says
+    *recalled*), or copy a context's wording around a remembered fact (a high Z, RePCS says *read*)."""
+    ours, theirs = normalize_verdict(headline), normalize_verdict(repcs)
+    if theirs not in (READ, RECALLED) or ours == theirs:
+        return None
+    shift = "barely moved" if theirs == RECALLED else "moved"
+    return (
+        f"RePCS asks another question than the headline: whether the context moved the answer's distribution as a "
+        f"whole (Z, the per-token KL summed over the first tokens); here it {shift}, so RePCS says "
+        f"“{display(theirs)}”. The headline reads the words that answer the question (“{display(ours)}”): where the "
+        "two differ, the headline is the verdict."
+    )

@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.evaluation.constructions import AGREEING
 from core.io import atomic_write_json, atomic_write_text
 from core.model import calibration_store
 from core.model.handle import ModelHandle
@@ -42,14 +43,23 @@ UNCALIBRATED = "none"
 
 
 def _counts(records: list[RowRecord], split: str) -> dict[str, int]:
+    """A split's rows by behavior, and how each was labeled: ``by_text`` (conflict, on-topic and invented rows: the
+    answer names the context's object or the remembered one), ``by_swap`` (context and memory agree: a swap test
+    that decided); undecided as ``named_neither`` (the text names neither object, or both) and ``swap_undecided``
+    (the swap test did not decide, could not run, or was not run)."""
     rows = [r for r in records if r.row.split == split]
     labels = [r.label for r in rows]
+    agreeing = [r.row.relation == AGREEING for r in rows]
     return {
         "rows": len(rows),
         "read": labels.count("read"),
         "recalled": labels.count("recalled"),
         "undecided": labels.count(None),
         "agreeing_swapped": sum(r.swap is not None for r in rows),
+        "by_text": sum(lab is not None and not a for lab, a in zip(labels, agreeing)),
+        "by_swap": sum(lab is not None and a for lab, a in zip(labels, agreeing)),
+        "named_neither": sum(lab is None and not a for lab, a in zip(labels, agreeing)),
+        "swap_undecided": sum(lab is None and a for lab, a in zip(labels, agreeing)),
     }
 
 
@@ -181,6 +191,14 @@ def card_text(card: dict[str, Any]) -> str:
             f"Behavior ({split}): {c['read']} read, {c['recalled']} recalled, {c['undecided']} undecided "
             f"({c['agreeing_swapped']} agreeing rows swap-tested)"
         )
+        if "by_text" in c:  # a card written before the labels' sources were counted has none
+            labeled = c["by_text"] + c["by_swap"]
+            lines.append(
+                f"  labeled {labeled} of {c['rows']} ({_pct(labeled / c['rows'] if c['rows'] else None)}): "
+                f"{c['by_text']} by what the answer names, {c['by_swap']} by a swap test; undecided: "
+                f"{c['named_neither']} name neither object (or both), {c['swap_undecided']} whose swap test did not "
+                "decide"
+            )
     held = card.get("held_out") or {}
     figures = held.get("headline") or {}
     lines.append(f"Held out ({held.get('rows', 0)} report rows, never fitted on), against behavior:")

@@ -144,6 +144,13 @@ def test_calibrate_model_writes_every_artifact_and_its_card(calibrated):
     assert statuses["crm-basis"] in ("computed", "kept") and statuses["radar"] in ("computed", "kept")
     assert card["budget"]["knownness"] == {"unknown": 1}  # the ROME fact the tiny model cannot name
     assert card["rows"]["calibration"]["rows"] == 12 and card["rows"]["report"]["rows"] == 12
+    for split in ("calibration", "report"):  # how each row was labeled: 6 conflict rows by text, 6 agreeing by swap
+        c = card["rows"][split]
+        assert (c["by_text"], c["by_swap"], c["named_neither"], c["swap_undecided"]) == (6, 6, 0, 0), c
+    assert (
+        "labeled 12 of 12 (100 %): 6 by what the answer names, 6 by a swap test"
+        in (tmp / "run" / "card.txt").read_text()
+    )
     assert card["held_out"]["rows"] == 12 and card["held_out"]["headline"]["headline"]["n"] == 12
     assert (tmp / "run" / "card.json").is_file() and "Held out" in (tmp / "run" / "card.txt").read_text()
     assert "quick calibration scored 24 rows" in card["worth"]  # fewer rows than the default: wider intervals
