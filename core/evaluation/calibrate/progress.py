@@ -71,8 +71,8 @@ class Tracker:
         if later is not None:
             left += later
         cap = self.budget.time_cap
-        if cap is not None:  # the time cap ends the rows; the stages after them are reserved within it
-            left = min(left, max(0.0, cap * 60 - self.elapsed()))
+        if cap is not None and self.stage == "rows":  # the time cap ends the rows; the stages after them run to
+            left = min(left, max(0.0, cap * 60 - self.elapsed()))  # their end (never "0 s left" past the cap)
         return left, later is not None
 
     def report(self, done: int, text: str = "") -> None:

@@ -198,7 +198,6 @@ def rows_stage(run: Run) -> float:
     known_log: dict[str, int] = {}
     chosen = 0
     pending: list[ValidationRow] = []
-    swap_pace = tracker.pace.get("rows", 0.0) * SWAP_COST
     tracker.begin("rows", cap if budget.minutes is None else max(cap, len(records)))
     if budget.minutes is not None:
         tracker.total = len(records) + 1
@@ -214,7 +213,8 @@ def rows_stage(run: Run) -> float:
         while len(pending) >= batch_size:
             check_cancelled()
             agreeing = sum(r.row.relation == AGREEING for r in records.values() if r.swap is None)
-            reserve = FIT_RESERVE_S + agreeing * swap_pace + run.crm_seconds()
+            swap_pace = tracker.pace.get("swap") or tracker.pace.get("rows", 0.0) * SWAP_COST  # at today's pace:
+            reserve = FIT_RESERVE_S + agreeing * swap_pace + run.crm_seconds()  # a fresh run has none at the start
             if run.over_deadline(tracker.pace.get("rows", 0.0) * batch_size + reserve):
                 stopped = "the minutes budget" if budget.minutes is not None else "the default's time cap"
                 break

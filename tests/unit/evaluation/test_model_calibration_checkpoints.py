@@ -217,6 +217,10 @@ def test_progress_says_the_stage_and_the_whole_job_s_time_left():
     capped.later, capped.elapsed = (lambda: 600.0), (lambda: 40.0)
     capped.begin("rows", 40)
     assert said[-1][2] == "rows 0/40 · about 80 s left in all"  # within the budget's 2 minutes
+    work.state["pace"]["swap"] = 20.0  # past the cap, a later stage still says its own time (was "about 0 s")
+    capped.later, capped.elapsed = (lambda: 60.0), (lambda: 150.0)
+    capped.begin("swap", 10)
+    assert said[-1][2] == "swap 0/10 · about 4 min left in all"  # 10 × 20 s + 60 s
 
 
 def test_ctrl_c_on_the_command_line_says_what_was_kept(tiny_handle, monkeypatch, capsys):
