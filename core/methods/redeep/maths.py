@@ -38,7 +38,8 @@ def jsd(logp: torch.Tensor, logq: torch.Tensor, dim: int = -1) -> torch.Tensor:
     lp, lq = lp.movedim(dim, -1), lq.movedim(dim, -1)
     lead, width = lp.shape[:-1], lp.shape[-1]
     flat_p, flat_q = lp.reshape(-1, width), lq.reshape(-1, width)
-    rows = max(1, JSD_SLICE_BYTES // max(1, 4 * width))  # each temporary below glibc's mmap threshold
+    # on the CPU each temporary below glibc's mmap threshold; elsewhere (a GPU) one pass, no sync per slice
+    rows = max(1, JSD_SLICE_BYTES // max(1, 4 * width)) if lp.device.type == "cpu" else max(1, flat_p.shape[0])
     parts = [_jsd_rows(flat_p[i : i + rows], flat_q[i : i + rows]) for i in range(0, flat_p.shape[0], rows)]
     out = torch.cat(parts) if parts else flat_p.new_zeros(0)
     return out.reshape(lead)
