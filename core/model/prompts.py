@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,13 +116,40 @@ SPECIAL_BREAK = "\u2060"
 user text, so the tokenizer no longer matches it as one control token."""
 
 
+_SPECIALS: weakref.WeakKeyDictionary[Any, tuple[int, tuple[str, ...], re.Pattern[str] | None]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per tokenizer: its size when last read, its control-token strings and their pattern (Gemma 3's tokenizer has
+thousands of added tokens: reading them took 74 ms a prompt, 9 s of every four calibration rows)."""
+
+
+def _specials(tokenizer: Any) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """:func:`special_token_strings` and their pattern, kept per tokenizer until its size changes."""
+    try:
+        size = len(tokenizer)
+        kept = _SPECIALS.get(tokenizer)
+    except TypeError:  # a tokenizer without a length or that cannot be weakly referenced: read every time
+        size, kept = -1, None
+    if kept is not None and kept[0] == size:
+        return kept[1], kept[2]
+    strings = _read_special_token_strings(tokenizer)
+    pattern = re.compile("|".join(re.escape(t) for t in strings)) if strings else None
+    if size >= 0:
+        _SPECIALS[tokenizer] = (size, strings, pattern)
+    return strings, pattern
+
+
 def special_token_strings(tokenizer: Any) -> tuple[str, ...]:
     """Every string the tokenizer would encode as a control token, longest first.
 
     The tokenizer's special tokens, its added tokens marked special, and added tokens written like markup
     (``<…>`` or ``[…]``, e.g. ``<think>``) even when not marked special; single characters and whitespace-only
-    tokens are left out (they are ordinary text).
+    tokens are left out (they are ordinary text). Kept per tokenizer until its vocabulary's size changes.
     """
+    return _specials(tokenizer)[0]
+
+
+def _read_special_token_strings(tokenizer: Any) -> tuple[str, ...]:
     found: set[str] = set(getattr(tokenizer, "all_special_tokens", None) or [])
     for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
         content = getattr(token, "content", str(token))
@@ -141,10 +169,9 @@ def neutralize_special_tokens(text: str, tokenizer: Any) -> tuple[str, list[str]
     Returns:
         The neutralized text and the token strings found, in order of appearance (empty when none).
     """
-    specials = special_token_strings(tokenizer)
-    if not text or not specials:
+    _, pattern = _specials(tokenizer)
+    if not text or pattern is None:
         return text, []
-    pattern = re.compile("|".join(re.escape(t) for t in specials))
     found: list[str] = []
 
     def breaks(match: re.Match[str]) -> str:

@@ -33,9 +33,13 @@ SWAP_COST = 0.9
 generation, and their completion steps (the embedded model's default run: 7.3 s a swap test against 8.6 s a row at
 the end of the run, 0.85; with one alternative it was 0.7, and the default run overran its time cap by the
 difference)."""
-CRM_COST = 0.35
+CRM_COST = 0.85
 """A CRM calibration prompt's cost in scored rows (two forwards over the prompt pair and the logit lens), before it
-is measured: 9.8 s against 29 s a row on Gemma 3 270M (docs/calibration.md)."""
+is measured: 9.8 s against 11.5 s a row on Gemma 3 270M once a row no longer computes ReDeEP's PKS
+(docs/calibration.md); the CRM basis' stage starts only where its estimate fits in the time cap."""
+PKS_COST = 1.0
+"""A row's ReDeEP PKS (``redeep-pks``: a traced forward and two logit lenses per layer) in scored rows, before it is
+measured: about 0.5 on the embedded model's 49k-token vocabulary, 2 on Gemma 3's 262k."""
 MAX_BATCH_ROWS = 8
 """The most rows per batch (:func:`batch_size_for`)."""
 BATCH_LOGITS_BYTES = 768 << 20

@@ -41,8 +41,9 @@ SCORED = "scored.jsonl"
 SWAPS = "swap.jsonl"
 KNOWN = "known_answers.json"
 CRM_SCORES = "crm.jsonl"
+PKS_SCORES = "pks.jsonl"
 LOCK = ".lock"
-CHECKPOINTS = (STATE, SCORED, SWAPS, KNOWN, CRM_SCORES)
+CHECKPOINTS = (STATE, SCORED, SWAPS, KNOWN, CRM_SCORES, PKS_SCORES)
 RESTART = "run the same command again with --restart to start over (what was scored is lost)"
 STATE_FIELDS: dict[str, tuple[type, ...]] = {
     "identity": (dict,),
@@ -58,7 +59,14 @@ STATE_FIELDS: dict[str, tuple[type, ...]] = {
 }
 """The fields of ``state.json`` and the JSON types each may hold."""
 _PARSE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
-_AGAIN = {"rows": "their rows are scored", "swap": "those swap tests are run", "crm-basis": "their CRM scores are read"}
+_AGAIN = {
+    "rows": "their rows are scored",
+    "swap": "those swap tests are run",
+    "crm-basis": "their CRM scores are read",
+    "redeep-pks": "their PKS is computed",
+}
+_LATE = ("crm-basis", "redeep-pks")
+"""Stages that always compute what is missing from their checkpoint: a damaged line reopens nothing."""
 
 
 class DamagedCheckpoint(ValueError):
@@ -182,7 +190,12 @@ class Work:
     def _verify(self) -> None:
         """Skip the damaged lines of ``scored.jsonl`` / ``swap.jsonl`` (rewriting each without them) and reopen the
         stage that wrote them; a state whose rows stage is done over no scored row reopens it too."""
-        checked = ((SCORED, "rows", _parse_record), (SWAPS, "swap", _parse_swap), (CRM_SCORES, "crm-basis", _parse_crm))
+        checked = (
+            (SCORED, "rows", _parse_record),
+            (SWAPS, "swap", _parse_swap),
+            (CRM_SCORES, "crm-basis", _parse_crm),
+            (PKS_SCORES, "redeep-pks", _parse_pks),
+        )
         for name, stage, parse in checked:
             good, bad = _read_lines(self.folder / name, parse)
             if bad:
@@ -203,8 +216,8 @@ class Work:
     def _notice(self, text: str, stage: str) -> None:
         logger.warning("%s", text)
         self.notices.append(text)
-        if stage == "crm-basis":
-            return  # the CRM stage always reads the missing scores again
+        if stage in _LATE:
+            return  # a late stage always reads what is missing again
         if self.reopen_from is None or stage == "rows":
             self.reopen_from = stage
 
@@ -235,14 +248,22 @@ class Work:
         """The CRM scores read later for rows scored before the CRM basis existed (``crm.jsonl``), by row key."""
         return {entry["key"]: entry for _, entry in _read_lines(self.folder / CRM_SCORES, _parse_crm)[0]}
 
+    def pks_scores(self) -> dict[str, dict[str, Any]]:
+        """ReDeEP's every-layer PKS computed after the rows were scored (``pks.jsonl``), by row key."""
+        return {entry["key"]: entry for _, entry in _read_lines(self.folder / PKS_SCORES, _parse_pks)[0]}
+
     def records(self) -> dict[str, RowRecord]:
-        """Every scored row with its swap test and the CRM scores read for it later."""
-        swaps, late = self.swaps(), self.crm_scores()
+        """Every scored row with its swap test, and the CRM scores and PKS computed for it later."""
+        swaps, late, pks = self.swaps(), self.crm_scores(), self.pks_scores()
         out: dict[str, RowRecord] = {}
         for _, record in _read_lines(self.folder / SCORED, _parse_record)[0]:
             record.swap = swaps.get(record.key)
             if record.key in late:
                 merge_crm(record, late[record.key])
+            if record.key in pks:
+                record.pks = pks[record.key]["pks"]
+                if pks[record.key]["error"]:
+                    record.errors["redeep_pks"] = pks[record.key]["error"]
             out[record.key] = record
         return out
 
@@ -282,6 +303,17 @@ def merge_crm(record: RowRecord, entry: dict[str, Any]) -> None:
     record.scores.update(entry["scores"])
     record.combined.update(entry["combined"])
     record.errors.update(entry["errors"])
+
+
+def _parse_pks(data: Any) -> dict[str, Any]:
+    if not isinstance(data.get("key"), str):
+        raise ValueError("no row key")
+    pks, error = data.get("pks"), data.get("error")
+    if pks is not None and not (isinstance(pks, list) and all(isinstance(v, int | float) for v in pks)):
+        raise ValueError("'pks' is not a list of numbers")
+    if (pks is None) == (error is None) or not (error is None or isinstance(error, str)):
+        raise ValueError("a PKS line holds either 'pks' or an 'error' string")
+    return data
 
 
 def _parse_swap(data: Any) -> tuple[str, SwapTest]:

@@ -94,6 +94,12 @@ def every_layer(n_layers: int) -> Any:
     return SimpleNamespace(k_percent=DEFAULT_K_PERCENT, layers=list(range(n_layers)))
 
 
+def ecs_only() -> Any:
+    """The same at no layer: ECS of every head from the row's shared pass, no PKS (its every-layer logit lens is the
+    costly part: the ``redeep-pks`` stage computes it after the headline's fits, :func:`.score.read_pks`)."""
+    return SimpleNamespace(k_percent=DEFAULT_K_PERCENT, layers=[])
+
+
 def redeep_table(records: Sequence[RowRecord]) -> tuple[CalibrationTable, list[RowRecord]]:
     """ReDeEP's calibration table of the labeled records with ECS and PKS, and those records."""
     usable = [r for r in records if r.ecs is not None and r.pks is not None and r.label is not None]

@@ -53,7 +53,7 @@ def _out_folder(out: str | Path | None) -> Path | None:
 def kept(run: Run) -> str:
     """What a stopped run kept, in words: rows scored, swap tests, the artifacts written."""
     what = [f"{run.counts['scored']} rows scored", f"{run.counts['swapped']} swap tests"]
-    written = [stage for stage in ("crm-basis", "radar") if stage in run.notes]
+    written = [s for s in ("crm-basis", "radar", "redeep-pks") if run.notes.get(s, "").startswith(("computed", "kept"))]
     written += [ARTIFACT_NAMES[name] for name in ARTIFACT_NAMES if name in run.paths]
     artifacts = ", ".join(written) if written else "no artifact yet"
     return (

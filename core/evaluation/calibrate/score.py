@@ -5,7 +5,7 @@ of the rows whose context agrees with memory. Each batch is appended to the work
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,16 +23,16 @@ from core.engine.matching import find_spans
 from core.engine.prepare import prepare_prompts
 from core.engine.swap import run_swap_tests
 from core.evaluation.calibrate.budget import FIT_RESERVE_S, SWAP_COST
-from core.evaluation.calibrate.checkpoints import CRM_SCORES, KNOWN, SCORED, SWAPS, Work
-from core.evaluation.calibrate.fits import every_layer
+from core.evaluation.calibrate.checkpoints import CRM_SCORES, KNOWN, PKS_SCORES, SCORED, SWAPS, Work
+from core.evaluation.calibrate.fits import ecs_only
 from core.evaluation.calibrate.records import LATE_FEATURES, LIVE_EXCLUDED, RowRecord
 from core.evaluation.calibrate.rows import SEED, Unit
 from core.evaluation.conflict import AnswerCache, BuildOptions, generate_answers
-from core.evaluation.constructions import AGREEING, ValidationRow
+from core.evaluation.constructions import AGREEING, CALIBRATION, ValidationRow
 from core.evaluation.headline_fit import row_key
 from core.methods.crm import load_basis
 from core.methods.crm.store import CRM_BASIS
-from core.methods.redeep import row_means
+from core.methods.redeep import DEFAULT_K_PERCENT, redeep_trace, row_means
 from core.model.handle import ModelHandle, check_cancelled
 from core.model.memory import release_freed
 
@@ -82,15 +82,16 @@ def fits_budget(handle: ModelHandle, row: ValidationRow, settings: DualPathSetti
     return True
 
 
-def _features(rec: RowRecord, inp: DetectorInput, n_layers: int, T: int) -> None:
-    """The fitted detectors' per-row features of one row into ``rec`` (a refusal noted in ``rec.errors``)."""
+def _features(rec: RowRecord, inp: DetectorInput, T: int) -> None:
+    """The fitted detectors' per-row features of one row into ``rec`` (a refusal noted in ``rec.errors``); ReDeEP's
+    PKS later (:func:`read_pks`)."""
     try:
         rec.lookback = [float(v) for v in lookback_features(inp)]
     except ValueError as exc:
         rec.errors["lookback_features"] = str(exc)
     try:
-        ecs, pks = row_means(redeep_trace_for(inp, every_layer(n_layers)))
-        rec.ecs, rec.pks = ecs.tolist(), None if pks is None else pks.tolist()
+        ecs, _ = row_means(redeep_trace_for(inp, ecs_only()))
+        rec.ecs = ecs.tolist()
     except ValueError as exc:
         rec.errors["redeep_features"] = str(exc)
     for name in FEATURES:
@@ -125,7 +126,7 @@ def score_rows(
             except Exception as exc:  # noqa: BLE001 - one detector failing on one row must not lose the run
                 rec.scores[d.name] = None
                 rec.errors[d.name] = f"{type(exc).__name__}: {exc}"
-        _features(rec, inp, handle.info.n_layers, settings.score_window)
+        _features(rec, inp, settings.score_window)
         if basis is None:  # the CRM scores are read from it once the basis exists (read_crm_scores)
             try:
                 rec.crm_displacement = np.asarray(displacement_for(inp), dtype=np.float32).tolist()
@@ -170,6 +171,36 @@ def read_crm_scores(run: Run) -> int:
     return len(todo)
 
 
+def _pks_entry(run: Run, record: RowRecord) -> dict[str, Any]:
+    try:
+        _, pks = row_means(redeep_trace(run.handle, record.result, DEFAULT_K_PERCENT))
+    except ValueError as exc:
+        return {"key": record.key, "pks": None, "error": str(exc)}
+    if pks is None or not np.all(np.isfinite(pks)):
+        refusal = "this model's PKS is refused (see ReDeEP's page)" if pks is None else "a layer's PKS is not finite"
+        return {"key": record.key, "pks": None, "error": refusal}
+    return {"key": record.key, "pks": pks.tolist(), "error": None}
+
+
+def read_pks(run: Run, stop: Callable[[float], bool]) -> tuple[int, int]:
+    """ReDeEP's every-layer PKS (its mean over the answer, per layer) of the scored rows that have none yet, each
+    from a traced forward of its stored run, appended to ``pks.jsonl`` row by row — calibration rows first (ReDeEP's
+    choice is fitted on them) — until ``stop(seconds the next row needs)``; returns (rows done now, rows left)."""
+    late = run.work.pks_scores()
+    todo = [r for r in run.work.records().values() if r.pks is None and r.ecs is not None and r.key not in late]
+    todo.sort(key=lambda r: r.row.split != CALIBRATION)
+    run.tracker.begin("redeep-pks", len(todo))
+    for n, record in enumerate(todo):
+        check_cancelled()
+        if stop(run.tracker.pace.get("redeep-pks", 0.0)):
+            return n, len(todo) - n
+        t0 = time.monotonic()
+        run.work.append(PKS_SCORES, [_pks_entry(run, record)])
+        run.tracker.measured("redeep-pks", time.monotonic() - t0, 1)
+        run.tracker.report(n + 1)
+    return len(todo), 0
+
+
 def _flush(run: Run, records: dict[str, RowRecord], batch: list[ValidationRow]) -> None:
     """Score one batch and append it to ``scored.jsonl``."""
     t0 = time.monotonic()
@@ -186,6 +217,16 @@ def _flush(run: Run, records: dict[str, RowRecord], batch: list[ValidationRow]) 
     run.tracker.total = max(cap, len(records)) if run.budget.minutes is None else len(records) + run.batch_size
     run.tracker.report(len(records))
     release_freed()  # the batch's blocks back to the system before the next batch
+
+
+def rows_reserve(run: Run, records: dict[str, RowRecord]) -> float:
+    """The seconds the headline's stages after the rows need, taken at every batch from the pace measured by then:
+    the swap tests of the agreeing rows scored so far (at the swap pace, else :data:`SWAP_COST` rows each — a fresh
+    run has measured no swap test yet) and the fits. The detectors' later stages (the CRM basis, ReDeEP's PKS) are
+    not reserved for: they take the time the cap has left, and what it does not leave stays pending."""
+    agreeing = sum(r.row.relation == AGREEING for r in records.values() if r.swap is None)
+    swap_pace = run.tracker.pace.get("swap") or run.tracker.pace.get("rows", 0.0) * SWAP_COST
+    return FIT_RESERVE_S + agreeing * swap_pace
 
 
 def rows_stage(run: Run) -> float:
@@ -212,10 +253,7 @@ def rows_stage(run: Run) -> float:
         pending += [r for r in fitting if row_key(r) not in records]
         while len(pending) >= batch_size:
             check_cancelled()
-            agreeing = sum(r.row.relation == AGREEING for r in records.values() if r.swap is None)
-            swap_pace = tracker.pace.get("swap") or tracker.pace.get("rows", 0.0) * SWAP_COST  # at today's pace:
-            reserve = FIT_RESERVE_S + agreeing * swap_pace + run.crm_seconds()  # a fresh run has none at the start
-            if run.over_deadline(tracker.pace.get("rows", 0.0) * batch_size + reserve):
+            if run.over_deadline(tracker.pace.get("rows", 0.0) * batch_size + rows_reserve(run, records)):
                 stopped = "the minutes budget" if budget.minutes is not None else "the default's time cap"
                 break
             batch, pending = pending[:batch_size], pending[batch_size:]

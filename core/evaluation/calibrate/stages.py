@@ -9,7 +9,12 @@ detector, the per-detector thresholds) and ``card`` writes the final card.
 
 The CRM basis (18 minutes on Gemma 3 270M) comes after the headline's artifacts: rows scored before it exists keep
 their CRM displacement, and ``crm-basis`` reads their CRM scores (and the combined detector's ``crm_lts``) from it
-once the basis is computed — the same numbers as scoring them with the basis. RADAR's assets (under a minute) still
+once the basis is computed — the same numbers as scoring them with the basis. ReDeEP's every-layer PKS (two thirds
+of a row's scoring on Gemma's 262k-token vocabulary) is computed after it too (``redeep-pks``, one traced forward
+per stored run). A time cap is spent on the headline first: the rows stop early enough for the swap tests and the
+fits, and these two later stages take what the cap leaves — what it does not is *pending* on the card, finished by
+running the same command again (whose time cap then counts for them from its own start: :attr:`Run.late_from`).
+RADAR's assets (under a minute) still
 come first: with them, a row's context statistics and RADAR's trace come from one shared forward, so the rows'
 ``ppl`` / ``min_k`` scores and their RADAR score need them at scoring time.
 """
@@ -27,15 +32,15 @@ from typing import Any
 
 from core.engine import DualPathSettings
 from core.engine.axes_calibration import bundled_axes
-from core.evaluation.calibrate.budget import CRM_COST, FIT_RESERVE_S, SWAP_COST, Budget
+from core.evaluation.calibrate.budget import CRM_COST, FIT_RESERVE_S, PKS_COST, SWAP_COST, Budget
 from core.evaluation.calibrate.checkpoints import Work
 from core.evaluation.calibrate.fits import fit_detectors, fit_headline
 from core.evaluation.calibrate.heldout import held_out
-from core.evaluation.calibrate.progress import Tracker
+from core.evaluation.calibrate.progress import Tracker, duration
 from core.evaluation.calibrate.records import Fitted, ModelIdentity, RowRecord
 from core.evaluation.calibrate.rows import Unit
 from core.evaluation.calibrate.save import DETECTOR_FITS, HEADLINE_FITS, describe, save_card, save_fitted
-from core.evaluation.calibrate.score import read_crm_scores, rows_stage, swap_stage
+from core.evaluation.calibrate.score import read_crm_scores, read_pks, rows_stage, swap_stage
 from core.evaluation.constructions import AGREEING, CALIBRATION
 from core.evaluation.model_card import build_card
 from core.methods.crm import compute_basis, load_basis
@@ -70,6 +75,9 @@ class Run:
     fitted: Fitted = field(default_factory=Fitted)
     paths: dict[str, str] = field(default_factory=dict)
     card: dict[str, Any] | None = None
+    late_from: float = 0.0
+    """The run's seconds when this invocation began, where the headline had been fitted before it (a second
+    invocation that finishes the later stages: the time cap counts for them from here); else 0."""
 
     def crm_seconds(self) -> float:
         """The CRM basis' seconds still to come: none once it exists, else its prompts at the measured pace (or
@@ -84,6 +92,11 @@ class Run:
     def over_deadline(self, needed_s: float) -> bool:
         cap = self.budget.time_cap
         return cap is not None and self.elapsed() + needed_s > cap * 60
+
+    def over_late_deadline(self, needed_s: float) -> bool:
+        """:meth:`over_deadline` for the detectors' later stages, whose time cap a second invocation renews."""
+        cap = self.budget.time_cap
+        return cap is not None and self.elapsed() - self.late_from + needed_s > cap * 60
 
     def count(self, records: dict[str, RowRecord]) -> None:
         """Keep :attr:`counts` (rows scored, agreeing, swap-tested) for the estimates."""
@@ -120,6 +133,8 @@ def crm_stage(run: Run) -> float | None:
     t0 = time.monotonic()
     basis = load_basis(run.handle, run.template)
     note = "kept: a current CRM basis exists"
+    if basis is None and run.over_late_deadline(run.crm_seconds()):
+        return _pending(run, "crm-basis", f"its {duration(run.crm_seconds())} do not fit in the time cap")
     if basis is None:
 
         def on(done: int, total: int, _text: str = "") -> None:
@@ -134,6 +149,24 @@ def crm_stage(run: Run) -> float | None:
     if read_crm_scores(run):  # the rows scored before the basis existed
         run.records = list(run.work.records().values())
     return _first_note(run, "crm-basis", note, t0)
+
+
+def pks_stage(run: Run) -> float | None:
+    """ReDeEP's every-layer PKS of the scored rows (for ReDeEP's choice), while the time cap leaves time."""
+    t0 = time.monotonic()
+    done, left = read_pks(run, run.over_late_deadline)
+    run.records = list(run.work.records().values())
+    if left:
+        return _pending(run, "redeep-pks", f"PKS of {left} rows left: the time cap ended it ({done} computed now)")
+    with_pks = sum(r.pks is not None for r in run.records)
+    return _first_note(run, "redeep-pks", f"computed: every layer's PKS of {with_pks} rows", t0)
+
+
+def _pending(run: Run, stage: str, why: str) -> None:
+    """A later stage the time cap leaves for another invocation: noted on the card, not marked done."""
+    run.notes[stage] = f"pending: {why}; run the same command again to finish it"
+    run.work.state["notes"] = run.notes
+    return None
 
 
 def radar_stage(run: Run) -> float | None:
@@ -213,10 +246,12 @@ def artifacts_of(run: Run, pending: tuple[str, ...]) -> dict[str, dict[str, Any]
     for stage, path in (
         ("crm-basis", cache_basis_path(run.handle, run.template)),
         ("radar", feature_cache_path(run.handle)),
+        ("redeep-pks", None),
     ):
         note = run.notes.get(stage)
         if note is not None:
-            out[stage] = {"path": str(path), "status": note.split(":")[0], "note": note}
+            status = note.split(":")[0]
+            out[stage] = {"path": str(path) if path and status != "pending" else None, "status": status, "note": note}
         else:
             out[stage] = {"path": None, "status": "pending", "note": "a later stage of this run makes it"}
     return {**out, **describe(run.handle, run.fitted, run.paths, pending)}
@@ -253,6 +288,18 @@ def _rows_left(run: Run) -> float | None:
     seconds = max(0, run.budget.row_cap - run.counts["scored"]) * pace
     cap = run.budget.time_cap
     return seconds if cap is None else min(seconds, max(0.0, cap * 60 - run.elapsed() - FIT_RESERVE_S))
+
+
+def _pks_left(run: Run) -> float | None:
+    if run.work.done("redeep-pks"):
+        return 0.0
+    pace = run.tracker.pace.get("redeep-pks") or PKS_COST * run.tracker.pace.get("rows", 0.0)
+    if not pace:
+        return None
+    rows = run.counts["scored"] if run.work.done("rows") else max(run.budget.row_cap, run.counts["scored"])
+    seconds = max(0, rows - len(run.work.pks_scores())) * pace
+    cap = run.budget.time_cap
+    return seconds if cap is None else min(seconds, max(0.0, cap * 60 - run.elapsed() + run.late_from))
 
 
 def _swaps_left(run: Run) -> float | None:
@@ -293,6 +340,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("swap", swap_stage, True, _swaps_left),
     Stage("headline", headline_stage, False, _fixed("headline", FIT_RESERVE_S / 4), HEADLINE_FITS),
     Stage("crm-basis", crm_stage, False, lambda run: run.crm_seconds()),
+    Stage("redeep-pks", pks_stage, False, _pks_left),
     Stage("detectors", detectors_stage, False, _fixed("detectors", FIT_RESERVE_S / 2), DETECTOR_FITS),
     Stage("card", card_stage, False, _fixed("card", FIT_RESERVE_S / 4)),
 )
@@ -320,6 +368,7 @@ def _later(run: Run, index: int) -> Callable[[], float | None]:
 
 def run_stages(run: Run) -> None:
     """Every stage of :data:`STAGES` in order, each marked done in the work state as it ends."""
+    run.late_from = run.elapsed() if run.work.done("headline") else 0.0
     for index, stage in enumerate(STAGES):
         if stage.skip_when_done and run.work.done(stage.name):
             continue

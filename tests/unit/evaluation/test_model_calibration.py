@@ -142,6 +142,10 @@ def test_calibrate_model_writes_every_artifact_and_its_card(calibrated):
         assert statuses[name] == "fitted", (name, card["artifacts"][name])
         assert Path(card["artifacts"][name]["path"]).is_file()
     assert statuses["crm-basis"] in ("computed", "kept") and statuses["radar"] in ("computed", "kept")
+    # ReDeEP's every-layer PKS: not while the rows are scored, but after the headline's fits, one line per row
+    assert statuses["redeep-pks"] == "computed" and "of 24 rows" in card["artifacts"]["redeep-pks"]["note"]
+    pks = [json.loads(line) for line in (tmp / "run" / "work" / "pks.jsonl").read_text().splitlines()]
+    assert len(pks) == 24 and all(len(e["pks"]) == 3 and e["error"] is None for e in pks)  # 3 layers each
     assert card["budget"]["knownness"] == {"unknown": 1}  # the ROME fact the tiny model cannot name
     assert card["rows"]["calibration"]["rows"] == 12 and card["rows"]["report"]["rows"] == 12
     for split in ("calibration", "report"):  # how each row was labeled: 6 conflict rows by text, 6 agreeing by swap
@@ -337,11 +341,12 @@ def test_the_headline_s_artifacts_come_first_and_the_card_marks_the_rest_pending
     card = json.loads((tmp_path / "card.json").read_text())
     status = {name: a["status"] for name, a in card["artifacts"].items()}
     assert status["tau"] == "fitted" and status["axes"] == "fitted", status
-    for name in ("crm-basis", "detector-thresholds", "lookback-lens", "redeep-choice", "combined-detector"):
-        assert status[name] == "pending", status  # the CRM basis and the detectors' fits come after the headline
+    later = ("crm-basis", "redeep-pks", "detector-thresholds", "lookback-lens", "redeep-choice", "combined-detector")
+    for name in later:
+        assert status[name] == "pending", status  # the CRM basis, PKS and the detectors' fits come after the headline
     assert "pending" in (tmp_path / "card.txt").read_text()
     assert "tau, axes" in info.value.__notes__[0]
-    assert any(t.startswith("rows ") and "(stage 2 of 7)" in t and "left in all" in t for t in texts), texts
+    assert any(t.startswith("rows ") and "(stage 2 of 8)" in t and "left in all" in t for t in texts), texts
     card = calibrate_model(tiny_handle, budget="8", rows_path=rows, settings=SETTINGS, out=tmp_path)
     assert "pending" not in {a["status"] for a in card["artifacts"].values()}
 

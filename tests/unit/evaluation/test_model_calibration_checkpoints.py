@@ -205,14 +205,14 @@ def test_progress_says_the_stage_and_the_whole_job_s_time_left():
     said: list[tuple[int, int, str]] = []
     work = SimpleNamespace(state={"pace": {"rows": 10.0}})
     tracker = Tracker(lambda d, t, text="": said.append((d, t, text)), work, Budget.parse("40"))
-    tracker.position = (3, 7)
+    tracker.position = (3, 8)
     tracker.later = lambda: 600.0  # the swap tests, the fits and the card, as the stage table estimates them
     tracker.begin("rows", 40)
     tracker.report(10)
-    assert said[-1] == (10, 40, "rows 10/40 (stage 3 of 7) · about 15 min left in all")  # 30 rows × 10 s + 600 s
+    assert said[-1] == (10, 40, "rows 10/40 (stage 3 of 8) · about 15 min left in all")  # 30 rows × 10 s + 600 s
     tracker.later = lambda: None  # a later stage not measured yet: this stage's time, said to be only that
     tracker.report(34)
-    assert said[-1][2] == "rows 34/40 (stage 3 of 7) · about 60 s left in this stage (the next not measured yet)"
+    assert said[-1][2] == "rows 34/40 (stage 3 of 8) · about 60 s left in this stage (the next not measured yet)"
     capped = Tracker(lambda d, t, text="": said.append((d, t, text)), work, Budget.parse("2m"))
     capped.later, capped.elapsed = (lambda: 600.0), (lambda: 40.0)
     capped.begin("rows", 40)
@@ -266,3 +266,63 @@ def test_a_time_capped_run_leaves_the_crm_basis_its_time(tiny_handle):
     assert Run.crm_seconds(run()) == pytest.approx(n * CRM_COST * 10.0)  # before the basis' pace is measured
     assert Run.crm_seconds(run(pace={"rows": 10.0, "crm-basis": 2.0})) == pytest.approx(n * 2.0)
     assert Run.crm_seconds(run(basis=object())) == 0.0 and Run.crm_seconds(run(done=True)) == 0.0
+
+
+def test_the_rows_stage_reserves_the_swap_tests_at_the_pace_measured_by_then():
+    from types import SimpleNamespace
+
+    from core.evaluation.calibrate.budget import FIT_RESERVE_S, SWAP_COST
+    from core.evaluation.calibrate.score import rows_reserve
+    from core.evaluation.constructions import AGREEING
+
+    def record(relation, swap=None):
+        return SimpleNamespace(row=SimpleNamespace(relation=relation), swap=swap)
+
+    records = {"a": record(AGREEING), "b": record(AGREEING), "c": record("conflict"), "d": record(AGREEING, swap={})}
+    run = SimpleNamespace(tracker=SimpleNamespace(pace={"rows": 10.0}), crm_seconds=lambda: 300.0)
+    # A fresh run has measured no swap test: the two untested agreeing rows are costed SWAP_COST rows each (the
+    # run of 2026-12-02 reserved nothing here and overran its 55-minute cap by 14 minutes). The CRM basis is not
+    # reserved for: a later stage, it takes what the cap leaves.
+    assert rows_reserve(run, records) == pytest.approx(FIT_RESERVE_S + 2 * SWAP_COST * 10.0)
+    run.tracker.pace["swap"] = 25.0  # once measured, the swap tests' own pace
+    assert rows_reserve(run, records) == pytest.approx(FIT_RESERVE_S + 2 * 25.0)
+    assert rows_reserve(run, {}) == pytest.approx(FIT_RESERVE_S)
+
+
+def test_the_cap_leaves_the_later_stages_to_a_second_invocation_which_gets_a_cap_of_its_own():
+    from types import SimpleNamespace
+
+    from core.evaluation.calibrate.stages import Run
+
+    run = SimpleNamespace(budget=Budget(), elapsed=lambda: 50 * 60.0, late_from=0.0)  # the default: 55 minutes
+    assert not Run.over_late_deadline(run, 4 * 60.0) and Run.over_late_deadline(run, 6 * 60.0)
+    run.late_from = 48 * 60.0  # the headline was fitted before this invocation began, 2 minutes ago
+    assert not Run.over_late_deadline(run, 50 * 60.0) and Run.over_late_deadline(run, 54 * 60.0)
+    run.budget = Budget.parse("40")  # a budget in rows has no time cap
+    assert not Run.over_late_deadline(run, 1e9)
+
+
+def test_a_crm_basis_or_pks_the_cap_leaves_out_is_pending_on_the_card_and_done_by_the_next_run(
+    tiny_handle, tmp_path, monkeypatch, one_thread
+):
+    from core.evaluation import headline_fit
+    from core.evaluation.calibrate import fits, records, stages
+    from tests.unit.evaluation.test_model_calibration import _fewer_prompts, _label, _stand_in_axes
+
+    monkeypatch.setenv("READ_OR_RECALL_CACHE", str(tmp_path / "cache"))
+    _fewer_prompts(monkeypatch)
+    monkeypatch.setattr(headline_fit, "behavior_of", _label)
+    monkeypatch.setattr(records, "behavior_of", _label)
+    monkeypatch.setattr(fits, "fit_calibration", _stand_in_axes)
+    monkeypatch.setattr(stages.Run, "over_late_deadline", lambda self, needed: True)  # the cap is spent
+    rows = _write(_rows(), tmp_path / "rows.csv")
+    card = calibrate_model(tiny_handle, budget="8", rows_path=rows, settings=SETTINGS, out=tmp_path / "run")
+    art = card["artifacts"]
+    assert art["crm-basis"]["status"] == "pending" and "do not fit in the time cap" in art["crm-basis"]["note"]
+    assert art["redeep-pks"]["status"] == "pending" and "PKS of 8 rows left" in art["redeep-pks"]["note"]
+    assert "run the same command again" in art["redeep-pks"]["note"] and art["tau"]["status"] == "fitted"
+    monkeypatch.setattr(stages.Run, "over_late_deadline", lambda self, needed: False)  # the next invocation
+    card = calibrate_model(tiny_handle, budget="8", rows_path=rows, settings=SETTINGS, out=tmp_path / "run")
+    assert card["artifacts"]["crm-basis"]["status"] == "computed"
+    assert card["artifacts"]["redeep-pks"]["status"] == "computed"
+    assert len((tmp_path / "run" / "work" / "pks.jsonl").read_text().splitlines()) == 8

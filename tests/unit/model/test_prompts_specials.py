@@ -63,6 +63,17 @@ def test_special_strings_come_from_the_tokenizer(tiny_handle):
     assert _special_counts(tiny_handle, ids) == Counter()
 
 
+def test_the_specials_are_kept_per_tokenizer_and_read_again_when_it_grows():
+    from tests.conftest import make_byte_tokenizer
+
+    tokenizer = make_byte_tokenizer()
+    first = special_token_strings(tokenizer)
+    assert special_token_strings(tokenizer) is first  # kept: read once per tokenizer
+    tokenizer.add_tokens(["<think>"])  # an added token written like markup: a control-token string
+    assert "<think>" in special_token_strings(tokenizer) and "<think>" not in first
+    assert neutralize_special_tokens("x<think>y", tokenizer)[1] == ["<think>"]
+
+
 def test_overlapping_specials_are_all_broken():
     class Tok:
         def __init__(self) -> None:
