@@ -8,8 +8,9 @@ alternating order:
              rows labeled alternately: the labels only feed the metrics, not the work), its default batch size;
   calibrate — what ``calibrate-model``'s scoring stages do for the same rows: :func:`score_rows` in batches of
              :func:`batch_size_for` (every live detector's score and the fitted detectors' per-row features from
-             one recorded run per row), then :func:`swap_stage`'s swap tests of the rows whose context agrees with
-             memory.
+             one recorded run per row), ReDeEP's every-layer PKS of each row (the later ``redeep-pks`` stage: one
+             traced forward per stored run), then :func:`swap_stage`'s swap tests of the rows whose context agrees
+             with memory.
 
 Prints the median seconds per row of each and, as its last line, ``calibration_ratio=<median calibrate /
 evaluate>`` (wall, per row; the issue's bar is ≤ 2).
@@ -35,6 +36,7 @@ from core.evaluation.constructions import AGREEING, CALIBRATION
 from core.evaluation.data import LabeledRow
 from core.evaluation.evaluate import evaluate_rows
 from core.methods.crm import load_basis
+from core.methods.redeep import DEFAULT_K_PERCENT, redeep_trace, row_means
 from core.model.loading import load_model
 from core.model.prompts import resolve_template
 
@@ -64,6 +66,8 @@ def main() -> None:
         records = []
         for start in range(0, len(rows), batch):
             records += score_rows(handle, rows[start : start + batch], settings, basis)
+        for r in records:  # what redeep-pks adds per row (after the headline's fits)
+            row_means(redeep_trace(handle, r.result, DEFAULT_K_PERCENT))
         todo = [r for r in records if r.row.relation == AGREEING]
         for start in range(0, len(todo), batch):
             part = todo[start : start + batch]
