@@ -115,6 +115,12 @@ def draw_headline(head: Headline) -> None:
         column.metric(
             f"{name}: {state}", "—" if axis.score is None else f"{unit} {axis.score:.2f}", help=_axis_help(axis)
         )
+    if head.internals is not None:
+        st.caption(
+            "The swap test below decided this verdict: the context and the model's answer without it agree on the "
+            f"span, so what the answer did when the context changed is the evidence. The internals alone said: "
+            f"{escape_markdown(str(head.internals.get('title', '')))}."
+        )
     if head.joint is not None and head.joint.get("resolver") == "agreement":
         low, high = head.joint["band"]
         st.caption(

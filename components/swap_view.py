@@ -26,13 +26,16 @@ from core.engine.swap import (
     Trial,
     planned_work,
     swap_test,
+    with_swap_test,
 )
+from core.engine.swap_verdict import AUTO, agreeing, wants_swap
 from core.engine.verdict import READ, RECALLED, display
 from core.model.handle import ModelHandle
 
 RUN_KIND = "swap_test"
 """The estimate's kind of a swap test (work: a :class:`~core.engine.estimate.Work`, :func:`planned`)."""
 MAX_TESTS = 12
+AGREE_INTRO = "Context and memory agree on the span: a swap test decides the verdict — "
 EXPLAIN = (
     "Replace the answer span where it occurs in the context by a plausible alternative the model itself proposes, "
     "answer again with the changed context, and see whether the answer follows. Where context and memory agree, "
@@ -90,10 +93,69 @@ def stored(result: DualPathResult) -> SwapTest | None:
 
 
 def _compare(test: SwapTest, head: Headline) -> str:
+    """How the test stands to the headline: it carried it (and what the internals alone said), or it agrees or
+    disagrees with the internals' verdict — never side by side unexplained."""
+    if head.internals is not None:
+        said = head.internals.get("title") or display(str(head.internals.get("verdict")))
+        if head.internals.get("verdict") == head.verdict:
+            return f" It decided the verdict above; the internals alone said the same ({said})."
+        return (
+            f" It decided the verdict above: the internals alone said {said}, but a swap the answer follows (or "
+            "refuses) is what the model did, and the internals are only a prediction of it."
+        )
     if not test.decided or head.verdict not in (READ, RECALLED):
         return ""
     same = test.outcome == head.verdict
-    return f" It {'agrees' if same else 'disagrees'} with the headline ({display(head.verdict)})."
+    why = (
+        ""
+        if same or agreeing(head)
+        else (
+            " The context and the model's own answer do not agree on the span here, so the headline reads the text and "
+            "the internals; the swap test is shown as a check, not as the verdict."
+        )
+    )
+    return f" It {'agrees' if same else 'disagrees'} with the headline ({display(head.verdict)}).{why}"
+
+
+def with_stored(handle: ModelHandle, result: DualPathResult) -> DualPathResult:
+    """``result`` with its swap test joined (the test carries the headline, :func:`core.engine.swap_verdict.carry`)
+    where the setting is on and context and memory agree on the span: run now (with its progress and estimate)
+    unless this session holds it already; ``result`` itself where the setting is off or it does not apply."""
+    auto = st.toggle(
+        "Swap-test where context and memory agree",
+        value=True,
+        key=keys.SWAP_AUTO,
+        help="Where the context and the model's own answer name the same thing, no text can tell reading from "
+        "recalling: the swap test runs as part of the run and, when it decides, carries the verdict (what the "
+        "internals alone said is kept beside it). Off: the verdict is the internals' own prediction.",
+    )
+    if not auto or not wants_swap(result.head, AUTO):
+        return result
+    test = stored(result) or _run(
+        handle, result, "Context and memory agree on the span: a swap test decides the verdict — "
+    )
+    return result if test is None else with_swap_test(result, test)
+
+
+def _run(handle: ModelHandle, result: DualPathResult, intro: str = "") -> SwapTest | None:
+    """Run the swap test now, under its estimate (``intro`` before it), kept for the session; measures the next
+    estimate. ``None`` when it failed (the failure is shown)."""
+    plan = planned(handle, result)
+    line = st.caption(intro + _estimate(handle, result, plan))
+    started = time.monotonic()
+    test = run_cached(
+        session_lru(keys.SWAP_TESTS, MAX_TESTS),
+        result_digest(result),
+        lambda progress: swap_test(handle, result, progress=progress),
+        start="Completing the model's alternatives to whole words…",
+        describe=lambda done, total, text: f"Answering again with the swapped context: {text}",
+        what="swap test",
+        log="swap test failed",
+    )
+    if test is not None:
+        observe_run(handle, RUN_KIND, time.monotonic() - started, done_work(handle, result, plan, test))
+        line.empty()
+    return test
 
 
 def draw(handle: ModelHandle, result: DualPathResult, head: Headline) -> SwapTest | None:
@@ -103,24 +165,12 @@ def draw(handle: ModelHandle, result: DualPathResult, head: Headline) -> SwapTes
     test = stored(result)
     if test is None:
         clicked = st.button("Run the swap test", key=keys.SWAP_RUN, icon=":material/swap_horiz:")
-        plan = planned(handle, result)
-        line = st.caption(_estimate(handle, result, plan))
         if not clicked:
+            st.caption(_estimate(handle, result, planned(handle, result)))
             return None
-        started = time.monotonic()
-        test = run_cached(
-            session_lru(keys.SWAP_TESTS, MAX_TESTS),
-            result_digest(result),
-            lambda progress: swap_test(handle, result, progress=progress),
-            start="Completing the model's alternatives to whole words…",
-            describe=lambda done, total, text: f"Answering again with the swapped context: {text}",
-            what="swap test",
-            log="swap test failed",
-        )
+        test = _run(handle, result)
         if test is None:
             return None
-        observe_run(handle, RUN_KIND, time.monotonic() - started, done_work(handle, result, plan, test))
-        line.empty()
     words = escape_markdown(test.reason)
     if test.outcome == FOLLOWED:
         st.success(f"**Follows the swap — read from the context.** {words}.{_compare(test, head)}")

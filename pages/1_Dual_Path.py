@@ -47,7 +47,10 @@ def run_estimate(page: PageContext, query: str = "", context: str = "") -> str:
     scaled to this run's units of work; before the first, the unit costs (this model's, or its size at this
     machine's pace)."""
     budget = page.config.settings.max_new_tokens
-    return describe_estimate(dual_path_run_estimate(page.handle, budget, query, context))
+    line = describe_estimate(dual_path_run_estimate(page.handle, budget, query, context))
+    if st.session_state.get(keys.SWAP_AUTO, True):
+        line += " · where context and memory agree on the answer, a swap test follows (its own estimate then)"
+    return line
 
 
 def draw_answers(page: PageContext, query: str, context: str, run: bool) -> tuple[DualPathResult | None, bool]:
@@ -88,7 +91,8 @@ def main() -> None:
     if not calibrate_view.draw_owner(result, page.handle):  # another model's verdict: labeled, not shown as this one's
         calibrate_view.draw_section(page.handle)
         return
-    head = result.head  # the headline decided once, when the result was built
+    result = swap_view.with_stored(page.handle, result)  # where context and memory agree, a swap test decides
+    head = result.head  # the headline decided once, when the result was built (carried by its swap test)
     panels.draw_headline(head)
     calibrate_view.draw_card(result)
     calibrate_view.draw_section(page.handle)

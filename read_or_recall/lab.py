@@ -85,6 +85,7 @@ class Lab:
         *,
         settings: DualPathSettings | None = None,
         threshold: Threshold | None = None,
+        swap: str = "auto",
         **overrides: Any,
     ) -> Run:
         """Both paths on one query and context: the run of the Dual Path page and of ``python -m core run``.
@@ -94,19 +95,32 @@ class Lab:
             settings: run settings (default: the lab's); ``overrides`` replace single fields
                 (``max_new_tokens=32``, ``template="A"``, …).
             threshold: RePCS' τ to apply (default: the τ in force for the model).
+            swap: when the swap test runs as part of the run (:mod:`core.engine.swap_verdict`): ``"auto"`` where
+                context and memory agree on the answer span (a decided test then carries the verdict, the
+                internals' own prediction in ``run.axes["internals"]``), ``"always"``, or ``"never"``.
 
         Returns:
             A :class:`~read_or_recall.run.Run`: ``.verdict`` (the headline), ``.axes``, ``.span``,
             ``.detectors()``, ``.figure(name)`` and the verbs about this run (``.swap_test()``, ``.ablate(…)`` …).
 
         Raises:
-            ValueError: empty or too long inputs, or a setting out of range (nothing has run then).
+            ValueError: empty or too long inputs, a setting out of range, or an unknown ``swap`` (nothing has run
+                then).
         """
         from core.engine import run_dual_path
+        from core.engine.swap import swap_test, with_swap_test
+        from core.engine.swap_verdict import check_mode, wants_swap
 
+        check_mode(swap)
         chosen = self._settings(settings, overrides)
         result = run_dual_path(self.handle, query, context, chosen, threshold=threshold, record=True)
-        return Run(self, result)
+        if not wants_swap(result.head, swap):
+            return Run(self, result)
+        test = swap_test(self.handle, result)
+        joined = with_swap_test(result, test)
+        run = Run(self, joined)
+        run.hold_swap_test(test)
+        return run
 
     def run_many(
         self, pairs: Iterable[tuple[str, str]], *, settings: DualPathSettings | None = None, **overrides: Any

@@ -103,9 +103,11 @@ class Run(RunVerbs):
     def axes(self) -> dict[str, Any]:
         """The two-axis headline as ``run --json`` writes it under ``axes``: ``verdict``, ``qualifier``, ``title``,
         ``reason``, ``calibration``, ``span`` (the located answer span and its observations), ``context_reliance``
-        and ``parametric_support`` (each: state, score, threshold, band, direction, evidence), ``joint``. A swap
-        test does not change it: its own result carries the headline with the test joined
-        (:attr:`SwapTest.axes <read_or_recall.results.SwapTest.axes>`)."""
+        and ``parametric_support`` (each: state, score, threshold, band, direction, evidence), ``joint``,
+        ``internals``. Where the run was swap-tested as part of ``lab.run`` (context and memory agree), it holds
+        ``swap_test`` and a decided test carries the verdict, what the internals alone said under ``internals``
+        (:mod:`core.engine.swap_verdict`); a later :meth:`swap_test` does not change it: its own result carries
+        the headline with the test joined (:attr:`SwapTest.axes <read_or_recall.results.SwapTest.axes>`)."""
         return self.result.headline
 
     @property
@@ -113,6 +115,13 @@ class Run(RunVerbs):
         """The headline's verdict: ``"read"``, ``"recalled"``, ``"neither"``, ``"inconclusive"`` or
         ``"uncalibrated"`` (a model without its own axes calibration)."""
         return self.result.verdict
+
+    @property
+    def internals_verdict(self) -> str:
+        """What the internals alone predict (no swap test): the verdict, unless a swap test carried it."""
+        from core.engine.swap_verdict import internals_verdict
+
+        return internals_verdict(self.result)
 
     @property
     def title(self) -> str:
@@ -247,6 +256,12 @@ class Run(RunVerbs):
             return SwapTest(test, with_swap_test(self.result, test))
 
         return self._memo.get("swap_test", "", compute)
+
+    def hold_swap_test(self, test: Any) -> None:
+        """Keep a swap test made as part of the run (``lab.run(swap=…)``): :meth:`swap_test` returns it."""
+        from core.engine.swap import with_swap_test
+
+        self._memo.get("swap_test", "", lambda: SwapTest(test, with_swap_test(self.result, test)))
 
     @property
     def swap_tests(self) -> tuple[SwapTest, ...]:

@@ -98,6 +98,7 @@ _JSON_ORDER = (
     *SCHEMA_KEYS[3],
     *SCHEMA_KEYS[4],
     "calibration_id",
+    "internals_verdict",
     "kl_stats",
     "max_abs_log_ratio",
     "max_abs_log_ratio_vocab",
@@ -297,6 +298,8 @@ class DualPathResult:
             flat[pkey] = getattr(self.parametric, attr)
         head = self.headline  # the top-level verdict is the headline's; RePCS' is under repcs_verdict (schema 4)
         flat["axes"], flat["verdict"], flat["verdict_reason"] = head, head["verdict"], head["reason"]
+        # the internals' own prediction: the headline's, unless a swap test carried it (core.engine.swap_verdict)
+        flat["internals_verdict"] = (head.get("internals") or {}).get("verdict", head["verdict"])
         return {key: _jsonable(flat[key]) for key in _JSON_ORDER}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -325,6 +328,7 @@ class DualPathResult:
             "schema_version",
             "max_abs_log_ratio_vocab",
             "calibration_id",
+            "internals_verdict",
             *SCHEMA_KEYS[3],
             *SCHEMA_KEYS[4],
         }

@@ -451,9 +451,12 @@ def planned_work(handle: ModelHandle, result: DualPathResult, calibration: Any =
 
 
 def with_swap_test(result: DualPathResult, test: SwapTest) -> DualPathResult:
-    """``result`` (a copy) whose ``axes`` carry ``swap_test`` (the JSON's ``axes.swap_test``); the headline is
-    computed first when the result has none."""
-    from core.engine.axes import with_headline
+    """``result`` (a copy) whose ``axes`` hold ``swap_test`` (the JSON's ``axes.swap_test``) and whose headline the
+    test carries where context and memory agree (:func:`core.engine.swap_verdict.carry`: the internals' own
+    prediction kept under ``axes.internals``)."""
+    from core.engine.swap_verdict import carry
 
-    base = result if result.axes is not None else with_headline(result)
-    return replace(base, axes={**(base.axes or {}), "swap_test": test.to_dict()})
+    copy = replace(result)
+    copy.attach_headline(carry(result.head, test))
+    copy.axes = {**(copy.axes or {}), "swap_test": test.to_dict()}
+    return copy

@@ -233,13 +233,14 @@ def _baselines(rows: Sequence[tuple[Mapping[str, Any], str]]) -> dict[str, Any]:
 
 
 def _swap_agreeing(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The headline against the swap test on rows the text cannot label (the answer names both: the context agrees
-    with memory) where the swap test decided; ``None`` when no row has one."""
+    """The internals' own prediction against the swap test on rows the text cannot label (the answer names both: the
+    context agrees with memory) where the swap test decided — not the headline, which the same test carries there
+    (:mod:`core.engine.swap_verdict`); ``None`` when no row has one."""
     pairs = []
     for r in records:
         test = r.get("swap_test") or {}
         if test.get("outcome") in BEHAVIORS and record_behavior(r)[1] == BOTH:
-            pairs.append((r.get("verdict"), test["outcome"]))
+            pairs.append((r.get("internals_verdict", r.get("verdict")), test["outcome"]))
     if not pairs:
         return None
     return verdict_agreement([v for v, _ in pairs], [b for _, b in pairs])

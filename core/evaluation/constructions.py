@@ -52,16 +52,44 @@ CONSTRUCTIONS: dict[str, str] = {
     PROSE: "NQ-Swap: Natural Questions passages (Wikipedia prose), the answer substituted or as written",
     FRESH_CONSTRUCTION: "ROME facts written another way (report only): other questions asking for a full-sentence "
     "answer, the object stated in a full sentence inside a short passage",
+    "traffic": "a user's own (query, context) rows — their retrieval traffic — unlabeled: each labeled by its swap "
+    "test",
 }
 """Every construction and how its rows are written."""
 CONFLICT, AGREEING, ON_TOPIC, INVENTED = "conflict", "agreeing", "on_topic", "invented"
+TRAFFIC, UNLABELED = "traffic", "unlabeled"
 RELATIONS: dict[str, str] = {
     CONFLICT: "the context states another object than the model's memory",
     AGREEING: "the context states the object the model remembers (or the true one)",
     ON_TOPIC: "the context is about the subject but states no object",
     INVENTED: "the fact exists only in the context",
+    UNLABELED: "not known: a user's own row, whose behavior its swap test finds",
 }
 """How a row's context relates to what the model remembers."""
+SWAP_LABELED = (AGREEING, UNLABELED)
+"""The relations whose behavior label is the swap test's (no text can tell, or nothing is known of the row)."""
+
+
+def labeled_by_swap(row: ValidationRow) -> bool:
+    """Whether ``row``'s behavior label comes from its swap test (:data:`SWAP_LABELED`), not from its answer's text."""
+    return row.relation in SWAP_LABELED
+
+
+def traffic_rows(pairs: Sequence[tuple[str, str]], seed: int = 0) -> list[ValidationRow]:
+    """A user's own ``(query, context)`` rows as validation rows to calibrate on: unlabeled (each labeled by its swap
+    test), one unit each, split by question with :func:`assign_splits` (half calibration, half report) — blank and
+    repeated pairs left out."""
+    rows, seen = [], set()
+    for i, (query, context) in enumerate(pairs):
+        key = (norm_text(query), norm_text(context))
+        if not key[0] or not key[1] or key in seen:
+            continue
+        seen.add(key)
+        rows.append(ValidationRow(TRAFFIC, UNLABELED, TRAFFIC, query.strip(), context.strip(), source_id=str(i)))
+    assign_splits(rows, seed)
+    return rows
+
+
 CALIBRATION, REPORT = "calibration", "report"
 FULL_SENTENCE = "Answer in a full sentence."
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from core.engine.matching import behavior_label, find_spans, split_aliases
 from core.engine.result import DualPathResult
 from core.engine.swap import SwapTest
 from core.engine.verdict import READ, RECALLED
-from core.evaluation.constructions import AGREEING, ValidationRow, norm_text, row_groups
+from core.evaluation.constructions import ValidationRow, labeled_by_swap, norm_text, row_groups
 from core.evaluation.validity import axis1_verdict, text_only_verdict, validity_figures
 
 SPAN_LEVELS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
@@ -69,7 +69,7 @@ def row_key(row: ValidationRow) -> str:
 def behavior_of(s: Scored) -> str | None:
     """The behavior label of a row's answer: by the text for conflict, on-topic and invented rows, by the swap
     test for rows whose context agrees with memory (``None``: not decided)."""
-    if s.row.relation == AGREEING:
+    if labeled_by_swap(s.row):
         return s.swap.outcome if s.swap is not None and s.swap.decided else None
     label, _ = behavior_label(s.result.retrieval.answer, s.row.answer_context, s.row.answer_memory)
     return label
@@ -162,8 +162,11 @@ def _grouped_folds(rows: Sequence[Scored], k: int = CV_FOLDS) -> list[int]:
 def cv_agreement(
     rows: Sequence[Scored], level: float | None, features: tuple[str, ...], model: str, agreement: bool = False
 ) -> float:
-    """The headline's match rate with behavior on ``rows``, each fold's rows judged by a calibration fitted on the
-    other folds (whole subject / question groups per fold)."""
+    """The headline's balanced match rate with behavior on ``rows`` — the mean of its match rate on the read rows
+    and on the recalled rows — each fold's rows judged by a calibration fitted on the other folds (whole subject /
+    question groups per fold). Balanced, because the bars hold for each behavior and the calibration rows' mix of
+    behaviors is not the user's: the budget is filled with the short behavior's rows
+    (:mod:`core.evaluation.calibrate.fill`)."""
     folds = _grouped_folds(rows)
     verdicts, labels = [], []
     for f in range(CV_FOLDS):
@@ -175,7 +178,8 @@ def cv_agreement(
             if label in (READ, RECALLED):
                 verdicts.append(headline(s.result, cal).verdict)
                 labels.append(label)
-    return float(np.mean([v == b for v, b in zip(verdicts, labels)])) if labels else float("nan")
+    rates = [np.mean([v == b for v, b in zip(verdicts, labels) if b == behavior]) for behavior in set(labels)]
+    return float(np.mean(rates)) if rates else float("nan")
 
 
 def choose_level(rows: Sequence[Scored], model: str) -> tuple[float, dict[str, Any]]:
@@ -183,7 +187,7 @@ def choose_level(rows: Sequence[Scored], model: str) -> tuple[float, dict[str, A
     grouped cross-validation (:func:`cv_agreement`, axis 1 on :data:`DEFAULT_FEATURES`), on the rows labeled by
     their text (conflict, on-topic, invented: not those whose label is the swap test's, which is run at the
     span κ locates). Ties go to the smallest level. Returns ``(κ, the record of the choice)``."""
-    labeled = [s for s in rows if behavior_of(s) is not None and s.row.relation != AGREEING]
+    labeled = [s for s in rows if behavior_of(s) is not None and not labeled_by_swap(s.row)]
     scores = {level: cv_agreement(labeled, level, DEFAULT_FEATURES, model) for level in SPAN_LEVELS}
     level = max(SPAN_LEVELS, key=lambda k: (round(scores[k], 4), -k))
     hits = {str(k): round(float(np.mean([_span_hit(s, k) for s in labeled])), 4) for k in SPAN_LEVELS}
@@ -191,8 +195,8 @@ def choose_level(rows: Sequence[Scored], model: str) -> tuple[float, dict[str, A
         "what": "span level κ (nats)",
         "chosen": level,
         "candidates": {str(k): round(v, 4) for k, v in scores.items()},
-        "by": f"headline agreement with behavior, {CV_FOLDS}-fold cross-validation grouped by subject/question, "
-        "on the rows labeled by their text",
+        "by": f"headline agreement with behavior (balanced: the mean of the read and recalled rows' rates), "
+        f"{CV_FOLDS}-fold cross-validation grouped by subject/question, on the rows labeled by their text",
         "span_names_an_object": hits,
         "rows": _digest(labeled),
     }
@@ -218,7 +222,7 @@ def fit_calibration(
         level, record = choose_level(rows, model)
     else:
         record = {"what": "span level κ (nats)", "chosen": level, "by": "given (chosen by choose_level on these rows)",
-                  "rows": _digest([s for s in fitted if s.row.relation != AGREEING])}  # fmt: skip
+                  "rows": _digest([s for s in fitted if not labeled_by_swap(s.row)])}  # fmt: skip
     choices: list[dict[str, Any]] = [record]
     features, agreement = DEFAULT_FEATURES, False
     if choose_features:
@@ -238,15 +242,14 @@ def fit_calibration(
                 "candidates": {
                     f"{n} {'with' if f else 'without'} the resolver": round(v, 4) for (n, f), v in scores.items()
                 },
-                "by": f"headline agreement with behavior, {CV_FOLDS}-fold cross-validation grouped by subject/question",
+                "by": f"headline agreement with behavior (balanced), {CV_FOLDS}-fold cross-validation grouped by "
+                "subject/question",
                 "rows": _digest(fitted),
             }
         )
     cal = _fit_with(rows, level, features, model, agreement)
     choices.append({"what": "both axes, their cuts and bands, the resolvers", "rows": _digest(fitted)})
     provenance = {"choices": choices, "fitted_rows": sorted(row_key(s.row) for s in fitted)}
-    from dataclasses import replace
-
     return replace(cal, provenance=provenance)
 
 

@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.evaluation.constructions import AGREEING
+from core.evaluation.constructions import labeled_by_swap
 from core.io import atomic_write_json, atomic_write_text
 from core.model import calibration_store
 from core.model.handle import ModelHandle
@@ -49,7 +49,7 @@ def _counts(records: list[RowRecord], split: str) -> dict[str, int]:
     (the swap test did not decide, could not run, or was not run)."""
     rows = [r for r in records if r.row.split == split]
     labels = [r.label for r in rows]
-    agreeing = [r.row.relation == AGREEING for r in rows]
+    agreeing = [labeled_by_swap(r.row) for r in rows]
     return {
         "rows": len(rows),
         "read": labels.count("read"),
@@ -140,6 +140,7 @@ def build_card(
             "scored_rows": len(records),
             "stopped_by": (state.get("rows") or {}).get("stopped_by"),
             "knownness": (state.get("rows") or {}).get("knownness"),
+            "fill": (state.get("rows") or {}).get("fill"),
         },
         "rows": {"calibration": _counts(records, "calibration"), "report": _counts(records, "report")},
         "timing": {
@@ -175,6 +176,19 @@ def _agreement_line(name: str, entry: dict[str, Any] | None) -> str:
     return " · ".join(parts)
 
 
+def fill_lines(fill: dict[str, Any] | None) -> list[str]:
+    """The card's line on the rows the budget was filled with (:mod:`core.evaluation.calibrate.fill`), if any moved."""
+    moved = (fill or {}).get("moved") or {}
+    if not moved:
+        return []
+    parts = [f"{n} {stratum} for {b}" for stratum, per in sorted(moved.items()) for b, n in sorted(per.items())]
+    return [
+        "Filled for the behavior that was short: calibration units taken out of their seeded turn — "
+        + ", ".join(parts)
+        + " (the report rows keep their seeded order)"
+    ]
+
+
 def card_text(card: dict[str, Any]) -> str:
     """The card in a few lines of plain text (``card.txt`` and the CLI's output)."""
     b, t, rows = card["budget"], card["timing"], card["rows"]
@@ -185,6 +199,7 @@ def card_text(card: dict[str, Any]) -> str:
         f"peak RSS {(t.get('peak_rss_mb') or 0) / 1024:.2f} GB"
     )
     lines = [f"Calibration card — {card['model']} (template {card['template']}), {card['created']}", budget]
+    lines += fill_lines(b.get("fill"))
     for split in ("calibration", "report"):
         c = rows[split]
         lines.append(

@@ -20,6 +20,7 @@ from core.detectors import Detector, DetectorInput, resolve
 from core.detectors.shared import plan, reads_the_run
 from core.engine import DualPathResult, DualPathSettings, ScoreRequest, score_batch
 from core.engine.swap import headline_span, run_swap_tests
+from core.engine.swap_verdict import carry, own
 from core.evaluation.data import ConflictRow, LabeledRow, Row
 from core.evaluation.validity import axis1_verdict, text_only_verdict
 from core.model.handle import ModelHandle
@@ -96,6 +97,7 @@ def record_for(
         "context": result.context,
         "repcs_score": result.repcs_score,
         "verdict": head.verdict,
+        "internals_verdict": own(head)["verdict"],
         "repcs_verdict": result.repcs_verdict,
         "axes": head.to_dict(),
         "text_only": text_only_verdict(result.query, result.context, result.retrieval.answer, result.parametric.answer),
@@ -146,7 +148,9 @@ def score_records(
     (``threshold``, ``threshold_source``, ``noise_sigmas``, ``noise_seed``, ``free_parametric``). Conflict rows
     also get ``follows`` (which source the retrieval answer repeats) and, with ``free_parametric``,
     ``parametric_follows``. With ``swap_test``, each row also gets ``swap_test`` (:mod:`core.engine.swap`, at the
-    headline's answer span; the batch's swapped contexts are answered in one padded generation).
+    headline's answer span; the batch's swapped contexts are answered in one padded generation), and where context
+    and memory agree a decided test carries its ``verdict`` (:func:`core.engine.swap_verdict.carry`);
+    ``internals_verdict`` is always the internals' own prediction.
 
     When a detector reads the retrieval trace or CRM's displacement (:func:`core.detectors.shared.reads_the_run`),
     the batch is run with ``record=True``: each row's trace comes from the batch's own generation (left-padded
@@ -165,8 +169,9 @@ def score_records(
     for i, (r, res) in enumerate(zip(rows, results)):
         rec = record_for(handle, res, settings, detectors, _meta(r))
         res.internals = None  # this row is scored: its recording goes
-        if swaps is not None:
-            rec["swap_test"] = swaps[i].to_dict()
+        if swaps is not None:  # a decided test carries the headline where context and memory agree
+            carried = carry(res.head, swaps[i])
+            rec["verdict"], rec["axes"], rec["swap_test"] = carried.verdict, carried.to_dict(), swaps[i].to_dict()
         if isinstance(r, ConflictRow):
             rec["follows"] = answer_follows(res.retrieval.answer, r.answer_context, r.answer_memory)
             if request.free_parametric:

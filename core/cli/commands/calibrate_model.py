@@ -5,6 +5,7 @@ Examples::
     python -m core calibrate-model --model gemma3-270m                 # the default: 240 rows within 55 minutes
     python -m core calibrate-model --model path/model.gguf --budget 30m  # a quick one: at most 30 minutes
     python -m core calibrate-model --model owner/name --budget 80 --out out/cal   # 80 rows, checkpoints in out/cal
+    python -m core calibrate-model --rows traffic.csv      # your own (query, context) rows, labeled by swap tests
 
 From the bundled behavior rows it builds the model's own behavior-labeled rows (knownness checked with the model),
 scores them with the app's default settings, runs the swap test on rows whose context agrees with memory, fits τ and
@@ -56,6 +57,14 @@ def register(subparsers: Any) -> None:
         default=None,
         help="rows per padded batch (default: as many as keep the batch's logits under 768 MB, at most 8)",
     )
+    p.add_argument(
+        "--rows",
+        default=None,
+        metavar="CSV",
+        help="calibrate on your own rows instead of the bundled ones: a CSV with a 'query' and a 'context' column "
+        "(your retrieval traffic, unlabeled: each row is labeled by its swap test, half kept for the held-out "
+        "figures, split by question), or validation rows in the bundled file's columns",
+    )
     p.add_argument("--restart", action="store_true", help="drop the checkpoints of an earlier run and start over")
     p.add_argument("--json", action="store_true", help="print the card as JSON instead of text")
     p.set_defaults(func=_cmd)
@@ -79,7 +88,13 @@ def _cmd(args: argparse.Namespace) -> int:
     handle = load_handle(args)
     try:
         card = calibrate_model(
-            handle, budget=budget, out=args.out, progress=_progress, batch_size=args.batch_size, restart=args.restart
+            handle,
+            budget=budget,
+            out=args.out,
+            progress=_progress,
+            batch_size=args.batch_size,
+            restart=args.restart,
+            rows_path=args.rows,
         )
     except KeyboardInterrupt as exc:
         kept = " ".join(getattr(exc, "__notes__", [])) or "what was scored is kept; run the command again to continue"

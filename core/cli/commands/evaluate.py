@@ -88,8 +88,9 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--swap-test",
         action="store_true",
-        help="also run the swap test on every row (one more generation per row): each row's swap_test, and the "
-        "headline against it on rows whose context agrees with memory",
+        help="also run the swap test on every row (one more generation per row): each row's swap_test (where "
+        "context and memory agree a decided test carries the row's verdict; internals_verdict keeps the internals' "
+        "own), and the internals' verdict against it on rows whose context agrees with memory",
     )
     add_model_args(p)
     add_ray_args(p)

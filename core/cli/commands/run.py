@@ -19,8 +19,9 @@ under ``detector_groups`` each group's question, whether it feeds the headline, 
 measure and which disagree with the headline's axis and why; never a count), ``measures`` and
 ``disagree_with_headline``, the ``detectors_summary`` (every group's sentence), and under ``detectors_not_run`` the
 costly ones with their estimated seconds and group. ``--detectors a,b`` scores the named detectors too, costly
-ones included. ``--swap-test`` runs the swap test at the headline's answer span (:mod:`core.engine.swap`) and adds
-its outcome under ``axes.swap_test``.
+ones included. Where context and memory agree on the answer span, the swap test runs
+at it (:mod:`core.engine.swap_verdict`) and a decided test carries the verdict, the internals' own prediction kept
+under ``axes.internals`` and ``internals_verdict``; ``--swap-test`` runs it on every run, ``--no-swap-test`` never.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from core.detectors.agreement import Agreement, assess, detector_input, judge, s
 from core.detectors.registry import GROUPS
 from core.detectors.wording import GROUP_WORDS, axis_line
 from core.engine.axes import with_headline
-from core.engine.swap import swap_test, with_swap_test
+from core.engine.swap_verdict import ALWAYS, AUTO, NEVER, swap_where_agreeing, wants_swap
 from core.engine.verdict import display
 
 
@@ -55,12 +56,24 @@ def register(subparsers: Any) -> None:
         default="",
         help="comma-separated detectors to score as well (costly ones included, e.g. selfcritique,sma)",
     )
-    p.add_argument(
+    swap = p.add_mutually_exclusive_group()
+    swap.add_argument(
         "--swap-test",
-        action="store_true",
-        help="also run the swap test: replace the answer span in the context by an alternative and answer again "
-        "(one more generation); the outcome goes under axes.swap_test",
+        dest="swap_mode",
+        action="store_const",
+        const=ALWAYS,
+        help="run the swap test on every run (by default it runs where context and memory agree on the answer "
+        "span, and a decided test carries the verdict): replace the answer span in the context by alternatives and "
+        "answer again; the outcome goes under axes.swap_test",
     )
+    swap.add_argument(
+        "--no-swap-test",
+        dest="swap_mode",
+        action="store_const",
+        const=NEVER,
+        help="never run the swap test: the verdict is the internals' own prediction",
+    )
+    p.set_defaults(swap_mode=AUTO)
     add_model_args(p)
     p.set_defaults(func=_cmd_run)
 
@@ -90,8 +103,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     resolve([n.strip() for n in (args.detectors or "").split(",") if n.strip()])  # before the model loads
     handle, result = run_from_args(args, settings_from_args(args), record=bool(args.all_detectors or args.detectors))
     result = with_headline(result)
-    if args.swap_test:
-        result = with_swap_test(result, swap_test(handle, result, progress=_swap_progress))
+    if wants_swap(result.head, args.swap_mode):
+        result = swap_where_agreeing(handle, result, args.swap_mode, progress=_swap_progress)
         sys.stderr.write("\n")
     agreement = _agreement(handle, result, args)
     if args.json and agreement is not None:
@@ -127,6 +140,9 @@ def _span_lines(axes: dict[str, Any]) -> list[str]:
     test = axes.get("swap_test")
     if test:
         lines.append(f"swap test:   {test['outcome']} — {test['reason']}")
+    internals = axes.get("internals")
+    if internals:  # the swap test carried the verdict: what the internals alone said
+        lines.append(f"internals:   {internals['title']} (the internals alone, before the swap test)")
     return lines
 
 

@@ -44,7 +44,7 @@ from core.evaluation.calibrate.records import (
     labeled,
     scored_len,
 )
-from core.evaluation.constructions import AGREEING, CALIBRATION
+from core.evaluation.constructions import CALIBRATION, labeled_by_swap
 from core.evaluation.headline_fit import fit_calibration
 from core.methods.lookback import fit_lookback
 from core.methods.redeep import CalibrationTable, fit_choice
@@ -52,6 +52,10 @@ from core.methods.redeep.forward import DEFAULT_K_PERCENT
 from core.methods.repcs import fit_threshold
 
 logger = logging.getLogger(__name__)
+
+SWAP_LEVEL = 1.0
+"""κ (nats) at which the swap test locates the span to swap, before κ is fitted (as the bundled pipeline); the κ of
+a calibration whose rows are all labeled by swap tests."""
 
 
 def fit_tau(train: Sequence[RowRecord], who: ModelIdentity, alpha: float = DEFAULT_ALPHA) -> Threshold:
@@ -128,10 +132,13 @@ def fit_headline(records: Sequence[RowRecord], who: ModelIdentity) -> Fitted:
         out.notes["tau"] = str(exc)
     try:
         rows = [r for r in records if r.row.split == CALIBRATION]
-        by_text = [r for r in train if r.row.relation != AGREEING]
-        if len({r.label for r in train}) < 2 or not by_text:
-            raise ValueError("the axes need read and recalled calibration rows, some labeled by their text")
-        cal = fit_calibration([r.scored for r in rows], who.name)
+        by_text = [r for r in train if not labeled_by_swap(r.row)]
+        if len({r.label for r in train}) < 2:
+            raise ValueError("the axes need read and recalled calibration rows")
+        # κ is chosen on rows labeled by their text; rows all labeled by swap tests (a user's own traffic) take the
+        # κ their swap tests located the span at
+        scored = [r.scored for r in rows]
+        cal = fit_calibration(scored, who.name) if by_text else fit_calibration(scored, who.name, level=SWAP_LEVEL)
         source = f"python -m core calibrate-model on {cal.fitted_on.get('rows', '?')} calibration rows"
         out.axes = replace(cal, source=source)
     except (ValueError, IndexError, TypeError) as exc:  # too few rows with a located span, a fold of one class …

@@ -1,22 +1,26 @@
-"""The rows a calibration scores: the bundled behavior rows (or a CSV in their columns) grouped into units — the
+"""The rows a calibration scores: the bundled behavior rows (or a CSV in their columns, or a user's own unlabeled
+(query, context) rows) grouped into units — the
 rows written from one source record, which share a split and are kept or dropped together — in a seeded order in
 which any prefix is a balanced sample (:func:`order_units`)."""
 
 from __future__ import annotations
 
 import csv
+import io
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.evaluation.constructions import CALIBRATION, REPORT, TEMPLATED, ValidationRow
-from core.io import asset_path
+from core.evaluation.constructions import CALIBRATION, REPORT, TEMPLATED, ValidationRow, traffic_rows
+from core.io import asset_path, read_user_file
 
 ROWS_CSV = asset_path("validation", "rows.csv")
 """The bundled behavior rows (built by ``scripts/validate_headline.py build`` from facts and passages written by
 others; the calibration never reads anything outside ``assets/``)."""
 SEED = 0
+MAX_ROWS_BYTES = 64 << 20
+"""The largest rows file read (64 MB)."""
 
 
 @dataclass
@@ -39,13 +43,33 @@ class Unit:
 
 
 def read_rows(path: str | Path = ROWS_CSV) -> list[ValidationRow]:
-    """The validation rows of a CSV in :class:`ValidationRow`'s columns (``ValueError`` for a file without them)."""
-    with Path(path).open(encoding="utf-8", newline="") as fh:
+    """The rows of a CSV: validation rows in :class:`ValidationRow`'s columns, or a user's own retrieval traffic —
+    a ``query`` and a ``context`` column, no labels — as :func:`~core.evaluation.constructions.traffic_rows` (each
+    row labeled by its swap test, split by question).
+
+    Raises:
+        ValueError: a file that is neither (the message names the missing columns), or traffic without a row.
+    """
+    raw = read_user_file(path, MAX_ROWS_BYTES, "rows file")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = {"construction", "relation", "query", "context", "split"} - set(reader.fieldnames or [])
-        if missing:
-            raise ValueError(f"{path}: not a validation rows file (missing {', '.join(sorted(missing))})")
-        return [ValidationRow.from_dict(r) for r in reader]
+        columns = set(reader.fieldnames or [])
+        missing = {"construction", "relation", "query", "context", "split"} - columns
+        if not missing:
+            return [ValidationRow.from_dict(r) for r in reader]
+        if {"query", "context"} <= columns:
+            rows = traffic_rows([(r.get("query") or "", r.get("context") or "") for r in reader], SEED)
+            if not rows:
+                raise ValueError(f"{path}: no row with both a query and a context")
+            return rows
+        raise ValueError(
+            f"{path}: neither validation rows (missing {', '.join(sorted(missing))}) nor your own rows (a 'query' "
+            "and a 'context' column)"
+        )
 
 
 def units_of(rows: Sequence[ValidationRow]) -> list[Unit]:

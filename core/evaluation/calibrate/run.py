@@ -23,7 +23,7 @@ from core.evaluation.calibrate.progress import Tracker
 from core.evaluation.calibrate.rows import ROWS_CSV, SEED, order_units, read_rows, units_of
 from core.evaluation.calibrate.save import ARTIFACT_NAMES
 from core.evaluation.calibrate.score import KNOWN_TOKENS
-from core.evaluation.calibrate.stages import Run, reopen_from, run_stages
+from core.evaluation.calibrate.stages import Run, reopen_from, run_stages, sha256
 from core.model import calibration_store
 from core.model.handle import CancelToken, ModelHandle, run_control
 from core.model.memory import fix_mmap_threshold
@@ -129,8 +129,21 @@ def calibrate_model(
     return run.card
 
 
+def _same_rows(run: Run) -> None:
+    """Refuse a work folder whose rows came from another rows file (its scored rows would be mixed into the fits)."""
+    digest = sha256(run.rows_file)
+    before = run.work.state.get("rows_sha256")
+    if before is not None and before != digest:
+        raise ValueError(
+            f"{run.work.folder} holds a calibration on another rows file (sha256 {str(before)[:12]}…, this one "
+            f"{digest[:12]}…); choose another --out folder or start over with --restart"
+        )
+    run.work.state["rows_sha256"] = digest
+
+
 def _resume(run: Run, budget: Budget) -> None:
     """Reopen what the checkpoints lost or another budget changes; say what was skipped."""
+    _same_rows(run)
     work = run.work
     for text in work.notices:
         run.tracker.say(text)

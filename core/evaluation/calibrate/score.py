@@ -24,11 +24,12 @@ from core.engine.prepare import prepare_prompts
 from core.engine.swap import run_swap_tests
 from core.evaluation.calibrate.budget import FIT_RESERVE_S, SWAP_COST
 from core.evaluation.calibrate.checkpoints import CRM_SCORES, KNOWN, PKS_SCORES, SCORED, SWAPS, Work
-from core.evaluation.calibrate.fits import ecs_only
+from core.evaluation.calibrate.fill import Filler
+from core.evaluation.calibrate.fits import SWAP_LEVEL, ecs_only
 from core.evaluation.calibrate.records import LATE_FEATURES, LIVE_EXCLUDED, RowRecord
 from core.evaluation.calibrate.rows import SEED, Unit
 from core.evaluation.conflict import AnswerCache, BuildOptions, generate_answers
-from core.evaluation.constructions import AGREEING, CALIBRATION, ValidationRow
+from core.evaluation.constructions import CALIBRATION, ValidationRow, labeled_by_swap
 from core.evaluation.headline_fit import row_key
 from core.methods.crm import load_basis
 from core.methods.crm.store import CRM_BASIS
@@ -43,8 +44,6 @@ KNOWN_TOKENS = 16
 """Knownness: the greedy no-context answer's length (tokens), as the bundled rows were built."""
 CRM_FEATURES = ("crm_lts",)
 """The combined detector's features read from the CRM basis (computed later for rows scored before it existed)."""
-SWAP_LEVEL = 1.0
-"""κ (nats) at which the swap test locates the span to swap, before κ is fitted (as the bundled pipeline)."""
 
 
 def _known(answer: str | None, unit: Unit) -> bool:
@@ -54,15 +53,15 @@ def _known(answer: str | None, unit: Unit) -> bool:
 
 
 def unit_stream(
-    handle: ModelHandle, order: Sequence[Unit], work: Work, batch_size: int, known_log: dict[str, int]
+    handle: ModelHandle, filler: Filler, work: Work, batch_size: int, known_log: dict[str, int]
 ) -> Iterator[Unit]:
-    """The units in order, those whose fact the model does not know left out (knownness asked in batches, cached
-    in the work folder)."""
+    """The units in the filler's order (:class:`~core.evaluation.calibrate.fill.Filler`: the seeded order, with the
+    calibration slots filling the behavior that is short), those whose fact the model does not know left out
+    (knownness asked in batches, cached in the work folder)."""
     cache = AnswerCache(work.folder / KNOWN, handle.info.name, KNOWN_TOKENS)
     options = BuildOptions(max_new_tokens=KNOWN_TOKENS, batch_size=batch_size, seed=SEED)
     step = max(batch_size * 2, 8)
-    for start in range(0, len(order), step):
-        chunk = order[start : start + step]
+    while chunk := filler.next_units(step):
         probes = [(u.probe.query, None) for u in chunk if u.probe is not None]
         answers = iter(generate_answers(handle, probes, options, stage="knownness", cache=cache) if probes else [])
         for unit in chunk:
@@ -224,8 +223,8 @@ def rows_reserve(run: Run, records: dict[str, RowRecord]) -> float:
     the swap tests of the agreeing rows scored so far (at the swap pace, else :data:`SWAP_COST` rows each — a fresh
     run has measured no swap test yet) and the fits. The detectors' later stages (the CRM basis, ReDeEP's PKS) are
     not reserved for: they take the time the cap has left, and what it does not leave stays pending."""
-    agreeing = sum(r.row.relation == AGREEING for r in records.values() if r.swap is None)
-    swap_pace = run.tracker.pace.get("swap") or run.tracker.pace.get("rows", 0.0) * SWAP_COST
+    agreeing = sum(labeled_by_swap(r.row) for r in records.values() if r.swap is None)
+    swap_pace = run.tracker.pace.get("swap") or run.tracker.pace.get("rows", 0.0) * SWAP_COST  # measured early
     return FIT_RESERVE_S + agreeing * swap_pace
 
 
@@ -244,7 +243,8 @@ def rows_stage(run: Run) -> float:
         tracker.total = len(records) + 1
     stopped = None
     too_long = 0
-    for unit in unit_stream(run.handle, run.order, work, batch_size, known_log):
+    filler = Filler(run.order, records)
+    for unit in unit_stream(run.handle, filler, work, batch_size, known_log):
         if chosen >= cap:
             break
         fitting = [r for r in unit.rows if fits_budget(run.handle, r, run.settings)]
@@ -258,6 +258,7 @@ def rows_stage(run: Run) -> float:
                 break
             batch, pending = pending[:batch_size], pending[batch_size:]
             _flush(run, records, batch)
+            measure_swap_pace(run, records)
         if stopped:
             break
     if pending and not stopped:
@@ -268,9 +269,37 @@ def rows_stage(run: Run) -> float:
         "knownness": known_log,
         "too_long": too_long,
         "stopped_by": stopped or "the row budget",
+        "fill": filler.to_dict(),
     }
     work.save()
     return 0.0
+
+
+def _swap_batch(run: Run, part: Sequence[RowRecord]) -> None:
+    """Swap-test one batch of scored rows, append the tests to ``swap.jsonl`` and measure the swap pace."""
+    t0 = time.monotonic()
+    spans = [observe(r.result, SWAP_LEVEL).span for r in part]
+    tests = run_swap_tests(run.handle, [r.result for r in part], spans, batch_size=run.batch_size)
+    run.work.append(SWAPS, [{"key": r.key, "swap": t.to_dict()} for r, t in zip(part, tests)])
+    for r, t in zip(part, tests):
+        r.swap = t
+    seconds = time.monotonic() - t0
+    run.work.add_seconds("swap", seconds)
+    run.tracker.measured("swap", seconds, len(part))
+    run.work.save()
+    run.counts["swapped"] += len(part)
+
+
+def measure_swap_pace(run: Run, records: dict[str, RowRecord]) -> None:
+    """While the rows are scored, swap-test the first batch of rows labeled by swap tests once there is one, so the
+    rows stage reserves the swap tests at this model's measured pace, not a guess (a swap test cost 0.85 rows on
+    the embedded model and 1.9 on Gemma 3 270M: the guess let Gemma's default run overrun its cap)."""
+    if "swap" in run.tracker.pace:
+        return
+    todo = [r for r in records.values() if labeled_by_swap(r.row) and r.swap is None]
+    if len(todo) >= run.batch_size:
+        check_cancelled()
+        _swap_batch(run, todo[: run.batch_size])
 
 
 def swap_stage(run: Run) -> float:
@@ -278,22 +307,13 @@ def swap_stage(run: Run) -> float:
     work, tracker, batch_size = run.work, run.tracker, run.batch_size
     records = work.records()
     done = work.swaps()
-    todo = [r for r in records.values() if r.row.relation == AGREEING and r.key not in done]
+    todo = [r for r in records.values() if labeled_by_swap(r.row) and r.key not in done]
     total = len(todo)
     if "swap" not in tracker.pace and "rows" in tracker.pace:
         tracker.pace["swap"] = tracker.pace["rows"] * SWAP_COST
     tracker.begin("swap", total)
     for start in range(0, total, batch_size):
         check_cancelled()
-        part = todo[start : start + batch_size]
-        t0 = time.monotonic()
-        spans = [observe(r.result, SWAP_LEVEL).span for r in part]
-        tests = run_swap_tests(run.handle, [r.result for r in part], spans, batch_size=batch_size)
-        work.append(SWAPS, [{"key": r.key, "swap": t.to_dict()} for r, t in zip(part, tests)])
-        seconds = time.monotonic() - t0
-        work.add_seconds("swap", seconds)
-        tracker.measured("swap", seconds, len(part))
-        work.save()
-        run.counts["swapped"] += len(part)
-        tracker.report(start + len(part))
+        _swap_batch(run, todo[start : start + batch_size])
+        tracker.report(start + len(todo[start : start + batch_size]))
     return 0.0

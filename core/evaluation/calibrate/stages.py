@@ -41,7 +41,7 @@ from core.evaluation.calibrate.records import Fitted, ModelIdentity, RowRecord
 from core.evaluation.calibrate.rows import Unit
 from core.evaluation.calibrate.save import DETECTOR_FITS, HEADLINE_FITS, describe, save_card, save_fitted
 from core.evaluation.calibrate.score import read_crm_scores, read_pks, rows_stage, swap_stage
-from core.evaluation.constructions import AGREEING, CALIBRATION
+from core.evaluation.constructions import CALIBRATION, labeled_by_swap
 from core.evaluation.model_card import build_card
 from core.methods.crm import compute_basis, load_basis
 from core.methods.crm.store import cache_basis_path
@@ -102,7 +102,7 @@ class Run:
         """Keep :attr:`counts` (rows scored, agreeing, swap-tested) for the estimates."""
         rows = records.values()
         self.counts["scored"] = len(records)
-        self.counts["agreeing"] = sum(r.row.relation == AGREEING for r in rows)
+        self.counts["agreeing"] = sum(labeled_by_swap(r.row) for r in rows)
         self.counts["swapped"] = sum(r.swap is not None for r in rows)
 
     def identity(self) -> ModelIdentity:

@@ -18,8 +18,9 @@ EXAMPLES = json.loads(asset_path("examples", "examples.json").read_text(encoding
 def test_every_example_names_its_expected_headline():
     assert len(EXAMPLES) == 10
     assert all(e["expected"] in (READ, RECALLED) for e in EXAMPLES)
-    # a context that agrees with a known fact is read or not by what the swap test shows (Mona Lisa: the answer
-    # follows a swapped name, `python -m core run --swap-test`); invented or counterfactual contexts are read
+    # a context that agrees with a known fact is read or not by what the swap test shows (Mona Lisa, the capital
+    # of France: the answer follows a swapped name; Hamlet: it keeps Shakespeare); invented or counterfactual
+    # contexts are read
     assert {e["expected"] for e in EXAMPLES if e["kind"] == "known-fact"} == {READ, RECALLED}
     assert {e["expected"] for e in EXAMPLES if e["kind"] != "known-fact"} == {READ}
 
@@ -30,16 +31,32 @@ earlier calibration left Zorvath Inconclusive). Any new one is kept visible here
 
 
 @pytest.fixture(scope="module")
-def example_headlines(bundled_examples_report):
-    """Each example's expected verdict beside its headline (verdict, reason), read from evaluate's batched run of
-    the ten examples (tests/conftest.py; evaluate's headline is the page's: tests/unit/evaluation/
-    test_evaluate_headline.py)."""
+def example_headlines(bundled_examples_report, embedded_handle):
+    """Each example's expected verdict beside the page's headline (verdict, reason): evaluate's batched run of the
+    ten examples (tests/conftest.py; evaluate's headline is the internals' own, as the page's:
+    tests/unit/evaluation/test_evaluate_headline.py), and where context and memory agree on the span, the verdict
+    the run's swap test carries (:mod:`core.engine.swap_verdict`), as the page and ``run`` show it."""
+    from core.engine import DualPathSettings, ScoreRequest, score_rows
+    from core.engine.swap import headline_span, run_swap_tests
+    from core.engine.swap_verdict import AUTO, carry, wants_swap
+
     examples, rows, report = bundled_examples_report
     by_row = {r["row"]: r for r in report["rows"]}
-    return {
-        e["id"]: (e["expected"], by_row[row.row]["verdict"], by_row[row.row]["axes"]["reason"])
-        for e, row in zip(examples, rows)
-    }
+    out = {}
+    agreeing = []
+    for e, r in zip(examples, rows):
+        axes = by_row[r.row]["axes"]
+        out[e["id"]] = (e["expected"], by_row[r.row]["verdict"], axes["reason"])
+        if axes["span"]["in_parametric"] and axes["span"]["in_context"]:
+            agreeing.append((e, r))
+    request = ScoreRequest(settings=DualPathSettings(), free_parametric=True)
+    results = score_rows(embedded_handle, [(r.query, r.context) for _, r in agreeing], request)
+    assert all(wants_swap(res.head, AUTO) for res in results)
+    tests = run_swap_tests(embedded_handle, results, [headline_span(res) for res in results])
+    for (e, _), res, test in zip(agreeing, results, tests):
+        head = carry(res.head, test)
+        out[e["id"]] = (e["expected"], head.verdict, head.reason)
+    return out
 
 
 @pytest.mark.slow

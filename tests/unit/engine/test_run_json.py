@@ -36,7 +36,7 @@ def run_json(tiny_handle, monkeypatch, capsys):
 
 
 def test_run_json_has_exactly_the_pinned_keys_in_order(run_json):
-    assert len(RUN_JSON_KEYS) == len(set(RUN_JSON_KEYS)) == 50 and RUN_JSON_KEYS[-1] == "schema_version"
+    assert len(RUN_JSON_KEYS) == len(set(RUN_JSON_KEYS)) == 51 and RUN_JSON_KEYS[-1] == "schema_version"
     assert list(run_json) == RUN_JSON_KEYS
     assert run_json["schema_version"] == SCHEMA_VERSION == 4
     headline = {"recalled", "read", "neither", "inconclusive", "uncalibrated"}

@@ -14,6 +14,7 @@ from core.engine.answer_kind import DATE, NUMBER, PERSON, PLACE
 from core.engine.axes import headline
 from core.engine.stopwords import ANY_LANGUAGE
 from core.engine.swap import NOT_APPLICABLE, headline_span, run_swap_tests
+from core.engine.swap_verdict import agreeing, carry, implausible
 from core.engine.swap_words import kind_of
 from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED
 
@@ -91,3 +92,20 @@ def test_mona_lisa_over_an_irrelevant_context_is_recalled(runs):
     _, head, swap = runs["mona-lisa-irrelevant"]
     assert head.verdict == RECALLED and _span(head)["kind"] == PERSON
     assert swap.outcome == NOT_APPLICABLE  # the context does not hold the painter: nothing to swap
+
+
+def test_the_verdict_a_swap_test_carries_is_still_the_one_a_person_gives(runs):
+    """The verdict the page and ``run`` show (a decided swap test carries it where context and memory agree): the
+    same verdicts a person would give, and the internals' own prediction kept beside it."""
+    expected = {"vantrell": NEITHER, "mars": READ, "hamlet": INCONCLUSIVE, "washington": READ, "lyon": READ,
+                "orvane": READ, "mona-lisa-irrelevant": RECALLED}  # fmt: skip
+    for name, (_, head, swap) in runs.items():
+        carried = carry(head, swap)
+        if name == "french":  # read or recalled as its swap test shows
+            assert carried.verdict == swap.outcome
+        else:
+            assert carried.verdict == expected[name], name
+        if agreeing(head) and swap.decided and not implausible(swap):
+            assert carried.internals is not None and carried.internals["verdict"] == head.verdict
+        else:
+            assert carried.internals is None

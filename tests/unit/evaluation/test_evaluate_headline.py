@@ -1,5 +1,6 @@
 """``evaluate`` reports the app's headline: on every bundled example, each row's ``verdict`` (and its answer span)
-equals what ``run --json`` and the Dual Path page give for the same inputs, and RePCS' own verdict sits beside it."""
+equals what ``run --json --no-swap-test`` gives for the same inputs — the internals' own verdict, which ``run`` and the
+page keep as ``internals_verdict`` where a swap test carries theirs — and RePCS' own verdict sits beside it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def test_evaluate_headline_equals_run_json_on_every_bundled_example(embedded_han
         page = json.loads(with_headline(run_dual_path(embedded_handle, row.query, row.context, settings)).to_json())
         got = by_row[row.row]
         assert got["verdict"] == page["verdict"], (example["id"], got["axes"]["reason"], page["axes"]["reason"])
+        assert got["internals_verdict"] == page["internals_verdict"] == got["verdict"], example["id"]
         assert got["axes"]["span"]["span"]["text"] == page["axes"]["span"]["span"]["text"], example["id"]
         assert got["repcs_verdict"] == page["repcs_verdict"], example["id"]
         assert got["axes"]["context_reliance"]["state"] == page["axes"]["context_reliance"]["state"], example["id"]

@@ -289,6 +289,33 @@ def test_the_rows_stage_reserves_the_swap_tests_at_the_pace_measured_by_then():
     assert rows_reserve(run, {}) == pytest.approx(FIT_RESERVE_S)
 
 
+def test_the_swap_pace_is_measured_on_the_first_batch_of_agreeing_rows_while_the_rows_are_scored(monkeypatch):
+    from types import SimpleNamespace
+
+    from core.evaluation.calibrate import score
+    from core.evaluation.constructions import AGREEING
+
+    calls = []
+    monkeypatch.setattr(score, "_swap_batch", lambda run, part: calls.append([r.key for r in part]))
+    monkeypatch.setattr(score, "check_cancelled", lambda: None)
+
+    def record(key, relation, swap=None):
+        return SimpleNamespace(key=key, row=SimpleNamespace(relation=relation), swap=swap)
+
+    run = SimpleNamespace(tracker=SimpleNamespace(pace={"rows": 10.0}), batch_size=2)
+    records = {"a": record("a", AGREEING), "c": record("c", "conflict")}
+    score.measure_swap_pace(run, records)
+    assert calls == []  # fewer agreeing rows than a batch: not yet
+    records["b"] = record("b", AGREEING)
+    records["d"] = record("d", AGREEING, swap={})  # already tested
+    score.measure_swap_pace(run, records)
+    assert calls == [["a", "b"]]  # the first batch, measured once
+    run.tracker.pace["swap"] = 23.0
+    records["e"], records["f"] = record("e", AGREEING), record("f", AGREEING)
+    score.measure_swap_pace(run, records)
+    assert calls == [["a", "b"]]  # measured: the rest wait for the swap stage
+
+
 def test_the_cap_leaves_the_later_stages_to_a_second_invocation_which_gets_a_cap_of_its_own():
     from types import SimpleNamespace
 
