@@ -28,7 +28,7 @@ from core.engine.swap import (
     swap_test,
     with_swap_test,
 )
-from core.engine.swap_verdict import AUTO, agreeing, wants_swap
+from core.engine.swap_verdict import AUTO, NEVER, agreeing, default_mode, wants_swap
 from core.engine.verdict import READ, RECALLED, display
 from core.model.handle import ModelHandle
 
@@ -123,7 +123,7 @@ def with_stored(handle: ModelHandle, result: DualPathResult) -> DualPathResult:
     unless this session holds it already; ``result`` itself where the setting is off or it does not apply."""
     auto = st.toggle(
         "Swap-test where context and memory agree",
-        value=True,
+        value=default_mode() != NEVER,
         key=keys.SWAP_AUTO,
         help="Where the context and the model's own answer name the same thing, no text can tell reading from "
         "recalling: the swap test runs as part of the run and, when it decides, carries the verdict (what the "

@@ -40,6 +40,7 @@ from components.page import PageContext, open_page
 from components.stored_runs import start_hint
 from core.engine.estimate import describe_estimate, dual_path_run_estimate, observe_dual_path
 from core.engine.result import DualPathResult, result_digest
+from core.engine.swap_verdict import NEVER, default_mode
 
 
 def run_estimate(page: PageContext, query: str = "", context: str = "") -> str:
@@ -48,7 +49,7 @@ def run_estimate(page: PageContext, query: str = "", context: str = "") -> str:
     machine's pace)."""
     budget = page.config.settings.max_new_tokens
     line = describe_estimate(dual_path_run_estimate(page.handle, budget, query, context))
-    if st.session_state.get(keys.SWAP_AUTO, True):
+    if st.session_state.get(keys.SWAP_AUTO, default_mode() != NEVER):
         line += " · where context and memory agree on the answer, a swap test follows (its own estimate then)"
     return line
 

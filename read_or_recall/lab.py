@@ -85,7 +85,7 @@ class Lab:
         *,
         settings: DualPathSettings | None = None,
         threshold: Threshold | None = None,
-        swap: str = "auto",
+        swap: str | None = None,
         **overrides: Any,
     ) -> Run:
         """Both paths on one query and context: the run of the Dual Path page and of ``python -m core run``.
@@ -97,7 +97,8 @@ class Lab:
             threshold: RePCS' τ to apply (default: the τ in force for the model).
             swap: when the swap test runs as part of the run (:mod:`core.engine.swap_verdict`): ``"auto"`` where
                 context and memory agree on the answer span (a decided test then carries the verdict, the
-                internals' own prediction in ``run.axes["internals"]``), ``"always"``, or ``"never"``.
+                internals' own prediction in ``run.axes["internals"]``), ``"always"``, or ``"never"``; ``None``:
+                the environment's ``READ_OR_RECALL_SWAP``, else ``"auto"``.
 
         Returns:
             A :class:`~read_or_recall.run.Run`: ``.verdict`` (the headline), ``.axes``, ``.span``,
@@ -109,9 +110,9 @@ class Lab:
         """
         from core.engine import run_dual_path
         from core.engine.swap import swap_test, with_swap_test
-        from core.engine.swap_verdict import check_mode, wants_swap
+        from core.engine.swap_verdict import check_mode, default_mode, wants_swap
 
-        check_mode(swap)
+        swap = check_mode(default_mode() if swap is None else swap)
         chosen = self._settings(settings, overrides)
         result = run_dual_path(self.handle, query, context, chosen, threshold=threshold, record=True)
         if not wants_swap(result.head, swap):

@@ -7,6 +7,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The run's own swap test (core.engine.swap_verdict) is off for the suite — every page test of the first example
+# would pay one more generation — and on in the tests of it (they set READ_OR_RECALL_SWAP=auto).
+os.environ.setdefault("READ_OR_RECALL_SWAP", "never")
 
 import pytest
 import torch

@@ -18,6 +18,7 @@ and the reason says so (:func:`implausible`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,20 @@ MODES = (AUTO, ALWAYS, NEVER)
 never."""
 TYPE_MATCHED_SOURCE = "type-matched"
 """The start of :data:`core.engine.swap.TYPE_MATCHED` (an alternative the model did not propose)."""
+
+
+MODE_ENV = "READ_OR_RECALL_SWAP"
+"""The environment variable that sets the default mode of the app, ``run`` and ``lab.run`` (``auto`` when unset; a
+deployment that cannot spend the generation sets ``never``)."""
+
+
+def default_mode() -> str:
+    """The default of :data:`MODES`: :data:`MODE_ENV` when set (``ValueError`` naming the modes otherwise), else
+    :data:`AUTO`."""
+    value = os.environ.get(MODE_ENV, "").strip().lower()
+    if value and value not in MODES:
+        raise ValueError(f"{MODE_ENV} must be one of {', '.join(MODES)}, got {value!r}")
+    return value or AUTO
 
 
 def check_mode(mode: str) -> str:

@@ -11,6 +11,13 @@ from tests.app.conftest import APP, ok, open_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
+
+@pytest.fixture(autouse=True)
+def swap_on(monkeypatch):
+    """The suite runs with the run's swap test off (tests/conftest.py); these tests are of it: the default, on."""
+    monkeypatch.setenv("READ_OR_RECALL_SWAP", "auto")
+
+
 PAGE = "pages/1_Dual_Path.py"
 TIMEOUT = 600
 QUERY = "What is the capital of France?"

@@ -37,7 +37,7 @@ from core.detectors.agreement import Agreement, assess, detector_input, judge, s
 from core.detectors.registry import GROUPS
 from core.detectors.wording import GROUP_WORDS, axis_line
 from core.engine.axes import with_headline
-from core.engine.swap_verdict import ALWAYS, AUTO, NEVER, swap_where_agreeing, wants_swap
+from core.engine.swap_verdict import ALWAYS, NEVER, default_mode, swap_where_agreeing, wants_swap
 from core.engine.verdict import display
 
 
@@ -73,7 +73,7 @@ def register(subparsers: Any) -> None:
         const=NEVER,
         help="never run the swap test: the verdict is the internals' own prediction",
     )
-    p.set_defaults(swap_mode=AUTO)
+    p.set_defaults(swap_mode=None)  # READ_OR_RECALL_SWAP, else auto (core.engine.swap_verdict.default_mode)
     add_model_args(p)
     p.set_defaults(func=_cmd_run)
 
@@ -103,8 +103,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     resolve([n.strip() for n in (args.detectors or "").split(",") if n.strip()])  # before the model loads
     handle, result = run_from_args(args, settings_from_args(args), record=bool(args.all_detectors or args.detectors))
     result = with_headline(result)
-    if wants_swap(result.head, args.swap_mode):
-        result = swap_where_agreeing(handle, result, args.swap_mode, progress=_swap_progress)
+    mode = args.swap_mode or default_mode()
+    if wants_swap(result.head, mode):
+        result = swap_where_agreeing(handle, result, mode, progress=_swap_progress)
         sys.stderr.write("\n")
     agreement = _agreement(handle, result, args)
     if args.json and agreement is not None:

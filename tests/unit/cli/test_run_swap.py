@@ -14,6 +14,13 @@ from core.engine.swap_verdict import agreeing
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
+
+@pytest.fixture(autouse=True)
+def swap_on(monkeypatch):
+    """The suite runs with the run's swap test off (tests/conftest.py); these tests are of it: the default, on."""
+    monkeypatch.setenv("READ_OR_RECALL_SWAP", "auto")
+
+
 QUERY = "What is the capital of France?"
 CONTEXT = "Paris is the capital and largest city of France."
 

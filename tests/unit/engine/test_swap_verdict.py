@@ -88,3 +88,15 @@ def test_when_a_run_is_swap_tested() -> None:
     assert not wants_swap(nospan, ALWAYS)
     with pytest.raises(ValueError, match="auto, always, never"):
         check_mode("sometimes")
+
+
+def test_the_default_mode_comes_from_the_environment(monkeypatch) -> None:
+    from core.engine.swap_verdict import MODE_ENV, default_mode
+
+    monkeypatch.delenv(MODE_ENV, raising=False)
+    assert default_mode() == AUTO
+    monkeypatch.setenv(MODE_ENV, " Never ")
+    assert default_mode() == NEVER
+    monkeypatch.setenv(MODE_ENV, "sometimes")
+    with pytest.raises(ValueError, match="READ_OR_RECALL_SWAP must be one of auto, always, never"):
+        default_mode()
