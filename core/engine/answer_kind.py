@@ -7,8 +7,9 @@ words that complete the question, any content word). :func:`fits` says whether o
 kind: a number is digits or a number word; a year is a number from 1000 to 2100 (or a decade, "1990s"); a date is
 a year, a month, a day of the month or a century; a name is a capitalized word that is not a function word of any
 language ("Le" is not a name), not a month or a weekday and not a nationality ("Dutch", "British": an adjective
-before the noun it qualifies), and that is not capitalized only because it starts a sentence. :func:`near_copy`
-says whether two words are one word written twice ("Veltra" / "Veltria", "Roma" / "Rome"). Pure text, no model.
+before the noun it qualifies; but the name a question for a language or a religion asks for), and that is not
+capitalized only because it starts a sentence. :func:`near_copy` says whether two words are one word written twice
+("Veltra" / "Veltria", "Roma" / "Rome"). Pure text, no model.
 """
 
 from __future__ import annotations
@@ -148,29 +149,37 @@ def is_date(word: str) -> bool:
     return is_year(word) or norm in _MONTHS or norm in _DATE_WORDS or bool(day)
 
 
-def is_name(word: str, *, sentence_initial: bool = False, references: str = "") -> bool:
-    """A capitalized word that is not a function word of any listed language, a month, a weekday or a nationality.
-    A word capitalized only because it starts a sentence is a name when ``references`` (the query, the context, the
-    answers) writes it capitalized where no sentence starts."""
+_DEMONYM_NOUNS = frozenset(("language", "religion"))
+"""The nouns a nationality word names ("Which language …?" → "Spanish", "Which religion …?" → "Catholic")."""
+
+
+def is_name(word: str, *, sentence_initial: bool = False, references: str = "", noun: str = "") -> bool:
+    """A capitalized word that is not a function word of any listed language, a month, a weekday or a nationality
+    (a nationality word is the name a question for a language or a religion asks for: ``noun``). A word capitalized
+    only because it starts a sentence is a name when ``references`` (the query, the context, the answers) writes it
+    capitalized where no sentence starts."""
     text = word.strip()
     norm = _norm(text)
     if not text[:1].isupper() or not norm or " " in norm or norm.isdigit():
         return False
-    if norm in ANY_LANGUAGE or norm in _MONTHS or norm in _WEEKDAYS or norm in _DEMONYMS:
+    if norm in ANY_LANGUAGE or norm in _MONTHS or norm in _WEEKDAYS:
+        return False
+    if norm in _DEMONYMS and noun not in _DEMONYM_NOUNS:
         return False
     if not sentence_initial:
         return True
     return re.search(rf"(?<![.!?:\n]\s)(?<=\S\s){re.escape(text)}(?![^\W_])", references) is not None
 
 
-def fits(kind: str, word: str, *, sentence_initial: bool = False, references: str = "") -> bool:
-    """Whether ``word`` (as the answer writes it) is of ``kind``: every content word is of :data:`PHRASE`."""
+def fits(kind: str, word: str, *, sentence_initial: bool = False, references: str = "", noun: str = "") -> bool:
+    """Whether ``word`` (as the answer writes it) is of ``kind`` (``noun``: what the question asks it to name, see
+    :func:`is_name`): every content word is of :data:`PHRASE`."""
     if kind == NUMBER:
         return is_number(word)
     if kind == DATE:
         return is_date(word)
     if kind in NAMED:
-        return is_name(word, sentence_initial=sentence_initial, references=references)
+        return is_name(word, sentence_initial=sentence_initial, references=references, noun=noun)
     return True
 
 

@@ -190,20 +190,41 @@ def _sentence_initial(word: Word, text: str) -> bool:
     return not lead or lead[-1] in ".!?:\n"
 
 
-def _of_kind(qk: QuestionKind, cands: list[Word], words: list[Word], text: str, refs: str) -> list[Word]:
+_ALONE = re.compile(r"[ \t]*(?:[.!?\n]|$)")
+
+
+def _initial_name(w: Word, words: list[Word], text: str, ids: set[int], query: str, qk: QuestionKind) -> bool:
+    """A sentence-initial capitalized word is a name when a capitalized candidate follows it ("Elio Vance founded
+    …"), when it is its sentence's only word (the answer "Microsoft" on a line of its own), or when its sentence goes
+    on with the question's own words ("English is the official language …", "Microsoft developed …")."""
+    i = words.index(w)
+    nxt = words[i + 1] if i + 1 < len(words) else None
+    if nxt is not None and id(nxt) in ids and text[w.end : nxt.start] == " " and fits(qk.kind, nxt.text, noun=qk.noun):
+        return True
+    if _ALONE.match(text, w.end):
+        return True
+    stop = stopwords_for(query, text)
+    query_words = set(normalize(query).split()) - stop
+    for later in words[i + 1 :]:
+        if re.search(r"[.!?:;\n]", text[w.end : later.start]):
+            return False
+        if later.norm and later.norm not in stop:
+            return from_query(later.norm, query_words)
+    return False
+
+
+def _of_kind(qk: QuestionKind, cands: list[Word], words: list[Word], text: str, refs: str, query: str) -> list[Word]:
     """The candidates of the question's kind; a sentence-initial capitalized word is a name when the sources write
-    it so elsewhere or a capitalized candidate follows it ("Elio Vance founded …")."""
+    it so elsewhere, or by :func:`_initial_name`."""
     if qk.kind == PHRASE:
         return list(cands)
     out = []
     ids = {id(w) for w in cands}
     for w in cands:
         initial = _sentence_initial(w, text)
-        ok = fits(qk.kind, w.text, sentence_initial=initial, references=refs + " " + text)
-        if not ok and initial and qk.kind in NAMED and fits(qk.kind, w.text):
-            i = words.index(w)
-            nxt = words[i + 1] if i + 1 < len(words) else None
-            ok = nxt is not None and id(nxt) in ids and text[w.end : nxt.start] == " " and fits(qk.kind, nxt.text)
+        ok = fits(qk.kind, w.text, sentence_initial=initial, references=refs + " " + text, noun=qk.noun)
+        if not ok and initial and qk.kind in NAMED and fits(qk.kind, w.text, noun=qk.noun):
+            ok = _initial_name(w, words, text, ids, query, qk)
         if ok and qk.kind == PERSON and _after_a_place_word(w, words, text):
             ok = False  # "set in Elizabethan England": a place, not the person the question asks for
         if ok:
@@ -354,7 +375,7 @@ def locate_span(
     if not cands:
         return None
     qk = question_kind(query)
-    typed = _of_kind(qk, cands, words, text, f"{query} {context} {parametric_answer}")
+    typed = _of_kind(qk, cands, words, text, f"{query} {context} {parametric_answer}", query)
     pool = typed or cands
     scores = {id(w): _word_kl(w, kl) for w in cands}
     forms = {id(w): (found_as(context, w.norm), found_as(parametric_answer, w.norm)) for w in pool}

@@ -62,6 +62,9 @@ def test_words_of_a_kind():
     # a word capitalized only because it starts a sentence is a name where the sources write it capitalized
     assert not is_name("Sure", sentence_initial=True, references="Who is it? The answer is sure.")
     assert is_name("Paris", sentence_initial=True, references="It is in Paris.")
+    # a nationality word is the name a question for a language or a religion asks for
+    assert fits(NAME, "Spanish", noun="language") and fits(NAME, "Catholic", noun="religion")
+    assert not fits(NAME, "Spanish", noun="company") and not fits(PERSON, "English", noun="author")
     assert (word_kind("1634"), word_kind("3"), word_kind("Lyon"), word_kind("green")) == (DATE, NUMBER, NAME, PHRASE)
 
 
@@ -105,6 +108,32 @@ def test_a_name_in_neither_source_is_the_span_and_is_called_made_up():
     verdict, title, _ = unanswered(span, parametric_generated=True, parametric_unsupported=True, lp_parametric=-9.0)
     assert verdict == NEITHER and title.startswith("Neither: the answer names “Elio Vance”, found in neither")
     assert unanswered(span, parametric_generated=True, parametric_unsupported=False, lp_parametric=-1.0) is None
+
+
+@pytest.mark.parametrize(
+    ("tokens", "query", "context", "span_text"),
+    [
+        # a one-word answer on a line of its own starts its sentence and is still the company the question asks for
+        (["Microsoft", "\n", "\n", "Question", ":", " Which", " company", " developed", " Windows", "?"],
+         "Which company developed Internet Explorer 10?", "Intel developed Internet Explorer 10.", "Microsoft"),
+        # a sentence that goes on with the question's own words: its first word is the name
+        (["Microsoft", " developed", " Internet", " Explorer", " 10", "."],
+         "Which company developed Internet Explorer 10?", "Intel developed Internet Explorer 10.", "Microsoft"),
+        (["English", " is", " the", " official", " language", " in", " United", " Kingdom", "."],
+         "Which language is official in United Kingdom?", "Hindi is official in United Kingdom.", "English"),
+        # a language is a nationality word
+        (["He", " speaks", " French", "."], "Which language does Pierre de Marca speak?", "", "French"),
+    ],
+)  # fmt: skip
+def test_a_sentence_initial_or_nationality_word_answers_a_which_question(tokens, query, context, span_text):
+    span = _span(tokens, [1.0] * len(tokens), query, context, "")
+    assert span.answers and span.kind == NAME and span.text == span_text and span_text in span.of_kind
+
+
+def test_a_label_before_a_colon_is_not_a_name():
+    tokens = ["Question", ":", " Which", " company", " made", " it", "?", " Answer", ":", " Apple"]
+    span = _span(tokens, [1.0] * len(tokens), "Which company made the iPod?", "", "")
+    assert span.of_kind == ("Apple",) and span.text == "Apple"
 
 
 def test_an_answer_that_names_no_author_does_not_answer():
