@@ -173,47 +173,61 @@ def audit_pairs(
         meter=meter,
         share=share,
     )
-    generated: list[Any] = [None] * len(prepared)
-    if options.generate and prepared:
-        settings = DualPathSettings(
-            max_new_tokens=options.max_new_tokens, score_window=options.max_new_tokens, template=options.template
-        )
-        rows, one_row = options.batch_size, 0.0
-        if meter is not None:
-            widest = max(len(p.retrieval.ids) for p in prepared)
-            one_row = meter.plan([widest], [widest], batch_size=1, new_tokens=options.max_new_tokens).seconds
-            rows = max(1, min(rows, int(meter.slice_s / one_row) if one_row > 0 else rows))
-        generated = []
-        for start in range(0, len(pairs), rows):  # each group of rows in its own turn
-            group = list(pairs[start : start + rows])
-            with share.block(one_row * len(group)) if share is not None else nullcontext():
-                generated += score_rows(handle, group, settings, batch_size=rows)
-    out: list[dict[str, Any]] = []
-    for prep, cap, gen in zip(prepared, captures, generated):
-        lts = calibration.lts(cap.displacement)
-        rule = calibration.evaluate(lts)
-        decode = handle.tokenizer.decode
-        out.append(
-            {
-                "anomaly_flag": rule["anomaly_flag"],
-                "anomaly_score": round(float(rule["anomaly_score"]), 6),
-                "lts_trajectory": np.round(lts, 6).tolist(),
-                "flagged_layers": rule["flagged_layers"],
-                "displacement_norm": np.round(np.linalg.norm(cap.displacement.astype(np.float64), axis=-1), 6).tolist(),
-                "first_token": {
-                    "kl": round(cap.first_token_kl, 6),
-                    "entropy_retrieval": round(cap.entropy_retrieval, 6),
-                    "entropy_parametric": round(cap.entropy_parametric, 6),
-                    "top_retrieval": decode([cap.top_retrieval]),
-                    "top_parametric": decode([cap.top_parametric]),
-                },
-                "tokens": {"retrieval": cap.n_retrieval, "parametric": cap.n_parametric},
-                "template": prep.template_key,
-                "warnings": list(prep.warnings),
-                "generation": None if gen is None else _generation(gen),
-            }
-        )
-    return out
+    generated = _generations(handle, pairs, prepared, options, meter, share)
+    return [_audit_row(handle, calibration, p, c, g) for p, c, g in zip(prepared, captures, generated)]
+
+
+def _generations(
+    handle: ModelHandle,
+    pairs: Sequence[tuple[str, str]],
+    prepared: Sequence[PreparedPrompts],
+    options: AuditOptions,
+    meter: WorkMeter | None,
+    share: RunShare | None,
+) -> list[Any]:
+    """The dual path of every pair when the request asks to generate (else ``None`` each), in groups of rows the
+    meter estimates fit one fair slice, each group in its own turn."""
+    if not (options.generate and prepared):
+        return [None] * len(prepared)
+    settings = DualPathSettings(
+        max_new_tokens=options.max_new_tokens, score_window=options.max_new_tokens, template=options.template
+    )
+    rows, one_row = options.batch_size, 0.0
+    if meter is not None:
+        widest = max(len(p.retrieval.ids) for p in prepared)
+        one_row = meter.plan([widest], [widest], batch_size=1, new_tokens=options.max_new_tokens).seconds
+        rows = max(1, min(rows, int(meter.slice_s / one_row) if one_row > 0 else rows))
+    generated: list[Any] = []
+    for start in range(0, len(pairs), rows):  # each group of rows in its own turn
+        group = list(pairs[start : start + rows])
+        with share.block(one_row * len(group)) if share is not None else nullcontext():
+            generated += score_rows(handle, group, settings, batch_size=rows)
+    return generated
+
+
+def _audit_row(handle: ModelHandle, calibration: AuditCalibration, prep: PreparedPrompts, cap: Any, gen: Any) -> dict:
+    """One pair's JSON-ready result (see :func:`audit_pairs`)."""
+    lts = calibration.lts(cap.displacement)
+    rule = calibration.evaluate(lts)
+    decode = handle.tokenizer.decode
+    return {
+        "anomaly_flag": rule["anomaly_flag"],
+        "anomaly_score": round(float(rule["anomaly_score"]), 6),
+        "lts_trajectory": np.round(lts, 6).tolist(),
+        "flagged_layers": rule["flagged_layers"],
+        "displacement_norm": np.round(np.linalg.norm(cap.displacement.astype(np.float64), axis=-1), 6).tolist(),
+        "first_token": {
+            "kl": round(cap.first_token_kl, 6),
+            "entropy_retrieval": round(cap.entropy_retrieval, 6),
+            "entropy_parametric": round(cap.entropy_parametric, 6),
+            "top_retrieval": decode([cap.top_retrieval]),
+            "top_parametric": decode([cap.top_parametric]),
+        },
+        "tokens": {"retrieval": cap.n_retrieval, "parametric": cap.n_parametric},
+        "template": prep.template_key,
+        "warnings": list(prep.warnings),
+        "generation": None if gen is None else _generation(gen),
+    }
 
 
 def _generation(result: Any) -> dict[str, Any]:

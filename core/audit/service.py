@@ -211,27 +211,7 @@ def create_app(
         ValueError: a calibration made for another model or template.
     """
     limits = limits or AuditLimits()
-    fingerprint = model_fingerprint(handle)
-    template_key = resolve_template(template, handle.tokenizer).key
-    calibration_hash = None
-    if calibration is not None:
-        calibration.check_for(handle, fingerprint, template_key)
-        calibration_hash = store.register_calibration(calibration.describe())
-    recorder = AuditRecorder(
-        handle=handle,
-        store=store,
-        calibration=calibration,
-        limits=limits,
-        options=AuditOptions(template=template_key, max_prompt_tokens=limits.max_prompt_tokens),
-        model_facts={
-            "name": handle.info.name,
-            "source": handle.info.source,
-            "fingerprint": fingerprint,
-            "revision": getattr(getattr(handle.model, "config", None), "_commit_hash", None),
-        },
-        calibration_note=calibration_note,
-        calibration_hash=calibration_hash,
-    )
+    recorder = _recorder(handle, store, calibration, limits, template, calibration_note)
     if meter is None:
         meter = WorkMeter()
         meter.probe(handle)
@@ -257,6 +237,46 @@ def create_app(
         on_cancel=recorder.cut_short,
     )
     app.state.recorder = recorder
+    _error_handlers(app, store)
+    _audit_routes(app, recorder)
+    _read_routes(app, recorder)
+    return app
+
+
+def _recorder(
+    handle: ModelHandle,
+    store: AuditStore,
+    calibration: AuditCalibration | None,
+    limits: AuditLimits,
+    template: str,
+    calibration_note: str,
+) -> AuditRecorder:
+    """The service's recorder: the calibration checked against the model and template, and registered in the log."""
+    fingerprint = model_fingerprint(handle)
+    template_key = resolve_template(template, handle.tokenizer).key
+    calibration_hash = None
+    if calibration is not None:
+        calibration.check_for(handle, fingerprint, template_key)
+        calibration_hash = store.register_calibration(calibration.describe())
+    return AuditRecorder(
+        handle=handle,
+        store=store,
+        calibration=calibration,
+        limits=limits,
+        options=AuditOptions(template=template_key, max_prompt_tokens=limits.max_prompt_tokens),
+        model_facts={
+            "name": handle.info.name,
+            "source": handle.info.source,
+            "fingerprint": fingerprint,
+            "revision": getattr(getattr(handle.model, "config", None), "_commit_hash", None),
+        },
+        calibration_note=calibration_note,
+        calibration_hash=calibration_hash,
+    )
+
+
+def _error_handlers(app: FastAPI, store: AuditStore) -> None:
+    """422 for a request the schema refuses; 503 for an audit log that cannot serve it."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -269,10 +289,6 @@ def create_app(
     @app.exception_handler(sqlite3.Error)
     async def _sqlite_error(request: Request, exc: sqlite3.Error) -> JSONResponse:  # a fault no layer named
         return _database_503(request, database_error(exc, store.path))
-
-    _audit_routes(app, recorder)
-    _read_routes(app, recorder)
-    return app
 
 
 def _database_503(request: Request, exc: AuditDatabaseError) -> JSONResponse:
