@@ -31,21 +31,23 @@ def detector_kind(name: str) -> str:
     return f"detector:{name}"
 
 
-def detector_work(cost: str, inp: DetectorInput) -> int:
-    """The size of a costly detector's run on this example: a ``"generate"`` detector generates this example's
-    answers again (Self-Critique), so its time follows their length (:func:`core.engine.estimate.answer_steps`:
-    8.5 s after 12-step answers, 84 s after a 64-step one); a ``"heavy"`` one generates answers to many perturbed
-    prompts (SMA), whose length is not this example's (its 130 answers took 278 s on an example with 12-step
-    answers, 116 s on one with 64), so its work is its token budget."""
+def detector_work(detector: Detector | None, inp: DetectorInput) -> float | Work:
+    """The size of a costly detector's run on this example: its declared units of work (``detector.work``: the
+    answers Self-Critique and SMA generate and the prompts they read, :mod:`core.methods.work`); else, for a
+    ``"generate"`` detector, this example's answer steps (:func:`core.engine.estimate.answer_steps`: its time
+    follows their length), else its token budget."""
+    if detector is not None and detector.work is not None:
+        return detector.work(inp)
+    cost = detector.cost if detector is not None else "generate"
     return answer_steps(inp.result) if cost == "generate" else int(inp.settings.max_new_tokens)
 
 
 def detector_estimate(inp: DetectorInput, name: str, fallback: Estimate | float | None) -> str:
     """The sentence under a costly detector's button: its last runs scaled to this example's work
-    (:func:`detector_work`), else ``fallback`` (the detector's declared unit-cost estimate)."""
-    found = get(name)
-    work = detector_work(found.cost if found is not None else "generate", inp)
-    return estimate_text(inp.handle, detector_kind(name), work, fallback)
+    (:func:`detector_work`), else the unit costs of that work (a detector that declares its work), else
+    ``fallback`` (the detector's declared unit-cost estimate)."""
+    work = detector_work(get(name), inp)
+    return estimate_text(inp.handle, detector_kind(name), work, None if isinstance(work, Work) else fallback)
 
 
 def estimate_text(handle: Any, kind: str, work: float | Work, fallback: Estimate | float | None = None) -> str:
@@ -64,7 +66,7 @@ def judge_measured(detector: Detector, inp: DetectorInput) -> DetectorVerdict:
     verdict = judge(detector, inp)
     if verdict.error is None:
         seconds = time.monotonic() - started
-        observe_run(inp.handle, detector_kind(detector.name), seconds, detector_work(detector.cost, inp))
+        observe_run(inp.handle, detector_kind(detector.name), seconds, detector_work(detector, inp))
     return verdict
 
 

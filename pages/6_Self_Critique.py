@@ -41,7 +41,8 @@ from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown, plain_message
 from core.engine import StreamEvent
-from core.engine.estimate import answer_steps, estimate, observe_run
+from core.engine.cost_meter import Work
+from core.engine.estimate import observe_run
 from core.methods.selfcritique import (
     CRITIQUE,
     DEFAULT_INSTRUCTION,
@@ -53,6 +54,7 @@ from core.methods.selfcritique import (
     SelfCritiqueSettings,
     run_self_critique,
 )
+from core.methods.work import SELFCRITIQUE, observe_fills, selfcritique_done, selfcritique_planned
 from core.model.handle import ModelHandle
 from figures import detectors as figs
 
@@ -77,26 +79,20 @@ def reset_instruction() -> None:
     state.set_stored(keys.SC_INSTRUCTION, DEFAULT_INSTRUCTION)
 
 
-RUN_KIND = "page:selfcritique"
-"""The estimate's kind of this page's run (work: the answer steps of the Dual Path run on these inputs, else r₁'s
-budget: r₁ and r₂ are about as long as that run's answers, :func:`core.engine.estimate.answer_steps`)."""
-
-
-def budget_of(settings: SelfCritiqueSettings) -> int:
-    """The tokens a run may generate: r₁ then r₂, one after the other."""
-    return settings.max_new_tokens + settings.critique_tokens
-
-
-def work_of(config: AppConfig, query: str, context: str, settings: SelfCritiqueSettings) -> int:
-    """A run's size in answer steps: those of this session's Dual Path run on these inputs, else r₁'s budget."""
+def work_of(config: AppConfig, handle: ModelHandle, query: str, context: str, settings: SelfCritiqueSettings) -> Work:
+    """A run's units of work before it runs (:func:`core.methods.work.selfcritique_planned`): r₁ as long as this
+    session's Dual Path answer on the same path and inputs when there is one (greedy, the same prompt), else a
+    share of its budget; r₂ as long as the last critique answers' share of theirs."""
     found = state.cached_result(config, query, context)
-    return answer_steps(found) if found is not None else settings.max_new_tokens
+    path = None if found is None else (found.retrieval if settings.use_context else found.parametric)
+    steps = len(getattr(path, "token_ids", ()) or ()) or None
+    return selfcritique_planned(handle, query, context, settings, steps)
 
 
-def run_estimate(handle: ModelHandle, settings: SelfCritiqueSettings, work: int) -> str:
-    """The line under the button: from this page's last runs, scaled to the work; else the cost per token."""
-    budget = budget_of(settings)
-    return estimate_text(handle, RUN_KIND, work, estimate(handle, generated_tokens=budget, forwards=2))
+def run_estimate(handle: ModelHandle, settings: SelfCritiqueSettings, work: Work) -> str:
+    """The line under the button: the unit costs for the run's work × the ratio the last runs of this page took
+    (else the unit costs alone)."""
+    return estimate_text(handle, SELFCRITIQUE, work)
 
 
 def draw_controls(
@@ -141,7 +137,7 @@ def draw_controls(
     )
     clicked = st.button("Run Self-Critique", type="primary", key=keys.SC_RUN, icon=":material/play_arrow:")
     line = st.empty()
-    line.caption(run_estimate(handle, settings, work_of(config, query, context, settings)))
+    line.caption(run_estimate(handle, settings, work_of(config, handle, query, context, settings)))
     return settings, clicked, line
 
 
@@ -289,10 +285,12 @@ def draw_run(
         except ValueError as exc:
             st.error(plain_message(str(exc)))
             return None
-        work, started = work_of(page.config, query, context, settings), time.monotonic()
+        started = time.monotonic()
         result = run_live(page.handle, query, context, settings)
-        if result is not None:  # the next estimate of this page's run is this run's time
-            observe_run(page.handle, RUN_KIND, time.monotonic() - started, work)
+        if result is not None:  # the next estimate of this page's run learns from this run's time and work
+            done, share = selfcritique_done(result, settings)
+            observe_run(page.handle, SELFCRITIQUE, time.monotonic() - started, done)
+            observe_fills(page.handle, SELFCRITIQUE, share)
         return result
 
     return run_or_show(
@@ -316,7 +314,9 @@ def main() -> None:
         return
     shown, result, streamed = found
     if streamed:
-        estimate_line.caption(run_estimate(page.handle, settings, work_of(page.config, query, context, settings)))
+        estimate_line.caption(
+            run_estimate(page.handle, settings, work_of(page.config, page.handle, query, context, settings))
+        )
     if not streamed:
         draw_answers(result)
     tag = keys.tag(shown)

@@ -44,7 +44,7 @@ from components.sma_controls import LabelThresholds
 from components.state import AppConfig
 from components.stored_runs import run_or_show, start_hint
 from components.text import escape_markdown
-from core.engine.estimate import estimate, observe_run
+from core.engine.estimate import observe_run
 from core.methods.sma import (
     LABELS,
     ContextAblation,
@@ -54,6 +54,7 @@ from core.methods.sma import (
     run_sma,
     split_units,
 )
+from core.methods.work import ABLATION, SMA, ablation_done, ablation_planned, observe_fills, sma_done, sma_planned
 from core.model.handle import ModelHandle
 from figures import detectors as figs
 
@@ -74,12 +75,6 @@ def _count_units(page: PageContext, text: str, settings: SMASettings) -> int:
     return len(split_units(text.strip(), settings.granularity, page.handle.tokenizer)) if text.strip() else 0
 
 
-RUN_KIND = "page:sma"
-"""The estimate's kind of an SMA run (work: its batches × SMA's token budget, each batch weighted by its width)."""
-ABLATION_KIND = "page:sma_context_ablation"
-"""The estimate's kind of a context ablation (work: its generations' token budgets)."""
-
-
 def planned_generations(page: PageContext, query: str, context: str, settings: SMASettings) -> tuple[int, int, int]:
     """``(query units, context units, answers generated)`` of an SMA run on these inputs (0 answers without a
     query)."""
@@ -88,36 +83,22 @@ def planned_generations(page: PageContext, query: str, context: str, settings: S
     return nq, nc, (2 + settings.generations(nq + nc) + settings.generations(nq)) if nq else 0
 
 
-def answer_length(settings: SMASettings) -> int:
-    """The decoding steps one SMA answer is counted at: SMA's budget. Its answers are to perturbed prompts, whose
-    length is not the unperturbed example's (130 answers took 278 s on an example whose own answers took 12 steps,
-    116 s on one whose took 64), so the budget is the measure the kind's rate is kept in."""
-    return settings.max_new_tokens
-
-
-def planned_work(settings: SMASettings, answers: int, length: int) -> float:
-    """An SMA run's work: its batches × the steps of one answer, × (1 + batch / 8) for the wider batch (the unit
-    model's allowance)."""
-    return -(-answers // settings.batch_size) * length * (1.0 + settings.batch_size / 8)
-
-
-def run_estimate(page: PageContext, settings: SMASettings, answers: int, length: int) -> str:
-    """The planned run's wait: from the last SMA runs, scaled to its work; else from the cost per token."""
-    steps = -(-answers // settings.batch_size) * settings.max_new_tokens
-    fallback = estimate(page.handle, generated_tokens=steps, forwards=2, batch_factor=1.0 + settings.batch_size / 8)
-    return estimate_text(page.handle, RUN_KIND, planned_work(settings, answers, length), fallback)
+def run_estimate(page: PageContext, query: str, context: str, settings: SMASettings, nq: int, nc: int) -> str:
+    """The planned run's wait: the unit costs for its work (:func:`core.methods.work.sma_planned`: its batches of
+    answers and the prompts they read) × the ratio the last SMA runs took (else the unit costs alone)."""
+    return estimate_text(page.handle, SMA, sma_planned(page.handle, query, context, settings, nq, nc))
 
 
 def plan_line(page: PageContext, query: str, context: str, settings: SMASettings) -> str:
     """What the planned run generates and how long it will take (``""`` without a query)."""
-    nq, nc, answers = planned_generations(page, query, context, settings)
+    nq, nc, _ = planned_generations(page, query, context, settings)
     if not nq:
         return ""
     on, off = 1 + settings.generations(nq + nc), 1 + settings.generations(nq)
     return (
         f"{nq} query units" + (f" + {nc} context units" if nc else "") + f" · this run generates {on + off:,} "
         f"answers of up to {settings.max_new_tokens} tokens ({on:,} with the context, {off:,} without): "
-        f"{run_estimate(page, settings, answers, answer_length(settings))}."
+        f"{run_estimate(page, query, context, settings, nq, nc)}."
     )
 
 
@@ -152,11 +133,9 @@ def stored_ablations() -> SessionLRU[dict[str, Any]]:
     return session_lru(keys.SMA_ABLATIONS, MAX_RESULTS)
 
 
-def run_with_progress(
-    handle: ModelHandle, query: str, context: str, settings: SMASettings, length: int
-) -> SMAResult | None:
-    """Run SMA under a progress bar over every generation; ``None`` (after an error box) on failure. ``length``:
-    one answer's expected steps (:func:`answer_length`), the unit its time is recorded in."""
+def run_with_progress(handle: ModelHandle, query: str, context: str, settings: SMASettings) -> SMAResult | None:
+    """Run SMA under a progress bar over every generation; ``None`` (after an error box) on failure. The run's
+    time is recorded with the work it did (:func:`core.methods.work.sma_done`) for the next estimate."""
     ticker = StepTicker(
         st.progress(0.0, text="Starting…"), steps_per_unit=settings.max_new_tokens, unit_size=settings.batch_size
     )
@@ -174,7 +153,9 @@ def run_with_progress(
     if result is None:
         return None
     generations = result.on.generations + result.off.generations + 2
-    observe_run(handle, RUN_KIND, time.monotonic() - started, planned_work(settings, generations, length))
+    done, share = sma_done(handle, result)
+    observe_run(handle, SMA, time.monotonic() - started, done)
+    observe_fills(handle, SMA, share)
     bar.progress(1.0, text=f"Done: {generations:,} generations in {result.timings['total_s']:.1f} s")
     return result
 
@@ -264,8 +245,7 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     key = json.dumps([*inputs_key, *scoring, settings.template], ensure_ascii=False)
     clicked = st.button("Run the context ablation", key=keys.SMA_ABLATE)
     n_sentences = len(split_units(context.strip(), "sentence")) if context.strip() else 0
-    budget = (n_sentences + 2) * settings.max_new_tokens  # S + 2 generations
-    wait = estimate_text(page.handle, ABLATION_KIND, budget, estimate(page.handle, generated_tokens=budget))
+    wait = estimate_text(page.handle, ABLATION, ablation_planned(page.handle, query, context, settings, n_sentences))
     st.caption(f"{n_sentences + 2} generations: {wait}.")
     if clicked:
         ticker = StepTicker(st.progress(0.0, text="Starting…"), steps_per_unit=settings.max_new_tokens)
@@ -283,7 +263,8 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
         started = time.monotonic()
         ablation = run_guarded(run, log="context ablation failed")
         if ablation is not None:
-            observe_run(page.handle, ABLATION_KIND, time.monotonic() - started, budget)
+            done = ablation_done(page.handle, ablation, settings)
+            observe_run(page.handle, ABLATION, time.monotonic() - started, done)
             stored_ablations().put(key, ablation.to_dict())
         ticker.bar.empty()
     data = stored_ablations().get(key)
@@ -338,7 +319,7 @@ def draw_run(
         result_key(page.config, query, context, settings),
         SMAResult,
         run=run,
-        compute=lambda: run_with_progress(page.handle, query, context, settings, answer_length(settings)),
+        compute=lambda: run_with_progress(page.handle, query, context, settings),
         button="Run SMA",
         nothing_yet=start_hint(
             "Run SMA", query, context, needs_context=True, extra="Or try the faster context ablation below."

@@ -229,30 +229,23 @@ class Lab:
 
 def _rows(frame: pd.DataFrame, labeled: bool) -> list[Any]:
     """A DataFrame's rows as the evaluation's :class:`~core.evaluation.data.LabeledRow` (1-based numbers, as a
-    file's), each checked as a file's row is: a visible query and context, a known label; other columns ride along.
+    file's), each checked as a file's row is (:func:`core.evaluation.data.record_rows`: a visible query and
+    context, a known label; other columns ride along); what a file's parse would note (NUL characters removed,
+    duplicate rows) is a warning.
 
     Raises:
         ValueError: a missing column; :class:`~core.evaluation.data.DataError` naming the row and column.
     """
-    from core.evaluation.data import LABELS, MAX_ROWS, DataError, LabeledRow
-    from core.model.prompts import has_visible_text
+    import warnings
+
+    from core.evaluation.data import DataError, record_rows
 
     missing = [c for c in ("query", "context") if c not in frame.columns]
     if missing:
         raise ValueError(f"evaluate needs the columns query and context; missing: {', '.join(missing)}")
     if frame.empty:
         raise DataError("No rows to evaluate.")
-    if len(frame) > MAX_ROWS:
-        raise DataError(f"Too many rows: the limit is {MAX_ROWS:,}.")
-    rows = []
-    for number, record in enumerate(frame.to_dict("records"), start=1):
-        values = {str(k): "" if v is None or v != v else str(v) for k, v in record.items()}  # NaN → ""
-        for column in ("query", "context"):
-            if not has_visible_text(values[column]):
-                raise DataError(f"Row {number}, column '{column}': empty.")
-        label = values.get("label", "").strip().lower()
-        if labeled and label not in LABELS:
-            raise DataError(f"Row {number}, column 'label': {values['label']!r} is not one of {', '.join(LABELS)}.")
-        extra = {k: v for k, v in values.items() if k not in ("query", "context", "label")}
-        rows.append(LabeledRow(number, values["query"], values["context"], label, extra))
-    return rows
+    rows = record_rows(frame.to_dict("records"), labeled=labeled)
+    for note in rows.notes:
+        warnings.warn(note, UserWarning, stacklevel=3)
+    return list(rows)

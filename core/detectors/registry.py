@@ -163,6 +163,9 @@ class Detector:
             setup is long is skipped with the reason); ``None``: always ready.
         estimate: its time estimate (:data:`Estimate`, through :mod:`core.engine.estimate`); ``None``: one
             generation of ``max_new_tokens`` for a costly detector, nothing for a cheap one.
+        work: ``work(inp) -> Work``, its units of work on the row (:mod:`core.methods.work`: the answers it
+            generates and the prompts they read), which its time estimate scales; ``None``: the row's answer steps
+            for a ``"generate"`` detector, its token budget otherwise.
         reads: what it reads beyond the run's result (:data:`READS`): the shared-pass planner
             (:mod:`core.detectors.shared`) runs a pass once per row for every planned detector that reads it,
             and a run that keeps :data:`RUN_READS` is recorded for them.
@@ -189,6 +192,7 @@ class Detector:
     follows_run: bool = False
     ready: Callable[[DetectorInput], str | None] | None = None
     estimate: Estimate | None = None
+    work: Callable[[DetectorInput], Any] | None = None
     reads: frozenset[str] = frozenset()
     artifact: Any = None
     details: Details | None = None

@@ -11,8 +11,11 @@ import math
 from core.detectors import keys
 from core.detectors.registry import GROUNDED_HIGH, SOURCE_ATTRIBUTION, Details, DetectorInput, declare
 from core.engine import DualPathSettings
+from core.engine.cost_meter import Work
 from core.engine.estimate import estimate_seconds
 from core.methods.sma import DETECTOR_NAME, SMASettings, run_sma
+from core.methods.sma.units import split_units
+from core.methods.work import sma_planned
 from core.model.handle import ModelHandle
 
 DEFAULTS = SMASettings()
@@ -55,6 +58,17 @@ def estimate(handle: ModelHandle, settings: DualPathSettings) -> float | None:
     return estimate_seconds(handle, generated_tokens=tokens, forwards=2, batch_factor=1.5)
 
 
+def work(inp: DetectorInput) -> Work:
+    """Its units of work on the row (:func:`core.methods.work.sma_planned`): its batches of answers to perturbed
+    prompts and the prompts they read."""
+    settings = settings_for(inp)
+    query, context, tok = inp.result.query, inp.result.context, getattr(inp.handle, "tokenizer", None)
+    nq = len(split_units(query, settings.granularity, tok)) if query.strip() else 0
+    scoped = settings.scope == "query+context" and context.strip()
+    nc = len(split_units(context, settings.granularity, tok)) if scoped else 0
+    return sma_planned(inp.handle, query, context, settings, nq, nc)
+
+
 DETAILS = Details(
     keys.SMA_DETAILS,
     {
@@ -83,6 +97,7 @@ declare(
         "source": "SMA eqs. 14–20 (Lime + ridge, N = 64 masks, word units, RAG on vs off)",
         "short": "SMA",
         "estimate": estimate,
+        "work": work,
         "details": DETAILS,
         "page": "Source attribution",
     }

@@ -47,6 +47,11 @@ MEASURED, SCALED, PACE = "measured", "scaled", "pace"
 machine's pace per parameter (:func:`core.engine.pace.machine_pace`)."""
 
 
+def fill_key(kind: str = "") -> str:
+    """The meter's key of the budget shares of a kind of run (:data:`FILL` alone: a Dual Path run's answers)."""
+    return f"{FILL}:{kind}" if kind else FILL
+
+
 def _key(handle: Any) -> str:
     """The meter's key for a handle (or a string key given directly)."""
     if isinstance(handle, str):
@@ -139,13 +144,15 @@ class CostMeter:
             self._counts[key] = self._counts.get(key, 0) + 1
             self._remember(key, per_unit)
 
-    def observe_fill(self, handle: Any, used: float, budget: float) -> None:
+    def observe_fill(self, handle: Any, used: float, budget: float, kind: str = "") -> None:
         """Record that a run generated ``used`` of the ``budget`` tokens it was allowed (ignored unless
-        ``0 < budget`` and ``0 ≤ used``; the share is capped at 1)."""
+        ``0 < budget`` and ``0 ≤ used``; the share is capped at 1): a Dual Path run's answers, or with ``kind``
+        the answers of that kind of run (:func:`fill_key`: SMA's answers to perturbed prompts are not a Dual Path
+        run's)."""
         if not (math.isfinite(used) and math.isfinite(budget)) or budget <= 0 or used < 0:
             return
         with self._lock:
-            self._remember((_key(handle), FILL), min(1.0, float(used) / float(budget)))
+            self._remember((_key(handle), fill_key(kind)), min(1.0, float(used) / float(budget)))
 
     def observe_run(self, handle: Any, kind: str, seconds: float, work: float | Work) -> None:
         """Record that a whole run of ``kind`` did ``work`` in ``seconds`` of wall time: a :class:`Work` is kept
@@ -195,10 +202,22 @@ class CostMeter:
         with self._lock:
             return list(self._recent.get((_key(handle), unit), ()))
 
-    def fill(self, handle: Any) -> float | None:
-        """The median share of their token budget the last runs used, or ``None`` before any was measured."""
-        shares = [v for _, v in self.recent(handle, FILL)]
+    def fill(self, handle: Any, kind: str = "") -> float | None:
+        """The median share of their token budget the last runs (of ``kind``) used, or ``None`` before any was
+        measured."""
+        shares = [v for _, v in self.recent(handle, fill_key(kind))]
         return statistics.median(shares) if shares else None
+
+    def shares(self, handle: Any, kind: str = "") -> list[float]:
+        """The budget shares the last runs (of ``kind``) of this model used, else those of any model (a first
+        run's prior), oldest first; ``[]`` before any."""
+        key = fill_key(kind)
+        own = [v for _, v in self.recent(handle, key)]
+        if own:
+            return own
+        with self._lock:
+            rows = [v for (_, unit), q in self._recent.items() if unit == key for _, v in q]
+        return rows[-self.window :]
 
     def per_parameter(self, unit: str, but: str) -> float | None:
         """The median seconds per ``unit`` per parameter of the models other than ``but`` that measured it."""

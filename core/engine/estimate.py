@@ -153,7 +153,12 @@ class Estimate:
             spread = f"likely {_range(self.low, self.high)}; " if self.high > self.low * 1.2 else ""
             return f"{head} ({spread}no run of this model yet: {_source(self)})"
         if self.runs < 1:
-            return f"{head} (no run like it measured yet: from the cost per token)"
+            spread = (
+                f"likely {_range(self.low, self.high)}, depending on the answers' length; "
+                if self.high > self.low * 1.2
+                else ""
+            )
+            return f"{head} ({spread}no run like it measured yet: from the cost per token)"
         source = "one run" if self.runs < 2 else f"{self.runs} runs"
         if not self.measured_fill:
             return f"{head} (at most: if every answer uses its whole token budget; from the cost per token of {source})"
@@ -242,13 +247,9 @@ def estimate(
 
 
 def _shares(handle: Any, meter: CostMeter) -> list[float]:
-    """The budget shares recent answers of this model used, else those of any model (a first run's prior)."""
-    own = [v for _, v in meter.recent(handle, FILL)]
-    if own:
-        return own
-    with meter._lock:
-        rows = [v for (_, unit), q in meter._recent.items() if unit == FILL for _, v in q]
-    return rows[-meter.window :]
+    """The budget shares recent Dual Path answers of this model used, else those of any model (a first run's
+    prior)."""
+    return meter.shares(handle)
 
 
 def estimate_seconds(handle: Any, **work: Any) -> float | None:
@@ -445,6 +446,26 @@ def budget_work(handle: Any, budget: float, prompt_tokens: float = 0.0, meter: C
     shares = _shares(handle, meter or METER) or [PRIOR_SHARE]
     low = budget * min(shares)
     return Work(math.sqrt(low * budget), float(prompt_tokens), steps_low=low, steps_high=float(budget))
+
+
+def kind_budget_work(
+    handle: Any, kind: str, budget: float, *, prior_share: float = 1.0, meter: CostMeter | None = None
+) -> Work:
+    """The decoding steps of answers of ``kind`` of at most ``budget`` tokens each, not generated yet: ``budget`` ×
+    the median share of it the last runs of the kind used (this model's, else other models'; ``prior_share``
+    before any), the range from their smallest share to the whole budget. Unlike :func:`budget_work` (a Dual Path
+    run, whose answer without the context often runs to the budget after short ones), the answers of a kind that
+    repeats generations (Self-Critique's r₂, SMA's answers to perturbed prompts) are alike from run to run."""
+    if budget < 0:
+        raise ValueError(f"a token budget must be non-negative, got {budget}")
+    shares = (meter or METER).shares(handle, kind) or [prior_share]
+    return Work(budget * statistics.median(shares), steps_low=budget * min(shares), steps_high=float(budget))
+
+
+def observe_kind_fill(handle: Any, kind: str, used: float, budget: float) -> None:
+    """Record that a run of ``kind`` generated ``used`` of the ``budget`` tokens its answers were allowed (the
+    share :func:`kind_budget_work` reads)."""
+    METER.observe_fill(handle, used, budget, kind)
 
 
 def prompt_tokens(handle: Any, *texts: str, template: int = 24) -> int:

@@ -245,27 +245,62 @@ def _after_a_place_word(word: Word, words: list[Word], text: str) -> bool:
     return i > 0 and words[i - 1].text.lower() in _LOCATIVE and not _sentence_initial(words[i], text)
 
 
+_PARTICLES = frozenset(
+    ("da", "de", "di", "del", "della", "der", "den", "des", "du", "la", "le", "van", "von", "ter", "ten", "bin",
+     "ibn", "al", "el", "dos", "das", "zu")
+)  # fmt: skip
+"""Lower-case words inside a name, between two capitalized words ("Leonardo da Vinci", "Ludwig van Beethoven")."""
+
+
 def _grow(head: Word, words: list[Word], text: str, allowed: list[Word]) -> list[Word]:
     """``[head]`` and, when the head is capitalized, the capitalized ``allowed`` words right before and after it
-    (a name), at most :data:`MAX_SPAN_WORDS` in all."""
+    with the name particles between them (a name: "Leonardo da Vinci"), at most :data:`MAX_SPAN_WORDS` in all."""
     span = [head]
     if not head.text[:1].isupper():
         return span
     ids = {id(w) for w in allowed}
 
-    def joins(a: Word, b: Word, new: Word) -> bool:
+    def adjacent(a: Word, b: Word) -> bool:
         gap = text[a.end : b.start]
-        return id(new) in ids and new.text[:1].isupper() and not gap.strip(" -") and "\n" not in gap
+        return not gap.strip(" -") and "\n" not in gap
+
+    def joins(a: Word, b: Word, new: Word) -> bool:
+        return id(new) in ids and new.text[:1].isupper() and adjacent(a, b)
+
+    def particle(w: Word) -> bool:
+        return w.text in _PARTICLES
 
     i = words.index(head)
-    for nxt in words[i + 1 : i + MAX_SPAN_WORDS]:
-        if not joins(span[-1], nxt, nxt):
+    j = i + 1
+    while j < len(words) and len(span) < MAX_SPAN_WORDS:
+        nxt = words[j]
+        room = len(span) + 2 <= MAX_SPAN_WORDS
+        if (
+            room
+            and particle(nxt)
+            and j + 1 < len(words)
+            and adjacent(span[-1], nxt)
+            and joins(nxt, words[j + 1], words[j + 1])
+        ):
+            span += [nxt, words[j + 1]]
+            j += 2
+        elif joins(span[-1], nxt, nxt):
+            span.append(nxt)
+            j += 1
+        else:
             break
-        span.append(nxt)
-    for prev in reversed(words[max(0, i - MAX_SPAN_WORDS + 1) : i]):
-        if len(span) >= MAX_SPAN_WORDS or not joins(prev, span[0], prev):
+    j = i - 1
+    while j >= 0 and len(span) < MAX_SPAN_WORDS:
+        prev = words[j]
+        room = len(span) + 2 <= MAX_SPAN_WORDS
+        if room and particle(prev) and j >= 1 and adjacent(prev, span[0]) and joins(words[j - 1], prev, words[j - 1]):
+            span[:0] = [words[j - 1], prev]
+            j -= 2
+        elif joins(prev, span[0], prev):
+            span.insert(0, prev)
+            j -= 1
+        else:
             break
-        span.insert(0, prev)
     return span
 
 

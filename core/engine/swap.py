@@ -423,12 +423,13 @@ def run_swap_test(
 
 
 def headline_span(result: DualPathResult, calibration: Any = None) -> AnswerSpan | None:
-    """The answer span the headline of ``result`` located (at the calibration's κ; the largest KL without one)."""
+    """The answer span the headline of ``result`` located (at the κ of ``calibration``, else of the record that
+    decided the result, found by the model's identity; the largest KL without one)."""
     from core.engine.axes import observe
     from core.engine.calibration_record import record_of_result
 
     cal = calibration if calibration is not None else record_of_result(result).axes
-    level = cal.span_level if cal is not None and cal.model == result.model else None
+    level = cal.span_level if cal is not None else None
     return observe(result, level).span
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -226,14 +226,7 @@ def parse_labeled_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
             label, too many rows, or no rows.
     """
 
-    def labeled(number: int, values: dict[str, str]) -> LabeledRow:
-        label = values["label"].strip().lower()
-        if label not in LABELS:
-            raise DataError(f"Row {number}, column 'label': {values['label']!r} is not one of {', '.join(LABELS)}.")
-        extra = {k: v for k, v in values.items() if k not in REQUIRED_COLUMNS}
-        return LabeledRow(number, values["query"], values["context"], label, extra)
-
-    return _parse(text, REQUIRED_COLUMNS, ("query", "context"), max_rows, labeled)
+    return _parse(text, REQUIRED_COLUMNS, ("query", "context"), max_rows, _labeled_row(True))
 
 
 def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
@@ -250,6 +243,51 @@ def parse_conflict_csv(text: str, *, max_rows: int = MAX_ROWS) -> ParsedRows:
     return _parse(text, CONFLICT_COLUMNS, CONFLICT_COLUMNS, max_rows, conflict)
 
 
+def _labeled_row(labeled: bool) -> Callable[[int, dict[str, str]], LabeledRow]:
+    """The builder of a labeled file's row (its label one of :data:`LABELS`; with ``labeled`` false, no label)."""
+
+    def make(number: int, values: dict[str, str]) -> LabeledRow:
+        label = values.get("label", "").strip().lower()
+        if labeled and label not in LABELS:
+            raise DataError(f"Row {number}, column 'label': {values['label']!r} is not one of {', '.join(LABELS)}.")
+        extra = {k: v for k, v in values.items() if k not in REQUIRED_COLUMNS}
+        return LabeledRow(number, values["query"], values["context"], label, extra)
+
+    return make
+
+
+def record_rows(records: Iterable[Mapping[str, Any]], *, labeled: bool, max_rows: int = MAX_ROWS) -> ParsedRows:
+    """Rows given as records (a DataFrame's, the notebook's :meth:`read_or_recall.Lab.evaluate`), checked as a
+    file's rows are, with the same notes (NUL characters removed, duplicate rows): each value as text (``None`` and
+    NaN as empty), a visible query and context, a known label when ``labeled``; 1-based row numbers.
+
+    Raises:
+        DataError: an empty query or context, an unknown label, too many rows, or no rows.
+    """
+    plain = ({str(k): "" if v is None or v != v else str(v) for k, v in r.items()} for r in records)  # NaN → ""
+    return _build(plain, ("query", "context"), max_rows, _labeled_row(labeled), "No rows to evaluate.")
+
+
+def _build(
+    records: Iterable[dict[str, Any]],
+    nonempty: Sequence[str],
+    max_rows: int,
+    make_row: Callable[[int, dict[str, str]], Row],
+    empty: str,
+) -> ParsedRows:
+    """Each record built by ``make_row(number, values)`` (``nonempty`` values non-blank; it may refuse a row
+    with a :class:`DataError`), with the notes; ``empty`` is the refusal of no rows."""
+    rows: list[Row] = []
+    nul_rows: list[int] = []
+    for number, raw in enumerate(records, start=1):
+        if number > max_rows:
+            raise DataError(f"Too many rows: the limit is {max_rows:,}.")
+        rows.append(make_row(number, _values(number, raw, nonempty, nul_rows)))
+    if not rows:
+        raise DataError(empty)
+    return ParsedRows(rows, _notes(rows, nul_rows))
+
+
 def _parse(
     text: str,
     columns: Sequence[str],
@@ -260,15 +298,7 @@ def _parse(
     """The rows of a CSV with ``columns`` (``nonempty`` ones non-blank), each built by ``make_row(number,
     values)`` (which may refuse it with a :class:`DataError`), with the file's notes."""
     reader, _ = _reader(text, columns)
-    rows: list[Row] = []
-    nul_rows: list[int] = []
-    for number, raw in enumerate(csv_rows(reader), start=1):
-        if number > max_rows:
-            raise DataError(f"Too many rows: the limit is {max_rows:,}.")
-        rows.append(make_row(number, _values(number, raw, nonempty, nul_rows)))
-    if not rows:
-        raise DataError("The file has a header but no data rows.")
-    return ParsedRows(rows, _notes(rows, nul_rows))
+    return _build(csv_rows(reader), nonempty, max_rows, make_row, "The file has a header but no data rows.")
 
 
 def decode_csv_bytes(data: bytes, *, name: str = "the file", max_bytes: int = MAX_BYTES) -> str:

@@ -77,21 +77,22 @@ def test_instruction_without_slot_is_refused_and_script_text_stays_literal() -> 
 
 def test_the_run_button_has_an_estimate_of_both_generations(tiny_app, monkeypatch) -> None:
     from core.engine import estimate
+    from core.methods import work
 
     meter = estimate.CostMeter()
     meter.observe(tiny_app, estimate.GENERATED_TOKEN, 0.9, 9)  # 0.1 s per step, as if a Dual Path run had been measured
+    meter.observe(tiny_app, estimate.PROMPT_TOKEN, 0.1, 100)  # and 1 ms per prompt token read
     monkeypatch.setattr(estimate, "METER", meter)
     at = open_script(PAGE, TIMEOUT)
     at.number_input(key="ror.w.max_new_tokens").set_value(10).run()
     caption = next(c.value for c in at.caption if "on this machine" in c.value)
-    # r₁ (10 tokens) then r₂ (20) at 0.1 s each, plus 2 forwards at the per-token cost: 3.2 s; one run measured
-    assert caption == (
-        "≈ 3 s on this machine (at most: if every answer uses its whole token budget; from the cost per token of "
-        "one run)"
+    # no Dual Path run on these inputs: r₁ from 1.25 steps (the prior shortest share) to 10 (central √12.5 ≈ 3.5),
+    # r₂ twice r₁'s central 3.5 ≈ 7.1: 0.9 × 10.6 steps × 0.1 s ≈ 0.95 s, plus the two prompts at 1 ms a token
+    assert caption.startswith("≈ 1 s on this machine (likely 1–2 s, depending on the answers' length; no run like"), (
+        caption
     )
-    # a run of this page took 12 s on an example whose Dual Path answers took 20 steps; no Dual Path run on these
-    # inputs here, so the work is r₁'s budget, 10 steps: 12 s × 10 / 20
-    meter.observe_run(tiny_app, "page:selfcritique", 12.0, 20)
+    # a run of this page took 12 s for work whose unit costs predicted 4 s: the next is its ≈ 1.2 s × 3
+    meter.observe_run(tiny_app, work.SELFCRITIQUE, 12.0, estimate.Work(steps=40.0))
     at.run()
     caption = next(c.value for c in at.caption if "on this machine" in c.value)
-    assert caption == "≈ 6 s on this machine (the last run like it took 12.0 s)", caption
+    assert caption == "≈ 4 s on this machine (the last run like it took 12.0 s; scaled to this run)", caption

@@ -65,6 +65,9 @@ def test_bundled_examples_headline_matches_expected(example_headlines):
     wrong = {i: (verdict, reason) for i, (want, verdict, reason) in example_headlines.items() if verdict != want}
     assert set(wrong) <= KNOWN_MISMATCH, wrong
     for _, _, reason in example_headlines.values():  # one computed sentence of why, with numbers of this run
+        if reason.startswith("Decided by a swap test"):  # or the swap this run made: its alternative and answer
+            assert reason.count("“") >= 2, reason
+            continue
         assert reason and any(ch.isdigit() for ch in reason)
 
 

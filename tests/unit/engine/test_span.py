@@ -58,6 +58,30 @@ def test_a_capitalized_head_grows_over_a_name():
     assert span.positions == (4, 5) and span.head_positions == (4,)
 
 
+@pytest.mark.parametrize(
+    ("tokens", "head", "name"),
+    [
+        (["Leon", "ardo", " da", " Vinci", " painted", " it", "."], 0, "Leonardo da Vinci"),
+        (["It", " was", " painted", " by", " Leonardo", " da", " Vin", "ci", "."], 6, "Leonardo da Vinci"),
+        (["Ludwig", " van", " Beethoven", " wrote", " it", "."], 0, "Ludwig van Beethoven"),
+    ],
+)
+def test_a_name_grows_over_its_particles(tokens, head, name):
+    kl = np.zeros(len(tokens))
+    kl[head] = 5.0
+    context = "It was painted by Leonardo da Vinci; Ludwig van Beethoven wrote the other."
+    span = locate_span(tokens, kl, "Who made it?", context=context, level=4.0)
+    assert span.text == name, "the lower-case particle between two capitalized words is part of the name"
+
+
+def test_a_particle_without_a_name_after_it_is_not_taken():
+    tokens = ["Leonardo", " da", " painted", " it", "."]
+    span = locate_span(
+        tokens, np.array([5.0, 0, 0, 0, 0]), "Who painted it?", context="Leonardo painted it.", level=4.0
+    )
+    assert span.text == "Leonardo"
+
+
 def test_no_content_word_gives_no_span():
     assert locate_span(["The", " is", " a", "."], np.zeros(4), "q") is None
 

@@ -99,3 +99,39 @@ def test_a_zero_width_query_is_refused_naming_its_own_column(tiny_handle):
     rows = [LabeledRow(1, "Who?", "Ada.", "grounded"), LabeledRow(2, "\u2060\u200b", "Ada.", "grounded")]
     with pytest.raises(DataError, match=r"Row 2, column 'query': The query is empty"):
         prompt_lengths(tiny_handle, rows, DualPathSettings(max_new_tokens=2, score_window=2))
+
+
+def test_records_are_checked_and_noted_as_a_files_rows_are():
+    """The notebook's DataFrame rows go through the file's checks: the same refusals and the same notes."""
+    import math
+
+    from core.evaluation.data import DataError, record_rows
+
+    records = [
+        {"query": "Who?", "context": "Ann\0 did.", "label": "grounded", "source": None},
+        {"query": "Who?", "context": "Ann did.", "label": "memorized", "source": math.nan},
+        {"query": "Where?", "context": "Paris.", "label": "Grounded", "source": 3},
+    ]
+    rows = record_rows(records, labeled=True)
+    assert [r.row for r in rows] == [1, 2, 3] and rows[0].context == "Ann did."
+    assert rows[2].label == "grounded" and rows[2].extra == {"source": "3"} and rows[1].extra == {"source": ""}
+    assert any("NUL" in n and "1" in n for n in rows.notes)
+    assert any("duplicate" in n for n in rows.notes) and any("another label" in n for n in rows.notes)
+    with pytest.raises(DataError, match="Row 2, column 'label'"):
+        record_rows([records[0], {**records[1], "label": "maybe"}], labeled=True)
+    assert record_rows([{"query": "Q?", "context": "C."}], labeled=False)[0].label == ""
+    with pytest.raises(DataError, match="Row 1, column 'context': empty"):
+        record_rows([{"query": "Q?", "context": "\u200b"}], labeled=False)
+    with pytest.raises(DataError, match="Too many rows"):
+        record_rows([{"query": "Q?", "context": "C."}] * 3, labeled=False, max_rows=2)
+
+
+def test_the_notebooks_rows_warn_what_a_files_parse_notes():
+    import pandas as pd
+
+    from read_or_recall.lab import _rows
+
+    frame = pd.DataFrame({"query": ["Who?", "Who?"], "context": ["Ann did.", "Ann did."]})
+    with pytest.warns(UserWarning, match="duplicate"):
+        rows = _rows(frame, labeled=False)
+    assert len(rows) == 2
