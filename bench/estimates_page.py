@@ -12,12 +12,15 @@ Kinds: ``dual_path`` (the Dual Path page's run, agreement view included), ``swap
 example, then its swap test: both rows; in a fresh process the first Dual Path row is the model's first run, estimated
 from its size and this machine's pace), ``agreement`` (the agreement view's costly
 detectors: Self-Critique, CRM L1 and SMA, each run on two examples), ``selfcritique`` (the Self-Critique page),
-``sma`` (the Source attribution page) and ``evaluate`` (the Evaluate page's default run: its first click on the
-bundled probe set, then the same default on the unscreened set). The background prefetch is off. Nothing is
+``sma`` (the Source attribution page), ``ablation`` (that page's context ablation, run without SMA) and
+``evaluate`` (the Evaluate page's default run: its first click on the bundled probe set, then the same default on
+the unscreened set). ``--typed`` runs the eight inputs of the newcomer's walk (issues 42 and 45:
+``tests/unit/engine/typed_cases.py``) instead of the bundled examples. The background prefetch is off. Nothing is
 asserted.
 
     OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python bench/estimates_page.py
     HF_HUB_OFFLINE=1 .venv/bin/python bench/estimates_page.py --kinds dual_path evaluate --examples 0 3 7
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/estimates_page.py --kinds swap --typed
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 TIMEOUT = 1800.0
-KINDS = ("dual_path", "swap", "agreement", "selfcritique", "sma", "evaluate")
+KINDS = ("dual_path", "swap", "agreement", "selfcritique", "sma", "ablation", "evaluate")
 COSTLY = ("selfcritique", "crm_l1", "sma")
 _ESTIMATE = re.compile(r"(≈ (\d+(?:\.\d+)?) (s|min|h)|< 1 s) on this machine")
 
@@ -171,6 +174,31 @@ def sma(examples: list[Any], rows: list[tuple[str, str, str, float]]) -> None:
     on_page_after_dual_path(examples, rows, script, keys.SMA_RUN, "this run generates", "sma page")
 
 
+def ablation(examples: list[Any], rows: list[tuple[str, str, str, float]]) -> None:
+    """The Source attribution page's context ablation after a Dual Path run on each example (SMA not run)."""
+    from components import keys
+
+    at = open_page("pages/1_Dual_Path.py")
+    for ex in examples:
+        type_example(at, ex)
+        at.button(key=keys.RUN).click()
+        timed_run(at)
+        at.switch_page("pages/7_Source_Attribution.py").run(timeout=TIMEOUT)
+        text = estimate_caption(at, "generations:")
+        at.button(key=keys.SMA_ABLATE).click()
+        rows.append(("context ablation", ex.id, text, timed_run(at)))
+        at.switch_page("pages/1_Dual_Path.py").run(timeout=TIMEOUT)
+
+
+def typed_inputs() -> list[Any]:
+    """The eight inputs of the newcomer's walk, as examples (``id``, ``query``, ``context``)."""
+    import runpy
+    from types import SimpleNamespace
+
+    cases = runpy.run_path(str(ROOT / "tests" / "unit" / "engine" / "typed_cases.py"))["CASES"]
+    return [SimpleNamespace(id=name, query=c["query"], context=c["context"]) for name, c in cases.items()]
+
+
 def evaluate(rows: list[tuple[str, str, str, float]]) -> None:
     """The Evaluate page's default run (a newcomer's first click) on the probe set, then on the unscreened set."""
     from components import keys
@@ -191,22 +219,25 @@ def main() -> int:
     parser.add_argument("--examples", type=int, nargs="+", default=[0, 3, 5, 7, 9])
     parser.add_argument("--costly-examples", type=int, nargs="+", default=[3, 9], help="for agreement, pages")
     parser.add_argument("--costly", nargs="+", choices=COSTLY, default=list(COSTLY), help="the agreement's detectors")
+    parser.add_argument("--typed", action="store_true", help="the eight typed inputs instead of the bundled examples")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["READ_OR_RECALL_PREFETCH"] = "0"
     from core.examples import load_examples
 
-    examples = load_examples()
+    examples = typed_inputs() if args.typed else load_examples()
     rows = Rows()
     print("| kind | example | estimate shown before the click | actual s | estimate ÷ actual |\n|---|---|---|---|---|")
     started = time.perf_counter()
-    few = [examples[i] for i in args.costly_examples]
+    chosen = examples if args.typed else [examples[i] for i in args.examples]
+    few = examples if args.typed else [examples[i] for i in args.costly_examples]
     runs = {
-        "dual_path": lambda: dual_path([examples[i] for i in args.examples], rows),
-        "swap": lambda: swap([examples[i] for i in args.examples], rows),
+        "dual_path": lambda: dual_path(chosen, rows),
+        "swap": lambda: swap(chosen, rows),
         "agreement": lambda: agreement(few, rows, args.costly),
         "selfcritique": lambda: selfcritique(few, rows),
         "sma": lambda: sma(few, rows),
+        "ablation": lambda: ablation(few, rows),
         "evaluate": lambda: evaluate(rows),
     }
     for kind in args.kinds:  # in the order asked

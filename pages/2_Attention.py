@@ -5,7 +5,8 @@ of both paths and their difference, the count of specialized heads (RADAR append
 mass the answer puts on the context, one head's pattern over the prompt tokens (click a cell), the Lookback
 Lens (per head × answer token, on request: one more forward) and the export. The heads that copied the
 answer (attention from the step that generates the answer span to the span in the context) come on request (one
-more forward). The analysis (one instrumented forward per path) is computed once per run and cached.
+more forward), beside the heads chosen on the model's calibration rows where it has them. The analysis (one
+instrumented forward per path) is computed once per run and cached.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from components import internals_state as views
 from components.lru import session_lru
 from components.run import run_cached
 from components.text import plain_message
+from core.engine.calibration_record import ChosenHeads, record_of_result
 from core.engine.result import PARAMETRIC, RETRIEVAL, DualPathResult, result_digest
 from core.methods.copying import CopyingHeads, copying_heads
 from core.methods.internals import RADAR_TAU, SEGMENTS, Internals, attention_specialization, specialized_heads
@@ -52,7 +54,7 @@ from figures.attention import (
     selected_cell,
 )
 from figures.base import PATH_TITLES, position_label
-from figures.copying import copying_figure, top_heads_rows
+from figures.copying import chosen_heads_rows, copying_figure, top_heads_rows
 
 FIRST, ONE, MEAN = "first", "one", "mean"
 WHERE_LABELS = {
@@ -308,10 +310,10 @@ def draw_copying(handle: ModelHandle, result: DualPathResult) -> None:
         )
         if view is None:
             return
-    draw_copying_view(view, digest)
+    draw_copying_view(view, digest, record_of_result(result).copying)
 
 
-def draw_copying_view(view: CopyingHeads, digest: str) -> None:
+def draw_copying_view(view: CopyingHeads, digest: str, chosen: ChosenHeads | None = None) -> None:
     if not view.available or view.copy is None or view.context is None:
         st.info(plain_message(view.note))
         return
@@ -321,14 +323,38 @@ def draw_copying_view(view: CopyingHeads, digest: str) -> None:
     c2.metric("Mean attention on the span (all heads)", f"{view.copy.mean():.1%}")
     c3.metric("Span tokens in the context", f"{len(view.occurrence_tokens)} of {view.context_tokens}")
     st.caption(plain_message(view.note))
-    st.plotly_chart(copying_figure(view), key=keys.scoped(keys.ATTN_COPY_MAP, digest))
-    st.dataframe(
-        pd.DataFrame(top_heads_rows(view)),
-        hide_index=True,
-        column_config={c: st.column_config.NumberColumn(c, format="%.3f") for c in ("on the span", "on the context")},
-    )
+    heads = chosen.heads if chosen is not None else ()
+    st.plotly_chart(copying_figure(view, chosen=heads), key=keys.scoped(keys.ATTN_COPY_MAP, digest))
+    numbers = {c: st.column_config.NumberColumn(c, format="%.3f") for c in ("on the span", "on the context")}
+    st.markdown("**This run's heads of largest weight** (● on the map)")
+    st.dataframe(pd.DataFrame(top_heads_rows(view)), hide_index=True, column_config=numbers)
+    draw_chosen_heads(view, chosen, numbers)
     payload = json.dumps(view.to_dict(), indent=1)
     widgets.download(st, "Download the copying heads (JSON)", payload, "copying_heads.json", key=keys.ATTN_COPY_JSON)
+
+
+def draw_chosen_heads(view: CopyingHeads, chosen: ChosenHeads | None, numbers: dict) -> None:
+    """The heads chosen on the model's calibration rows (○ on the map), with this run's weights, or why none are."""
+    if chosen is None:
+        st.caption(
+            "No copying heads were chosen on this model's calibration rows (the embedded model's come with the app): "
+            "the map marks this run's heads only."
+        )
+        return
+    st.markdown(f"**The heads that copy, chosen on the model's calibration rows** (○ on the map; {len(chosen.heads)})")
+    rows = chosen_heads_rows(view, chosen.heads)
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, column_config=numbers)
+        mean = sum(r["on the span"] for r in rows) / len(rows)
+        st.caption(f"Their mean attention on the span in this run: {mean:.1%}.")
+    st.caption(
+        f"Chosen on {chosen.rows} agreeing calibration rows ({chosen.recalled} of them recalled), each labeled by its "
+        f"swap test: the heads whose weight best told read from recalled, grouped cross-validated AUC "
+        f"{chosen.cv_auc:.2f}. That is weak, and the headline does not read them; they are the heads to look at "
+        "first, not a verdict."
+    )
+    if view.copy is not None and not chosen.fits(*view.copy.shape):
+        st.warning("Some chosen heads are outside this model's layers and heads: the choice was made for another.")
 
 
 def _per_path(internals: Internals, where: int | str) -> Iterator[tuple[str, np.ndarray, dict[str, np.ndarray]]]:

@@ -35,7 +35,7 @@ from typing import Any
 
 import streamlit as st
 
-from components import keys, sma_controls, widgets
+from components import keys, sma_controls, state, widgets
 from components.lru import SessionLRU, session_lru
 from components.page import PageContext, open_page
 from components.progress import StepTicker, estimate_text
@@ -245,7 +245,10 @@ def draw_context_ablation(page: PageContext, query: str, context: str, settings:
     key = json.dumps([*inputs_key, *scoring, settings.template], ensure_ascii=False)
     clicked = st.button("Run the context ablation", key=keys.SMA_ABLATE)
     n_sentences = len(split_units(context.strip(), "sentence")) if context.strip() else 0
-    wait = estimate_text(page.handle, ABLATION, ablation_planned(page.handle, query, context, settings, n_sentences))
+    found = state.cached_result(page.config, query, context)  # this session's Dual Path run on these inputs
+    steps = len(getattr(getattr(found, "retrieval", None), "token_ids", ()) or ()) or None
+    planned = ablation_planned(page.handle, query, context, settings, n_sentences, steps)
+    wait = estimate_text(page.handle, ABLATION, planned)
     st.caption(f"{n_sentences + 2} generations: {wait}.")
     if clicked:
         ticker = StepTicker(st.progress(0.0, text="Starting…"), steps_per_unit=settings.max_new_tokens)

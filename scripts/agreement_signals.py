@@ -14,11 +14,13 @@ Every choice — which heads copy (by AUC on calibration rows), the probe's laye
 on calibration rows by grouped cross-validation (:func:`core.evaluation.headline_fit._grouped_folds`); the report
 rows are measured once, beside the headline without a swap test and the rule "always read" that reads no
 internals. Outputs: ``out/agreement/rows.jsonl`` and ``out/agreement/h/<key>.npz`` (``score``, resumable),
-``assets/validation/agreement_signals.json`` (``measure``).
+``assets/validation/agreement_signals.json`` and the chosen copying heads the Attention page marks,
+``assets/thresholds/copying-embedded.json`` (``measure``; ``heads`` writes the latter again from the former).
 
     python scripts/agreement_signals.py score --split calibration [--rows 252]
     python scripts/agreement_signals.py score --split report [--rows 220]
     python scripts/agreement_signals.py measure
+    python scripts/agreement_signals.py heads
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from typing import Any
 import numpy as np
 from validate_headline import read_rows  # this folder is the script's first import path
 
+from core.engine.calibration_record import COPYING_HEADS, ChosenHeads
 from core.io import asset_path, atomic_write_text
+from core.model.loading import EMBEDDED_NAME
 
 OUT = Path("out/agreement")
 FIGURES = asset_path("validation") / "agreement_signals.json"
@@ -242,7 +246,25 @@ def measure() -> dict[str, Any]:
         "chosen_by_calibration_cv": chosen,
     }
     atomic_write_text(FIGURES, json.dumps(figures, indent=1) + "\n")
+    write_heads(figures)
     return figures
+
+
+def write_heads(figures: dict[str, Any]) -> ChosenHeads:
+    """The copying heads of ``figures`` (chosen on calibration rows), as the embedded model's calibration record
+    reads them (:data:`core.engine.calibration_record.COPYING_HEADS`): the one writer of that file."""
+    heads = tuple((int(a), int(b)) for a, b in figures["copying_heads"]["chosen"])
+    cal = figures["rows"]["calibration"]
+    chosen = ChosenHeads(
+        heads=heads,
+        cv_auc=float(figures["copying_heads"]["cv_auc_by_count"][str(len(heads))]),
+        rows=int(cal["n"]),
+        recalled=int(cal["n"]) - int(cal["read"]),
+        chosen_on="the agreeing calibration rows of assets/validation/rows.csv, labeled by their swap tests: the "
+        "heads of largest AUC, their count by grouped cross-validation (scripts/agreement_signals.py)",
+    )
+    atomic_write_text(COPYING_HEADS, json.dumps(chosen.to_dict(EMBEDDED_NAME), indent=1) + "\n")
+    return chosen
 
 
 def _baselines(recs: list[dict], y: np.ndarray) -> dict[str, Any]:
@@ -259,12 +281,14 @@ def _baselines(recs: list[dict], y: np.ndarray) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=("score", "measure"))
+    parser.add_argument("stage", choices=("score", "measure", "heads"))
     parser.add_argument("--split", choices=("calibration", "report"), default="calibration")
     parser.add_argument("--rows", type=int, default=10_000, help="at most this many agreeing rows of the split")
     args = parser.parse_args(argv)
     if args.stage == "score":
         score(args.split, args.rows)
+    elif args.stage == "heads":
+        print(json.dumps(write_heads(json.loads(FIGURES.read_text(encoding="utf-8"))).to_dict(EMBEDDED_NAME)))
     else:
         print(json.dumps(measure(), indent=1))
     return 0

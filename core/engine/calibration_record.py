@@ -81,6 +81,64 @@ CARD = artifacts.ArtifactKind(name="calibration-card", read=_read_json)
 """A calibration card (``card.json``), read once per modification time."""
 
 
+COPYING_HEADS = THRESHOLD_DIR / "copying-embedded.json"
+"""The embedded model's copying heads chosen on calibration rows (``scripts/agreement_signals.py``)."""
+COPYING_FILE = "copying.json"
+"""The same choice in a model's own calibration folder, where one was made."""
+
+
+@dataclass(frozen=True)
+class ChosenHeads:
+    """The heads that copy the answer, chosen on a model's calibration rows (issue 42 D): the ``heads`` ``(layer,
+    head)`` whose attention on the span's occurrence in the context best separated *read* from *recalled* agreeing
+    rows (labeled by their swap tests), their count by grouped cross-validation (``cv_auc``), and how many rows the
+    choice was made on (``rows``, ``recalled`` of them). The headline does not read them (they added nothing in
+    cross-validation); the Attention page marks them."""
+
+    heads: tuple[tuple[int, int], ...]
+    cv_auc: float
+    rows: int
+    recalled: int
+    chosen_on: str
+
+    def fits(self, n_layers: int, n_heads: int) -> bool:
+        """Every head exists in a model of ``n_layers`` × ``n_heads``."""
+        return all(0 <= layer < n_layers and 0 <= head < n_heads for layer, head in self.heads)
+
+    def to_dict(self, model: str) -> dict[str, Any]:
+        return {"model": model, "heads": [list(h) for h in self.heads], "cv_auc": self.cv_auc, "rows": self.rows,
+                "recalled": self.recalled, "chosen_on": self.chosen_on}  # fmt: skip
+
+
+def _read_chosen(path: Path) -> tuple[str, ChosenHeads]:
+    data = _read_json(path)
+    heads = data.get("heads")
+    if (
+        not isinstance(heads, list)
+        or not heads
+        or not all(isinstance(h, list) and len(h) == 2 and all(isinstance(i, int) for i in h) for h in heads)
+    ):
+        raise ValueError("no list of [layer, head] pairs under 'heads'")
+    chosen = ChosenHeads(tuple((int(a), int(b)) for a, b in heads), float(data["cv_auc"]), int(data["rows"]),
+                         int(data["recalled"]), str(data["chosen_on"]))  # fmt: skip
+    return str(data.get("model", "")), chosen
+
+
+CHOSEN_HEADS = artifacts.ArtifactKind(name="copying-heads", read=_read_chosen)
+"""The copying heads chosen on calibration rows, read once per modification time."""
+
+
+def _chosen(name: str, path: Path) -> ChosenHeads | None:
+    if not path.is_file():
+        return None
+    try:
+        model, chosen = artifacts.read(CHOSEN_HEADS, path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("Ignoring the copying heads %s: %s", path, exc)
+        return None
+    return chosen if model == name else None
+
+
 def calibration_key(slug: str, template: str) -> str:
     """The one key of a model's calibration: ``"<slug>/<template>"``."""
     return f"{slug}/{template}"
@@ -100,6 +158,8 @@ class ModelCalibration:
         card: the calibration card (``card.json``), ``None`` without one.
         artifacts: the paths of the classifier artifacts the card lists (name → path).
         source: the model's source when the asker knew it (for the command that calibrates it).
+        copying: the heads that copy the answer, chosen on its calibration rows (:class:`ChosenHeads`), ``None``
+            where none were chosen.
     """
 
     model: str
@@ -114,6 +174,7 @@ class ModelCalibration:
     card: dict[str, Any] | None = field(default=None, compare=False)
     artifacts: dict[str, str] = field(default_factory=dict, compare=False)
     source: str = field(default="", compare=False)
+    copying: ChosenHeads | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
@@ -183,6 +244,7 @@ def record_of(name: str, slug: str, template: str, source: str = "") -> ModelCal
         card=card,
         artifacts=_artifact_paths(card),
         source=source,
+        copying=_chosen(name, folder / COPYING_FILE),
     )
 
 
@@ -200,6 +262,7 @@ def _bundled(name: str, slug: str, template: str) -> ModelCalibration | None:
         tau_path=EMBEDDED_THRESHOLD if tau is not None else None,
         axes=axes if axes is not None and axes.model == name else None,
         detectors=_detectors(name, slug, template, None),
+        copying=_chosen(name, COPYING_HEADS),
     )
 
 

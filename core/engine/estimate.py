@@ -181,10 +181,13 @@ def _source(est: Estimate) -> str:
 
 
 def _range(low: float, high: float) -> str:
-    """``"15–40 s"``, ``"1–3 min"`` or ``"40 s – 2 min"`` (the ≈ of :func:`format_seconds` dropped)."""
+    """``"15–40 s"``, ``"1–3 min"``, ``"40 s – 2 min"`` or ``"under 2 s"`` (the ≈ of :func:`format_seconds`
+    dropped)."""
     a, b = format_seconds(low).removeprefix("≈ "), format_seconds(high).removeprefix("≈ ")
     if a == b:
         return a
+    if a.startswith("<"):
+        return f"under {b}"
     unit_a, unit_b = a.rsplit(" ", 1)[-1], b.rsplit(" ", 1)[-1]
     if unit_a == unit_b and not a.startswith("<"):
         return f"{a.rsplit(' ', 1)[0]}–{b}"
@@ -448,17 +451,19 @@ def budget_work(handle: Any, budget: float, prompt_tokens: float = 0.0, meter: C
     return Work(math.sqrt(low * budget), float(prompt_tokens), steps_low=low, steps_high=float(budget))
 
 
-def kind_budget_work(
-    handle: Any, kind: str, budget: float, *, prior_share: float = 1.0, meter: CostMeter | None = None
-) -> Work:
+def kind_budget_work(handle: Any, kind: str, budget: float, *, meter: CostMeter | None = None) -> Work:
     """The decoding steps of answers of ``kind`` of at most ``budget`` tokens each, not generated yet: ``budget`` ×
-    the median share of it the last runs of the kind used (this model's, else other models'; ``prior_share``
-    before any), the range from their smallest share to the whole budget. Unlike :func:`budget_work` (a Dual Path
-    run, whose answer without the context often runs to the budget after short ones), the answers of a kind that
-    repeats generations (Self-Critique's r₂, SMA's answers to perturbed prompts) are alike from run to run."""
+    the median share of it the last runs of the kind used (this model's, else other models'), the range from their
+    smallest share to the whole budget. Unlike :func:`budget_work` (a Dual Path run, whose answer without the context
+    often runs to the budget after short ones), the answers of a kind that repeats generations (Self-Critique's r₂,
+    SMA's answers to perturbed prompts) are alike from run to run. Before any run of the kind, its answers are taken
+    as :func:`budget_work` takes a Dual Path run's: between the shortest share recent answers used and the whole
+    budget, at their geometric mean (taking the whole budget made SMA's first estimate 2.08× its time)."""
     if budget < 0:
         raise ValueError(f"a token budget must be non-negative, got {budget}")
-    shares = (meter or METER).shares(handle, kind) or [prior_share]
+    shares = (meter or METER).shares(handle, kind)
+    if not shares:
+        return budget_work(handle, budget, meter=meter)
     return Work(budget * statistics.median(shares), steps_low=budget * min(shares), steps_high=float(budget))
 
 

@@ -245,7 +245,7 @@ def _after_a_place_word(word: Word, words: list[Word], text: str) -> bool:
     return i > 0 and words[i - 1].text.lower() in _LOCATIVE and not _sentence_initial(words[i], text)
 
 
-_PARTICLES = frozenset(
+PARTICLES = frozenset(
     ("da", "de", "di", "del", "della", "der", "den", "des", "du", "la", "le", "van", "von", "ter", "ten", "bin",
      "ibn", "al", "el", "dos", "das", "zu")
 )  # fmt: skip
@@ -268,7 +268,7 @@ def _grow(head: Word, words: list[Word], text: str, allowed: list[Word]) -> list
         return id(new) in ids and new.text[:1].isupper() and adjacent(a, b)
 
     def particle(w: Word) -> bool:
-        return w.text in _PARTICLES
+        return w.text in PARTICLES
 
     i = words.index(head)
     j = i + 1

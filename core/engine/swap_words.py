@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from core.engine.answer_kind import NAME, PHRASE, near_copy, near_form, word_kind
 from core.engine.matching import behavior_label
-from core.engine.span import AnswerSpan, contains, normalize
+from core.engine.span import PARTICLES, AnswerSpan, contains, normalize
 from core.engine.stopwords import ANY_LANGUAGE
 
 FOLLOWED, KEPT, NEITHER_OUTCOME, NOT_APPLICABLE = "read", "recalled", "neither", "not applicable"
@@ -83,12 +83,15 @@ def truncated(span: AnswerSpan, tokens: Sequence[str], finish: str, context: str
 
 
 def kind_of(word: str) -> str:
-    """The kind an alternative to ``word`` must share: year, number, name, or a lower-case (capitalized) word."""
+    """The kind an alternative to ``word`` must share: year, number, name, or a lower-case (capitalized) word. A name
+    of several words is a name, its particles included ("George Washington", "Leonardo da Vinci")."""
     words = re.findall(r"[^\W_]+", word) or [word.strip()]
-    first = words[0] if len(words) > 1 and all(w[:1].isupper() for w in words) else word.strip()
-    kind = word_kind(first)  # a name of several words is a name ("George Washington")
+    several = len(words) > 1 and words[0][:1].isupper() and words[-1][:1].isupper()
+    named = several and all(w[:1].isupper() or w in PARTICLES for w in words)
+    head = next((w for w in words if w.lower() not in PARTICLES), words[0])  # "Vinci" of "Da Vinci"
+    kind = word_kind(head if named else word.strip())
     if kind == PHRASE:
-        return "capitalized" if first[:1].isupper() else "word"
+        return "capitalized" if word.strip()[:1].isupper() else "word"
     return kind
 
 

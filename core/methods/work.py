@@ -7,7 +7,8 @@ prefills, so that a run on a long context and one on a short context, or with lo
 on one scale. Before a run the answers' length is not known: Self-Critique's first answer is the Dual Path run's on
 the same inputs when there is one (greedy, the same prompt: the same answer), else a Dual Path answer's share of the
 budget (:func:`core.engine.estimate.budget_work`); its second answer and SMA's answers are their kind's last share
-of their budget (:func:`core.engine.estimate.kind_budget_work`), which every run records (:func:`observe_fills`).
+of their budget (:func:`core.engine.estimate.kind_budget_work`), which every run records (:func:`observe_fills`); the
+context ablation's answers are the Dual Path answer's length where the session has it.
 
 Nothing here calls the model: tokenizer counts only.
 """
@@ -135,12 +136,20 @@ def sma_done(handle: Any, result: Any) -> tuple[Work, float | None]:
 # ---------------------------------------------------------------- the context ablation
 
 
-def ablation_planned(handle: Any, query: str, context: str, settings: Any, sentences: int) -> Work:
+def ablation_planned(
+    handle: Any, query: str, context: str, settings: Any, sentences: int, reference_steps: int | None = None
+) -> Work:
     """SMA's context ablation before it runs: the answer with the whole context alone, then the whole context once
-    more and each of the ``sentences`` removed, in batches of ``settings.batch_size``; each answer SMA's share of
-    the budget, each prompt about as long as the whole one."""
+    more and each of the ``sentences`` removed, in batches of ``settings.batch_size``; each prompt about as long as
+    the whole one. Each answer as long as ``reference_steps`` (the session's Dual Path answer with the context on the
+    same inputs: greedy, the same prompt, so the same answer, cut at SMA's budget) when it is known, else SMA's share
+    of the budget (on the capital of France that took answers to perturbed prompts, which ran long, for answers with
+    the context, which do not: 4.19× its time)."""
     b = settings.batch_size
-    each = kind_budget_work(handle, SMA, settings.max_new_tokens)
+    if reference_steps:
+        each = Work(float(min(settings.max_new_tokens, reference_steps + 1)))
+    else:
+        each = kind_budget_work(handle, SMA, settings.max_new_tokens)
     factor = batched(1, 1) + _batches(sentences + 1, b) * batched(1, b)
     return _scaled(each, factor, (sentences + 2) * prompt_tokens(handle, query, context))
 

@@ -10,7 +10,7 @@ import core.methods.copying as copying
 from components import keys
 from core.engine.span import AnswerSpan
 from core.methods.copying import CopyingHeads
-from figures.copying import COPY_COLORBAR, copying_figure, top_heads_rows
+from figures.copying import COPY_COLORBAR, chosen_heads_rows, copying_figure, top_heads_rows
 from tests.app.conftest import APP, open_script
 from tests.app.test_attention_lookback import _run
 from tests.app.test_internals_pages import ATTENTION, ForwardCounter, _problems
@@ -47,6 +47,7 @@ def test_the_copying_heads_are_found_on_request_once_and_kept(tiny_app, monkeypa
         assert metrics["Strongest copying head"].startswith("layer ")
         assert metrics["Span tokens in the context"].startswith("9 of ")  # "Quillmere": 9 byte tokens
         assert "Download the copying heads (JSON)" in _charts(at)
+        assert any("No copying heads were chosen on this model's calibration rows" in str(c.value) for c in at.caption)
         at.switch_page("pages/3_Layer_Trajectories.py").run()
         at.switch_page(ATTENTION).run()
         assert not _problems(at)
@@ -85,3 +86,15 @@ def test_the_figure_marks_the_top_heads_and_escapes_the_span() -> None:
     with pytest.raises(ValueError, match="does not occur"):
         copying_figure(empty)
     assert top_heads_rows(empty) == []
+
+
+def test_the_figure_marks_the_heads_chosen_on_calibration_rows_apart_from_the_run_s() -> None:
+    copy = np.arange(12, dtype=np.float64).reshape(3, 4) / 20
+    top = copying.top_heads(copy, 2)  # (2, 3), (2, 2)
+    heads = CopyingHeads("Rome", "Rome", 1, 9, 1, (3, 4), 10, copy, copy + 0.1, top, "note", "forward")
+    fig = copying_figure(heads, chosen=[(2, 3), (0, 1), (7, 7)])  # (7, 7) is outside the map: skipped
+    marks = {(i, j): fig.data[0].text[i][j] for i in range(3) for j in range(4) if fig.data[0].text[i][j]}
+    assert marks == {(2, 3): "◉", (2, 2): "●", (0, 1): "○"}
+    assert "chosen on the model's calibration rows" in fig.data[1].text[1]  # cell (0, 1), row-major
+    rows = chosen_heads_rows(heads, [(2, 3), (0, 1), (7, 7)])
+    assert [(r["layer"], r["head"], r["on the span"]) for r in rows] == [(2, 3, copy[2, 3]), (0, 1, copy[0, 1])]

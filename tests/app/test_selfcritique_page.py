@@ -87,12 +87,13 @@ def test_the_run_button_has_an_estimate_of_both_generations(tiny_app, monkeypatc
     at.number_input(key="ror.w.max_new_tokens").set_value(10).run()
     caption = next(c.value for c in at.caption if "on this machine" in c.value)
     # no Dual Path run on these inputs: r₁ from 1.25 steps (the prior shortest share) to 10 (central √12.5 ≈ 3.5),
-    # r₂ twice r₁'s central 3.5 ≈ 7.1: 0.9 × 10.6 steps × 0.1 s ≈ 0.95 s, plus the two prompts at 1 ms a token
-    assert caption.startswith("≈ 1 s on this machine (likely 1–2 s, depending on the answers' length; no run like"), (
+    # r₂ up to twice r₁'s central 3.5 ≈ 7.1, from its prior share to all of it (central 2.5): 0.9 × 6.0 steps × 0.1 s
+    # ≈ 0.54 s, plus the two prompts at 1 ms a token; at most 0.9 × 17.1 × 0.1 s ≈ 1.5 s and the prompts
+    assert caption.startswith("< 1 s on this machine (likely under 2 s, depending on the answers' length; no run"), (
         caption
     )
-    # a run of this page took 12 s for work whose unit costs predicted 4 s: the next is its ≈ 1.2 s × 3
+    # a run of this page took 12 s for work whose unit costs predicted 4 s: the next is its ≈ 0.6 s × 3
     meter.observe_run(tiny_app, work.SELFCRITIQUE, 12.0, estimate.Work(steps=40.0))
     at.run()
     caption = next(c.value for c in at.caption if "on this machine" in c.value)
-    assert caption == "≈ 4 s on this machine (the last run like it took 12.0 s; scaled to this run)", caption
+    assert caption == "≈ 2 s on this machine (the last run like it took 12.0 s; scaled to this run)", caption

@@ -166,7 +166,13 @@ def _run(run: Run, cancel: CancelToken | None) -> None:
     def elapsed() -> float:
         return before + time.monotonic() - started_wall
 
+    def stamp() -> None:
+        work.state["elapsed"] = round(elapsed(), 1)
+        work.state["cpu_seconds"] = round(cpu_before + _cpu_seconds() - cpu_start, 1)
+        work.state["peak_rss_mb"] = max(_peak_rss_mb(), float(work.state.get("peak_rss_mb", 0.0)))
+
     run.elapsed = run.tracker.elapsed = elapsed  # until now a stand-in
+    run.stamp = stamp
     try:
         with run_control(cancel):
             run_stages(run)
@@ -176,9 +182,7 @@ def _run(run: Run, cancel: CancelToken | None) -> None:
         run.tracker.say(f"stopped: {note}")
         raise
     finally:
-        work.state["elapsed"] = round(elapsed(), 1)
-        work.state["cpu_seconds"] = round(cpu_before + _cpu_seconds() - cpu_start, 1)
-        work.state["peak_rss_mb"] = max(_peak_rss_mb(), float(work.state.get("peak_rss_mb", 0.0)))
+        stamp()
         work.save()
 
 

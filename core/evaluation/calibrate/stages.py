@@ -78,6 +78,8 @@ class Run:
     late_from: float = 0.0
     """The run's seconds when this invocation began, where the headline had been fitted before it (a second
     invocation that finishes the later stages: the time cap counts for them from here); else 0."""
+    stamp: Callable[[], None] = lambda: None
+    """Write the run's time so far (wall, CPU) and its peak memory into the work folder's state, for the card."""
 
     def crm_seconds(self) -> float:
         """The CRM basis' seconds still to come: none once it exists, else its prompts at the measured pace (or
@@ -262,6 +264,7 @@ def write_card(run: Run, pending: tuple[str, ...]) -> None:
     model's calibration folder and ``--out``."""
     bundled = bundled_axes() if run.handle.info.is_embedded else None
     figures = held_out(run.records, run.fitted, bundled)
+    run.stamp()  # the card's time and memory are the run's so far, not the last invocation's
     run.card = build_card(
         handle=run.handle,
         template=run.template,

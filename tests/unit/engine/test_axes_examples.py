@@ -56,7 +56,26 @@ def example_headlines(bundled_examples_report, embedded_handle):
     for (e, _), res, test in zip(agreeing, results, tests):
         head = carry(res.head, test)
         out[e["id"]] = (e["expected"], head.verdict, head.reason)
+        SWAPS[e["id"]] = test
     return out
+
+
+SWAPS: dict = {}
+"""The swap tests the agreeing examples' fixture ran, by example id."""
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_every_swap_alternative_is_of_the_span_s_kind(example_headlines):
+    """Issue 42 B: a name for a name ("Renaissance" is no painter), a year for a year, never a function word."""
+    from core.engine.stopwords import ANY_LANGUAGE
+    from core.engine.swap_words import kind_of
+
+    assert SWAPS, "the agreeing examples ran their swap tests"
+    for example, test in SWAPS.items():
+        for trial in test.trials:
+            assert kind_of(trial.alternative) == kind_of(test.original), (example, test.original, trial.alternative)
+            assert trial.alternative.lower() not in ANY_LANGUAGE, (example, trial.alternative)
 
 
 @pytest.mark.slow

@@ -158,3 +158,32 @@ def test_the_command_a_model_is_calibrated_with_is_the_one_help_documents(tiny_h
     assert command(EMBEDDED_NAME) == "python -m core calibrate-model --model embedded"
     words = calibration_store.missing_artifact("CRM basis", same_model_from(tiny_handle, gguf_source("c" * 64)))
     assert "--model /models/model.gguf" in words and "(tiny" not in words
+
+
+def test_the_copying_heads_chosen_on_calibration_rows_are_in_the_record(gguf_a, cache, caplog) -> None:
+    """Issue 42 D: the embedded model's record carries the heads chosen on its calibration rows (the file
+    ``scripts/agreement_signals.py`` writes); a model's own folder may hold them; another model's file is not read."""
+    import json
+    import os
+
+    from core.engine.calibration_record import COPYING_FILE, COPYING_HEADS, ChosenHeads, embedded_record
+
+    chosen = embedded_record().copying
+    figures = json.loads((REPO / "assets/validation/agreement_signals.json").read_text(encoding="utf-8"))
+    assert chosen is not None and [list(h) for h in chosen.heads] == figures["copying_heads"]["chosen"]
+    assert chosen.rows == figures["rows"]["calibration"]["n"] and chosen.fits(30, 9) and not chosen.fits(3, 4)
+    assert json.loads(COPYING_HEADS.read_text(encoding="utf-8"))["model"] == EMBEDDED_NAME
+    assert record_for(gguf_a, "chat").copying is None, "calibrate-model makes no choice of heads yet"
+    own = ChosenHeads(((1, 2), (0, 3)), 0.7, 40, 12, "test rows")
+    path = record_for(gguf_a, "chat").folder / COPYING_FILE
+
+    def write(doc: dict, when: int) -> None:  # a new modification time each write (the store memoizes by it)
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        os.utime(path, (when, when))
+
+    write(own.to_dict(gguf_a.info.name), 1_000_000)
+    assert record_for(gguf_a, "chat").copying == own
+    write(own.to_dict("another model"), 1_000_100)
+    assert record_for(gguf_a, "chat").copying is None
+    write({"model": gguf_a.info.name, "heads": [[1]]}, 1_000_200)
+    assert record_for(gguf_a, "chat").copying is None and "Ignoring the copying heads" in caplog.text

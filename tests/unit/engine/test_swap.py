@@ -28,7 +28,7 @@ from core.engine.swap import (
     target_phrase,
     with_swap_test,
 )
-from core.engine.swap_words import majority, summary, targets, truncated
+from core.engine.swap_words import kind_of, majority, summary, targets, truncated
 
 
 def _span(text: str, word: str) -> AnswerSpan:
@@ -112,6 +112,14 @@ def test_an_alternative_is_of_the_span_s_kind_and_no_near_copy():
     assert _fits("1634", "1612", ()) and not _fits("two", "1612", ()) and not _fits("Lyon", "1612", ())  # a year
     assert _fits("three", "two", ()) and _fits("5", "two", ()) and not _fits("2", "two", ())  # a number
     assert not _fits("small", "two", ()) and not _fits("Roma", "Rome", ())  # a near copy of the original
+
+
+def test_a_name_over_its_particles_takes_a_name_never_a_period_or_a_nationality():
+    # "Leonardo da Vinci" is a name: "Renaissance" (a period, an adjective like "Dutch") is not of its kind
+    assert kind_of("Leonardo da Vinci") == kind_of("Ludwig van Beethoven") == kind_of("Rembrandt") == "name"
+    assert not _fits("Renaissance", "Leonardo da Vinci", ()) and not _fits("Italian", "Leonardo da Vinci", ())
+    assert _fits("Michelangelo", "Leonardo da Vinci", ()) and _fits("Raphael", "Leonardo da Vinci", ())
+    assert kind_of("the da Vinci code") == "word" and kind_of("Da Vinci") == "name"
 
 
 @pytest.mark.parametrize("text", ["²", "①", "3.5", "٣", "", "12,34"])

@@ -158,6 +158,10 @@ def test_calibrate_model_writes_every_artifact_and_its_card(calibrated):
     assert card["held_out"]["rows"] == 12 and card["held_out"]["headline"]["headline"]["n"] == 12
     assert (tmp / "run" / "card.json").is_file() and "Held out" in (tmp / "run" / "card.txt").read_text()
     assert "quick calibration scored 24 rows" in card["worth"]  # fewer rows than the default: wider intervals
+    # the card's time and memory are this run's, measured when it is written (a first run's card said 0.0 min, 0 GB)
+    timing = card["timing"]
+    assert timing["total_seconds"] > 0 and timing["cpu_seconds"] > 0 and timing["peak_rss_mb"] > 100, timing
+    assert timing["total_seconds"] >= sum(timing["seconds"].values()) * 0.99
 
 
 def test_the_calibrated_artifacts_are_found_by_every_lookup(calibrated, tiny_handle):

@@ -22,6 +22,8 @@ class WordTokenizer:
         return list(range(len(text.split())))
 
 
+PRIOR = est.PRIOR_SHARE**0.5
+"""A kind's answers before any run of it: the geometric mean of the prior share and the whole budget."""
 HANDLE = SimpleNamespace(tokenizer=WordTokenizer(), slug="fake", info=SimpleNamespace(name="fake", device="cpu"))
 
 
@@ -45,16 +47,17 @@ def test_selfcritique_counts_both_answers_and_both_prompts(meter) -> None:
     settings = SelfCritiqueSettings(max_new_tokens=10, use_context=True, instruction="Check it.")
     planned = work.selfcritique_planned(HANDLE, "Who wrote it?", "Ann wrote it.", settings, first_steps=6)
     one = work.batched(1, 1)
-    # r₁: the Dual Path answer's 6 steps; r₂ up to twice r₁'s (12, within its budget of 20) before any run
-    assert planned.steps == pytest.approx(one * (6 + 12))
-    assert planned.steps_low == pytest.approx(one * (6 + 12))  # one prior share: no range yet
+    # r₁: the Dual Path answer's 6 steps; r₂ up to twice r₁'s (12, within its budget of 20), before any run of
+    # the kind between the prior share of that and all of it, at their geometric mean
+    assert planned.steps == pytest.approx(one * (6 + 12 * PRIOR))
+    assert (planned.steps_low, planned.steps_high) == pytest.approx((one * (6 + 12 * est.PRIOR_SHARE), one * 18))
     # r₁ reads the query and context (3 + 3 words + 24 for the template), r₂ the query, instruction and r₁
     assert planned.prompt_tokens == pytest.approx((6 + 24) + (5 + 24 + 6))
     alone = SelfCritiqueSettings(max_new_tokens=10, instruction="Check it.")
     without = work.selfcritique_planned(HANDLE, "Who wrote it?", "Ann wrote it.", alone, first_steps=6)
     assert without.prompt_tokens < planned.prompt_tokens, "without the context r₁ does not read it"
     longer = work.selfcritique_planned(HANDLE, "Who wrote it?", "Ann wrote it.", settings, first_steps=10)
-    assert longer.steps == pytest.approx(one * (10 + 20)), "r₂ follows r₁, at most its own budget"
+    assert longer.steps == pytest.approx(one * (10 + 20 * PRIOR)), "r₂ follows r₁, at most its own budget"
 
     result = SimpleNamespace(first_ids=[1] * 6, critique_ids=[1] * 3, first_prompt_len=30, critique_prompt_len=40)
     done, share = work.selfcritique_done(result, settings)
@@ -104,7 +107,7 @@ def test_after_an_sma_run_on_a_long_context_one_on_a_short_context_is_estimated_
 def test_the_context_ablation_counts_its_generations(meter) -> None:
     settings = SMASettings(batch_size=8, max_new_tokens=32)
     planned = work.ablation_planned(HANDLE, "Who?", "One. Two. Three.", settings, sentences=3)
-    assert planned.steps == pytest.approx(32 * (work.batched(1, 1) + work.batched(1, 8)))
+    assert planned.steps == pytest.approx(32 * PRIOR * (work.batched(1, 1) + work.batched(1, 8)))
     assert planned.prompt_tokens == pytest.approx(5 * (1 + 3 + 24))
     ablation = SimpleNamespace(
         query="Who?", context="One. Two. Three.", reference_answer="Ann did", answers=["Ann", "Ann did it", "Bo"]
@@ -128,6 +131,20 @@ def test_a_kinds_share_is_its_own_and_falls_back_to_other_models() -> None:
         est.kind_budget_work("a", work.SMA, -1, meter=meter)
 
 
+def test_before_any_run_of_a_kind_its_answers_are_taken_as_a_dual_path_answer_is() -> None:
+    """The first SMA run was estimated at its whole budget (2.08× its time): before any run of a kind, the geometric
+    mean of the shortest share recent answers used and the whole budget, the Dual Path run's rule."""
+    meter = CostMeter()
+    first = est.kind_budget_work("a", work.SMA, 32, meter=meter)  # nothing measured at all: the prior share
+    assert (first.steps, first.steps_low, first.steps_high) == pytest.approx(
+        ((est.PRIOR_SHARE * 32 * 32) ** 0.5, est.PRIOR_SHARE * 32, 32.0)
+    )
+    meter.observe_fill("a", 16, 64)  # a Dual Path run used a quarter of its budget
+    found = est.kind_budget_work("a", work.SMA, 32, meter=meter)
+    assert (found.steps, found.steps_low, found.steps_high) == pytest.approx((16.0, 8.0, 32.0))
+    assert found == est.budget_work("a", 32, meter=meter)
+
+
 def test_the_agreement_views_costly_detectors_declare_their_work(meter) -> None:
     from components.progress import detector_work
     from core.detectors import get
@@ -145,7 +162,20 @@ def test_the_agreement_views_costly_detectors_declare_their_work(meter) -> None:
     critique = detector_work(get("selfcritique"), inp)
     assert isinstance(critique, Work)
     # the parametric path: r₁ is the run's own 40-step answer without the context, which r₁ does not read
-    assert critique.steps == pytest.approx(work.batched(40 + 80, 1)), "r₂ up to twice r₁"
+    assert critique.steps == pytest.approx(work.batched(40 + 80 * PRIOR, 1)), "r₂ up to twice r₁"
     assert critique.prompt_tokens < 200, "the parametric path does not read the context"
     sma = detector_work(get("sma"), inp)
     assert isinstance(sma, Work) and sma.prompt_tokens > 200 * 10, "SMA's perturbed prompts read the context"
+
+
+def test_the_context_ablation_takes_the_dual_path_answer_s_length_when_the_session_has_it(meter) -> None:
+    """On the capital of France the ablation took SMA's share (answers to perturbed prompts, which ran long) for
+    answers with the context (8 steps): 4.19× its time. With the session's Dual Path answer on the same inputs, each
+    answer is that long (plus its end token), at most SMA's budget."""
+    settings = SMASettings(batch_size=8, max_new_tokens=32)
+    known = work.ablation_planned(HANDLE, "Who?", "One. Two. Three.", settings, sentences=3, reference_steps=8)
+    assert known.steps == pytest.approx(9 * (work.batched(1, 1) + work.batched(1, 8)))
+    long = work.ablation_planned(HANDLE, "Who?", "One. Two. Three.", settings, sentences=3, reference_steps=60)
+    assert long.steps == pytest.approx(32 * (work.batched(1, 1) + work.batched(1, 8))), "at most SMA's budget"
+    unknown = work.ablation_planned(HANDLE, "Who?", "One. Two. Three.", settings, sentences=3)
+    assert unknown.steps == pytest.approx(32 * PRIOR * (work.batched(1, 1) + work.batched(1, 8)))

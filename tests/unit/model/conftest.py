@@ -81,6 +81,32 @@ LLAMA_GGUF_NAMES = {
 }
 
 
+def _write_metadata(writer, cfg, tokenizer, chat_template: str | None) -> None:
+    """The GGUF key-value header of a Llama config and its byte-level tokenizer, as llama.cpp writes them."""
+    writer.add_name("tiny random llama")
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    writer.add_vocab_size(cfg.vocab_size)
+    tokens = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
+    special = set(tokenizer.all_special_ids)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if i in special else 1 for i in range(len(tokens))])
+    writer.add_token_scores([0.0] * len(tokens))
+    writer.add_bos_token_id(tokenizer.bos_token_id)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(chat_template or tokenizer.chat_template)
+
+
 def write_llama_gguf(
     path,
     model,
@@ -111,28 +137,7 @@ def write_llama_gguf(
 
     cfg = model.config
     writer = gguf.GGUFWriter(str(path), architecture)
-    writer.add_name("tiny random llama")
-    writer.add_context_length(cfg.max_position_embeddings)
-    writer.add_embedding_length(cfg.hidden_size)
-    writer.add_block_count(cfg.num_hidden_layers)
-    writer.add_feed_forward_length(cfg.intermediate_size)
-    writer.add_head_count(cfg.num_attention_heads)
-    writer.add_head_count_kv(cfg.num_key_value_heads)
-    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
-    writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-    writer.add_vocab_size(cfg.vocab_size)
-    tokens = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
-    special = set(tokenizer.all_special_ids)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([3 if i in special else 1 for i in range(len(tokens))])
-    writer.add_token_scores([0.0] * len(tokens))
-    writer.add_bos_token_id(tokenizer.bos_token_id)
-    writer.add_eos_token_id(tokenizer.eos_token_id)
-    writer.add_pad_token_id(tokenizer.pad_token_id)
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(chat_template or tokenizer.chat_template)
+    _write_metadata(writer, cfg, tokenizer, chat_template)
     names = {"model.embed_tokens.weight": "token_embd", "model.norm.weight": "output_norm", "lm_head.weight": "output"}
     for i in range(cfg.num_hidden_layers):
         names.update({f"model.layers.{i}.{k}.weight": f"blk.{i}.{v}" for k, v in LLAMA_GGUF_NAMES.items()})
