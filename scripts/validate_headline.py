@@ -1,4 +1,4 @@
-"""Build, score, fit and measure the headline verdict on rows of three constructions (core.evaluation.constructions).
+"""Build, score, fit and measure the headline verdict on rows of four constructions (core.evaluation.constructions).
 
 Stages (each resumable; outputs under ``out/validation/`` unless told otherwise):
 
@@ -14,6 +14,10 @@ Stages (each resumable; outputs under ``out/validation/`` unless told otherwise)
   provenance: each choice, the candidates, the rows it was made on, every fitted row's key).
 * ``measure`` — the headline, axis 1 alone and the text-only rule against behavior and the swap test, per
   construction and split, plus leave-one-construction-out fits: ``assets/validation/figures.json``.
+* ``build-typed`` — the typed construction (:mod:`core.evaluation.typed_rows`), report rows only, checked against
+  every calibration row: ``assets/validation/typed.csv``; ``score``, ``swap``, ``measure`` and ``table`` take
+  ``--set typed`` (scored rows under ``out/validation-typed/``, the bundled κ, the bundled calibration measured:
+  ``assets/validation/typed_figures.json``).
 
     python scripts/validate_headline.py build --facts FACTS.json --nq NQ.jsonl [--questions 300]
     python scripts/validate_headline.py score [--shard 0/2]
@@ -22,6 +26,9 @@ Stages (each resumable; outputs under ``out/validation/`` unless told otherwise)
     python scripts/validate_headline.py fit
     python scripts/validate_headline.py measure
     python scripts/validate_headline.py table      # figures.json as the markdown table of docs/validity.md
+    python scripts/validate_headline.py build-typed --facts FACTS.json --nq NQ.jsonl
+    python scripts/validate_headline.py score --set typed && python scripts/validate_headline.py swap --set typed
+    python scripts/validate_headline.py measure --set typed && python scripts/validate_headline.py table --set typed
 """
 
 from __future__ import annotations
@@ -47,6 +54,10 @@ from core.io import asset_path, atomic_write_text
 
 OUT = Path("out/validation")
 ROWS_CSV = asset_path("validation") / "rows.csv"
+TYPED_CSV = asset_path("validation") / "typed.csv"
+SETS: dict[str, tuple[Path, Path]] = {"validation": (ROWS_CSV, OUT), "typed": (TYPED_CSV, Path("out/validation-typed"))}
+"""Each row set's CSV and the folder its scored rows and swap tests go to (``--set``)."""
+TYPED_FIGURES = asset_path("validation") / "typed_figures.json"
 COLUMNS = list(ValidationRow.__dataclass_fields__)
 SEED = 0
 
@@ -102,6 +113,27 @@ def build(args: argparse.Namespace) -> int:
     return 0
 
 
+def build_typed(args: argparse.Namespace) -> int:
+    """The typed construction (:mod:`core.evaluation.typed_rows`) beside the validation rows: report rows only,
+    checked against every calibration row; writes ``assets/validation/typed.csv``."""
+    from core.evaluation.conflict_sources import read_facts
+    from core.evaluation.typed_rows import AS_TYPED, LATE, NUMBER, typed_rows
+
+    validation = read_rows()
+    questions = {AS_TYPED: args.typed, NUMBER: args.numbers, LATE: args.late}
+    rows = typed_rows(validation, read_facts(args.facts), str(args.nq), questions=questions, seed=SEED)
+    leaks = split_leaks(validation + rows)
+    if leaks:
+        sys.stderr.write("\n".join(leaks[:20]) + "\n")
+        return 1
+    write_rows(rows, TYPED_CSV)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[f"{r.variant}/{r.relation}"] = counts.get(f"{r.variant}/{r.relation}", 0) + 1
+    print(json.dumps(counts, indent=2, ensure_ascii=False))
+    return 0
+
+
 def _key(row: dict[str, Any]) -> tuple[str, str, str]:
     return row["construction"], row["query"], row["context"]
 
@@ -120,9 +152,10 @@ def score(args: argparse.Namespace) -> int:
     from core.model.loading import load_model
 
     torch.set_num_threads(args.threads)
-    rows = [r.to_dict() for r in read_rows() if args.split in ("all", r.split)]
+    rows_csv, folder = SETS[args.set]
+    rows = [r.to_dict() for r in read_rows(rows_csv) if args.split in ("all", r.split)]
     shard, shards = (int(v) for v in args.shard.split("/"))
-    out = OUT / f"scored.{args.split}.{shard}.jsonl"
+    out = folder / f"scored.{args.split}.{shard}.jsonl"
     done = _done(out)
     todo = [r for r in rows[shard::shards] if _key(r) not in done]
     handle = load_model()
@@ -138,20 +171,20 @@ def score(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_scored(split: str = "all") -> list[Any]:
-    """Every scored row (all shards) with its swap test when one was run."""
+def load_scored(split: str = "all", folder: Path = OUT) -> list[Any]:
+    """Every scored row (all shards) under ``folder`` with its swap test when one was run."""
     from core.engine.result import DualPathResult
     from core.engine.swap import SwapTest
     from core.evaluation.headline_fit import Scored
 
     swaps: dict[tuple[str, str, str], SwapTest] = {}
-    for path in sorted(OUT.glob("swap.*.jsonl")):
+    for path in sorted(folder.glob("swap.*.jsonl")):
         with path.open(encoding="utf-8") as fh:
             for line in fh:
                 item = json.loads(line)
                 swaps[_key(item["row"])] = SwapTest.from_dict(item["swap"])
     out = []
-    for path in sorted(OUT.glob("scored.*.jsonl")):
+    for path in sorted(folder.glob("scored.*.jsonl")):
         with path.open(encoding="utf-8") as fh:
             for line in fh:
                 item = json.loads(line)
@@ -174,20 +207,28 @@ def level(args: argparse.Namespace) -> int:
 
 
 def swap(args: argparse.Namespace) -> int:
-    """The swap test of every scored agreeing row, at the span located with κ (the ``level`` stage's)."""
+    """The swap test of every scored agreeing row, at the span located with κ (the ``level`` stage's; the bundled
+    calibration's for the typed set, which no choice is made on)."""
     import torch
 
     from core.engine.axes import observe
+    from core.engine.axes_calibration import bundled_axes
     from core.engine.swap import run_swap_tests
     from core.model.loading import load_model
 
     torch.set_num_threads(args.threads)
     shard, shards = (int(v) for v in args.shard.split("/"))
-    out = OUT / f"swap.{shard}.jsonl"
+    folder = SETS[args.set][1]
+    out = folder / f"swap.{shard}.jsonl"
     done = _done(out)
-    todo = [s for s in load_scored(args.split) if s.row.relation in args.relations.split(",")]
+    todo = [s for s in load_scored(args.split, folder) if s.row.relation in args.relations.split(",")]
     todo = [s for s in todo[shard::shards] if _key(s.row.to_dict()) not in done]
-    kappa = args.level if args.level is not None else json.loads((OUT / "level.json").read_text())["chosen"]
+    if args.level is not None:
+        kappa = args.level
+    elif args.set == "typed":
+        kappa = bundled_axes().span_level
+    else:
+        kappa = json.loads((OUT / "level.json").read_text())["chosen"]
     handle = load_model()
     with out.open("a", encoding="utf-8") as fh:
         for start in range(0, len(todo), args.chunk):
@@ -262,6 +303,22 @@ def measure_all(args: argparse.Namespace) -> int:
     return 0
 
 
+def measure_typed(args: argparse.Namespace) -> int:
+    """The bundled calibration's headline on the typed rows, per variant and all together, with the text-only rule
+    and axis 1 alone beside it: ``assets/validation/typed_figures.json``."""
+    from core.engine.axes_calibration import bundled_axes
+
+    rows = load_scored(folder=SETS["typed"][1])
+    cal = bundled_axes()
+    figures: dict[str, Any] = {"calibration": cal.source, "rows": str(TYPED_CSV.name), "sets": {}}
+    for name in sorted({s.row.variant for s in rows}):
+        figures["sets"][f"typed: {name}"] = _figures(cal, [s for s in rows if s.row.variant == name])
+    figures["sets"]["all typed rows"] = _figures(cal, rows)
+    atomic_write_text(TYPED_FIGURES, json.dumps(figures, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    print(json.dumps({k: v["headline"]["match_rate"] for k, v in figures["sets"].items() if v}, indent=2))
+    return 0
+
+
 def _pct(entry: dict[str, Any], key: str = "match_rate") -> str:
     value = entry.get(key)
     return "—" if value is None else f"{100 * value:.1f} %"
@@ -274,7 +331,8 @@ def _of(entry: dict[str, Any], behavior: str) -> str:
 
 def table(args: argparse.Namespace) -> int:
     """``assets/validation/figures.json`` as the markdown table of docs/validity.md."""
-    figures = json.loads((asset_path("validation") / "figures.json").read_text(encoding="utf-8"))
+    path = TYPED_FIGURES if args.set == "typed" else asset_path("validation") / "figures.json"
+    figures = json.loads(path.read_text(encoding="utf-8"))
     head = (
         "| rows | behavior-decided | headline matches | read matched | recalled matched | undecided "
         "| text-only rule | axis 1 alone | headline where the text rule fails | headline vs swap test (agreeing) |"
@@ -301,12 +359,20 @@ def main() -> int:
     b.add_argument("--facts", type=Path, required=True)
     b.add_argument("--nq", type=Path, required=True)
     b.add_argument("--questions", type=int, default=300)
+    t = sub.add_parser("build-typed")
+    t.add_argument("--facts", type=Path, required=True)
+    t.add_argument("--nq", type=Path, required=True)
+    t.add_argument("--typed", type=int, default=30, help="NQ questions as typed (not numbers)")
+    t.add_argument("--numbers", type=int, default=20, help="NQ questions whose answer is a number or a year")
+    t.add_argument("--late", type=int, default=20, help="NQ questions over a passage naming the answer late")
     s = sub.add_parser("score")
+    s.add_argument("--set", choices=sorted(SETS), default="validation")
     s.add_argument("--shard", default="0/1")
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--chunk", type=int, default=8)
     s.add_argument("--split", choices=("calibration", "report", "all"), default="all")
     w = sub.add_parser("swap")
+    w.add_argument("--set", choices=sorted(SETS), default="validation")
     w.add_argument("--shard", default="0/1")
     w.add_argument("--threads", type=int, default=1)
     w.add_argument("--chunk", type=int, default=8)
@@ -316,12 +382,15 @@ def main() -> int:
     f = sub.add_parser("fit")
     f.add_argument("--no-write", action="store_true")
     f.add_argument("--no-choice", action="store_true", help="keep the default features (no cross-validated choice)")
-    sub.add_parser("measure")
+    m = sub.add_parser("measure")
+    m.add_argument("--set", choices=sorted(SETS), default="validation")
     sub.add_parser("level")
-    sub.add_parser("table")
+    sub.add_parser("table").add_argument("--set", choices=sorted(SETS), default="validation")
     args = ap.parse_args()
-    stages = {"build": build, "score": score, "level": level, "swap": swap, "fit": fit, "measure": measure_all}
-    stages["table"] = table
+    stages = {"build": build, "score": score, "level": level, "swap": swap, "fit": fit, "table": table}
+    stages["build-typed"] = build_typed
+    if args.stage == "measure":
+        return (measure_typed if args.set == "typed" else measure_all)(args)
     return stages[args.stage](args)
 
 

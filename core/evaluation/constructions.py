@@ -52,6 +52,8 @@ CONSTRUCTIONS: dict[str, str] = {
     PROSE: "NQ-Swap: Natural Questions passages (Wikipedia prose), the answer substituted or as written",
     FRESH_CONSTRUCTION: "ROME facts written another way (report only): other questions asking for a full-sentence "
     "answer, the object stated in a full sentence inside a short passage",
+    "typed": "questions the way people type them (report only): Natural Questions questions as typed, numbers and "
+    "years, passages naming the answer late, two passages that disagree, French and Spanish queries",
     "traffic": "a user's own (query, context) rows — their retrieval traffic — unlabeled: each labeled by its swap "
     "test",
 }
@@ -151,6 +153,8 @@ class ValidationRow:
         subject: the fact's subject, where the source has one.
         source_id: the record it was written from (ROME ``known_id`` or fact index, NQ question).
         split: ``calibration`` or ``report`` (:func:`assign_splits`).
+        variant: how a row of the typed construction was written (:data:`core.evaluation.typed_rows.VARIANTS`);
+            empty for the other constructions.
     """
 
     construction: str
@@ -163,6 +167,7 @@ class ValidationRow:
     subject: str = ""
     source_id: str = ""
     split: str = ""
+    variant: str = ""
 
     def group_keys(self) -> set[str]:
         """The normalized texts that must never cross the split: the question (and the subject)."""
