@@ -17,7 +17,8 @@ Stages (each resumable; outputs under ``out/validation/`` unless told otherwise)
 * ``build-typed`` — the typed construction (:mod:`core.evaluation.typed_rows`), report rows only, checked against
   every calibration row: ``assets/validation/typed.csv``; ``score``, ``swap``, ``measure`` and ``table`` take
   ``--set typed`` (scored rows under ``out/validation-typed/``, the bundled κ, the bundled calibration measured:
-  ``assets/validation/typed_figures.json``).
+  ``assets/validation/typed_figures.json``) and ``--model`` (another model under its own calibration record:
+  ``out/validation-typed-MODEL/``, ``typed_figures-MODEL.json``).
 
     python scripts/validate_headline.py build --facts FACTS.json --nq NQ.jsonl [--questions 300]
     python scripts/validate_headline.py score [--shard 0/2]
@@ -60,6 +61,12 @@ SETS: dict[str, tuple[Path, Path]] = {"validation": (ROWS_CSV, OUT), "typed": (T
 TYPED_FIGURES = asset_path("validation") / "typed_figures.json"
 COLUMNS = list(ValidationRow.__dataclass_fields__)
 SEED = 0
+
+
+def _folder(args: argparse.Namespace) -> Path:
+    """Where the set's scored rows go: the set's folder, one per model when ``--model`` names another."""
+    folder = SETS[args.set][1]
+    return folder if not getattr(args, "model", None) else folder.with_name(f"{folder.name}-{args.model}")
 
 
 def write_rows(rows: list[ValidationRow], path: Path = ROWS_CSV) -> None:
@@ -152,13 +159,13 @@ def score(args: argparse.Namespace) -> int:
     from core.model.loading import load_model
 
     torch.set_num_threads(args.threads)
-    rows_csv, folder = SETS[args.set]
+    rows_csv, folder = SETS[args.set][0], _folder(args)
     rows = [r.to_dict() for r in read_rows(rows_csv) if args.split in ("all", r.split)]
     shard, shards = (int(v) for v in args.shard.split("/"))
     out = folder / f"scored.{args.split}.{shard}.jsonl"
     done = _done(out)
     todo = [r for r in rows[shard::shards] if _key(r) not in done]
-    handle = load_model()
+    handle = load_model(args.model)
     request = ScoreRequest(settings=DualPathSettings(), free_parametric=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a", encoding="utf-8") as fh:
@@ -207,18 +214,18 @@ def level(args: argparse.Namespace) -> int:
 
 
 def swap(args: argparse.Namespace) -> int:
-    """The swap test of every scored agreeing row, at the span located with κ (the ``level`` stage's; the bundled
-    calibration's for the typed set, which no choice is made on)."""
+    """The swap test of every scored agreeing row, at the span located with κ (the ``level`` stage's; for the typed
+    set, which no choice is made on, the κ of the calibration record that decided the scored rows)."""
     import torch
 
     from core.engine.axes import observe
-    from core.engine.axes_calibration import bundled_axes
+    from core.engine.calibration_record import record_of_result
     from core.engine.swap import run_swap_tests
     from core.model.loading import load_model
 
     torch.set_num_threads(args.threads)
     shard, shards = (int(v) for v in args.shard.split("/"))
-    folder = SETS[args.set][1]
+    folder = _folder(args)
     out = folder / f"swap.{shard}.jsonl"
     done = _done(out)
     todo = [s for s in load_scored(args.split, folder) if s.row.relation in args.relations.split(",")]
@@ -226,10 +233,14 @@ def swap(args: argparse.Namespace) -> int:
     if args.level is not None:
         kappa = args.level
     elif args.set == "typed":
-        kappa = bundled_axes().span_level
+        axes = record_of_result(todo[0].result).axes if todo else None
+        if axes is None:
+            sys.stderr.write("nothing to swap-test, or the scored rows' model is not calibrated (calibrate-model)\n")
+            return 1
+        kappa = axes.span_level
     else:
         kappa = json.loads((OUT / "level.json").read_text())["chosen"]
-    handle = load_model()
+    handle = load_model(args.model)
     with out.open("a", encoding="utf-8") as fh:
         for start in range(0, len(todo), args.chunk):
             part = todo[start : start + args.chunk]
@@ -304,17 +315,22 @@ def measure_all(args: argparse.Namespace) -> int:
 
 
 def measure_typed(args: argparse.Namespace) -> int:
-    """The bundled calibration's headline on the typed rows, per variant and all together, with the text-only rule
-    and axis 1 alone beside it: ``assets/validation/typed_figures.json``."""
-    from core.engine.axes_calibration import bundled_axes
+    """The headline on the typed rows under the calibration record that decided them (the bundled one for the
+    embedded model), per variant and all together, with the text-only rule and axis 1 alone beside it:
+    ``assets/validation/typed_figures.json`` (``typed_figures-MODEL.json`` for ``--model MODEL``)."""
+    from core.engine.calibration_record import record_of_result
 
-    rows = load_scored(folder=SETS["typed"][1])
-    cal = bundled_axes()
-    figures: dict[str, Any] = {"calibration": cal.source, "rows": str(TYPED_CSV.name), "sets": {}}
+    rows = load_scored(folder=_folder(args))
+    cal = record_of_result(rows[0].result).axes
+    if cal is None:
+        sys.stderr.write(f"{rows[0].result.model} is not calibrated: run calibrate-model first\n")
+        return 1
+    figures: dict[str, Any] = {"calibration": cal.source, "model": cal.model, "rows": TYPED_CSV.name, "sets": {}}
     for name in sorted({s.row.variant for s in rows}):
         figures["sets"][f"typed: {name}"] = _figures(cal, [s for s in rows if s.row.variant == name])
     figures["sets"]["all typed rows"] = _figures(cal, rows)
-    atomic_write_text(TYPED_FIGURES, json.dumps(figures, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    out = TYPED_FIGURES if not args.model else TYPED_FIGURES.with_name(f"typed_figures-{args.model}.json")
+    atomic_write_text(out, json.dumps(figures, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     print(json.dumps({k: v["headline"]["match_rate"] for k, v in figures["sets"].items() if v}, indent=2))
     return 0
 
@@ -332,6 +348,8 @@ def _of(entry: dict[str, Any], behavior: str) -> str:
 def table(args: argparse.Namespace) -> int:
     """``assets/validation/figures.json`` as the markdown table of docs/validity.md."""
     path = TYPED_FIGURES if args.set == "typed" else asset_path("validation") / "figures.json"
+    if args.set == "typed" and args.model:
+        path = TYPED_FIGURES.with_name(f"typed_figures-{args.model}.json")
     figures = json.loads(path.read_text(encoding="utf-8"))
     head = (
         "| rows | behavior-decided | headline matches | read matched | recalled matched | undecided "
@@ -367,12 +385,14 @@ def main() -> int:
     t.add_argument("--late", type=int, default=20, help="NQ questions over a passage naming the answer late")
     s = sub.add_parser("score")
     s.add_argument("--set", choices=sorted(SETS), default="validation")
+    s.add_argument("--model", default=None, help="a model as --help of run documents it (default: the embedded)")
     s.add_argument("--shard", default="0/1")
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--chunk", type=int, default=8)
     s.add_argument("--split", choices=("calibration", "report", "all"), default="all")
     w = sub.add_parser("swap")
     w.add_argument("--set", choices=sorted(SETS), default="validation")
+    w.add_argument("--model", default=None)
     w.add_argument("--shard", default="0/1")
     w.add_argument("--threads", type=int, default=1)
     w.add_argument("--chunk", type=int, default=8)
@@ -384,8 +404,11 @@ def main() -> int:
     f.add_argument("--no-choice", action="store_true", help="keep the default features (no cross-validated choice)")
     m = sub.add_parser("measure")
     m.add_argument("--set", choices=sorted(SETS), default="validation")
+    m.add_argument("--model", default=None)
     sub.add_parser("level")
-    sub.add_parser("table").add_argument("--set", choices=sorted(SETS), default="validation")
+    tb = sub.add_parser("table")
+    tb.add_argument("--set", choices=sorted(SETS), default="validation")
+    tb.add_argument("--model", default=None)
     args = ap.parse_args()
     stages = {"build": build, "score": score, "level": level, "swap": swap, "fit": fit, "table": table}
     stages["build-typed"] = build_typed
