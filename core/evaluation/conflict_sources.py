@@ -242,10 +242,15 @@ def detokenize(text: str) -> str:
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"(])")
 
 
+def split_sentences(text: str) -> list[str]:
+    """The sentences of a passage (split after ``.``, ``!`` or ``?`` before a capital, a quote or a bracket)."""
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
 def trim_passage(text: str, answers: list[str], max_words: int = DEFAULT_CONTEXT_WORDS) -> str | None:
     """The sentences around the first one that names an answer, at most ``max_words`` words; ``None`` when no
     sentence names it (or that sentence alone is too long)."""
-    sentences = [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+    sentences = split_sentences(text)
     hit = next((i for i, s in enumerate(sentences) if find_spans(s, answers)), None)
     if hit is None or len(sentences[hit].split()) > max_words:
         return None

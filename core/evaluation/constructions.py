@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,6 +277,24 @@ def _nq_records(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+NqPassages = tuple[list[str], list[str], str, str]
+"""An NQ-Swap record's ``(original answers, substituted answers, original passage, substituted passage)``."""
+_OVERLAP, _UNTRIMMABLE = "answers long or overlapping", "passage not trimmable around one answer"
+
+
+def nq_passages(rec: dict[str, Any], cut: Callable[[str, list[str]], str | None] = trim_passage) -> NqPassages | str:
+    """An NQ-Swap record's short answers and its two passages, each cut around its own answer by ``cut``
+    (``trim_passage`` by default) — or why the record is left out: the answers are long or overlap, or a passage
+    cannot be cut around one answer (none there, or the other answer in it too)."""
+    org, sub = _short(split_aliases(rec["org_answer"])), _short(split_aliases(rec["sub_answer"]))
+    if not org or not sub or any(find_spans(a, [b]) or find_spans(b, [a]) for a in org for b in sub):
+        return _OVERLAP
+    sub_ctx, org_ctx = cut(detokenize(str(rec["sub_context"])), sub), cut(detokenize(str(rec["org_context"])), org)
+    if sub_ctx is None or org_ctx is None or find_spans(sub_ctx, org) or find_spans(org_ctx, sub):
+        return _UNTRIMMABLE
+    return org, sub, org_ctx, sub_ctx
+
+
 def prose_rows(path: str | Path, *, questions: int, seed: int) -> tuple[list[ValidationRow], dict[str, int]]:
     """``prose`` rows of at most ``questions`` NQ-Swap questions (a seeded sample of questions, one substitution
     record each): the substituted passage (conflict) and the original one (agreeing), trimmed around the answer.
@@ -297,17 +315,13 @@ def prose_rows(path: str | Path, *, questions: int, seed: int) -> tuple[list[Val
             break
         rng = random.Random(f"{seed}:{key}")
         rec = rng.choice(by_question[key])
-        org, sub = _short(split_aliases(rec["org_answer"])), _short(split_aliases(rec["sub_answer"]))
         question = detokenize(str(rec["question"]))
         query = question[:1].upper() + question[1:] + ("" if question.endswith("?") else "?")
-        if not org or not sub or any(find_spans(a, [b]) or find_spans(b, [a]) for a in org for b in sub):
-            left["answers long or overlapping"] = left.get("answers long or overlapping", 0) + 1
+        parts = nq_passages(rec)
+        if isinstance(parts, str):
+            left[parts] = left.get(parts, 0) + 1
             continue
-        sub_ctx = trim_passage(detokenize(str(rec["sub_context"])), sub)
-        org_ctx = trim_passage(detokenize(str(rec["org_context"])), org)
-        if sub_ctx is None or org_ctx is None or find_spans(sub_ctx, org) or find_spans(org_ctx, sub):
-            left["passage not trimmable around one answer"] = left.get("passage not trimmable around one answer", 0) + 1
-            continue
+        org, sub, org_ctx, sub_ctx = parts
         taken += 1
         common = {"construction": PROSE, "source": "nq_swap", "query": query, "source_id": question}
         rows.append(ValidationRow(relation=CONFLICT, context=sub_ctx, answer_context=sub, answer_memory=org, **common))

@@ -28,7 +28,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.engine.matching import find_spans, normalize_words, split_aliases
-from core.evaluation.conflict_sources import Fact, _short, counterfactual_context, counterfactual_objects, detokenize
+from core.evaluation.conflict_sources import (
+    Fact,
+    _short,
+    counterfactual_context,
+    counterfactual_objects,
+    detokenize,
+    split_sentences,
+)
 from core.evaluation.constructions import (
     AGREEING,
     CALIBRATION,
@@ -39,6 +46,7 @@ from core.evaluation.constructions import (
     _named_subjects,
     _nq_records,
     norm_text,
+    nq_passages,
     trim_passage,
 )
 
@@ -143,7 +151,7 @@ def late_passage(text: str, answers: list[str]) -> str | None:
     """The passage's sentences up to and including the first that names an answer — at most :data:`LATE_WORDS`
     words, the answer's sentence last and at least :data:`LATE_BEFORE` words before it; ``None`` when the passage
     has no such stretch (or names the answer earlier)."""
-    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z\"(])", text) if s.strip()]
+    sentences = split_sentences(text)
     hit = next((i for i, s in enumerate(sentences) if find_spans(s, answers)), None)
     if hit is None:
         return None
@@ -157,13 +165,10 @@ def late_passage(text: str, answers: list[str]) -> str | None:
 
 
 def _nq_pair(rec: dict[str, Any], variant: str, query: str) -> list[ValidationRow] | None:
-    org, sub = _short(split_aliases(rec["org_answer"])), _short(split_aliases(rec["sub_answer"]))
-    if not org or not sub or any(find_spans(a, [b]) or find_spans(b, [a]) for a in org for b in sub):
+    parts = nq_passages(rec, late_passage if variant == LATE else trim_passage)
+    if isinstance(parts, str):
         return None
-    cut = late_passage if variant == LATE else trim_passage
-    sub_ctx, org_ctx = cut(detokenize(str(rec["sub_context"])), sub), cut(detokenize(str(rec["org_context"])), org)
-    if sub_ctx is None or org_ctx is None or find_spans(sub_ctx, org) or find_spans(org_ctx, sub):
-        return None
+    org, sub, org_ctx, sub_ctx = parts
     common = {"construction": TYPED_CONSTRUCTION, "source": "nq_swap", "query": query, "variant": variant}
     common["source_id"] = str(rec["question"])
     return [
