@@ -66,7 +66,11 @@ def draw_answers(result: DualPathResult) -> None:
 
 
 def _finish(reason: str) -> str:
-    return {"eos": "ended at end of sequence", "length": "stopped at the token limit"}.get(reason, reason)
+    return {
+        "eos": "ended at end of sequence",
+        "length": "stopped at the token limit",
+        "turn": "ended where the model began a turn of its own (a new “Question:” line)",
+    }.get(reason, reason)
 
 
 _AXIS_LABELS = {

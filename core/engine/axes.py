@@ -361,9 +361,18 @@ def resolve_agreement(
     reason = (
         f"The context and the model's memory agree on {w} (the no-context answer says it too), so the text cannot "
         f"tell which it came from; the context {state} it (per-token KL {_num(obs.kl)} nats, log-probability change "
-        f"{_num(obs.llr)} nats, entropy without the context {_num(obs.entropy_parametric)} nats). Fitted on swap "
-        f"tests of such runs, these observations give P(the answer follows the context) = {p:.2f}, "
+        f"{_num(obs.llr)} nats, entropy without the context {_num(obs.entropy_parametric)} nats). "
     )
+    if model.prior is not None:
+        followed, n = model.prior
+        reason += (
+            f"Where context and memory agreed, this model followed a swapped context on {followed} of {n} "
+            "calibration runs (too few kept their own answer to learn from these observations, so this is its "
+            f"habit, not a reading of this run): P(the answer follows the context) = {p:.2f}, "
+        )
+    else:
+        reason += "Fitted on swap tests of such runs, these observations give "
+        reason += f"P(the answer follows the context) = {p:.2f}, "
     if p > high:
         return READ, ALSO_KNOWN, reason + f"above the band [{low:.2f}, {high:.2f}].", joint
     if p < low:

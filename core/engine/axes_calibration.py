@@ -134,6 +134,10 @@ class JointModel(StandardizedLogistic):
     threshold: float
     band: tuple[float, float]
     features: tuple[str, ...] = JOINT_FEATURES
+    prior: tuple[int, int] | None = None
+    """For an agreement resolver fitted as a base rate (:func:`core.methods.axes_fit.fit_agreement`): ``(rows that
+    followed the swapped context, rows)`` among its calibration rows; its coefficients are zero, so its P(read) is
+    that rate (smoothed) whatever the observations. ``None`` for a fitted regression."""
 
     def probability(self, feats: dict[str, float]) -> float:
         """P(read) for the features of :func:`joint_features`."""
@@ -151,7 +155,13 @@ class JointModel(StandardizedLogistic):
             raise ValueError(f"'{name}.threshold' is a probability in (0, 1)")
         band = _band(data, "band", "threshold")
         intercept = finite_number(data["intercept"], f"{name}.intercept")
-        return cls(intercept=intercept, threshold=threshold, band=band, features=features, **vec)
+        prior = data.get("prior")
+        if prior is not None:
+            ok = isinstance(prior, list) and len(prior) == 2 and all(type(v) is int and v >= 0 for v in prior)
+            if not ok or prior[0] > prior[1] or prior[1] == 0:
+                raise ValueError(f"'{name}.prior' is [rows that followed the swap, rows], two counts")
+            prior = (prior[0], prior[1])
+        return cls(intercept=intercept, threshold=threshold, band=band, features=features, prior=prior, **vec)
 
 
 @dataclass(frozen=True)

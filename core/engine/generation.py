@@ -21,6 +21,7 @@ the handle releases the model.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.generation.streamers import BaseStreamer
 
 from core.engine.settings import DualPathSettings
+from core.engine.turns import TURN, TurnStop, answer_end, turn_pattern, turn_start
 from core.model.handle import ModelHandle, check_cancelled, report_step
 from core.model.trace import left_pad, trace
 
@@ -57,8 +59,16 @@ EventCallback = Callable[[StreamEvent], None]
 class _RowStreamer(BaseStreamer):
     """Receives each generation step's tokens for every batch row and reports them per path."""
 
-    def __init__(self, handle: ModelHandle, paths: list[str], max_tokens: int, callback: EventCallback) -> None:
+    def __init__(
+        self,
+        handle: ModelHandle,
+        paths: list[str],
+        max_tokens: int,
+        callback: EventCallback,
+        turns: re.Pattern[str] | None = None,
+    ) -> None:
         self.handle = handle
+        self.turns = turns
         self.paths = paths
         self.max_tokens = max_tokens
         self.callback = callback
@@ -76,12 +86,17 @@ class _RowStreamer(BaseStreamer):
             if self.done[row]:
                 continue
             self.ids[row].append(int(token))
-            finished = int(token) in self._eos or len(self.ids[row]) >= self.max_tokens
+            text = self._text(row)
+            turn = turn_start(self.turns, text)
+            finished = int(token) in self._eos or len(self.ids[row]) >= self.max_tokens or turn is not None
             self.done[row] = finished
-            self._emit(row, finished)
+            self._emit(row, finished, text[:turn].rstrip() if turn is not None else text)
 
-    def _emit(self, row: int, done: bool) -> None:
-        text = self.handle.tokenizer.decode(self.ids[row], skip_special_tokens=True).rstrip("\ufffd")  # whole chars
+    def _text(self, row: int) -> str:
+        return self.handle.tokenizer.decode(self.ids[row], skip_special_tokens=True).rstrip("\ufffd")  # whole chars
+
+    def _emit(self, row: int, done: bool, text: str | None = None) -> None:
+        text = self._text(row) if text is None else text
         self.callback(StreamEvent(self.paths[row], text, len(self.ids[row]), self.max_tokens, done))
 
     def end(self) -> None:
@@ -107,9 +122,9 @@ class CancelCriteria(StoppingCriteria):
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
-def cancellable() -> StoppingCriteriaList:
-    """The stopping criteria every generation of the app passes: :class:`CancelCriteria` alone."""
-    return StoppingCriteriaList([CancelCriteria()])
+def cancellable(*more: StoppingCriteria) -> StoppingCriteriaList:
+    """The stopping criteria every generation of the app passes: :class:`CancelCriteria`, then ``more``."""
+    return StoppingCriteriaList([CancelCriteria(), *more])
 
 
 def _generation_config(handle: ModelHandle, settings: DualPathSettings) -> GenerationConfig:
@@ -145,9 +160,10 @@ def generate_greedy(
 
     Returns:
         One ``(token_ids, logits, finish)`` per prompt: the answer's ids up to and including the first EOS,
-        its logits of shape ``(n, V)`` (model dtype, on the model's device; one tensor per prompt, sharing no
-        memory with the others) where row t is the distribution that produced ``token_ids[t]``, and ``"eos"``
-        or ``"length"``.
+        or, under a plain template, up to the line where the model begins a turn of its own
+        (:mod:`core.engine.turns`); its logits of shape ``(n, V)`` (model dtype, on the model's device; one
+        tensor per prompt, sharing no memory with the others) where row t is the distribution that produced
+        ``token_ids[t]``; and ``"eos"``, ``"turn"`` or ``"length"``.
 
     Raises:
         ValueError: no prompt, or an empty one.
@@ -156,31 +172,24 @@ def generate_greedy(
         raise ValueError("every prompt needs at least one token")
     input_ids, mask, _ = left_pad(prompts, handle.pad_token_id)
     width = input_ids.shape[1]
+    turns = turn_pattern(settings.template, handle.tokenizer, force_length=settings.force_length)
     streamer = None
     if on_event is not None:
         names = paths or [f"row{i}" for i in range(len(prompts))]
-        streamer = _RowStreamer(handle, names, settings.max_new_tokens, on_event)
-    eos = set(handle.eos_token_ids)
+        streamer = _RowStreamer(handle, names, settings.max_new_tokens, on_event, turns)
+    stops = (TurnStop(handle.tokenizer, turns, width),) if turns is not None else ()
     out = handle.generate(
         input_ids=input_ids.to(handle.device),
         attention_mask=mask.to(handle.device),
         generation_config=_generation_config(handle, settings),
         streamer=streamer,
-        stopping_criteria=cancellable(),
+        stopping_criteria=cancellable(*stops),
     )
     new = out.sequences[:, width:].tolist()
     steps: list[torch.Tensor | None] = list(out.logits)  # one (batch, V) tensor per step
     first = out.logits[0]
     del out  # the steps are now held by this list alone, which releases them one by one below
-    answers = []
-    for ids in new:
-        n = len(ids)
-        finish = "length"
-        for i, tok in enumerate(ids):
-            if tok in eos and not settings.force_length:
-                n, finish = i + 1, "eos"
-                break
-        answers.append((ids[:n], finish))
+    answers = [_answer(handle, ids, settings, turns) for ids in new]
     # Each row's logits go into a tensor of its own, filled step by step while the steps are released: the
     # (batch, steps, V) logits are never held twice (as steps and as a stacked copy), a row that stopped early
     # keeps only its own n steps, and a caller can free a row's logits as soon as the row is scored.
@@ -193,6 +202,20 @@ def generate_greedy(
                 row_logits[row][t] = step[row]  # type: ignore[index]
         del step
     return [(ids, logits, finish) for (ids, finish), logits in zip(answers, row_logits, strict=True)]
+
+
+def _answer(
+    handle: ModelHandle, ids: list[int], settings: DualPathSettings, turns: re.Pattern[str] | None
+) -> tuple[list[int], str]:
+    """A generated row's answer and why it ended: at its first EOS, at the model's own turn, or at the cap."""
+    n, finish = len(ids), "length"
+    if not settings.force_length:
+        eos = set(handle.eos_token_ids)
+        n, finish = next(((i + 1, "eos") for i, tok in enumerate(ids) if tok in eos), (n, finish))
+    end = answer_end(handle.tokenizer, turns, ids[: n - 1] if finish == "eos" else ids[:n])
+    if end is not None:
+        n, finish = end, TURN
+    return ids[:n], finish
 
 
 def teacher_forced_logits(handle: ModelHandle, prompt_ids: list[int], answer_ids: list[int]) -> torch.Tensor:

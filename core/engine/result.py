@@ -117,7 +117,8 @@ class PathOutput:
         prompt: the prompt text; ``prompt_len`` its number of tokens.
         answer: this path's own greedy answer, decoded (``""`` when the parametric answer was not generated).
         token_ids, tokens: that answer's token ids and each token's text (length of *this* path's answer).
-        finish: why the answer stopped (``"eos"``, ``"length"``, ``"not generated"``).
+        finish: why the answer stopped (``"eos"``; ``"turn"``: it began a turn of its own, :mod:`core.engine.turns`;
+            ``"length"``; ``"not generated"``).
         entropy: ``(n,)`` float32 entropy (nats) of this path's next-token distribution at each position of the
             **retrieval** answer (the parametric path is teacher-forced on it).
         logprob: ``(n,)`` float32 log-probability of the retrieval answer's token at each position.

@@ -36,7 +36,8 @@ from core.model.prompts import resolve_template
 
 
 class Answer(NamedTuple):
-    """One path's greedy answer: its token ids and why it stopped (``"eos"``, ``"length"``, ``"not generated"``)."""
+    """One path's greedy answer: its token ids and why it stopped (``"eos"``, ``"turn"``, ``"length"``,
+    ``"not generated"``)."""
 
     token_ids: list[int]
     finish: str

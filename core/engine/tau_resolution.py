@@ -25,6 +25,7 @@ from core.engine.threshold import (
     load_threshold,
 )
 from core.io import model_slug
+from core.model import calibration_store
 from core.model.loading import EMBEDDED_NAME
 
 ORIGIN_SESSION = "session"
@@ -33,7 +34,6 @@ ORIGIN_USER = "user"
 ORIGIN_BUNDLED = "bundled"
 ORIGIN_CALIBRATED = "calibrated"
 ORIGIN_NONE = "none"
-HOW_TO_CALIBRATE_TAU = "python -m core calibrate-model --model <this model>"
 """The one step that calibrates a model's τ (with every other per-model artifact)."""
 
 
@@ -90,7 +90,7 @@ def record_tau(model_name: str, calibration: ModelCalibration | None, mode: str)
             f"calibrated for this model by calibrate-model: {describe_mode(th)} over {th.n_clean} read rows",
             ORIGIN_CALIBRATED,
         )
-    how = HOW_TO_CALIBRATE_TAU.replace("<this model>", repr(model_name))
+    how = calibration_store.calibrate_command(model_name, calibration.source if calibration is not None else "")
     return TauInForce(None, f"not calibrated for this model: no τ (calibrate it: {how})", ORIGIN_NONE)
 
 

@@ -99,10 +99,6 @@ def _digest(rows: Sequence[Scored]) -> dict[str, Any]:
     return {"n": len(keys), "sha256": hashlib.sha256("\n".join(keys).encode()).hexdigest()}
 
 
-MIN_AGREEMENT_ROWS = 10
-"""The fewest rows of each behavior the agreement resolver is fitted on (fewer: no resolver)."""
-
-
 def _fit_with(
     rows: Sequence[Scored], level: float | None, features: tuple[str, ...], model: str, agreement: bool = False
 ) -> AxesCalibration:
@@ -145,8 +141,11 @@ def _fit_with(
 
 
 def _agreement_data(X: list[list[float]], read: list[bool]) -> dict[str, Any]:
-    """The agreement resolver's fit arguments when each behavior has :data:`MIN_AGREEMENT_ROWS` rows, else none."""
-    if min(sum(read), len(read) - sum(read)) < MIN_AGREEMENT_ROWS:
+    """The agreement resolver's fit arguments when there are :data:`MIN_AGREEMENT_ROWS` agreeing rows, else none
+    (:func:`core.methods.axes_fit.fit_agreement` decides between a regression and the rows' base rate)."""
+    from core.methods.axes_fit import MIN_AGREEMENT_ROWS
+
+    if len(read) < MIN_AGREEMENT_ROWS:
         return {}
     return {"agreement_X": np.asarray(X), "agreement_read": np.asarray(read)}
 

@@ -11,7 +11,8 @@
   *Inconclusive*.
 * The agreement resolver: the same logistic regression (:data:`AGREEMENT_FEATURES`) on the rows whose span is in
   the context and in the no-context answer, labeled by the swap test; the headline consults it there when axis 1
-  is not *needed* (the text cannot tell reading from recalling when context and memory agree).
+  is not *needed* (the text cannot tell reading from recalling when context and memory agree). Where too few of
+  those rows kept the model's own answer to fit a regression, it is their base rate (:func:`fit_agreement`).
 
 A cut is the score that maximizes balanced accuracy; the band is the narrowest interval around it, holding at most
 ``max_inside`` of the rows, that maximizes the balanced accuracy of the rows outside it (:func:`cut_and_band`).
@@ -126,6 +127,41 @@ def fit_joint(
     return JointModel(**_stored(lr), threshold=_r6(cut), band=(_r6(low), _r6(high)), features=features)
 
 
+MIN_AGREEMENT_ROWS = 10
+"""The fewest agreeing rows of each behavior the agreement resolver's regression is fitted on; with fewer of one
+behavior (but at least this many rows) it is the rows' base rate, when that is decisive (:func:`fit_agreement`)."""
+PRIOR_BAND = (0.35, 0.65)
+"""The agreement base rate's inconclusive band: a base rate inside it decides nothing."""
+
+
+def fit_agreement(
+    X: np.ndarray, read: np.ndarray, max_inside: float = MAX_INSIDE, features: tuple[str, ...] = AGREEMENT_FEATURES
+) -> JointModel | None:
+    """The agreement resolver from the agreeing rows' observations ``X`` and their swap-test labels ``read``: a
+    regression (:func:`fit_joint`) when each behavior has :data:`MIN_AGREEMENT_ROWS` rows; else, with at least that
+    many rows, their base rate — P(read) = (followed + 1) / (rows + 2), the same for every run — which decides
+    only outside :data:`PRIOR_BAND` (too few rows kept the model's own answer to learn from the observations, but
+    the model's habit where context and memory agree is known); else none."""
+    read = np.asarray(read, bool)
+    followed, n = int(read.sum()), int(read.size)
+    if min(followed, n - followed) >= MIN_AGREEMENT_ROWS:
+        return fit_joint(X, read, max_inside, features)
+    if n < MIN_AGREEMENT_ROWS:
+        return None
+    rate = (followed + 1) / (n + 2)
+    k = len(features)
+    return JointModel(
+        mean=(0.0,) * k,
+        scale=(1.0,) * k,
+        coef=(0.0,) * k,
+        intercept=_r6(np.log(rate / (1 - rate))),
+        threshold=0.5,
+        band=PRIOR_BAND,
+        features=features,
+        prior=(followed, n),
+    )
+
+
 def fit_axes(
     reliance_X: np.ndarray,
     read: np.ndarray,
@@ -149,7 +185,8 @@ def fit_axes(
     """An :class:`AxesCalibration` from calibration rows: axis 1 from ``reliance_X`` (columns ``features``) and
     ``read`` labels; axis 2 from ``support_score`` (the ``support_feature``) and ``supported`` labels; the joint
     resolver from ``joint_X`` (columns ``joint_features``, the rows of axis 1) when given; the agreement resolver from
-    ``agreement_X`` (columns ``agreement_features``) and its own ``agreement_read`` labels when given."""
+    ``agreement_X`` (columns ``agreement_features``) and its own ``agreement_read`` labels when given
+    (:func:`fit_agreement`)."""
     lr = fit_reliance(reliance_X, read)
     r_cut, r_low, r_high = cut_and_band(lr["cv_probability"], np.asarray(read, bool), max_inside)
     s_cut, s_low, s_high = cut_and_band(support_score, np.asarray(supported, bool), max_inside)
@@ -158,7 +195,7 @@ def fit_axes(
         joint = fit_joint(np.asarray(joint_X, np.float64), read, max_inside, joint_features)
     agreement = None
     if agreement_X is not None and agreement_read is not None:
-        agreement = fit_joint(np.asarray(agreement_X, np.float64), agreement_read, max_inside, agreement_features)
+        agreement = fit_agreement(np.asarray(agreement_X, np.float64), agreement_read, max_inside, agreement_features)
     return AxesCalibration(
         **_stored(lr),
         model=model,

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from core.io import atomic_write_json, cache_dir
 from core.model.handle import ModelHandle
+from core.model.prompts import answer_ending
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +67,22 @@ def claim_folder(handle: ModelHandle, template_key: str) -> Path:
     """Create the folder of ``handle``'s model and template and write its ``model.json`` (name, source, slug,
     template); returns the folder."""
     folder = folder_for(handle, template_key)
-    record = {"model": handle.info.name, "source": handle.info.source, "slug": handle.slug, "template": template_key}
+    record = {"model": handle.info.name, "source": handle.info.source, **identity(handle, template_key)}
     path = folder / MODEL_FILE
     if _read_record(path) != record:
         atomic_write_json(path, record)
     return folder
+
+
+def identity(handle: ModelHandle, template_key: str) -> dict[str, str]:
+    """What a calibration folder and its checkpoints are made for: the model's name, slug and resolved template,
+    and how its answers end under that template (:func:`core.model.prompts.answer_ending`, plain templates only)."""
+    return _identity(handle.info.name, handle.slug, template_key)
+
+
+def _identity(name: str, slug: str, template_key: str) -> dict[str, str]:
+    ending = answer_ending(template_key)
+    return {"model": name, "slug": slug, "template": template_key, **({"answers": ending} if ending else {})}
 
 
 def _read_record(path: Path) -> dict[str, str] | None:
@@ -104,8 +116,9 @@ def identity_of(folder: Path) -> dict[str, str] | None:
 def own_folder(name: str, slug: str, template_key: str) -> Path | None:
     """The calibration folder of the model with this identity — its ``slug`` (name + a digest of its source:
     :func:`core.io.model_slug`) and the resolved ``template_key`` — when its ``model.json`` says it was made for
-    exactly that (name, slug and template), else ``None``. The one lookup of a calibration folder: by the model's
-    identity and template, never by its name alone."""
+    exactly that (name, slug and template, and how answers end under it: a folder calibrated before a plain
+    template's answers were cut at the model's own turn is not this model's calibration now), else ``None``. The
+    one lookup of a calibration folder: by the model's identity and template, never by its name alone."""
     try:
         folder = model_folder(slug, template_key)
     except ValueError:
@@ -113,8 +126,9 @@ def own_folder(name: str, slug: str, template_key: str) -> Path | None:
     record = identity_of(folder)
     if record is None:
         return None
-    if (record.get("model"), record.get("slug"), record.get("template")) != (name, slug, template_key):
-        logger.info("Ignoring the calibration folder %s: made for %s", folder, record)
+    wanted = _identity(name, slug, template_key)
+    if {k: record.get(k) for k in (*wanted, "answers")} != {"answers": None, **wanted}:
+        logger.info("Ignoring the calibration folder %s: made for %s, not %s", folder, record, wanted)
         return None
     return folder
 

@@ -33,6 +33,16 @@ class PromptTemplate:
     without_context: str
     chat: bool = False
 
+    @property
+    def turn_labels(self) -> tuple[str, ...]:
+        """The labels this plain template writes at the start of its lines (A: ``Context``, ``Question``,
+        ``Answer``); a model that writes one of them on a new line after its answer has begun a turn of its own
+        (:mod:`core.engine.turns`). A chat template has none: its turns end with the model's end token."""
+        if self.chat:
+            return ()
+        found = re.findall(r"(?m)^([^\n:{}]{1,40}):", self.with_context)
+        return tuple(dict.fromkeys(label.strip() for label in found))
+
 
 TEMPLATES: dict[str, PromptTemplate] = {
     "chat": PromptTemplate(
@@ -68,6 +78,18 @@ TEMPLATES: dict[str, PromptTemplate] = {
     ),
 }
 TEMPLATE_CHOICES = ("auto", *TEMPLATES)
+
+TURN_CUT = "cut at the model's own turn (2026-12-04)"
+"""How a plain template's answers end: at the first line where the model begins a turn of its own
+(:mod:`core.engine.turns`). It is part of a calibration's identity (:func:`answer_ending`), so a calibration made
+when such answers ran on to the token cap is not used for the answers scored now."""
+
+
+def answer_ending(template_key: str) -> str | None:
+    """How answers end under the resolved template ``template_key``: :data:`TURN_CUT` for a plain template,
+    ``None`` for a chat template (its end token, unchanged) or an unknown key."""
+    template = TEMPLATES.get(template_key)
+    return TURN_CUT if template is not None and template.turn_labels else None
 
 
 def resolve_template(key: str, tokenizer: Any) -> PromptTemplate:

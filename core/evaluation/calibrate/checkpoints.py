@@ -32,6 +32,7 @@ import numpy as np
 from core.engine.swap import SwapTest
 from core.evaluation.calibrate.records import RowRecord
 from core.io import atomic_write_json, atomic_write_text
+from core.model import calibration_store
 from core.model.handle import ModelHandle
 
 logger = logging.getLogger(__name__)
@@ -175,10 +176,10 @@ class Work:
         for name in CHECKPOINTS:
             refuse_special(folder / name)
         state = _read_state(folder / STATE)
-        ident = {"model": handle.info.name, "slug": handle.slug, "template": template}
+        ident = calibration_store.identity(handle, template)
         if state and state.get("identity") != ident:
             raise ValueError(
-                f"{folder} holds the checkpoints of another calibration ({state.get('identity')}); "
+                f"{folder} holds the checkpoints of another calibration ({state.get('identity')}, not {ident}); "
                 "choose another --out folder or start over with --restart"
             )
         self.state: dict[str, Any] = state or {"identity": ident, "done": [], "pace": {}, "elapsed": 0.0}

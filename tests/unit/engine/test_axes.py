@@ -30,7 +30,7 @@ from core.engine.axes import (
     observe,
     with_headline,
 )
-from core.engine.axes_calibration import JOINT_FEATURES, JointModel
+from core.engine.axes_calibration import AGREEMENT_FEATURES, JOINT_FEATURES, JointModel
 from core.engine.span import AnswerSpan
 from core.engine.verdict import INCONCLUSIVE, NEITHER, READ, RECALLED, UNCALIBRATED, display
 from tests.unit.engine.conftest import CAL
@@ -246,3 +246,29 @@ def test_json_schema_4_headline_on_top_repcs_kept():
     assert back.axes == data["axes"]
     assert (back.verdict, back.repcs_verdict, back.repcs_verdict_reason) == (READ, RECALLED, "Z below τ")
     assert json.loads(back.to_json())["verdict"] == READ
+
+
+@pytest.mark.parametrize(("followed", "verdict"), [(14, READ), (3, RECALLED), (8, INCONCLUSIVE)])
+def test_an_agreement_base_rate_decides_agreeing_runs_and_says_it_is_the_model_s_habit(followed, verdict):
+    """Where context and memory agree and axis 1 is not needed, a base-rate resolver (too few agreeing calibration
+    rows kept their own answer to fit a regression) gives every such run its rate, and the reason says so."""
+    from core.methods.axes_fit import fit_agreement
+
+    n = 17
+    prior = fit_agreement(
+        np.zeros((n, len(AGREEMENT_FEATURES))), np.array([True] * followed + [False] * (n - followed))
+    )
+    assert prior is not None and prior.prior == (followed, n)
+    tokens = ["Paris", " is", " the", " capital", "."]
+    res = _result(
+        tokens, [0.05, 0.01, 0.02, 0.01, 0.0], [-5.0, -1, -1, -1, -1], [-4.5, -1, -1, -1, -1],
+        "The capital of France is Paris.", query="What is the capital of France?",
+        context="Paris is the capital and largest city of France.",
+    )  # fmt: skip
+    assert headline(res, CAL).verdict == RECALLED  # without a resolver: the text decides, the context agrees
+    head = headline(res, replace(CAL, agreement=prior))
+    p = (followed + 1) / (n + 2)
+    assert head.verdict == verdict and head.joint["resolver"] == "agreement"
+    assert head.joint["score"] == pytest.approx(p, abs=1e-6)
+    assert f"followed a swapped context on {followed} of {n} calibration runs" in head.reason
+    assert "its habit, not a reading of this run" in head.reason and f"= {p:.2f}" in head.reason

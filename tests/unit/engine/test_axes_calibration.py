@@ -11,7 +11,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from core.engine.axes_calibration import AGREEMENT_FEATURES, JOINT_FEATURES, AxesCalibration, JointModel, bundled_axes
-from core.methods.axes_fit import fit_joint
+from core.methods.axes_fit import MIN_AGREEMENT_ROWS, PRIOR_BAND, fit_agreement, fit_joint
 from tests.unit.engine.conftest import CAL
 
 N = len(JOINT_FEATURES)
@@ -96,3 +96,27 @@ def test_bundled_calibration_loads():
     assert cal.span_level is not None and cal.joint is not None and cal.joint.features == JOINT_FEATURES
     assert cal.joint.band[0] <= cal.joint.threshold <= cal.joint.band[1]
     assert cal.agreement is not None and cal.agreement.features == AGREEMENT_FEATURES  # chosen on calibration rows
+
+
+def test_the_agreement_resolver_is_the_rows_base_rate_where_too_few_kept_their_own_answer(tmp_path):
+    """Gemma 3 270M's agreeing calibration rows: 14 of 17 followed a swapped context, too few kept the model's own
+    answer to fit a regression; the resolver is their base rate (one P for every run), decisive outside its band."""
+    rng = np.random.default_rng(1)
+    k = len(AGREEMENT_FEATURES)
+    prior = fit_agreement(rng.normal(size=(17, k)), np.array([True] * 14 + [False] * 3))
+    assert prior is not None and prior.prior == (14, 17) and prior.band == PRIOR_BAND
+    for row in rng.normal(size=(5, k)):  # whatever the observations
+        assert prior.probability(dict(zip(AGREEMENT_FEATURES, row, strict=True))) == pytest.approx(15 / 19, abs=1e-6)
+    cal = replace(CAL, agreement=prior)
+    path = tmp_path / "axes.json"
+    path.write_text(json.dumps(cal.to_dict()), encoding="utf-8")
+    assert AxesCalibration.load(path) == cal and cal.to_dict()["agreement"]["prior"] == [14, 17]
+    for bad in ([15, 14], [1], "14/17", [0, 0]):
+        with pytest.raises(ValueError, match=r"'agreement\.prior' is"):
+            AxesCalibration.from_dict(cal.to_dict() | {"agreement": prior.to_dict() | {"prior": bad}})
+    balanced = np.array([True] * MIN_AGREEMENT_ROWS + [False] * MIN_AGREEMENT_ROWS)
+    fitted = fit_agreement(rng.normal(size=(balanced.size, k)), balanced)
+    assert fitted is not None and fitted.prior is None  # enough of each behavior: the regression
+    assert fit_agreement(rng.normal(size=(MIN_AGREEMENT_ROWS - 1, k)), np.ones(MIN_AGREEMENT_ROWS - 1, bool)) is None
+    even = fit_agreement(rng.normal(size=(12, k)), np.array([True] * 6 + [False] * 6))
+    assert even is not None and PRIOR_BAND[0] < even.probability(dict.fromkeys(AGREEMENT_FEATURES, 0.0)) < PRIOR_BAND[1]

@@ -6,6 +6,7 @@ headline is decided once per result."""
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,17 @@ def test_the_copying_heads_chosen_on_calibration_rows_are_in_the_record(gguf_a, 
     assert record_for(gguf_a, "chat").copying is None
     write({"model": gguf_a.info.name, "heads": [[1]]}, 1_000_200)
     assert record_for(gguf_a, "chat").copying is None and "Ignoring the copying heads" in caplog.text
+
+
+def test_a_plain_template_s_calibration_made_before_answers_ended_at_the_model_s_own_turn_is_not_used(gguf_a):
+    """A folder for template A whose ``model.json`` predates the turn cut (no ``answers``) was fitted on answers that
+    ran on past the model's own "Question:" (core.engine.turns): it is not this model's calibration now."""
+    folder = write_fake_calibration(gguf_a, "A")
+    assert record_for(gguf_a, "A").calibrated
+    identity = calibration_store.identity_of(folder)
+    assert identity is not None and identity["answers"] == calibration_store.answer_ending("A")
+    assert "answers" not in calibration_store.identity(gguf_a, "chat")  # a chat template's answers end as before
+    old = {k: v for k, v in identity.items() if k != "answers"}
+    (folder / calibration_store.MODEL_FILE).write_text(json.dumps(old), encoding="utf-8")
+    record = record_for(gguf_a, "A")
+    assert record.origin == NONE and not record.calibrated and record.tau is None
