@@ -34,7 +34,6 @@ ORIGIN_USER = "user"
 ORIGIN_BUNDLED = "bundled"
 ORIGIN_CALIBRATED = "calibrated"
 ORIGIN_NONE = "none"
-"""The one step that calibrates a model's τ (with every other per-model artifact)."""
 
 
 def user_threshold_path(user_dir: Path, model_name: str) -> Path:

@@ -74,6 +74,10 @@ def claim_folder(handle: ModelHandle, template_key: str) -> Path:
     return folder
 
 
+IDENTITY_KEYS = ("model", "slug", "template", "answers")
+"""The fields of ``model.json`` a folder must match exactly (``answers`` absent for a chat template)."""
+
+
 def identity(handle: ModelHandle, template_key: str) -> dict[str, str]:
     """What a calibration folder and its checkpoints are made for: the model's name, slug and resolved template,
     and how its answers end under that template (:func:`core.model.prompts.answer_ending`, plain templates only)."""
@@ -127,7 +131,7 @@ def own_folder(name: str, slug: str, template_key: str) -> Path | None:
     if record is None:
         return None
     wanted = _identity(name, slug, template_key)
-    if {k: record.get(k) for k in (*wanted, "answers")} != {"answers": None, **wanted}:
+    if {k: record.get(k) for k in IDENTITY_KEYS} != {k: wanted.get(k) for k in IDENTITY_KEYS}:
         logger.info("Ignoring the calibration folder %s: made for %s, not %s", folder, record, wanted)
         return None
     return folder

@@ -126,13 +126,18 @@ def test_read_and_it_overrode_the_parametric_answer():
     assert "“Marrowgate”" in head.reason and head.span["span"]["text"] == "Marrowgate"
 
 
-def test_recalled_and_the_context_agrees_decided_by_the_text():
+def _paris_agreeing():
+    """A run whose context and no-context answer agree on "Paris", barely moved by the context."""
     tokens = ["Paris", " is", " the", " capital", "."]
-    res = _result(
+    return _result(
         tokens, [0.05, 0.01, 0.02, 0.01, 0.0], [-5.0, -1, -1, -1, -1], [-4.5, -1, -1, -1, -1],
         "The capital of France is Paris.", query="What is the capital of France?",
         context="Paris is the capital and largest city of France.",
     )  # fmt: skip
+
+
+def test_recalled_and_the_context_agrees_decided_by_the_text():
+    res = _paris_agreeing()
     head = headline(res, CAL)
     assert head.reliance.state == NOT_NEEDED
     # the context lowered "Paris" a little (LLR −0.5 nats: not needed); its log-probability −4.5 is below the support
@@ -259,12 +264,7 @@ def test_an_agreement_base_rate_decides_agreeing_runs_and_says_it_is_the_model_s
         np.zeros((n, len(AGREEMENT_FEATURES))), np.array([True] * followed + [False] * (n - followed))
     )
     assert prior is not None and prior.prior == (followed, n)
-    tokens = ["Paris", " is", " the", " capital", "."]
-    res = _result(
-        tokens, [0.05, 0.01, 0.02, 0.01, 0.0], [-5.0, -1, -1, -1, -1], [-4.5, -1, -1, -1, -1],
-        "The capital of France is Paris.", query="What is the capital of France?",
-        context="Paris is the capital and largest city of France.",
-    )  # fmt: skip
+    res = _paris_agreeing()
     assert headline(res, CAL).verdict == RECALLED  # without a resolver: the text decides, the context agrees
     head = headline(res, replace(CAL, agreement=prior))
     p = (followed + 1) / (n + 2)
